@@ -1,0 +1,129 @@
+"""The discord.py client: intents, start-up, command sync, events.
+
+Dependencies are passed in; command sync happens in `setup_hook` (one guild
+when DISCORD_GUILD_ID is set, else global), never in `on_ready`. Start-up
+problems (bad token, missing privileged intent, unreachable API) end in one
+readable line.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, AsyncContextManager, Callable
+
+import aiohttp
+import discord
+import yarl
+from discord import app_commands
+
+from bot.adapters.discord.commands import Commands, register
+from bot.adapters.discord.events import Ingest
+from bot.adapters.discord.webhooks import DiscordSurface
+from bot.config import Settings
+from bot.core.engine import Engine
+from bot.core.errors import ConfigError
+from bot.core.models import GroupSettings
+
+log = logging.getLogger(__name__)
+
+
+def make_intents() -> discord.Intents:
+    intents = discord.Intents.none()
+    intents.guilds = True
+    intents.guild_messages = True
+    intents.guild_reactions = True
+    intents.message_content = True
+    return intents
+
+
+async def point_at(api_base_url: str) -> None:
+    """Send REST and the gateway to a Discord-compatible server (`.../api/v10`)."""
+    discord.http.Route.BASE = api_base_url.rstrip("/")
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{discord.http.Route.BASE}/gateway", timeout=aiohttp.ClientTimeout(total=10)) as resp:
+                url = (await resp.json(content_type=None))["url"]
+    except (aiohttp.ClientError, OSError, KeyError, ValueError, TimeoutError) as exc:
+        raise ConfigError(f"DISCORD_API_BASE_URL={api_base_url} did not answer GET /gateway ({type(exc).__name__}); "
+                          "check that the server runs and the URL ends with the version path, e.g. /api/v10") from None
+    discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(url)
+
+
+class RoundtableBot(discord.Client):
+    def __init__(self, engine: Engine, surface: DiscordSurface, group_defaults: GroupSettings, *,
+                 guild_id: int | None = None, **options: Any) -> None:
+        super().__init__(intents=make_intents(), chunk_guilds_at_startup=False, **options)
+        self.engine = engine
+        self.surface = surface
+        surface.client = self
+        self.group_defaults = group_defaults
+        self.guild_id = guild_id
+        self.tree = app_commands.CommandTree(self)
+        self.commands = Commands(self)
+        self.ingest = Ingest(self)
+        self._started = False
+        register(self.tree, self.commands)
+        self.tree.on_error = self.on_app_command_error  # type: ignore[assignment]
+
+    async def setup_hook(self) -> None:
+        if self.guild_id is not None:
+            guild = discord.Object(self.guild_id)
+            self.tree.copy_global_to(guild=guild)
+            synced = await self.tree.sync(guild=guild)
+        else:
+            synced = await self.tree.sync()
+        log.info("synced %d slash commands %s", len(synced), f"to guild {self.guild_id}" if self.guild_id else "globally")
+
+    async def on_ready(self) -> None:
+        log.info("connected as %s", self.user)
+        await self.ingest.catch_up()
+        if not self._started:
+            self._started = True
+            await self.engine.start()
+
+    async def on_resumed(self) -> None:
+        await self.ingest.catch_up()
+
+    async def on_message(self, message: discord.Message) -> None:
+        await self.ingest.on_message(message)
+
+    async def on_raw_reaction_add(self, payload: discord.RawReactionActionEvent) -> None:
+        await self.ingest.on_reaction(payload)
+
+    async def on_app_command_error(self, interaction: discord.Interaction, error: app_commands.AppCommandError) -> None:
+        log.error("command %s failed", interaction.command.name if interaction.command else "?", exc_info=error)
+        text = "Something went wrong; nothing was changed. The error is in the bot's log."
+        try:
+            if interaction.response.is_done():
+                await interaction.followup.send(text, ephemeral=True)
+            else:
+                await interaction.response.send_message(text, ephemeral=True)
+        except discord.HTTPException:
+            pass
+
+
+OpenEngine = Callable[..., AsyncContextManager[Engine]]
+
+
+async def run_bot(settings: Settings, open_engine: OpenEngine, defaults: GroupSettings) -> int:
+    """Run until stopped. Returns the exit code; start-up problems raise ConfigError (one line)."""
+    if settings.discord_api_base_url:
+        await point_at(settings.discord_api_base_url)
+    from storage.store import SqliteStore  # noqa: F401  (the engine's store is opened by open_engine)
+
+    surface = DiscordSurface(store=None)  # type: ignore[arg-type]
+    async with open_engine(settings, surface) as engine:
+        surface.store = engine.store
+        bot = RoundtableBot(engine, surface, defaults, guild_id=settings.discord_guild_id)
+        try:
+            async with bot:
+                await bot.start(settings.discord_token or "")
+        except discord.LoginFailure:
+            raise ConfigError("Discord rejected DISCORD_TOKEN: copy a fresh token from the Developer Portal "
+                              "(Bot > Reset Token) into .env") from None
+        except discord.PrivilegedIntentsRequired:
+            raise ConfigError("Discord refused the Message Content intent: enable it in the Developer Portal "
+                              "(Bot > Privileged Gateway Intents > Message Content) and start again") from None
+        except (aiohttp.ClientConnectorError, OSError) as exc:
+            raise ConfigError(f"could not reach Discord ({type(exc).__name__}); check the network "
+                              "or DISCORD_API_BASE_URL") from None
+    return 0

@@ -1,0 +1,238 @@
+"""The `LLM` port over the official `openai` client (any OpenAI-compatible server).
+
+What this file owns:
+
+- one `openai.AsyncOpenAI` with our timeout (seconds per connect/read/write,
+  default 60 rather than the SDK's 600) and the SDK's own retries
+  (`max_retries`, default 2). The SDK retries 408/409/429/5xx, timeouts and
+  connection errors with exponential backoff (0.5 s doubling, capped at 8 s,
+  up to 25 % jitter) and honours a server's `retry-after-ms` / `Retry-After`
+  (seconds or HTTP date) when it is in (0, 120] s; a longer Retry-After is not
+  retried at all. We add no retry loop of our own on top.
+- translating every failure into the `LLMError` tree at this boundary, with a
+  short message (what happened, HTTP status, model, server host) that never
+  holds the API key: the server's own error text is trimmed and redacted, and
+  the SDK exception is not chained (`from None`), so a logged traceback cannot
+  carry it either.
+- `usage` -> `Usage`, estimating with the injected `TokenCounter` when the
+  server sends none; the sum of token log-probabilities when asked for.
+
+`max_tokens` is sent as `max_tokens` (what llama.cpp, Ollama, vLLM, LM Studio
+and OpenAI's chat models all accept). OpenAI's reasoning models reject it with
+a 400 naming `max_completion_tokens`; then the call is repeated once with that
+parameter, and the model is remembered so later calls use it directly.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import Any, Sequence
+from urllib.parse import urlsplit
+
+import openai
+
+from bot.adapters.tokens import make_token_counter
+from bot.core.errors import LLMError, LLMRateLimited, LLMRejected, LLMTimeout, LLMUnavailable
+from bot.core.models import ChatMessage, Completion, Usage
+from bot.core.ports import TokenCounter
+
+log = logging.getLogger(__name__)
+
+_DETAIL_CHARS = 160
+_TOKENISH = re.compile(r"(?i)\b(?:sk-|bearer\s+)\S+")
+# Chat-format overhead when estimating: ~3 tokens framing each message, 3 priming the reply.
+_PER_MESSAGE = 3
+_PER_REPLY = 3
+
+
+class OpenAILLM:
+    """Implements `bot.core.ports.LLM`."""
+
+    def __init__(
+        self,
+        *,
+        api_key: str,
+        base_url: str | None,
+        default_model: str,
+        timeout: float = 60.0,
+        max_retries: int = 2,
+        counter: TokenCounter | None = None,
+    ) -> None:
+        if not api_key:
+            raise ValueError("api_key is required (any non-empty string for servers that ignore it)")
+        if not default_model:
+            raise ValueError("default_model is required")
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries!r}")
+        self.default_model = default_model
+        self.timeout = float(timeout)
+        self.max_retries = max_retries
+        self._secret = api_key
+        self._counter = counter if counter is not None else make_token_counter()
+        # base_url=None: the SDK reads OPENAI_BASE_URL, else uses api.openai.com.
+        self._client = openai.AsyncOpenAI(
+            api_key=api_key, base_url=base_url, timeout=self.timeout, max_retries=max_retries
+        )
+        self.host = _host(str(self._client.base_url))
+        self._completion_tokens_models: set[str] = set()
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    async def __aenter__(self) -> "OpenAILLM":
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        model: str | None = None,
+        max_tokens: int | None = None,
+        logprobs: bool = False,
+    ) -> Completion:
+        """One chat completion. Raises `LLMError` subclasses; never other errors."""
+        name = model or self.default_model
+        started = time.monotonic()
+        try:
+            response = await self._create(messages, name, max_tokens, logprobs)
+        except openai.OpenAIError as exc:
+            err = self._translate(exc, name)
+        except Exception as exc:  # the port promises LLMError only; keep the type, drop the text
+            log.warning("unexpected %s from the openai client (model %s)", type(exc).__name__, name)
+            err = LLMError(f"unexpected {type(exc).__name__} calling model {name} at {self.host}")
+        else:
+            try:
+                completion = self._completion(response, messages, name)
+            except (TypeError, ValueError, AttributeError) as exc:
+                raise LLMError(f"malformed response from model {name} at {self.host}: "
+                               f"{type(exc).__name__}") from None
+            log.debug(
+                "llm %s: prompt=%d completion=%d cached=%d%s finish=%s in %.2fs",
+                completion.model, completion.usage.prompt_tokens, completion.usage.completion_tokens,
+                completion.usage.cached_tokens, " (estimated)" if completion.usage.estimated else "",
+                completion.finish_reason, time.monotonic() - started,
+            )
+            return completion
+        log.debug("llm %s failed after %.2fs: %s", name, time.monotonic() - started, err)
+        raise err
+
+    async def _create(
+        self, messages: Sequence[ChatMessage], model: str, max_tokens: int | None, logprobs: bool
+    ) -> Any:
+        kwargs: dict[str, Any] = {
+            "model": model,
+            "messages": [{"role": m.role, "content": m.content} for m in messages],
+        }
+        if logprobs:
+            kwargs["logprobs"] = True
+        if max_tokens is None:
+            return await self._client.chat.completions.create(**kwargs)
+        if model in self._completion_tokens_models:
+            return await self._client.chat.completions.create(**kwargs, max_completion_tokens=max_tokens)
+        try:
+            return await self._client.chat.completions.create(**kwargs, max_tokens=max_tokens)
+        except openai.BadRequestError as exc:
+            if not _wants_max_completion_tokens(exc):
+                raise
+        log.info("model %s rejects max_tokens; using max_completion_tokens from now on", model)
+        self._completion_tokens_models.add(model)
+        return await self._client.chat.completions.create(**kwargs, max_completion_tokens=max_tokens)
+
+    def _completion(self, response: Any, messages: Sequence[ChatMessage], model: str) -> Completion:
+        choices = getattr(response, "choices", None)
+        if not choices:
+            raise LLMError(f"model {model} at {self.host} returned no choices")
+        choice = choices[0]
+        message = getattr(choice, "message", None)
+        text = (getattr(message, "content", None) or "") if message is not None else ""
+        return Completion(
+            text=text,
+            usage=self._usage(getattr(response, "usage", None), messages, text),
+            model=getattr(response, "model", None) or model,
+            logprob=_logprob_sum(choice),
+            finish_reason=getattr(choice, "finish_reason", None),
+        )
+
+    def _usage(self, usage: Any, messages: Sequence[ChatMessage], text: str) -> Usage:
+        prompt = getattr(usage, "prompt_tokens", None)
+        completion = getattr(usage, "completion_tokens", None)
+        if usage is not None and prompt is not None and completion is not None:
+            details = getattr(usage, "prompt_tokens_details", None)
+            cached = getattr(details, "cached_tokens", None) or 0
+            return Usage(int(prompt), int(completion), int(cached), estimated=False)
+        count = self._counter.count
+        prompt_est = sum(count(m.content) + _PER_MESSAGE for m in messages) + _PER_REPLY
+        return Usage(prompt_est, count(text), 0, estimated=True)
+
+    def _translate(self, exc: openai.OpenAIError, model: str) -> LLMError:
+        where = f"model {model} at {self.host}"
+        if isinstance(exc, openai.APITimeoutError):
+            return LLMTimeout(f"timed out after {self.timeout:g}s ({where})")
+        if isinstance(exc, openai.APIConnectionError):
+            return LLMUnavailable(f"could not connect ({where})")
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            detail = self._detail(exc)
+            if status == 429:
+                return LLMRateLimited(f"rate limited: HTTP 429 ({where}){detail}")
+            if status == 408:
+                return LLMTimeout(f"server timed out: HTTP 408 ({where}){detail}")
+            if status >= 500:
+                return LLMUnavailable(f"server error: HTTP {status} ({where}){detail}")
+            if 400 <= status < 500:
+                return LLMRejected(f"request rejected: HTTP {status} ({where}){detail}")
+            return LLMError(f"unexpected HTTP {status} ({where}){detail}")
+        return LLMError(f"{type(exc).__name__} ({where})")
+
+    def _detail(self, exc: openai.APIStatusError) -> str:
+        """The server's own error message: one line, trimmed, secrets redacted."""
+        body = exc.body
+        message: object = None
+        if isinstance(body, dict):
+            error = body.get("error", body)
+            message = error.get("message") if isinstance(error, dict) else error
+        elif isinstance(body, str):
+            message = body
+        if not isinstance(message, str) or not message.strip():
+            return ""
+        text = " ".join(message.split())
+        text = self.redact(text)
+        if len(text) > _DETAIL_CHARS:
+            text = text[: _DETAIL_CHARS - 1] + "…"
+        return f": {text}"
+
+    def redact(self, text: str) -> str:
+        """`text` without the API key or anything shaped like a key or bearer token."""
+        if self._secret:
+            text = text.replace(self._secret, "***")
+        return _TOKENISH.sub("***", text)
+
+
+def _host(url: str) -> str:
+    """host[:port] only: never userinfo or query (either could hold a credential)."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    host = parts.hostname or "?"
+    return f"{host}:{port}" if port else host
+
+
+def _wants_max_completion_tokens(exc: openai.BadRequestError) -> bool:
+    """OpenAI's 400 for reasoning models: "... Use 'max_completion_tokens' instead."."""
+    return "max_completion_tokens" in str(exc.body if exc.body is not None else exc)
+
+
+def _logprob_sum(choice: Any) -> float | None:
+    content = getattr(getattr(choice, "logprobs", None), "content", None)
+    if not content:
+        return None
+    values = [getattr(item, "logprob", None) for item in content]
+    return float(sum(v for v in values if v is not None))

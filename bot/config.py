@@ -1,0 +1,123 @@
+"""Settings from the environment (and `.env`), checked all at once.
+
+`load_settings(env)` returns a frozen `Settings` or raises one `ConfigError`
+whose text names every bad key and its fix, one line each. Every key is
+documented in `config.example.env`.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable, Mapping, TypeVar
+from urllib.parse import urlparse
+
+from bot.core.errors import ConfigError
+from bot.core.models import DEFAULT_MAX_TURNS, MAX_TURNS_RANGE
+
+T = TypeVar("T")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+@dataclass(frozen=True)
+class Settings:
+    openai_api_key: str
+    openai_base_url: str | None = None
+    model: str = "gpt-4o-mini"
+    selector_model: str | None = None
+    db_path: str = "roundtable.db"
+    max_agent_turns: int = DEFAULT_MAX_TURNS
+    context_budget: int = 6000
+    llm_timeout: float = 60.0
+    llm_max_retries: int = 2
+    log_level: str = "INFO"
+    discord_token: str | None = None
+    discord_api_base_url: str | None = None
+    discord_guild_id: int | None = None
+
+    def __repr__(self) -> str:  # never print secrets
+        return f"Settings(model={self.model!r}, db_path={self.db_path!r}, base_url={self.openai_base_url!r})"
+
+
+class _Reader:
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+        self.problems: list[str] = []
+
+    def text(self, key: str, default: str | None = None, *, required: bool = False, fix: str = "") -> str | None:
+        value = (self.env.get(key) or "").strip()
+        if value:
+            return value
+        if required:
+            self.problems.append(f"{key} is missing: {fix or 'set it in .env (see config.example.env)'}.")
+        return default
+
+    def parsed(self, key: str, default: T, parse: Callable[[str], T], fix: str) -> T:
+        raw = (self.env.get(key) or "").strip()
+        if not raw:
+            return default
+        try:
+            return parse(raw)
+        except (ValueError, TypeError):
+            self.problems.append(f"{key}={raw[:40]!r} is malformed: {fix}.")
+            return default
+
+
+def _in_range(low: float, high: float, cast: Callable[[str], T]) -> Callable[[str], T]:
+    def parse(raw: str) -> T:
+        value = cast(raw)
+        if not low <= value <= high:  # type: ignore[operator]
+            raise ValueError(raw)
+        return value
+    return parse
+
+
+def _url(raw: str) -> str:
+    parts = urlparse(raw)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(raw)
+    return raw.rstrip("/")
+
+
+def _level(raw: str) -> str:
+    if raw.upper() not in LOG_LEVELS:
+        raise ValueError(raw)
+    return raw.upper()
+
+
+def load_settings(env: Mapping[str, str], *, need_discord: bool) -> Settings:
+    r = _Reader(env)
+    key = r.text("OPENAI_API_KEY", required=True,
+                 fix="set it to your provider's API key (any non-empty value for a local server that needs none)")
+    token = r.text("DISCORD_TOKEN", required=need_discord,
+                   fix="set it to your bot's token from the Discord developer portal (Bot > Reset Token)")
+    low, high = MAX_TURNS_RANGE
+    settings = Settings(
+        openai_api_key=key or "",
+        openai_base_url=r.parsed("OPENAI_BASE_URL", None, _url, "use an http(s) URL such as http://127.0.0.1:8000/v1"),
+        model=r.text("ROUNDTABLE_MODEL", "gpt-4o-mini") or "gpt-4o-mini",
+        selector_model=r.text("ROUNDTABLE_SELECTOR_MODEL"),
+        db_path=r.text("ROUNDTABLE_DB", "roundtable.db") or "roundtable.db",
+        max_agent_turns=r.parsed("ROUNDTABLE_MAX_TURNS", DEFAULT_MAX_TURNS, _in_range(low, high, int),
+                                 f"use a whole number from {low} to {high}"),
+        context_budget=r.parsed("ROUNDTABLE_CONTEXT_BUDGET", 6000, _in_range(500, 200_000, int),
+                                "use a whole number of tokens from 500 to 200000"),
+        llm_timeout=r.parsed("ROUNDTABLE_LLM_TIMEOUT", 60.0, _in_range(1, 600, float),
+                             "use a number of seconds from 1 to 600"),
+        llm_max_retries=r.parsed("ROUNDTABLE_LLM_RETRIES", 2, _in_range(0, 10, int), "use a whole number from 0 to 10"),
+        log_level=r.parsed("ROUNDTABLE_LOG_LEVEL", "INFO", _level, f"use one of {', '.join(LOG_LEVELS)}"),
+        discord_token=token,
+        discord_api_base_url=r.parsed("DISCORD_API_BASE_URL", None, _url,
+                                      "use the API URL with its version path, e.g. http://127.0.0.1:8080/api/v10"),
+        discord_guild_id=r.parsed("DISCORD_GUILD_ID", None, _in_range(1, 2**64, int),
+                                  "use the numeric id of your server (Developer Mode > Copy Server ID)"),
+    )
+    if r.problems:
+        raise ConfigError("; ".join(r.problems))
+    return settings
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # These log request details (URLs with webhook tokens, headers) at DEBUG: keep them quieter.
+    for noisy in ("discord.gateway", "discord.http", "discord.webhook", "httpx", "httpx2", "httpcore", "openai"):
+        logging.getLogger(noisy).setLevel(max(logging.getLevelName(level), logging.WARNING))

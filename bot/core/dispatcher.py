@@ -1,0 +1,221 @@
+"""The per-group delivery loop (SPEC §3–4, §7; seed 002).
+
+The durable queue is the group's latest seq plus each agent's
+`delivered_through`; there is no job row per message x agent. One
+`GroupDispatcher` task per group:
+
+  0. route every message not yet routed (decisions are stored, never recomputed);
+  1. find agents whose cursor is behind; 2. freeze the latest seq as snapshot;
+  3-4. keep the agents that a message after their cursor selects, skip-advance
+  the rest; 5. skip agents holding their lock; 6. pick the furthest-behind idle
+  one (tie: oldest agent); 7. run it once over the snapshot and wait;
+  8. advance its cursor through the snapshot; 9. repeat until nobody is pending.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Sequence
+
+from bot.core.context import trim_thread
+from bot.core.models import Agent, Decision, Group, Message, Usage
+from bot.core.routing import eligible_speakers, explicit_recipients, last_agent_speaker, next_in_rotation, plan_batch
+from bot.core.selector import select_speaker
+from bot.core.stop import cap_notice
+from bot.core.turn import post_notice
+
+if TYPE_CHECKING:
+    from bot.core.engine import Engine
+
+log = logging.getLogger(__name__)
+
+SELECTOR_SOURCES = ("selector", "fallback", "low_confidence")
+
+
+class GroupDispatcher:
+    def __init__(self, engine: "Engine", group_id: int) -> None:
+        self.engine = engine
+        self.group_id = group_id
+        self._wake = asyncio.Event()
+        self.idle = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+        self.failures = 0
+
+    def wake(self) -> None:
+        self.idle.clear()
+        self._wake.set()
+
+    async def loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self.drain()
+                self.failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.failures += 1
+                delay = min(30.0, 0.5 * 2 ** min(self.failures, 6))
+                log.exception("group=%s dispatcher failed; retrying in %.1fs", self.group_id, delay)
+                await asyncio.sleep(delay)
+                self._wake.set()
+                continue
+            if not self._wake.is_set():
+                self.idle.set()
+
+    # the loop body ------------------------------------------------------
+    async def drain(self) -> None:
+        store = self.engine.store
+        while True:
+            group = await store.get_group(self.group_id)
+            if not group.enabled or group.paused:
+                return
+            snapshot = group.latest_seq
+            await self.route(group, snapshot)
+            group = await store.get_group(self.group_id)
+            roster = await store.list_agents(group.id)
+            pending = [a for a in roster if a.delivered_through < snapshot]
+            if not pending:
+                if group.latest_seq != snapshot:
+                    continue  # a message arrived meanwhile: route it before settling anything
+                await self._settle_episode(group)
+                return
+            low = min(a.delivered_through for a in pending)
+            decisions = await store.decisions(group.id, after=low, through=snapshot)
+            selected: list[tuple[Agent, Usage, str]] = []
+            for agent in pending:
+                chosen = self._selecting(agent, decisions, snapshot)
+                if agent.enabled and chosen is not None:
+                    selected.append((agent, *chosen))
+                else:
+                    await store.set_delivered_through(agent.id, snapshot)
+            if not selected:
+                continue
+            idle = [s for s in selected if not self.engine.agent_lock(s[0].id).locked()]
+            if not idle:
+                await self._wait_for_a_lock([s[0] for s in selected])
+                continue
+            agent, selector_usage, source = min(idle, key=lambda s: (s[0].delivered_through, s[0].created_at, s[0].id))
+            outcome = await self.engine.deliver(group, agent, snapshot, selector_usage=selector_usage, source=source)
+            await store.set_delivered_through(agent.id, snapshot)
+            await self._after_turn(group, outcome.message, outcome.terminated)
+            if group.settings.pace > 0 and outcome.message is not None:
+                await asyncio.sleep(group.settings.pace)
+
+    @staticmethod
+    def _selecting(agent: Agent, decisions: dict[int, Decision], snapshot: int) -> tuple[Usage, str] | None:
+        """(selector usage, source) of the newest decision after the cursor that selects `agent`."""
+        found: tuple[Usage, str] | None = None
+        for seq in range(agent.delivered_through + 1, snapshot + 1):
+            decision = decisions.get(seq)
+            if decision is not None and agent.id in decision.agent_ids:
+                usage = decision.usage if decision.source in SELECTOR_SOURCES else Usage()
+                found = (usage, decision.source)
+        return found
+
+    async def _wait_for_a_lock(self, agents: Sequence[Agent]) -> None:
+        waits = [asyncio.create_task(self.engine.wait_unlocked(a.id)) for a in agents]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
+    # routing ------------------------------------------------------------
+    async def route(self, group: Group, snapshot: int) -> None:
+        store = self.engine.store
+        start = await store.routed_through(group.id)
+        if start >= snapshot:
+            return
+        batch = await store.messages(group.id, after=start, through=snapshot)
+        roster = await store.list_agents(group.id)
+        enabled_ids = {a.id for a in roster if a.enabled}
+        for message, plan in plan_batch(batch, enabled_ids):
+            if plan == "explicit":
+                ids = explicit_recipients(message, enabled_ids)
+                decision = Decision(message.seq, "tags", ids, self._names(roster, ids))
+            elif plan == "superseded":
+                decision = Decision(message.seq, "superseded", note="a newer message arrived before routing")
+            elif plan == "none":
+                decision = Decision(message.seq, "none", note="notices select nobody")
+            else:
+                decision = await self._route_by_mode(group, roster, message, snapshot)
+            await store.record_decision(group.id, decision)
+            log.debug("group=%s seq=%s routed: %s %s %s", group.id, message.seq, decision.source,
+                      decision.agent_names, decision.note)
+            if decision.terminate:
+                await self.engine.end_episode(group, "terminated")
+
+    @staticmethod
+    def _names(roster: Sequence[Agent], ids: Sequence[int]) -> tuple[str, ...]:
+        by_id = {a.id: a.name for a in roster}
+        return tuple(by_id[i] for i in ids if i in by_id)
+
+    async def _route_by_mode(self, group: Group, roster: list[Agent], message: Message, snapshot: int) -> Decision:
+        store = self.engine.store
+        mode = group.settings.mode
+        if message.author_type == "agent" and message.episode_id is not None:
+            episode = await store.get_episode(message.episode_id)
+            if not episode.running:
+                return Decision(message.seq, "none", note=f"the episode ended ({episode.status})")
+        if mode == "tags":
+            if message.author_type == "agent":
+                return Decision(message.seq, "none", note="tags mode: an agent message starts nobody")
+            ids = tuple(a.id for a in roster if a.enabled)
+            return Decision(message.seq, "tags", ids, self._names(roster, ids), note="tags mode: every enabled agent")
+        thread = await store.messages(group.id, through=message.seq)
+        last_agent = last_agent_speaker(thread)
+        eligible = eligible_speakers(roster, message, group.settings.allow_repeat)
+        if mode == "round_robin":
+            exclude = {a.id for a in roster if a not in eligible}
+            agent = next_in_rotation(roster, last_agent, exclude=exclude)
+            if agent is None:
+                return Decision(message.seq, "none", note="no agent is eligible")
+            return Decision(message.seq, "rotation", (agent.id,), (agent.name,))
+        task_seq = await self._task_seq(group)
+        text = trim_thread(thread, group.settings.context_budget, task_seq=task_seq, counter=self.engine.counter).render()
+        selection = await select_speaker(
+            self.engine.llm,
+            roster=roster,
+            eligible=eligible,
+            thread=text,
+            rotate_after=last_agent,
+            model=group.settings.selector_model or self.engine.selector_model,
+            min_confidence=group.settings.min_confidence,
+        )
+        ids = (selection.agent.id,) if selection.agent else ()
+        names = (selection.agent.name,) if selection.agent else ()
+        source = selection.source if (ids or selection.terminate) else "none"
+        return Decision(
+            message.seq, source, ids, names, selection.raw, selection.attempts, selection.confidence,
+            selection.usage, selection.terminate, selection.note,
+        )
+
+    async def _task_seq(self, group: Group) -> int | None:
+        if group.episode_id is None:
+            return None
+        return (await self.engine.store.get_episode(group.episode_id)).task_seq
+
+    # stop rules ---------------------------------------------------------
+    async def _after_turn(self, group: Group, message: Message | None, terminated: bool) -> None:
+        store = self.engine.store
+        if terminated:
+            await self.engine.end_episode(group, "terminated")
+            return
+        if message is None:
+            return
+        fresh = await store.get_group(group.id)
+        cap = fresh.settings.max_agent_turns
+        if fresh.agent_streak >= cap:
+            ended = await self.engine.end_episode(fresh, "max_turns")
+            if ended:
+                await post_notice(store, self.engine.surface, self.engine.counter, fresh, cap_notice(cap))
+
+    async def _settle_episode(self, group: Group) -> None:
+        """Nobody is pending: a still-running episode is over for now ('quiet')."""
+        if group.episode_id is None:
+            return
+        episode = await self.engine.store.get_episode(group.episode_id)
+        if episode.running:
+            await self.engine.end_episode(group, "quiet")

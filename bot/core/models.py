@@ -1,0 +1,224 @@
+"""The engine's value objects: plain frozen dataclasses with plain ids.
+
+Nothing here knows Discord, OpenAI or SQLite. Ids of people are strings (a
+Discord user id, or a console person's name); agents, groups, runs and
+episodes have integer ids given by the store.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+Mode = Literal["selector", "round_robin", "tags"]
+MODES: tuple[str, ...] = ("selector", "round_robin", "tags")
+AuthorType = Literal["user", "agent", "system"]
+EpisodeStatus = Literal["running", "terminated", "max_turns", "stopped", "stalled", "superseded", "quiet"]
+DecisionSource = Literal[
+    "tags", "selector", "rotation", "fallback", "low_confidence", "superseded", "none"
+]
+RunKind = Literal["group", "direct"]
+RunStatus = Literal["running", "posted", "empty", "failed", "refused", "discarded", "interrupted"]
+
+DEFAULT_MAX_TURNS = 12
+MAX_TURNS_RANGE = (1, 100)
+
+
+@dataclass(frozen=True)
+class GroupSettings:
+    """What an operator can change with `/roundtable config`."""
+
+    mode: str = "selector"
+    max_agent_turns: int = DEFAULT_MAX_TURNS
+    allow_repeat: bool = False
+    context_budget: int = 6000
+    pace: float = 0.0
+    selector_model: str | None = None
+    operator_role: str | None = None
+    allow_bots: bool = False
+    brief: str = ""
+    min_confidence: float | None = None
+
+    def with_changes(self, **changes: object) -> "GroupSettings":
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Group:
+    id: int
+    key: str
+    name: str
+    settings: GroupSettings
+    guild_id: str | None = None
+    channel_id: str | None = None
+    parent_channel_id: str | None = None
+    enabled: bool = True
+    paused: bool = False
+    latest_seq: int = 0
+    agent_streak: int = 0
+    episode_id: int | None = None
+    setup_message_id: str | None = None
+    created_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Agent:
+    id: int
+    group_id: int
+    name: str
+    role: str
+    system_prompt: str
+    model: str | None = None
+    avatar_url: str | None = None
+    enabled: bool = True
+    position: int = 0
+    delivered_through: int = 0
+    created_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Tags:
+    """What a message tags, snapshotted when it is posted."""
+
+    agent_ids: tuple[int, ...] = ()
+    agent_names: tuple[str, ...] = ()
+    user_ids: tuple[str, ...] = ()
+    operators: bool = False  # `@user`: every operator
+    all_agents: bool = False  # `@all`
+
+    @property
+    def any_agent(self) -> bool:
+        return bool(self.agent_ids)
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    """A message about to be appended; the store gives it its seq."""
+
+    author_type: AuthorType
+    author_name: str
+    text: str
+    tags: Tags = field(default_factory=Tags)
+    author_user_id: str | None = None
+    author_agent_id: int | None = None
+    source_run_id: int | None = None
+    external_ids: tuple[str, ...] = ()
+    token_count: int = 0
+    reply_to_seq: int | None = None
+
+
+@dataclass(frozen=True)
+class Message:
+    group_id: int
+    seq: int
+    author_type: AuthorType
+    author_name: str
+    text: str
+    tags: Tags = field(default_factory=Tags)
+    author_user_id: str | None = None
+    author_agent_id: int | None = None
+    source_run_id: int | None = None
+    external_ids: tuple[str, ...] = ()
+    confirmed: bool = True
+    token_count: int = 0
+    episode_id: int | None = None
+    created_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Episode:
+    id: int
+    group_id: int
+    task_seq: int
+    status: str = "running"
+    agent_turns: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    started_at: float = 0.0
+    ended_at: float | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    estimated: bool = False
+
+    def __add__(self, other: "Usage") -> "Usage":
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.cached_tokens + other.cached_tokens,
+            self.estimated or other.estimated,
+        )
+
+
+@dataclass(frozen=True)
+class Decision:
+    """How one message was routed: stored once when made, never recomputed."""
+
+    seq: int
+    source: str
+    agent_ids: tuple[int, ...] = ()
+    agent_names: tuple[str, ...] = ()
+    selector_raw: tuple[str, ...] = ()
+    attempts: int = 0
+    confidence: float | None = None
+    usage: Usage = field(default_factory=Usage)
+    terminate: bool = False
+    note: str = ""
+    created_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Run:
+    id: int
+    group_id: int
+    agent_id: int
+    kind: str
+    snapshot_seq: int
+    episode_id: int | None = None
+    status: str = "running"
+    usage: Usage = field(default_factory=Usage)
+    selector_usage: Usage = field(default_factory=Usage)
+    posted_seq: int | None = None
+    error: str | None = None
+    started_at: float = 0.0
+    finished_at: float | None = None
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    """One message sent to a chat model."""
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    usage: Usage
+    model: str = ""
+    logprob: float | None = None  # sum of the reply's token log-probabilities
+    finish_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class EpisodeResult:
+    """What one bounded group chat produced (seed 000 step 6)."""
+
+    status: str
+    answer: Message | None
+    thread: tuple[Message, ...]
+    agent_turns: int
+    usage: Usage

@@ -1,0 +1,75 @@
+"""Who gets a message: explicit tags always; otherwise the group's mode.
+
+Pure functions; the selector's model call lives in `selector.py` and the
+dispatcher puts the two together.
+"""
+from __future__ import annotations
+
+from typing import Literal, Sequence
+
+from bot.core.models import Agent, Message
+
+Plan = Literal["explicit", "superseded", "mode", "none"]
+
+
+def explicit_recipients(message: Message, enabled_ids: set[int]) -> tuple[int, ...]:
+    """Agents a message selects by its own tags (author excluded, enabled only)."""
+    if message.author_type == "system":
+        return ()
+    ids = message.tags.agent_ids
+    if message.author_type == "agent":
+        ids = tuple(i for i in ids if i != message.author_agent_id)
+    return tuple(i for i in ids if i in enabled_ids)
+
+
+def plan_batch(messages: Sequence[Message], enabled_ids: set[int]) -> list[tuple[Message, Plan]]:
+    """How each not-yet-routed message is routed.
+
+    Explicit agent tags decide. Only the newest person/agent message of the
+    batch is routed by the mode; earlier untagged ones are superseded.
+    """
+    newest = next((m for m in reversed(messages) if m.author_type != "system"), None)
+    plans: list[tuple[Message, Plan]] = []
+    for message in messages:
+        if message.author_type == "system":
+            plans.append((message, "none"))
+        elif explicit_recipients(message, enabled_ids):
+            plans.append((message, "explicit"))
+        elif message is not newest:
+            plans.append((message, "superseded"))
+        else:
+            plans.append((message, "mode"))
+    return plans
+
+
+def last_agent_speaker(thread: Sequence[Message]) -> int | None:
+    for message in reversed(thread):
+        if message.author_type == "agent":
+            return message.author_agent_id
+    return None
+
+
+def next_in_rotation(
+    roster: Sequence[Agent], after_agent_id: int | None, *, exclude: set[int] = frozenset()  # type: ignore[assignment]
+) -> Agent | None:
+    """The next enabled agent in roster order after `after_agent_id`, skipping `exclude`."""
+    enabled = [a for a in roster if a.enabled]
+    if not enabled:
+        return None
+    ordered = sorted(roster, key=lambda a: (a.position, a.id))
+    start = 0
+    for i, agent in enumerate(ordered):
+        if agent.id == after_agent_id:
+            start = i + 1
+            break
+    for k in range(len(ordered)):
+        agent = ordered[(start + k) % len(ordered)]
+        if agent.enabled and agent.id not in exclude:
+            return agent
+    return None
+
+
+def eligible_speakers(roster: Sequence[Agent], message: Message, allow_repeat: bool) -> list[Agent]:
+    """Who may speak next after `message`: enabled agents, minus its author unless repeats are allowed."""
+    excluded = message.author_agent_id if message.author_type == "agent" and not allow_repeat else None
+    return [a for a in roster if a.enabled and a.id != excluded]

@@ -1,0 +1,143 @@
+"""Speaker selection through the LLM port (SPEC §5, seed 000).
+
+Parse the reply as one eligible name or TERMINATE; retry once with feedback;
+then fall back to a fixed rotation that respects the no-repeat rule. The
+token usage of every selector call is kept (AutoGen throws it away).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from bot.core.errors import LLMError
+from bot.core.models import Agent, ChatMessage, Usage
+from bot.core.ports import LLM
+from bot.core.prompts import name_list, selector_prompt
+from bot.core.routing import next_in_rotation
+from bot.core.stop import TERMINATE
+
+log = logging.getLogger(__name__)
+
+_STRIP = " \t\r\n\"'`*_“”‘’<>[]().,;:!?@"
+_WORD = re.compile(r"[\w.\-]+")
+
+
+@dataclass(frozen=True)
+class Parsed:
+    name: str | None = None  # the eligible name, as spelled on the roster
+    terminate: bool = False
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Selection:
+    agent: Agent | None
+    terminate: bool
+    source: str  # selector | fallback | low_confidence | none
+    raw: tuple[str, ...]
+    attempts: int
+    confidence: float | None
+    usage: Usage
+    note: str = ""
+
+
+def parse_reply(reply: str, eligible: Sequence[str], known: Sequence[str] = ()) -> Parsed:
+    """One eligible name or TERMINATE, tolerating case, quotes, `@` and punctuation."""
+    by_key = {n.casefold(): n for n in eligible}
+    text = reply.strip().strip(_STRIP).strip()
+    if not text:
+        return Parsed(error="the reply was empty")
+    key = text.casefold()
+    if key == TERMINATE.casefold():
+        return Parsed(terminate=True)
+    if key in by_key:
+        return Parsed(name=by_key[key])
+    words = {w.strip(".-").casefold() for w in _WORD.findall(reply)}
+    named = [by_key[k] for k in by_key if k in words]
+    says_terminate = TERMINATE.casefold() in words
+    if len(named) + says_terminate > 1:
+        return Parsed(error=f"the reply named more than one choice ({', '.join(named + ([TERMINATE] if says_terminate else []))})")
+    if named:
+        return Parsed(name=named[0])
+    if says_terminate:
+        return Parsed(terminate=True)
+    known_keys = {n.casefold() for n in known}
+    if key in known_keys:
+        return Parsed(error=f"{text} may not speak now")
+    return Parsed(error=f"{text[:60]!r} is not one of the participants")
+
+
+def _confidence(logprob: float | None) -> float | None:
+    if logprob is None:
+        return None
+    return max(0.0, min(1.0, math.exp(logprob)))
+
+
+async def select_speaker(
+    llm: LLM,
+    *,
+    roster: Sequence[Agent],
+    eligible: Sequence[Agent],
+    thread: str,
+    rotate_after: int | None,
+    model: str | None = None,
+    min_confidence: float | None = None,
+) -> Selection:
+    """Ask the selector model who speaks next; never raises for bad replies.
+
+    An `LLMError` from the model counts as an invalid reply (rotation follows).
+    The fallback is the next agent after `rotate_after` in roster order among
+    `eligible` (so an excluded previous speaker is never the fallback).
+    """
+    enabled = [a for a in roster if a.enabled]
+    names = [a.name for a in eligible]
+    if not eligible:
+        return Selection(None, False, "none", (), 0, None, Usage(), "nobody is eligible to speak")
+    prompt = selector_prompt(enabled, thread, names)
+    messages = [ChatMessage("user", prompt)]
+    raw: list[str] = []
+    usage = Usage()
+    error = ""
+    for attempt in (1, 2):
+        try:
+            completion = await llm.complete(messages, model=model, max_tokens=20, logprobs=min_confidence is not None)
+        except LLMError as exc:
+            log.warning("selector call failed (attempt %d): %s", attempt, exc)
+            raw.append(f"<error: {exc}>")
+            error = str(exc)
+            continue
+        usage = usage + completion.usage
+        raw.append(completion.text)
+        parsed = parse_reply(completion.text, names, [a.name for a in enabled])
+        if parsed.error is None:
+            confidence = _confidence(completion.logprob)
+            if parsed.terminate:
+                return Selection(None, True, "selector", tuple(raw), attempt, confidence, usage)
+            agent = next(a for a in eligible if a.name == parsed.name)
+            if min_confidence is not None and confidence is not None and confidence < min_confidence:
+                fallback = _rotation(roster, eligible, rotate_after)
+                note = f"confidence {confidence:.2f} below {min_confidence:.2f}"
+                return Selection(fallback, False, "low_confidence", tuple(raw), attempt, confidence, usage, note)
+            return Selection(agent, False, "selector", tuple(raw), attempt, confidence, usage)
+        error = parsed.error
+        log.debug("selector reply rejected (attempt %d): %s", attempt, error)
+        messages = [
+            ChatMessage("user", prompt),
+            ChatMessage("assistant", completion.text),
+            ChatMessage(
+                "user",
+                f"That reply is not valid: {error}. Reply with only one name from "
+                f"{name_list(names)}, or TERMINATE.",
+            ),
+        ]
+    fallback = _rotation(roster, eligible, rotate_after)
+    return Selection(fallback, False, "fallback", tuple(raw), 2, None, usage, f"selector failed: {error}")
+
+
+def _rotation(roster: Sequence[Agent], eligible: Sequence[Agent], rotate_after: int | None) -> Agent | None:
+    allowed = {a.id for a in eligible}
+    exclude = {a.id for a in roster if a.id not in allowed}
+    return next_in_rotation(roster, rotate_after, exclude=exclude)

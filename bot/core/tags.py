@@ -1,0 +1,94 @@
+"""Find what a message tags: `@name` agents, `@user`, `@all`, people's `<@id>`.
+
+Pure text + roster -> `Tags`. Not a tag: an e-mail address, anything inside
+code spans or code blocks, `@everyone` / `@here`, unknown names.
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable, Sequence
+
+from bot.core.models import Agent, Tags
+
+_CODE_BLOCK = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
+_CODE_SPAN = re.compile(r"(`+)(?!`).*?(?<!`)\1(?!`)", re.DOTALL)
+# `@` not preceded by a word character (e-mails) nor by another name character.
+_AT_NAME = re.compile(r"(?<![\w@.+\-])@([\w.\-]+)")
+_USER_MENTION = re.compile(r"<@!?(\d{5,25})>")
+_TRAILING = ".-"
+
+OPERATORS = "user"
+EVERY_AGENT = "all"
+NEVER_TAGS = frozenset({"everyone", "here"})
+
+
+def strip_code(text: str) -> str:
+    """Blank out code blocks and code spans, which never carry tags."""
+    text = _CODE_BLOCK.sub(" ", text)
+    return _CODE_SPAN.sub(" ", text)
+
+
+def _match_name(token: str, names: dict[str, Agent]) -> tuple[str, Agent | None]:
+    """Longest prefix of `token` (trimming trailing '.'/'-') that names something."""
+    candidate = token
+    while candidate:
+        key = candidate.casefold()
+        if key in names or key in (OPERATORS, EVERY_AGENT) or key in NEVER_TAGS:
+            return key, names.get(key)
+        if candidate[-1] not in _TRAILING:
+            break
+        candidate = candidate[:-1]
+    return "", None
+
+
+def parse_tags(text: str, roster: Sequence[Agent], *, author_agent_id: int | None = None) -> Tags:
+    """Tags in `text` against the enabled agents of `roster`.
+
+    The author itself is never tagged by its own text.
+    """
+    enabled = [a for a in roster if a.enabled]
+    names = {a.name.casefold(): a for a in enabled}
+    plain = strip_code(text)
+    agents: list[Agent] = []
+    operators = False
+    all_agents = False
+    for match in _AT_NAME.finditer(plain):
+        key, agent = _match_name(match.group(1), names)
+        if agent is not None:
+            agents.append(agent)
+        elif key == OPERATORS:
+            operators = True
+        elif key == EVERY_AGENT:
+            all_agents = True
+            agents.extend(enabled)
+    agents = [a for a in _unique(agents) if a.id != author_agent_id]
+    user_ids = tuple(dict.fromkeys(_USER_MENTION.findall(plain)))
+    return Tags(
+        agent_ids=tuple(a.id for a in agents),
+        agent_names=tuple(a.name for a in agents),
+        user_ids=user_ids,
+        operators=operators,
+        all_agents=all_agents,
+    )
+
+
+def with_agents(tags: Tags, agents: Iterable[Agent]) -> Tags:
+    """`tags` plus more agents (e.g. the author of the message being replied to)."""
+    merged = list(zip(tags.agent_ids, tags.agent_names))
+    for agent in agents:
+        if agent.id not in tags.agent_ids:
+            merged.append((agent.id, agent.name))
+    return Tags(
+        agent_ids=tuple(i for i, _ in merged),
+        agent_names=tuple(n for _, n in merged),
+        user_ids=tags.user_ids,
+        operators=tags.operators,
+        all_agents=tags.all_agents,
+    )
+
+
+def _unique(agents: Iterable[Agent]) -> list[Agent]:
+    seen: dict[int, Agent] = {}
+    for agent in agents:
+        seen.setdefault(agent.id, agent)
+    return list(seen.values())

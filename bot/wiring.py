@@ -1,0 +1,58 @@
+"""Open the real parts (SQLite store, OpenAI client, token counter) and run a surface."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from typing import AsyncIterator
+
+from bot.adapters.openai_llm import OpenAILLM
+from bot.adapters.tokens import make_token_counter
+from bot.config import Settings
+from bot.core.engine import Engine
+from bot.core.models import GroupSettings
+from bot.core.ports import Surface
+from storage.store import SqliteStore
+
+log = logging.getLogger(__name__)
+
+
+def group_defaults(settings: Settings) -> GroupSettings:
+    return GroupSettings(max_agent_turns=settings.max_agent_turns, context_budget=settings.context_budget)
+
+
+@contextlib.asynccontextmanager
+async def open_engine(settings: Settings, surface: Surface, *, db: str | None = None) -> AsyncIterator[Engine]:
+    counter = make_token_counter(allow_download=True)
+    store = await SqliteStore.open(db or settings.db_path)
+    llm = OpenAILLM(
+        api_key=settings.openai_api_key,
+        base_url=settings.openai_base_url,
+        default_model=settings.model,
+        timeout=settings.llm_timeout,
+        max_retries=settings.llm_max_retries,
+        counter=counter,
+    )
+    engine = Engine(store, llm, surface, counter, selector_model=settings.selector_model)
+    try:
+        yield engine
+    finally:
+        await engine.close()
+        await llm.aclose()
+        await store.close()
+
+
+async def run_console(settings: Settings, *, db: str | None, group: str, person: str) -> int:
+    from bot.adapters.console import Console, ConsoleSurface, stdin_reader
+
+    surface = ConsoleSurface(sys.stdout)
+    async with open_engine(settings, surface, db=db) as engine:
+        console = Console(engine, surface, person=person, group_name=group, defaults=group_defaults(settings))
+        await console.run(stdin_reader())
+    return 0
+
+
+async def run_discord(settings: Settings) -> int:
+    from bot.adapters.discord.client import run_bot
+
+    return await run_bot(settings, open_engine, group_defaults(settings))

@@ -1,0 +1,171 @@
+"""The store's plumbing: one connection, one lock, one transaction at a time.
+
+aiosqlite runs a connection on one thread, so two coroutines sharing it must
+never interleave their transactions: every operation (reads too, so a read
+never sees a half-written transaction of its own connection) holds
+`self._lock`. Writes run inside `BEGIN IMMEDIATE`, which also serialises them
+against other processes on the same file (the bot and the console); a lock
+that outlasts the busy timeout becomes `StoreError` after a rollback.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any, AsyncIterator, Callable, Sequence, TypeVar
+
+import aiosqlite
+
+from bot.core.errors import NotFound, StoreError
+from storage.db import DEFAULT_BUSY_TIMEOUT_MS, open_db, store_error
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+Params = Sequence[Any]
+S = TypeVar("S", bound="StoreBase")
+
+
+class StoreBase:
+    """Connection ownership, transactions, error translation, shared lookups."""
+
+    def __init__(self, conn: aiosqlite.Connection, *, clock: Clock = time.time) -> None:
+        self._conn = conn
+        self._clock = clock
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls: type[S],
+        path: str | Path,
+        *,
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        clock: Clock = time.time,
+    ) -> S:
+        """Open the file at `path` (migrating it) and wrap it in a store."""
+        conn = await open_db(path, busy_timeout_ms=busy_timeout_ms)
+        return cls(conn, clock=clock)
+
+    async def close(self) -> None:
+        """Close the connection; later calls raise `StoreError`. Idempotent."""
+        if self._closed:
+            return
+        async with self._lock:
+            self._closed = True
+            await self._conn.close()
+
+    async def __aenter__(self: S) -> S:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def _now(self) -> float:
+        return float(self._clock())
+
+    # transactions -----------------------------------------------------------
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[aiosqlite.Connection]:
+        """One write transaction (`BEGIN IMMEDIATE` ... `COMMIT`), or nothing at all."""
+        async with self._lock:
+            self._check_open()
+            try:
+                await self._conn.execute("BEGIN IMMEDIATE")
+                yield self._conn
+                await self._conn.execute("COMMIT")
+            except BaseException as exc:
+                # Shielded: a cancelled caller must still leave no open transaction.
+                await asyncio.shield(self._rollback())
+                if isinstance(exc, sqlite3.Error):
+                    raise store_error(exc) from exc
+                raise
+
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[aiosqlite.Connection]:
+        """Hold the connection for reads (autocommit: each statement sees committed data)."""
+        async with self._lock:
+            self._check_open()
+            try:
+                yield self._conn
+            except sqlite3.Error as exc:
+                raise store_error(exc) from exc
+
+    async def _rollback(self) -> None:
+        try:
+            await self._conn.execute("ROLLBACK")
+        except (sqlite3.Error, ValueError):
+            # No transaction active (COMMIT got through) or the connection is gone.
+            log.debug("rollback found nothing to undo", exc_info=True)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("the store is closed")
+
+    # queries ------------------------------------------------------------------
+    @staticmethod
+    async def _one(db: aiosqlite.Connection, sql: str, params: Params = ()) -> sqlite3.Row | None:
+        rows = await db.execute_fetchall(sql, params)
+        return rows[0] if rows else None  # type: ignore[index]
+
+    @staticmethod
+    async def _all(db: aiosqlite.Connection, sql: str, params: Params = ()) -> list[sqlite3.Row]:
+        return list(await db.execute_fetchall(sql, params))
+
+    @staticmethod
+    async def _exec(db: aiosqlite.Connection, sql: str, params: Params = ()) -> int:
+        """Run a write statement; return the number of rows it changed."""
+        cursor = await db.execute(sql, params)
+        count = cursor.rowcount
+        await cursor.close()
+        return count
+
+    @staticmethod
+    async def _insert(db: aiosqlite.Connection, sql: str, params: Params = ()) -> int:
+        """Run an INSERT; return the new rowid."""
+        cursor = await db.execute(sql, params)
+        rowid = cursor.lastrowid
+        await cursor.close()
+        if rowid is None:
+            raise StoreError("database error: insert returned no row id")
+        return int(rowid)
+
+    async def _update(
+        self, db: aiosqlite.Connection, table: str, row_id: int, changes: dict[str, object]
+    ) -> None:
+        """UPDATE `table` SET the given columns (column names come from code, never input)."""
+        if not changes:
+            return
+        assignments = ", ".join(f"{column} = ?" for column in changes)
+        await self._exec(db, f"UPDATE {table} SET {assignments} WHERE id = ?", (*changes.values(), row_id))
+
+    async def _group_row(self, db: aiosqlite.Connection, group_id: int) -> sqlite3.Row:
+        row = await self._one(db, "SELECT * FROM groups WHERE id = ?", (group_id,))
+        if row is None:
+            raise NotFound(f"no group with id {group_id}")
+        return row
+
+    async def _agent_row(
+        self, db: aiosqlite.Connection, agent_id: int, *, include_removed: bool = False
+    ) -> sqlite3.Row:
+        row = await self._one(db, "SELECT * FROM agents WHERE id = ?", (agent_id,))
+        if row is None or (row["removed_at"] is not None and not include_removed):
+            raise NotFound(f"no agent with id {agent_id}")
+        return row
+
+    async def _message_row(self, db: aiosqlite.Connection, group_id: int, seq: int) -> sqlite3.Row:
+        row = await self._one(
+            db, "SELECT * FROM messages WHERE group_id = ? AND seq = ?", (group_id, seq)
+        )
+        if row is None:
+            raise NotFound(f"no message {seq} in group {group_id}")
+        return row

@@ -1,0 +1,88 @@
+"""Opening the SQLite file: WAL, busy timeout, foreign keys, migrations.
+
+Also the one place where sqlite3 exceptions become `StoreError`, so no
+sqlite3 type escapes `storage/`.
+"""
+from __future__ import annotations
+
+import logging
+import sqlite3
+from pathlib import Path
+
+import aiosqlite
+
+from bot.core.errors import StoreError
+from storage.migrations import apply_migrations
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BUSY_TIMEOUT_MS = 5000
+LOCKED_MESSAGE = "the database is locked by another process; try again"
+
+
+def is_locked(exc: BaseException) -> bool:
+    """True for SQLITE_BUSY / SQLITE_LOCKED (after the busy timeout ran out)."""
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+def store_error(exc: sqlite3.Error) -> StoreError:
+    """Translate a sqlite3 failure into a one-line `StoreError`."""
+    if is_locked(exc):
+        return StoreError(LOCKED_MESSAGE)
+    first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
+    return StoreError(f"database error: {first_line}")
+
+
+async def open_db(
+    path: str | Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+) -> aiosqlite.Connection:
+    """Open (creating if needed) the database at `path` and bring its schema up to date.
+
+    The connection is in autocommit mode: the store issues its own `BEGIN
+    IMMEDIATE` / `COMMIT`. Any failure raises `StoreError` with one line naming
+    the path.
+    """
+    name = str(path)
+    conn: aiosqlite.Connection | None = None
+    try:
+        if name != ":memory:":
+            Path(name).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            name = str(Path(name).expanduser())
+        conn = await aiosqlite.connect(
+            name, isolation_level=None, timeout=busy_timeout_ms / 1000
+        )
+        conn.row_factory = aiosqlite.Row
+        await conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        rows = list(await conn.execute_fetchall("PRAGMA journal_mode = WAL"))
+        mode = rows[0][0] if rows else "?"
+        if str(mode).lower() != "wal" and name != ":memory:":
+            log.warning("SQLite at %s runs in journal mode %s, not WAL", name, mode)
+        await conn.execute("PRAGMA foreign_keys = ON")
+        await conn.execute("PRAGMA synchronous = NORMAL")
+        applied = await apply_migrations(conn)
+    except (sqlite3.Error, OSError, StoreError) as exc:
+        if conn is not None:
+            await _close_quietly(conn)
+        reason = LOCKED_MESSAGE if is_locked(exc) else _one_line(exc)
+        raise StoreError(f"cannot open the database {path}: {reason}") from exc
+    except BaseException:
+        if conn is not None:
+            await _close_quietly(conn)
+        raise
+    log.info("opened database %s (%d migration(s) applied)", name, len(applied))
+    return conn
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+async def _close_quietly(conn: aiosqlite.Connection) -> None:
+    try:
+        await conn.close()
+    except Exception:  # closing a half-opened connection: nothing more to do
+        log.debug("closing a failed connection raised", exc_info=True)

@@ -1,0 +1,285 @@
+"""Store methods around the thread: decisions, episodes, runs, usage,
+webhooks and read cursors. Mixed into `storage.store.SqliteStore`."""
+from __future__ import annotations
+
+import logging
+from typing import get_args
+
+import aiosqlite
+
+from bot.core.errors import InvalidInput, NotFound
+from bot.core.models import Decision, Episode, EpisodeStatus, Run, RunKind, RunStatus, Usage
+from storage.base import StoreBase
+from storage.rows import dumps, to_decision, to_episode, to_run
+
+log = logging.getLogger(__name__)
+
+EPISODE_END_STATUSES = frozenset(get_args(EpisodeStatus)) - {"running"}
+RUN_KINDS = frozenset(get_args(RunKind))
+RUN_END_STATUSES = frozenset(get_args(RunStatus)) - {"running"}
+
+
+class LedgerMixin(StoreBase):
+    # routing ------------------------------------------------------------
+    async def record_decision(self, group_id: int, decision: Decision) -> None:
+        """Store once; a second decision for the same seq is ignored."""
+        async with self._write() as db:
+            group = await self._group_row(db, group_id)
+            await self._message_row(db, group_id, decision.seq)
+            inserted = await self._exec(
+                db,
+                "INSERT OR IGNORE INTO decisions (group_id, seq, source, agent_ids, agent_names,"
+                " selector_raw, attempts, confidence, prompt_tokens, completion_tokens,"
+                " cached_tokens, estimated, terminate, note, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    group_id,
+                    decision.seq,
+                    decision.source,
+                    dumps(list(decision.agent_ids)),
+                    dumps(list(decision.agent_names)),
+                    dumps(list(decision.selector_raw)),
+                    decision.attempts,
+                    decision.confidence,
+                    decision.usage.prompt_tokens,
+                    decision.usage.completion_tokens,
+                    decision.usage.cached_tokens,
+                    int(decision.usage.estimated),
+                    int(decision.terminate),
+                    decision.note,
+                    decision.created_at or self._now(),
+                ),
+            )
+            routed = int(group["routed_through"])
+            if inserted and decision.seq == routed + 1:
+                await self._advance_routed_through(db, group_id, routed)
+        log.debug("group %s: decision for %s: %s", group_id, decision.seq, decision.source)
+
+    async def _advance_routed_through(self, db: aiosqlite.Connection, group_id: int, routed: int) -> None:
+        # Decisions routed+1 .. end form a contiguous run: end is the first one without a successor.
+        row = await self._one(
+            db,
+            "SELECT MIN(d.seq) FROM decisions AS d WHERE d.group_id = ? AND d.seq > ?"
+            " AND NOT EXISTS (SELECT 1 FROM decisions AS e"
+            "                 WHERE e.group_id = d.group_id AND e.seq = d.seq + 1)",
+            (group_id, routed),
+        )
+        if row is not None and row[0] is not None:
+            await self._exec(
+                db, "UPDATE groups SET routed_through = ? WHERE id = ?", (int(row[0]), group_id)
+            )
+
+    async def get_decision(self, group_id: int, seq: int) -> Decision | None:
+        async with self._read() as db:
+            row = await self._one(
+                db, "SELECT * FROM decisions WHERE group_id = ? AND seq = ?", (group_id, seq)
+            )
+        return None if row is None else to_decision(row)
+
+    async def decisions(self, group_id: int, *, after: int, through: int) -> dict[int, Decision]:
+        async with self._read() as db:
+            rows = await self._all(
+                db,
+                "SELECT * FROM decisions WHERE group_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
+                (group_id, after, through),
+            )
+        return {int(row["seq"]): to_decision(row) for row in rows}
+
+    async def routed_through(self, group_id: int) -> int:
+        async with self._read() as db:
+            return int((await self._group_row(db, group_id))["routed_through"])
+
+    # episodes -----------------------------------------------------------
+    async def _episode_row(self, db: aiosqlite.Connection, episode_id: int) -> Episode:
+        row = await self._one(db, "SELECT * FROM episodes WHERE id = ?", (episode_id,))
+        if row is None:
+            raise NotFound(f"no episode with id {episode_id}")
+        return to_episode(row)
+
+    async def get_episode(self, episode_id: int) -> Episode:
+        async with self._read() as db:
+            return await self._episode_row(db, episode_id)
+
+    async def end_episode(self, episode_id: int, status: str) -> Episode:
+        """Set a running episode's final status; an ended one is returned unchanged."""
+        if status not in EPISODE_END_STATUSES:
+            raise InvalidInput(
+                f"unknown episode status {status!r}; use one of {', '.join(sorted(EPISODE_END_STATUSES))}"
+            )
+        async with self._write() as db:
+            await self._episode_row(db, episode_id)
+            await self._exec(
+                db,
+                "UPDATE episodes SET status = ?, ended_at = ? WHERE id = ? AND status = 'running'",
+                (status, self._now(), episode_id),
+            )
+            return await self._episode_row(db, episode_id)
+
+    async def add_episode_usage(self, episode_id: int, usage: Usage) -> None:
+        async with self._write() as db:
+            changed = await self._exec(
+                db,
+                "UPDATE episodes SET prompt_tokens = prompt_tokens + ?,"
+                " completion_tokens = completion_tokens + ?, cached_tokens = cached_tokens + ?"
+                " WHERE id = ?",
+                (usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, episode_id),
+            )
+            if not changed:
+                raise NotFound(f"no episode with id {episode_id}")
+
+    # runs ---------------------------------------------------------------
+    async def _run_row(self, db: aiosqlite.Connection, run_id: int) -> Run:
+        row = await self._one(db, "SELECT * FROM runs WHERE id = ?", (run_id,))
+        if row is None:
+            raise NotFound(f"no run with id {run_id}")
+        return to_run(row)
+
+    async def start_run(
+        self, group_id: int, agent_id: int, kind: str, snapshot_seq: int, episode_id: int | None
+    ) -> Run:
+        if kind not in RUN_KINDS:
+            raise InvalidInput(f"unknown run kind {kind!r}; use one of {', '.join(sorted(RUN_KINDS))}")
+        async with self._write() as db:
+            await self._group_row(db, group_id)
+            agent = await self._agent_row(db, agent_id)
+            if agent["group_id"] != group_id:
+                raise NotFound(f"no agent with id {agent_id} in group {group_id}")
+            if episode_id is not None:
+                await self._episode_row(db, episode_id)
+            run_id = await self._insert(
+                db,
+                "INSERT INTO runs (group_id, agent_id, kind, snapshot_seq, episode_id, status, started_at)"
+                " VALUES (?, ?, ?, ?, ?, 'running', ?)",
+                (group_id, agent_id, kind, snapshot_seq, episode_id, self._now()),
+            )
+            return await self._run_row(db, run_id)
+
+    async def finish_run(
+        self,
+        run_id: int,
+        status: str,
+        *,
+        usage: Usage | None = None,
+        selector_usage: Usage | None = None,
+        posted_seq: int | None = None,
+        error: str | None = None,
+    ) -> Run:
+        """Record how a run ended; usage given here replaces the row's totals."""
+        if status not in RUN_END_STATUSES:
+            raise InvalidInput(
+                f"unknown run status {status!r}; use one of {', '.join(sorted(RUN_END_STATUSES))}"
+            )
+        usage = usage or Usage()
+        sel = selector_usage or Usage()
+        async with self._write() as db:
+            await self._run_row(db, run_id)
+            await self._exec(
+                db,
+                "UPDATE runs SET status = ?, prompt_tokens = ?, completion_tokens = ?,"
+                " cached_tokens = ?, estimated = ?, selector_prompt_tokens = ?,"
+                " selector_completion_tokens = ?, selector_cached_tokens = ?,"
+                " selector_estimated = ?, posted_seq = ?, error = ?, finished_at = ? WHERE id = ?",
+                (
+                    status, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
+                    int(usage.estimated), sel.prompt_tokens, sel.completion_tokens,
+                    sel.cached_tokens, int(sel.estimated), posted_seq, error, self._now(), run_id,
+                ),
+            )
+            return await self._run_row(db, run_id)
+
+    async def interrupt_running_runs(self) -> int:
+        """Mark every run still 'running' as 'interrupted'; return how many."""
+        async with self._write() as db:
+            count = await self._exec(
+                db,
+                "UPDATE runs SET status = 'interrupted', finished_at = ? WHERE status = 'running'",
+                (self._now(),),
+            )
+        if count:
+            log.info("marked %d run(s) left running as interrupted", count)
+        return count
+
+    async def usage_since(self, group_id: int, since: float) -> dict[str, Usage]:
+        """Participant tokens per agent name (runs started since `since`) plus
+        'selector' (decisions made since `since`); 'selector' is always present."""
+        async with self._read() as db:
+            rows = await self._all(
+                db,
+                "SELECT a.name AS name, SUM(r.prompt_tokens) AS p, SUM(r.completion_tokens) AS c,"
+                " SUM(r.cached_tokens) AS k, MAX(r.estimated) AS e"
+                " FROM runs AS r JOIN agents AS a ON a.id = r.agent_id"
+                " WHERE r.group_id = ? AND r.started_at >= ? GROUP BY a.name ORDER BY a.name",
+                (group_id, since),
+            )
+            sel = await self._one(
+                db,
+                "SELECT COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0),"
+                " COALESCE(SUM(cached_tokens), 0), COALESCE(MAX(estimated), 0)"
+                " FROM decisions WHERE group_id = ? AND created_at >= ?",
+                (group_id, since),
+            )
+        totals: dict[str, Usage] = {}
+        for row in rows:
+            usage = Usage(int(row["p"]), int(row["c"]), int(row["k"]), bool(row["e"]))
+            totals[row["name"]] = totals.get(row["name"], Usage()) + usage
+        assert sel is not None
+        totals["selector"] = totals.get("selector", Usage()) + Usage(
+            int(sel[0]), int(sel[1]), int(sel[2]), bool(sel[3])
+        )
+        return totals
+
+    # webhooks -----------------------------------------------------------
+    async def get_webhook(self, channel_id: str) -> tuple[str, str] | None:
+        async with self._read() as db:
+            row = await self._one(
+                db, "SELECT webhook_id, token FROM webhooks WHERE channel_id = ?", (channel_id,)
+            )
+        return None if row is None else (row["webhook_id"], row["token"])
+
+    async def save_webhook(self, channel_id: str, webhook_id: str, token: str) -> None:
+        async with self._write() as db:
+            await self._exec(
+                db,
+                "INSERT INTO webhooks (channel_id, webhook_id, token) VALUES (?, ?, ?)"
+                " ON CONFLICT (channel_id) DO UPDATE SET webhook_id = excluded.webhook_id,"
+                " token = excluded.token",
+                (channel_id, webhook_id, token),
+            )
+
+    async def forget_webhook(self, channel_id: str) -> None:
+        async with self._write() as db:
+            await self._exec(db, "DELETE FROM webhooks WHERE channel_id = ?", (channel_id,))
+
+    # read cursors -------------------------------------------------------
+    async def get_seen(self, group_id: int, user_id: str) -> int | None:
+        async with self._read() as db:
+            row = await self._one(
+                db,
+                "SELECT seen_through FROM read_cursors WHERE group_id = ? AND user_id = ?",
+                (group_id, user_id),
+            )
+        return None if row is None else int(row[0])
+
+    async def mark_seen(self, group_id: int, user_id: str, seq: int) -> int:
+        """Clamp to 0..latest seq, never backwards; return the stored value."""
+        async with self._write() as db:
+            group = await self._group_row(db, group_id)
+            target = max(0, min(int(seq), int(group["latest_seq"])))
+            await self._advance_seen(db, group_id, user_id, target)
+            row = await self._one(
+                db,
+                "SELECT seen_through FROM read_cursors WHERE group_id = ? AND user_id = ?",
+                (group_id, user_id),
+            )
+            assert row is not None
+            return int(row[0])
+
+    async def _advance_seen(self, db: aiosqlite.Connection, group_id: int, user_id: str, seq: int) -> None:
+        await self._exec(
+            db,
+            "INSERT INTO read_cursors (group_id, user_id, seen_through, updated_at) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (group_id, user_id) DO UPDATE"
+            " SET seen_through = MAX(seen_through, excluded.seen_through),"
+            " updated_at = excluded.updated_at",
+            (group_id, user_id, seq, self._now()),
+        )

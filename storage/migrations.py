@@ -1,0 +1,255 @@
+"""The schema, as an ordered registry of numbered migrations.
+
+Each migration runs once, in its own `BEGIN IMMEDIATE` transaction, and is
+recorded in `_migrations` with the time it was applied, so opening a file
+twice (or from two processes at once) applies nothing the second time. A
+step is either an SQL script (split into statements here, because
+`executescript` would commit behind our back) or an async function taking
+the connection. Never edit a released migration: append a new one.
+"""
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from typing import Awaitable, Callable, Union
+
+import aiosqlite
+
+from bot.core.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+Step = Union[str, Callable[[aiosqlite.Connection], Awaitable[None]]]
+
+M001_CREATE_TABLES = """
+CREATE TABLE groups (
+    id INTEGER PRIMARY KEY,
+    key TEXT NOT NULL UNIQUE,
+    name TEXT NOT NULL,
+    guild_id TEXT,
+    channel_id TEXT,
+    parent_channel_id TEXT,
+    setup_message_id TEXT,
+    settings_json TEXT NOT NULL DEFAULT '{}',
+    enabled INTEGER NOT NULL DEFAULT 1,
+    paused INTEGER NOT NULL DEFAULT 0,
+    latest_seq INTEGER NOT NULL DEFAULT 0,
+    agent_streak INTEGER NOT NULL DEFAULT 0,
+    episode_id INTEGER REFERENCES episodes(id),
+    routed_through INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL
+);
+CREATE INDEX groups_guild ON groups(guild_id);
+
+CREATE TABLE agents (
+    id INTEGER PRIMARY KEY,
+    group_id INTEGER NOT NULL REFERENCES groups(id),
+    name TEXT NOT NULL,
+    role TEXT NOT NULL DEFAULT '',
+    system_prompt TEXT NOT NULL DEFAULT '',
+    model TEXT,
+    avatar_url TEXT,
+    enabled INTEGER NOT NULL DEFAULT 1,
+    position INTEGER NOT NULL DEFAULT 0,
+    delivered_through INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    removed_at REAL
+);
+-- lower() folds ASCII only; the store also compares str.casefold() first.
+CREATE UNIQUE INDEX agents_roster_name ON agents(group_id, lower(name))
+    WHERE removed_at IS NULL;
+
+CREATE TABLE episodes (
+    id INTEGER PRIMARY KEY,
+    group_id INTEGER NOT NULL REFERENCES groups(id),
+    task_seq INTEGER NOT NULL,
+    status TEXT NOT NULL DEFAULT 'running',
+    agent_turns INTEGER NOT NULL DEFAULT 0,
+    prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    completion_tokens INTEGER NOT NULL DEFAULT 0,
+    cached_tokens INTEGER NOT NULL DEFAULT 0,
+    started_at REAL NOT NULL,
+    ended_at REAL
+);
+CREATE INDEX episodes_running ON episodes(group_id) WHERE status = 'running';
+
+CREATE TABLE runs (
+    id INTEGER PRIMARY KEY,
+    group_id INTEGER NOT NULL REFERENCES groups(id),
+    agent_id INTEGER NOT NULL REFERENCES agents(id),
+    kind TEXT NOT NULL,
+    snapshot_seq INTEGER NOT NULL,
+    episode_id INTEGER REFERENCES episodes(id),
+    status TEXT NOT NULL DEFAULT 'running',
+    prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    completion_tokens INTEGER NOT NULL DEFAULT 0,
+    cached_tokens INTEGER NOT NULL DEFAULT 0,
+    estimated INTEGER NOT NULL DEFAULT 0,
+    selector_prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    selector_completion_tokens INTEGER NOT NULL DEFAULT 0,
+    selector_cached_tokens INTEGER NOT NULL DEFAULT 0,
+    selector_estimated INTEGER NOT NULL DEFAULT 0,
+    posted_seq INTEGER,
+    error TEXT,
+    started_at REAL NOT NULL,
+    finished_at REAL
+);
+CREATE INDEX runs_group_started ON runs(group_id, started_at);
+CREATE INDEX runs_running ON runs(status) WHERE status = 'running';
+
+CREATE TABLE messages (
+    group_id INTEGER NOT NULL REFERENCES groups(id),
+    seq INTEGER NOT NULL,
+    author_type TEXT NOT NULL CHECK (author_type IN ('user', 'agent', 'system')),
+    author_name TEXT NOT NULL,
+    author_user_id TEXT,
+    author_agent_id INTEGER REFERENCES agents(id),
+    source_run_id INTEGER REFERENCES runs(id),
+    text TEXT NOT NULL,
+    tags TEXT NOT NULL DEFAULT '{}',
+    external_ids TEXT NOT NULL DEFAULT '[]',
+    confirmed INTEGER NOT NULL DEFAULT 0,
+    token_count INTEGER NOT NULL DEFAULT 0,
+    reply_to_seq INTEGER,
+    episode_id INTEGER REFERENCES episodes(id),
+    created_at REAL NOT NULL,
+    PRIMARY KEY (group_id, seq)
+) WITHOUT ROWID;
+CREATE INDEX messages_unconfirmed ON messages(group_id, seq) WHERE confirmed = 0;
+
+CREATE TABLE message_external_ids (
+    external_id TEXT PRIMARY KEY,
+    group_id INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    FOREIGN KEY (group_id, seq) REFERENCES messages(group_id, seq)
+) WITHOUT ROWID;
+CREATE INDEX message_external_ids_group ON message_external_ids(group_id, seq);
+
+CREATE TABLE decisions (
+    group_id INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    source TEXT NOT NULL,
+    agent_ids TEXT NOT NULL DEFAULT '[]',
+    agent_names TEXT NOT NULL DEFAULT '[]',
+    selector_raw TEXT NOT NULL DEFAULT '[]',
+    attempts INTEGER NOT NULL DEFAULT 0,
+    confidence REAL,
+    prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    completion_tokens INTEGER NOT NULL DEFAULT 0,
+    cached_tokens INTEGER NOT NULL DEFAULT 0,
+    estimated INTEGER NOT NULL DEFAULT 0,
+    terminate INTEGER NOT NULL DEFAULT 0,
+    note TEXT NOT NULL DEFAULT '',
+    created_at REAL NOT NULL,
+    PRIMARY KEY (group_id, seq),
+    FOREIGN KEY (group_id, seq) REFERENCES messages(group_id, seq)
+) WITHOUT ROWID;
+CREATE INDEX decisions_created ON decisions(group_id, created_at);
+
+CREATE TABLE read_cursors (
+    group_id INTEGER NOT NULL REFERENCES groups(id),
+    user_id TEXT NOT NULL,
+    seen_through INTEGER NOT NULL DEFAULT 0,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (group_id, user_id)
+) WITHOUT ROWID;
+
+CREATE TABLE webhooks (
+    channel_id TEXT PRIMARY KEY,
+    webhook_id TEXT NOT NULL,
+    token TEXT NOT NULL
+);
+"""
+
+MIGRATIONS: list[tuple[int, str, Step]] = [
+    (1, "create tables", M001_CREATE_TABLES),
+]
+
+_CREATE_LEDGER = """
+CREATE TABLE IF NOT EXISTS _migrations (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    applied_at REAL NOT NULL
+)
+"""
+
+
+def split_statements(script: str) -> list[str]:
+    """Split an SQL script into complete statements (full-line `--` comments dropped)."""
+    text = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("--"))
+    statements: list[str] = []
+    buffer = ""
+    for piece in text.split(";")[:-1]:
+        buffer += piece + ";"
+        if sqlite3.complete_statement(buffer):  # false while a quote or trigger body is open
+            statements.append(buffer.strip())
+            buffer = ""
+    rest = buffer + text.split(";")[-1]
+    if rest.strip():
+        raise ValueError(f"incomplete SQL statement in migration: {rest.strip()[:60]!r}")
+    return statements
+
+
+async def _run_step(conn: aiosqlite.Connection, step: Step) -> None:
+    if isinstance(step, str):
+        for statement in split_statements(step):
+            await conn.execute(statement)
+    else:
+        await step(conn)
+
+
+async def applied_migrations(conn: aiosqlite.Connection) -> dict[int, float]:
+    """Migration id -> time applied, for the migrations recorded in this file."""
+    await conn.execute(_CREATE_LEDGER)
+    rows = await conn.execute_fetchall("SELECT id, applied_at FROM _migrations")
+    return {int(row[0]): float(row[1]) for row in rows}
+
+
+async def apply_migrations(
+    conn: aiosqlite.Connection,
+    migrations: list[tuple[int, str, Step]] | None = None,
+    *,
+    clock: Callable[[], float] = time.time,
+) -> list[int]:
+    """Apply every migration not yet recorded, in order; return the ids applied.
+
+    The connection must be in autocommit mode (`isolation_level=None`, as
+    `storage.db.open_db` makes it). A file recorded with a migration this code
+    does not know (written by a newer version) raises `StoreError`.
+    """
+    registry = MIGRATIONS if migrations is None else migrations
+    ids = [mid for mid, _, _ in registry]
+    if ids != sorted(set(ids)):
+        raise ValueError(f"migration ids must be unique and increasing: {ids}")
+    known = await applied_migrations(conn)
+    unknown = sorted(set(known) - set(ids))
+    if unknown:
+        raise StoreError(
+            f"the database was written by a newer version (migration {unknown[-1]}); upgrade Roundtable"
+        )
+    applied: list[int] = []
+    for mid, name, step in registry:
+        if mid in known:
+            continue
+        await conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Another process may have applied it while we were not holding the lock.
+            done = await conn.execute_fetchall("SELECT 1 FROM _migrations WHERE id = ?", (mid,))
+            if not done:
+                await _run_step(conn, step)
+                await conn.execute(
+                    "INSERT INTO _migrations (id, name, applied_at) VALUES (?, ?, ?)",
+                    (mid, name, clock()),
+                )
+                applied.append(mid)
+            await conn.execute("COMMIT")
+        except BaseException:
+            try:
+                await conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            raise
+        if applied and applied[-1] == mid:
+            log.info("applied migration %d: %s", mid, name)
+    return applied

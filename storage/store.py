@@ -1,0 +1,405 @@
+"""`SqliteStore`: the `bot.core.ports.Store` port over one SQLite file.
+
+This module owns groups, the roster and the message log (seq allocation,
+streak, episodes opened by user posts, agent cursors). Decisions, episodes,
+runs, usage, webhooks and read cursors live in `storage.ledger`; the
+connection, lock and transactions in `storage.base`.
+
+Usage::
+
+    async with await SqliteStore.open("roundtable.db") as store:
+        group = await store.create_group("guild:channel", "general", GroupSettings())
+"""
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+import aiosqlite
+
+from bot.core.errors import CapReached, InvalidInput, NotFound
+from bot.core.models import Agent, Episode, Group, GroupSettings, Message, NewMessage
+from storage.ledger import LedgerMixin
+from storage.rows import dumps, settings_to_json, tags_to_json, to_agent, to_group, to_message, unique
+
+log = logging.getLogger(__name__)
+
+AGENT_FIELDS = ("name", "role", "system_prompt", "model", "avatar_url", "enabled", "position")
+
+
+class SqliteStore(LedgerMixin):
+    """Implements `bot.core.ports.Store`. Open with `await SqliteStore.open(path)`."""
+
+    # groups -------------------------------------------------------------
+    async def create_group(
+        self,
+        key: str,
+        name: str,
+        settings: GroupSettings,
+        *,
+        guild_id: str | None = None,
+        channel_id: str | None = None,
+        parent_channel_id: str | None = None,
+        setup_message_id: str | None = None,
+    ) -> Group:
+        """Create the group, or re-enable an existing one with this key: its id,
+        history and settings are kept (`settings` is then ignored); name and the
+        given Discord ids are updated."""
+        if not key:
+            raise InvalidInput("a group needs a key")
+        ids = {
+            "guild_id": guild_id,
+            "channel_id": channel_id,
+            "parent_channel_id": parent_channel_id,
+            "setup_message_id": setup_message_id,
+        }
+        async with self._write() as db:
+            row = await self._one(db, "SELECT id FROM groups WHERE key = ?", (key,))
+            if row is None:
+                group_id = await self._insert(
+                    db,
+                    "INSERT INTO groups (key, name, settings_json, guild_id, channel_id,"
+                    " parent_channel_id, setup_message_id, created_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (key, name, settings_to_json(settings), *ids.values(), self._now()),
+                )
+                log.info("created group %s (%s)", group_id, key)
+            else:
+                group_id = int(row["id"])
+                changes = {"enabled": 1, "name": name} | {k: v for k, v in ids.items() if v is not None}
+                await self._update(db, "groups", group_id, changes)
+                log.info("re-enabled group %s (%s)", group_id, key)
+            return to_group(await self._group_row(db, group_id))
+
+    async def get_group(self, group_id: int) -> Group:
+        async with self._read() as db:
+            return to_group(await self._group_row(db, group_id))
+
+    async def find_group(self, key: str) -> Group | None:
+        async with self._read() as db:
+            row = await self._one(db, "SELECT * FROM groups WHERE key = ?", (key,))
+        return None if row is None else to_group(row)
+
+    async def list_groups(self, *, enabled_only: bool = True, guild_id: str | None = None) -> list[Group]:
+        sql, params = "SELECT * FROM groups WHERE 1 = 1", []
+        if enabled_only:
+            sql += " AND enabled = 1"
+        if guild_id is not None:
+            sql += " AND guild_id = ?"
+            params.append(guild_id)
+        async with self._read() as db:
+            rows = await self._all(db, sql + " ORDER BY id", params)
+        return [to_group(row) for row in rows]
+
+    async def update_group(
+        self,
+        group_id: int,
+        *,
+        settings: GroupSettings | None = None,
+        enabled: bool | None = None,
+        paused: bool | None = None,
+    ) -> Group:
+        changes: dict[str, object] = {}
+        if settings is not None:
+            changes["settings_json"] = settings_to_json(settings)
+        if enabled is not None:
+            changes["enabled"] = int(bool(enabled))
+        if paused is not None:
+            changes["paused"] = int(bool(paused))
+        async with self._write() as db:
+            await self._group_row(db, group_id)
+            await self._update(db, "groups", group_id, changes)
+            return to_group(await self._group_row(db, group_id))
+
+    # agents -------------------------------------------------------------
+    async def add_agent(
+        self,
+        group_id: int,
+        name: str,
+        role: str,
+        system_prompt: str,
+        *,
+        model: str | None = None,
+        avatar_url: str | None = None,
+    ) -> Agent:
+        """Append to the roster; the cursor starts at the group's latest seq."""
+        name = _clean_name(name)
+        async with self._write() as db:
+            group = await self._group_row(db, group_id)
+            await self._check_name_free(db, group_id, name)
+            row = await self._one(
+                db,
+                "SELECT COALESCE(MAX(position), 0) FROM agents WHERE group_id = ? AND removed_at IS NULL",
+                (group_id,),
+            )
+            position = int(row[0]) + 1 if row is not None else 1
+            agent_id = await self._insert(
+                db,
+                "INSERT INTO agents (group_id, name, role, system_prompt, model, avatar_url,"
+                " position, delivered_through, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (group_id, name, role, system_prompt, model, avatar_url, position,
+                 int(group["latest_seq"]), self._now()),
+            )
+            return to_agent(await self._agent_row(db, agent_id))
+
+    async def update_agent(self, agent_id: int, **fields: object) -> Agent:
+        """Change any of name, role, system_prompt, model, avatar_url, enabled, position."""
+        unknown = sorted(set(fields) - set(AGENT_FIELDS))
+        if unknown:
+            raise InvalidInput(f"an agent has no field {unknown[0]!r}; use {', '.join(AGENT_FIELDS)}")
+        changes = dict(fields)
+        if "name" in changes:
+            changes["name"] = _clean_name(str(changes["name"]))
+        if "enabled" in changes:
+            changes["enabled"] = int(bool(changes["enabled"]))
+        if "position" in changes and not isinstance(changes["position"], int):
+            raise InvalidInput(f"position must be a whole number, not {changes['position']!r}")
+        async with self._write() as db:
+            agent = await self._agent_row(db, agent_id)
+            if "name" in changes:
+                await self._check_name_free(db, int(agent["group_id"]), str(changes["name"]), agent_id)
+            await self._update(db, "agents", agent_id, changes)
+            return to_agent(await self._agent_row(db, agent_id))
+
+    async def remove_agent(self, agent_id: int) -> None:
+        """Take the agent off the roster; the row stays for old messages' references."""
+        async with self._write() as db:
+            await self._agent_row(db, agent_id)
+            await self._exec(db, "UPDATE agents SET removed_at = ? WHERE id = ?", (self._now(), agent_id))
+
+    async def get_agent(self, agent_id: int) -> Agent:
+        """An agent on the roster; a removed agent is NotFound."""
+        async with self._read() as db:
+            return to_agent(await self._agent_row(db, agent_id))
+
+    async def find_agent(self, group_id: int, name: str) -> Agent | None:
+        wanted = name.strip().lstrip("@").casefold()
+        for agent in await self.list_agents(group_id):
+            if agent.name.casefold() == wanted:
+                return agent
+        return None
+
+    async def list_agents(self, group_id: int, *, enabled_only: bool = False) -> list[Agent]:
+        sql = "SELECT * FROM agents WHERE group_id = ? AND removed_at IS NULL"
+        if enabled_only:
+            sql += " AND enabled = 1"
+        async with self._read() as db:
+            rows = await self._all(db, sql + " ORDER BY position, id", (group_id,))
+        return [to_agent(row) for row in rows]
+
+    async def set_delivered_through(self, agent_id: int, seq: int) -> None:
+        """Forward only, and never past the group's latest seq. Works on a removed
+        agent too (a run that finishes after its agent was removed)."""
+        async with self._write() as db:
+            agent = await self._agent_row(db, agent_id, include_removed=True)
+            group = await self._group_row(db, int(agent["group_id"]))
+            target = min(int(seq), int(group["latest_seq"]))
+            await self._exec(
+                db,
+                "UPDATE agents SET delivered_through = MAX(delivered_through, ?) WHERE id = ?",
+                (target, agent_id),
+            )
+
+    async def _check_name_free(
+        self, db: aiosqlite.Connection, group_id: int, name: str, agent_id: int | None = None
+    ) -> None:
+        rows = await self._all(
+            db, "SELECT id, name FROM agents WHERE group_id = ? AND removed_at IS NULL", (group_id,)
+        )
+        for row in rows:
+            if row["id"] != agent_id and row["name"].casefold() == name.casefold():
+                raise InvalidInput(f"an agent named {row['name']!r} is already in this group")
+
+    # messages -----------------------------------------------------------
+    async def append_user_message(self, group_id: int, message: NewMessage) -> tuple[Message, Episode]:
+        _require_author(message, "user")
+        async with self._write() as db:
+            group = await self._group_row(db, group_id)
+            seq, now = int(group["latest_seq"]) + 1, self._now()
+            await self._exec(
+                db,
+                "UPDATE episodes SET status = 'superseded', ended_at = ?"
+                " WHERE group_id = ? AND status = 'running'",
+                (now, group_id),
+            )
+            episode_id = await self._insert(
+                db,
+                "INSERT INTO episodes (group_id, task_seq, status, started_at) VALUES (?, ?, 'running', ?)",
+                (group_id, seq, now),
+            )
+            stored = await self._insert_message(db, group_id, seq, message, episode_id, True, now)
+            await self._exec(
+                db,
+                "UPDATE groups SET latest_seq = ?, agent_streak = 0, episode_id = ? WHERE id = ?",
+                (seq, episode_id, group_id),
+            )
+            if message.author_user_id is not None:
+                await self._advance_seen(db, group_id, message.author_user_id, seq)
+        return stored, Episode(id=episode_id, group_id=group_id, task_seq=seq, started_at=now)
+
+    async def append_agent_message(
+        self, group_id: int, message: NewMessage, *, snapshot_seq: int, cap: int
+    ) -> Message:
+        _require_author(message, "agent")
+        if message.author_agent_id is None:
+            raise InvalidInput("an agent message needs author_agent_id")
+        async with self._write() as db:
+            group = await self._group_row(db, group_id)
+            if int(group["agent_streak"]) >= cap:
+                raise CapReached(cap)
+            latest = int(group["latest_seq"])
+            if not 0 <= snapshot_seq <= latest:
+                raise InvalidInput(f"snapshot {snapshot_seq} is outside 0..{latest}")
+            agent = await self._agent_row(db, message.author_agent_id, include_removed=True)
+            if agent["group_id"] != group_id:
+                raise NotFound(f"no agent with id {message.author_agent_id} in group {group_id}")
+            seq, episode_id = latest + 1, group["episode_id"]
+            stored = await self._insert_message(
+                db, group_id, seq, message, episode_id, bool(message.external_ids), self._now()
+            )
+            await self._exec(
+                db,
+                "UPDATE groups SET latest_seq = ?, agent_streak = agent_streak + 1 WHERE id = ?",
+                (seq, group_id),
+            )
+            if episode_id is not None:
+                await self._exec(
+                    db, "UPDATE episodes SET agent_turns = agent_turns + 1 WHERE id = ?", (episode_id,)
+                )
+            through = seq if snapshot_seq == latest else snapshot_seq
+            await self._exec(
+                db,
+                "UPDATE agents SET delivered_through = MAX(delivered_through, ?) WHERE id = ?",
+                (through, message.author_agent_id),
+            )
+        return stored
+
+    async def append_system_message(self, group_id: int, message: NewMessage) -> Message:
+        """A notice: next seq, in the group's current episode; the streak is unchanged."""
+        _require_author(message, "system")
+        async with self._write() as db:
+            group = await self._group_row(db, group_id)
+            seq = int(group["latest_seq"]) + 1
+            stored = await self._insert_message(
+                db, group_id, seq, message, group["episode_id"], bool(message.external_ids), self._now()
+            )
+            await self._exec(db, "UPDATE groups SET latest_seq = ? WHERE id = ?", (seq, group_id))
+        return stored
+
+    async def _insert_message(
+        self,
+        db: aiosqlite.Connection,
+        group_id: int,
+        seq: int,
+        message: NewMessage,
+        episode_id: int | None,
+        confirmed: bool,
+        now: float,
+    ) -> Message:
+        external_ids = unique(message.external_ids)
+        await self._exec(
+            db,
+            "INSERT INTO messages (group_id, seq, author_type, author_name, author_user_id,"
+            " author_agent_id, source_run_id, text, tags, external_ids, confirmed, token_count,"
+            " reply_to_seq, episode_id, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                group_id, seq, message.author_type, message.author_name, message.author_user_id,
+                message.author_agent_id, message.source_run_id, message.text,
+                tags_to_json(message.tags), dumps(list(external_ids)), int(confirmed),
+                message.token_count, message.reply_to_seq, episode_id, now,
+            ),
+        )
+        await self._map_external_ids(db, group_id, seq, external_ids)
+        return Message(
+            group_id=group_id, seq=seq, author_type=message.author_type,
+            author_name=message.author_name, text=message.text, tags=message.tags,
+            author_user_id=message.author_user_id, author_agent_id=message.author_agent_id,
+            source_run_id=message.source_run_id, external_ids=external_ids,
+            confirmed=confirmed, token_count=message.token_count, episode_id=episode_id,
+            created_at=now,
+        )
+
+    async def _map_external_ids(
+        self, db: aiosqlite.Connection, group_id: int, seq: int, external_ids: Sequence[str]
+    ) -> None:
+        for external_id in external_ids:
+            row = await self._one(
+                db, "SELECT group_id, seq FROM message_external_ids WHERE external_id = ?", (external_id,)
+            )
+            if row is not None and (row["group_id"], row["seq"]) != (group_id, seq):
+                raise InvalidInput(
+                    f"message {external_id} is already stored (group {row['group_id']}, seq {row['seq']})"
+                )
+            await self._exec(
+                db,
+                "INSERT OR IGNORE INTO message_external_ids (external_id, group_id, seq) VALUES (?, ?, ?)",
+                (external_id, group_id, seq),
+            )
+
+    async def confirm_message(self, group_id: int, seq: int, external_ids: Sequence[str]) -> None:
+        """Mark the row shown; its external ids are the old ones plus these."""
+        async with self._write() as db:
+            row = await self._message_row(db, group_id, seq)
+            merged = unique([*to_message(row).external_ids, *external_ids])
+            await self._map_external_ids(db, group_id, seq, merged)
+            await self._exec(
+                db,
+                "UPDATE messages SET confirmed = 1, external_ids = ? WHERE group_id = ? AND seq = ?",
+                (dumps(list(merged)), group_id, seq),
+            )
+
+    async def unconfirmed_messages(self, group_id: int) -> list[Message]:
+        return await self._messages_where(
+            "group_id = ? AND confirmed = 0 AND author_type != 'user'", (group_id,)
+        )
+
+    async def get_message(self, group_id: int, seq: int) -> Message:
+        async with self._read() as db:
+            return to_message(await self._message_row(db, group_id, seq))
+
+    async def find_message_by_external_id(self, external_id: str) -> Message | None:
+        found = await self._messages_where(
+            "(group_id, seq) IN (SELECT group_id, seq FROM message_external_ids WHERE external_id = ?)",
+            (str(external_id),),
+        )
+        return found[0] if found else None
+
+    async def messages(self, group_id: int, *, after: int = 0, through: int | None = None) -> list[Message]:
+        if through is None:
+            return await self._messages_where("group_id = ? AND seq > ?", (group_id, after))
+        return await self._messages_where(
+            "group_id = ? AND seq > ? AND seq <= ?", (group_id, after, through)
+        )
+
+    async def last_external_id(self, group_id: int) -> str | None:
+        """The numerically largest all-digit external id of the group's rows."""
+        async with self._read() as db:
+            row = await self._one(
+                db,
+                "SELECT external_id FROM message_external_ids WHERE group_id = ?"
+                " AND external_id != '' AND external_id NOT GLOB '*[^0-9]*'"
+                " ORDER BY length(ltrim(external_id, '0')) DESC, ltrim(external_id, '0') DESC LIMIT 1",
+                (group_id,),
+            )
+        return None if row is None else str(row[0])
+
+    async def _messages_where(self, where: str, params: Sequence[object]) -> list[Message]:
+        async with self._read() as db:
+            rows = await self._all(db, f"SELECT * FROM messages WHERE {where} ORDER BY seq", params)
+        return [to_message(row) for row in rows]
+
+
+def _clean_name(name: str) -> str:
+    cleaned = name.strip()
+    if not cleaned:
+        raise InvalidInput("an agent needs a name")
+    return cleaned
+
+
+def _require_author(message: NewMessage, author_type: str) -> None:
+    if message.author_type != author_type:
+        raise InvalidInput(f"expected a {author_type} message, got author_type {message.author_type!r}")
+
+
+__all__ = ["SqliteStore"]

@@ -1,0 +1,222 @@
+"""OpenAILLM with the real openai client against FakeOpenAI on 127.0.0.1 (no internet)."""
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import socket
+import time
+import traceback
+from typing import Any, Iterator
+
+import pytest
+
+from bot.adapters.openai_llm import OpenAILLM
+from bot.core.errors import LLMError, LLMRateLimited, LLMRejected, LLMTimeout, LLMUnavailable
+from bot.core.models import ChatMessage, Usage
+from bot.core.ports import LLM
+from tests.fakes.openai_server import FakeOpenAI, Reply, closed_base_url
+
+KEY = "sk-test-ZZ9-PLURAL-Z-ALPHA-7c1e"  # distinctive: must never leak
+MESSAGES = [ChatMessage("system", "You are terse."), ChatMessage("user", "Say hello to the group.")]
+
+
+@pytest.fixture(autouse=True)
+def isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No ambient OpenAI/proxy settings, and only loopback connections (a violation fails the test)."""
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_CUSTOM_HEADERS", "OPENAI_ORG_ID",
+                 "OPENAI_PROJECT_ID", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
+                 "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    real_connect = socket.socket.connect
+    violations: list[object] = []
+
+    def loopback_only(sock: socket.socket, address: Any) -> Any:
+        if sock.family in (socket.AF_INET, socket.AF_INET6) and not ipaddress.ip_address(address[0]).is_loopback:
+            violations.append(address)
+            raise ConnectionRefusedError(f"test tried to reach {address!r}")
+        return real_connect(sock, address)
+
+    monkeypatch.setattr(socket.socket, "connect", loopback_only)
+    yield
+    assert not violations, f"network access attempted: {violations}"
+
+
+def make_llm(srv_or_url: FakeOpenAI | str, **kwargs: Any) -> OpenAILLM:
+    base_url = srv_or_url if isinstance(srv_or_url, str) else srv_or_url.base_url
+    kwargs.setdefault("timeout", 5.0)
+    return OpenAILLM(api_key=KEY, base_url=base_url, default_model="agent-model", **kwargs)
+
+
+async def test_usage_models_and_request_shape() -> None:
+    usage = {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25,
+             "prompt_tokens_details": {"cached_tokens": 7}}
+    async with FakeOpenAI(lambda body: Reply(text="hello all", usage=usage)) as srv:
+        async with make_llm(srv) as llm:
+            port: LLM = llm
+            first = await port.complete(MESSAGES)
+            second = await port.complete(MESSAGES, model="selector-model", max_tokens=50)
+    assert first.text == "hello all"
+    assert first.usage == Usage(20, 5, 7, estimated=False)
+    assert (first.model, first.finish_reason, first.logprob) == ("agent-model", "stop", None)
+    assert second.model == "selector-model"
+    one, two = srv.requests
+    assert one["model"] == "agent-model" and two["model"] == "selector-model"
+    assert one["messages"] == [{"role": "system", "content": "You are terse."},
+                               {"role": "user", "content": "Say hello to the group."}]
+    assert "max_tokens" not in one and "logprobs" not in one and "stream" not in one
+    assert two["max_tokens"] == 50
+    assert one.headers["authorization"] == f"Bearer {KEY}"
+
+
+async def test_missing_usage_is_estimated() -> None:
+    async with FakeOpenAI([Reply(text="a short reply", usage="omit"), Reply(text="", usage="omit")]) as srv:
+        async with make_llm(srv) as llm:
+            done = await llm.complete(MESSAGES)
+            empty = await llm.complete(MESSAGES)
+    assert done.usage.estimated is True
+    assert done.usage.prompt_tokens > 10 and done.usage.completion_tokens > 0
+    assert done.usage.cached_tokens == 0
+    assert empty.text == "" and empty.usage.estimated and empty.usage.completion_tokens == 0
+
+
+async def test_logprobs_are_requested_and_summed() -> None:
+    async with FakeOpenAI([Reply(text="planner", logprobs=[-0.25, -0.5, -0.125])]) as srv:
+        async with make_llm(srv) as llm:
+            done = await llm.complete(MESSAGES, logprobs=True)
+    assert srv.requests[0]["logprobs"] is True
+    assert done.logprob == pytest.approx(-0.875)
+
+
+@pytest.mark.parametrize(
+    ("headers", "low", "high"),
+    [({"Retry-After": "1"}, 0.9, 2.5), ({"retry-after-ms": "300", "Retry-After": "5"}, 0.25, 1.5)],
+    ids=["retry-after", "retry-after-ms-wins"],
+)
+async def test_retry_after_is_honoured(headers: dict[str, str], low: float, high: float) -> None:
+    async with FakeOpenAI([Reply(status=429, headers=headers), Reply(text="ok")]) as srv:
+        async with make_llm(srv, max_retries=2) as llm:
+            started = time.monotonic()
+            done = await llm.complete(MESSAGES)
+            elapsed = time.monotonic() - started
+    assert done.text == "ok"
+    assert len(srv.requests) == 2
+    gap = srv.requests[1].at - srv.requests[0].at
+    assert low <= gap < high and elapsed >= low
+
+
+async def test_rate_limited_every_time() -> None:
+    always = lambda body: Reply(status=429, headers={"retry-after-ms": "20"})  # noqa: E731
+    async with FakeOpenAI(always) as srv:
+        async with make_llm(srv, max_retries=2) as llm:
+            with pytest.raises(LLMRateLimited) as info:
+                await llm.complete(MESSAGES)
+    assert len(srv.requests) == 3
+    assert "429" in str(info.value) and "agent-model" in str(info.value)
+    assert info.value.retryable
+
+
+async def test_hang_times_out_within_bound() -> None:
+    async with FakeOpenAI([Reply(text="late", delay=30)]) as srv:
+        async with make_llm(srv, timeout=1.0, max_retries=0) as llm:
+            started = time.monotonic()
+            with pytest.raises(LLMTimeout) as info:
+                await asyncio.wait_for(llm.complete(MESSAGES), 5)
+            assert time.monotonic() - started < 3
+    assert "timed out" in str(info.value)
+
+
+async def test_server_error_is_retried_then_unavailable() -> None:
+    always = lambda body: Reply(status=500, headers={"retry-after-ms": "10"})  # noqa: E731
+    async with FakeOpenAI(always) as srv:
+        async with make_llm(srv, max_retries=1) as llm:
+            with pytest.raises(LLMUnavailable) as info:
+                await llm.complete(MESSAGES)
+    assert len(srv.requests) == 2
+    assert "500" in str(info.value)
+
+
+async def test_server_error_then_success() -> None:
+    async with FakeOpenAI([Reply(status=503, headers={"retry-after-ms": "10"}), "recovered"]) as srv:
+        async with make_llm(srv) as llm:
+            assert (await llm.complete(MESSAGES)).text == "recovered"
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 422])
+async def test_client_errors_are_rejected_without_retry(status: int) -> None:
+    async with FakeOpenAI(lambda body: Reply(status=status)) as srv:
+        async with make_llm(srv, max_retries=2) as llm:
+            with pytest.raises(LLMRejected) as info:
+                await llm.complete(MESSAGES, model="no-such-model")
+    assert len(srv.requests) == 1
+    text = str(info.value)
+    assert str(status) in text and "no-such-model" in text and f"127.0.0.1:{srv.port}" in text
+    assert not info.value.retryable
+
+
+async def test_connection_refused_is_unavailable() -> None:
+    async with make_llm(closed_base_url(), max_retries=0) as llm:
+        with pytest.raises(LLMUnavailable) as info:
+            await llm.complete(MESSAGES)
+    assert "could not connect" in str(info.value)
+
+
+async def test_no_choices_is_an_error() -> None:
+    raw = {"id": "x", "object": "chat.completion", "created": 0, "model": "agent-model", "choices": []}
+    async with FakeOpenAI([Reply(raw_body=raw)]) as srv:
+        async with make_llm(srv) as llm:
+            with pytest.raises(LLMError, match="no choices"):
+                await llm.complete(MESSAGES)
+
+
+async def test_falls_back_to_max_completion_tokens() -> None:
+    msg = "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead."
+    error = {"error": {"message": msg, "type": "invalid_request_error", "param": "max_tokens",
+                       "code": "unsupported_parameter"}}
+
+    def responder(body: dict[str, Any]) -> Reply:
+        return Reply(status=400, error_body=error) if "max_tokens" in body else Reply(text="fine")
+
+    async with FakeOpenAI(responder) as srv:
+        async with make_llm(srv) as llm:
+            assert (await llm.complete(MESSAGES, max_tokens=64)).text == "fine"
+            assert (await llm.complete(MESSAGES, max_tokens=32)).text == "fine"
+    assert [("max_tokens" in r, r.get("max_completion_tokens")) for r in srv.requests] == [
+        (True, None), (False, 64), (False, 32)]
+
+
+async def test_api_key_never_leaks(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    echo = {"error": {"message": f"Incorrect API key provided: {KEY}. Bearer {KEY}", "type": "invalid_request_error"}}
+    faults = [Reply(status=401, error_body=echo), Reply(status=404, error_body=echo),
+              Reply(status=429, error_body=echo), Reply(status=500, error_body=echo), Reply(delay=30)]
+    errors: list[LLMError] = []
+    async with FakeOpenAI(faults) as srv:
+        async with make_llm(srv, timeout=0.5, max_retries=0) as llm:
+            for _ in faults:
+                with pytest.raises(LLMError) as info:
+                    await llm.complete(MESSAGES)
+                errors.append(info.value)
+    assert [type(e) for e in errors] == [LLMRejected, LLMRejected, LLMRateLimited, LLMUnavailable, LLMTimeout]
+    assert "Incorrect API key provided: ***" in str(errors[0])
+    for err in errors:
+        assert err.__cause__ is None and len(str(err)) < 300
+        shown = str(err) + repr(err) + "".join(traceback.format_exception(err))
+        assert KEY not in shown and KEY[-8:] not in shown
+    assert caplog.records and KEY not in caplog.text and KEY[-8:] not in caplog.text
+
+
+def test_constructor_checks_arguments() -> None:
+    with pytest.raises(ValueError, match="api_key"):
+        OpenAILLM(api_key="", base_url=None, default_model="m")
+    with pytest.raises(ValueError, match="timeout"):
+        OpenAILLM(api_key=KEY, base_url=None, default_model="m", timeout=0)
+
+
+async def test_error_names_host_but_not_url_credentials() -> None:
+    async with FakeOpenAI(lambda body: Reply(status=404)) as srv:
+        url = srv.base_url.replace("http://", f"http://user:{KEY}@") + f"?api-key={KEY}"
+        async with make_llm(url) as llm:
+            with pytest.raises(LLMRejected) as info:
+                await llm.complete(MESSAGES)
+    assert f"127.0.0.1:{srv.port}" in str(info.value) and KEY not in str(info.value)

@@ -1,0 +1,208 @@
+"""Pure rendering helpers for Discord: message splitting, mention policy, jump links."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from bot.adapters.discord.render import (
+    ZWSP,
+    MentionPolicy,
+    jump_link,
+    mention_policy,
+    neutralize_mass_mentions,
+    split_message,
+)
+
+# A fence line opens/closes a block; "```x``` more" on one line is inline code, not a fence.
+FENCE_LINE = re.compile(r"^ {0,3}(`{3,}[^`]*|~{3,}.*)$")
+
+
+def fence_lines(chunk: str) -> int:
+    return sum(1 for line in chunk.split("\n") if FENCE_LINE.match(line))
+
+
+def words(text: str) -> list[str]:
+    return text.split()
+
+
+def prose(n_paragraphs: int, paragraph_len: int) -> str:
+    sentence = "The quick brown fox jumps over the lazy dog. "
+    para = (sentence * (paragraph_len // len(sentence) + 1))[:paragraph_len].rstrip()
+    return "\n\n".join(f"P{i} {para}" for i in range(n_paragraphs))
+
+
+def python_code(total: int) -> str:
+    lines, i = [], 0
+    while sum(len(line) + 1 for line in lines) < total:
+        lines.append(f"def handler_{i}(x):" if i % 5 == 0 else f"    value_{i} = compute(x, {i})  # step {i}")
+        if i % 5 == 4:
+            lines.append("")
+        i += 1
+    return "\n".join(lines)
+
+
+def strip_added_fences(chunks: list[str], opener: str, close: str = "```") -> list[str]:
+    """Undo split_message's close/reopen pairs (tests only use unambiguous inputs)."""
+    out = list(chunks)
+    for i in range(len(out) - 1):
+        if fence_lines(chunks[i]) % 2 == 0 and chunks[i].endswith("\n" + close) and chunks[i + 1].startswith(opener + "\n"):
+            # chunk i closed a block that chunk i+1 reopens: was it added? only if the reopened
+            # text is not itself a fresh block, which holds for the inputs used here.
+            out[i] = out[i][: -len("\n" + close)]
+            out[i + 1] = out[i + 1][len(opener + "\n"):]
+    return out
+
+
+def assert_valid(chunks: list[str], limit: int) -> None:
+    for chunk in chunks:
+        assert 0 < len(chunk) <= limit
+        assert chunk.strip() and chunk == chunk.rstrip()
+        assert fence_lines(chunk) % 2 == 0, chunk
+
+
+@pytest.mark.parametrize("text", ["hello", "  hi there  ", "a\n\nb", "```py\nprint(1)\n```", "x" * 2000])
+def test_short_text_is_one_chunk(text: str) -> None:
+    assert split_message(text) == [text.rstrip()]
+
+
+@pytest.mark.parametrize("text", ["", " ", "\n\n  \t\n", " " * 5000])
+def test_whitespace_only_gives_no_chunks(text: str) -> None:
+    assert split_message(text) == []
+
+
+@pytest.mark.parametrize(
+    ("length", "expected_chunks"),
+    [(1999, 1), (2000, 1), (2001, 2), (4000, 2), (4001, 3)],
+)
+def test_limit_edges_for_unbreakable_text(length: int, expected_chunks: int) -> None:
+    chunks = split_message("y" * length)
+    assert len(chunks) == expected_chunks
+    assert_valid(chunks, 2000)
+    assert "".join(chunks) == "y" * length
+
+
+def test_single_huge_word_is_hard_cut() -> None:
+    text = "z" * 5000
+    chunks = split_message(text)
+    assert [len(c) for c in chunks] == [2000, 2000, 1000]
+    assert "".join(chunks) == text
+
+
+def test_exactly_limit_with_words_splits_at_space() -> None:
+    text = ("word " * 401).strip()  # 2004 characters
+    chunks = split_message(text)
+    assert len(chunks) == 2
+    assert_valid(chunks, 2000)
+    assert words(" ".join(chunks)) == words(text)
+
+
+def test_prose_splits_at_paragraphs() -> None:
+    text = prose(9, 495)  # 9 * (3 + 495) + 8 * 2 = 4498 characters
+    assert 4400 < len(text) <= 4500
+    chunks = split_message(text)
+    assert len(chunks) == 3
+    assert_valid(chunks, 2000)
+    paragraphs = text.split("\n\n")
+    for chunk in chunks:  # every chunk is made of whole paragraphs
+        assert all(p in paragraphs for p in chunk.split("\n\n"))
+    assert "\n\n".join(chunks) == text
+
+
+def test_lines_without_blank_lines_split_at_newlines() -> None:
+    text = "\n".join(f"line {i} " + "-" * 40 for i in range(100))
+    chunks = split_message(text)
+    assert_valid(chunks, 2000)
+    assert "\n".join(chunks) == text
+
+
+@pytest.mark.parametrize(("opener", "close"), [("```python", "```"), ("```", "```"), ("~~~js", "~~~")])
+def test_code_block_in_middle_is_closed_and_reopened(opener: str, close: str) -> None:
+    code = python_code(3000)
+    text = f"{prose(2, 400)}\n\nHere is the code:\n\n{opener}\n{code}\n{close}\n\n{prose(2, 300)}"
+    assert 4000 < len(text) < 4800
+    chunks = split_message(text)
+    assert len(chunks) >= 3
+    assert_valid(chunks, 2000)
+    for chunk in chunks[1:]:
+        if chunk.count("def handler_") and not chunk.startswith("Here"):
+            assert chunk.startswith(opener + "\n") or f"\n{opener}\n" in chunk
+    reopened = [c for c in chunks[1:] if c.startswith(opener + "\n")]
+    assert reopened, "the block should have been reopened with its language tag"
+    rebuilt = "\n".join(strip_added_fences(chunks, opener, close))
+    original_lines = [line for line in text.split("\n") if line.strip()]
+    assert [line for line in rebuilt.split("\n") if line.strip()] == original_lines
+    code_lines = [line for line in code.split("\n") if line.strip()]
+    rebuilt_code = rebuilt.split(f"{opener}\n", 1)[1].split(f"\n{close}", 1)[0]
+    assert [line for line in rebuilt_code.split("\n") if line.strip()] == code_lines
+
+
+@pytest.mark.parametrize("limit", [2000, 500, 100])
+def test_long_line_inside_code_block_is_hard_cut_and_reopened(limit: int) -> None:
+    long_line = "".join(f"{i % 10}" for i in range(5000))
+    text = f"Data:\n```text\n{long_line}\n```\nDone."
+    chunks = split_message(text, limit=limit)
+    assert_valid(chunks, limit)
+    assert all(c.startswith("```text\n") for c in chunks[2:-1])
+    rebuilt = "".join(strip_added_fences(chunks, "```text"))
+    assert long_line in rebuilt
+    assert rebuilt.startswith("Data:") and rebuilt.endswith("Done.")
+
+
+def test_unclosed_fence_is_closed_in_last_chunk() -> None:
+    chunks = split_message("look:\n```py\nprint('x')")
+    assert chunks == ["look:\n```py\nprint('x')\n```"]
+
+
+def test_inline_triple_backticks_are_not_fences() -> None:
+    text = ("use ```x``` here " * 300).strip()
+    chunks = split_message(text)
+    assert_valid(chunks, 2000)
+    assert words(" ".join(chunks)) == words(text)
+    assert not any(c.startswith("```\n") for c in chunks)
+
+
+@pytest.mark.parametrize(
+    ("text", "tagged", "users"),
+    [
+        ("@everyone look at this", [], ()),
+        ("@everyone and @here <@&42> role", ["1"], ()),
+        ("hey <@123> and <@!456>", ["123", "456"], ("123", "456")),
+        ("hey <@123> and <@!456>", ["456"], ("456",)),
+        ("hey <@123>", ["999"], ()),
+        ("no mention of the tagged user", ["123"], ()),
+        ("<@123> <@123> <@!123>", ["123", "123"], ("123",)),
+        ("<@123>", [], ()),
+    ],
+)
+def test_mention_policy(text: str, tagged: list[str], users: tuple[str, ...]) -> None:
+    policy = mention_policy(text, tagged)
+    assert policy == MentionPolicy(everyone=False, roles=False, users=users)
+    assert policy.everyone is False and policy.roles is False
+
+
+def test_mention_policy_is_frozen() -> None:
+    with pytest.raises(AttributeError):
+        mention_policy("x", []).everyone = True  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("@everyone hi", f"@{ZWSP}everyone hi"),
+        ("hi @here!", f"hi @{ZWSP}here!"),
+        ("mail a@b.c, <@123>", "mail a@b.c, <@123>"),
+        (f"@{ZWSP}everyone", f"@{ZWSP}everyone"),
+    ],
+)
+def test_neutralize_mass_mentions(text: str, expected: str) -> None:
+    assert neutralize_mass_mentions(text) == expected
+    assert neutralize_mass_mentions(expected) == expected
+
+
+@pytest.mark.parametrize(
+    ("ids", "url"),
+    [((1, 2, 3), "https://discord.com/channels/1/2/3"), (("10", "20", "30"), "https://discord.com/channels/10/20/30")],
+)
+def test_jump_link(ids: tuple[object, object, object], url: str) -> None:
+    assert jump_link(*ids) == url  # type: ignore[arg-type]

@@ -1,0 +1,60 @@
+import pytest
+
+from bot.core.models import Agent, Message, Tags
+from bot.core.routing import eligible_speakers, explicit_recipients, next_in_rotation, plan_batch
+
+A = [Agent(1, 1, "planner", "r", "p", position=0), Agent(2, 1, "budget", "r", "p", position=1),
+     Agent(3, 1, "local", "r", "p", position=2)]
+
+
+def msg(seq, author_type="user", agent_ids=(), author_agent_id=None):
+    return Message(1, seq, author_type, "x", "t", Tags(agent_ids=tuple(agent_ids)), author_agent_id=author_agent_id)
+
+
+@pytest.mark.parametrize(
+    "message, expected",
+    [
+        (msg(1, "user", [1, 2]), (1, 2)),
+        (msg(1, "agent", [1, 2], author_agent_id=1), (2,)),
+        (msg(1, "agent", [1], author_agent_id=1), ()),
+        (msg(1, "user", [9]), ()),  # not enabled / not on the roster
+        (msg(1, "system", [1]), ()),
+    ],
+)
+def test_explicit_recipients(message, expected):
+    assert explicit_recipients(message, {1, 2, 3}) == expected
+
+
+def test_plan_batch_only_newest_untagged_is_routed_by_mode():
+    batch = [msg(1), msg(2, "user", [2]), msg(3), msg(4, "system")]
+    plans = [p for _, p in plan_batch(batch, {1, 2, 3})]
+    assert plans == ["superseded", "explicit", "mode", "none"]
+
+
+@pytest.mark.parametrize(
+    "after, exclude, disabled, expected",
+    [
+        (None, set(), set(), 1),
+        (1, set(), set(), 2),
+        (3, set(), set(), 1),
+        (1, {2}, set(), 3),
+        (1, set(), {2}, 3),
+        (3, {1, 2, 3}, set(), None),
+    ],
+)
+def test_next_in_rotation(after, exclude, disabled, expected):
+    roster = [Agent(a.id, 1, a.name, "r", "p", position=a.position, enabled=a.id not in disabled) for a in A]
+    agent = next_in_rotation(roster, after, exclude=exclude)
+    assert (agent.id if agent else None) == expected
+
+
+@pytest.mark.parametrize(
+    "message, allow_repeat, expected",
+    [
+        (msg(1, "agent", author_agent_id=2), False, [1, 3]),
+        (msg(1, "agent", author_agent_id=2), True, [1, 2, 3]),
+        (msg(1, "user"), False, [1, 2, 3]),
+    ],
+)
+def test_eligible_speakers(message, allow_repeat, expected):
+    assert [a.id for a in eligible_speakers(A, message, allow_repeat)] == expected

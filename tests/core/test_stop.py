@@ -1,0 +1,48 @@
+import pytest
+
+from bot.core.stop import cap_notice, ends_with_terminate, guard_impersonation, near_repeat, strip_terminate
+
+
+@pytest.mark.parametrize(
+    "text, ends, shown",
+    [
+        ("All set. TERMINATE", True, "All set."),
+        ("All set.\n\nTERMINATE.", True, "All set."),
+        ("All set. **TERMINATE**", True, "All set."),
+        ("TERMINATE", True, ""),
+        ("Do not TERMINATE yet, budget.", False, "Do not TERMINATE yet, budget."),
+        ("terminate", False, "terminate"),
+        ("We are done", False, "We are done"),
+    ],
+)
+def test_terminate(text, ends, shown):
+    assert ends_with_terminate(text) is ends
+    assert strip_terminate(text) == shown
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("planner: Day 1 is Asakusa.", "Day 1 is Asakusa."),
+        ("[planner] Day 1 is Asakusa.", "Day 1 is Asakusa."),
+        ("**planner:** Day 1.", "Day 1."),
+        ("Day 1.\nDay 2.\n[budget] That costs $900.\nmore", "Day 1.\nDay 2."),
+        ("Day 1.\nbudget: fine by me", "Day 1."),
+        ("Day 1.\nalice: thanks", "Day 1."),
+        ("Budget: I mean the budget is ok.", ""),
+        ("The budget: about $1,000.", "The budget: about $1,000."),
+        ("[budget] only lines by others", ""),
+    ],
+)
+def test_guard_impersonation(text, expected):
+    assert guard_impersonation(text, "planner", ["planner", "budget", "alice"]) == expected
+
+
+def test_cap_notice_has_status_word():
+    assert "max_turns" in cap_notice(12) and "12" in cap_notice(12)
+
+
+def test_near_repeat():
+    earlier = ["I agree with the plan, the budget works out at $1,400 total."]
+    assert near_repeat("I agree with the plan, the budget works out at $1,400 total!", earlier)
+    assert not near_repeat("Swap the hotel in Shinjuku for a cheaper one in Ueno.", earlier)

@@ -1,0 +1,228 @@
+"""Message construction, storage, history and the test-side posting helpers."""
+from __future__ import annotations
+
+import copy
+import hashlib
+from typing import Any, Dict, Iterable, List, Optional
+
+from . import _util as u
+
+
+class MessagesMixin:
+    """Mixed into DiscordEmulator (needs StateMixin and GatewayMixin)."""
+
+    # ------------------------------------------------------------- building
+    def _compute_mentions(self, content: str, allowed: Optional[dict],
+                          replied_author: Optional[str] = None) -> Dict[str, Any]:
+        user_ids = list(dict.fromkeys(u.USER_MENTION.findall(content or "")))
+        role_ids = list(dict.fromkeys(u.ROLE_MENTION.findall(content or "")))
+        everyone = "@everyone" in (content or "") or "@here" in (content or "")
+        reply_ping = replied_author is not None
+        if allowed is not None:
+            parse = allowed.get("parse") or []
+            if "users" not in parse:
+                user_ids = [x for x in user_ids if x in [str(i) for i in allowed.get("users") or []]]
+            if "roles" not in parse:
+                role_ids = [x for x in role_ids if x in [str(i) for i in allowed.get("roles") or []]]
+            everyone = everyone and "everyone" in parse
+            reply_ping = reply_ping and bool(allowed.get("replied_user", False))
+        if reply_ping and replied_author not in user_ids:
+            user_ids.append(replied_author)
+        return {
+            "mentions": [self.user_json(x) for x in user_ids if x in self.users],
+            "mention_roles": role_ids,
+            "mention_everyone": everyone,
+        }
+
+    def _attachment_json(self, att: Any) -> dict:
+        if isinstance(att, str):
+            att = {"filename": att}
+        aid = self.snowflake()
+        name = att.get("filename", "file.bin")
+        url = f"https://cdn.discordapp.com/attachments/0/{aid}/{name}"
+        data = {"id": aid, "filename": name, "size": att.get("size", 0), "url": url, "proxy_url": url,
+                "content_type": att.get("content_type"), "flags": 0}
+        data.update({k: v for k, v in att.items() if k not in ("id",)})
+        return data
+
+    def _build_message(self, channel_id: str, author: dict, content: str = "", *,
+                       embeds: Optional[list] = None, allowed_mentions: Optional[dict] = None,
+                       reference_message_id: Optional[str] = None, attachments: Iterable[Any] = (),
+                       webhook_id: Optional[str] = None, flags: int = 0, msg_type: int = 0,
+                       components: Optional[list] = None, application_id: Optional[str] = None,
+                       extra: Optional[dict] = None, mention_author: bool = True) -> dict:
+        mid = self.snowflake()
+        channel = self.channels[str(channel_id)]
+        referenced = None
+        if reference_message_id is not None:
+            referenced = self.get_message(str(reference_message_id))
+        replied_author = None
+        if referenced is not None and mention_author and not referenced.get("webhook_id"):
+            replied_author = referenced["author"]["id"]
+        if allowed_mentions is not None and referenced is not None and "replied_user" not in allowed_mentions:
+            replied_author = None
+        msg: Dict[str, Any] = {
+            "id": mid, "type": 19 if referenced is not None and msg_type == 0 else msg_type,
+            "channel_id": channel.id, "author": author, "content": content or "",
+            "timestamp": u.iso_from_snowflake(mid), "edited_timestamp": None, "tts": False,
+            "embeds": list(embeds or []), "attachments": [self._attachment_json(a) for a in attachments],
+            "components": list(components or []), "reactions": [], "pinned": False, "flags": flags,
+            "nonce": None,
+        }
+        msg.update(self._compute_mentions(content, allowed_mentions, replied_author))
+        if webhook_id:
+            msg["webhook_id"] = webhook_id
+        if application_id:
+            msg["application_id"] = application_id
+        if reference_message_id is not None:
+            msg["message_reference"] = {"type": 0, "message_id": str(reference_message_id),
+                                        "channel_id": channel.id, "guild_id": channel.guild_id,
+                                        "fail_if_not_exists": False}
+            if referenced is not None:
+                ref = copy.deepcopy(referenced)
+                ref.pop("referenced_message", None)
+                msg["referenced_message"] = ref
+            else:
+                msg["referenced_message"] = None
+        if extra:
+            msg.update(extra)
+        return msg
+
+    def _store_message(self, msg: dict) -> None:
+        cid = msg["channel_id"]
+        self.messages.setdefault(cid, []).append(msg)
+        self.messages[cid].sort(key=lambda m: int(m["id"]))
+        self._message_index[msg["id"]] = cid
+        self.channels[cid].last_message_id = msg["id"]
+
+    def _gateway_message(self, msg: dict, member_user_id: Optional[str]) -> dict:
+        data = copy.deepcopy(msg)
+        guild_id = self.channels[msg["channel_id"]].guild_id
+        data["guild_id"] = guild_id
+        guild = self.guilds[guild_id]
+        if member_user_id and member_user_id in guild.members:
+            data["member"] = self.member_json(guild_id, member_user_id, with_user=False)
+        for mention in data.get("mentions", []):
+            if mention["id"] in guild.members:
+                mention["member"] = self.member_json(guild_id, mention["id"], with_user=False)
+        return data
+
+    def _dispatch_message(self, event: str, msg: dict, member_user_id: Optional[str]) -> None:
+        self.dispatch(event, self._gateway_message(msg, member_user_id))
+
+    def _author_json(self, user_id: str) -> dict:
+        return self.user_json(user_id)
+
+    @staticmethod
+    def _webhook_author(webhook_id: str, username: str, avatar_url: Optional[str]) -> dict:
+        avatar = hashlib.md5(avatar_url.encode()).hexdigest() if avatar_url else None
+        return {"id": webhook_id, "username": username, "avatar": avatar, "discriminator": "0000",
+                "bot": True, "global_name": None, "public_flags": 0, "flags": 0}
+
+    # ------------------------------------------------------------- history
+    def _history(self, channel_id: str, limit: int = 50, before: Optional[str] = None,
+                 after: Optional[str] = None, around: Optional[str] = None) -> List[dict]:
+        """Discord semantics: always answered newest-first."""
+        msgs = sorted(self.messages.get(str(channel_id), []), key=lambda m: int(m["id"]))
+        limit = max(1, min(int(limit), 100))
+        if around is not None:
+            a = int(around)
+            older = [m for m in msgs if int(m["id"]) < a]
+            rest = [m for m in msgs if int(m["id"]) >= a]
+            half = limit // 2
+            low = older[-half:] if half else []
+            sel = low + rest[: limit - len(low)]
+        elif before is not None:
+            sel = [m for m in msgs if int(m["id"]) < int(before)][-limit:]
+        elif after is not None:
+            sel = [m for m in msgs if int(m["id"]) > int(after)][:limit]
+        else:
+            sel = msgs[-limit:]
+        return copy.deepcopy(list(reversed(sel)))
+
+    # ------------------------------------------------------------- test-side helpers
+    async def user_post(self, channel_id: str, user_id: str, content: str, *,
+                        reference_message_id: Optional[str] = None, attachments: Optional[Iterable[Any]] = None,
+                        embeds: Optional[list] = None, dispatch: bool = True,
+                        mention_author: bool = True) -> dict:
+        """A person posts in a channel/thread. Stored, then MESSAGE_CREATE unless dispatch=False.
+
+        attachments: iterable of filenames or partial attachment dicts ({"filename", "size", "url"...}).
+        """
+        channel = self.channels[str(channel_id)]
+        user_id = str(user_id)
+        if user_id not in self.guilds[channel.guild_id].members:
+            raise ValueError(f"user {user_id} is not a member of guild {channel.guild_id}")
+        msg = self._build_message(channel.id, self._author_json(user_id), content, embeds=embeds,
+                                  reference_message_id=reference_message_id,
+                                  attachments=attachments or (), mention_author=mention_author)
+        self._store_message(msg)
+        if dispatch:
+            self._dispatch_message("MESSAGE_CREATE", msg, user_id)
+        return copy.deepcopy(msg)
+
+    async def user_edit(self, message_id: str, content: str, *, dispatch: bool = True) -> dict:
+        """A person edits their message (MESSAGE_UPDATE)."""
+        msg = self.get_message(str(message_id))
+        if msg is None:
+            raise KeyError(message_id)
+        msg["content"] = content
+        msg["edited_timestamp"] = u.iso()
+        msg.update(self._compute_mentions(content, None))
+        if dispatch:
+            self._dispatch_message("MESSAGE_UPDATE", msg, msg["author"]["id"])
+        return copy.deepcopy(msg)
+
+    async def user_delete(self, message_id: str, *, dispatch: bool = True) -> None:
+        """A message disappears (MESSAGE_DELETE)."""
+        self._delete_message(str(message_id), dispatch=dispatch)
+
+    def _delete_message(self, message_id: str, *, dispatch: bool = True) -> bool:
+        cid = self._message_index.pop(message_id, None)
+        if cid is None:
+            return False
+        self.messages[cid] = [m for m in self.messages[cid] if m["id"] != message_id]
+        if dispatch:
+            self.dispatch("MESSAGE_DELETE", {"id": message_id, "channel_id": cid,
+                                             "guild_id": self.channels[cid].guild_id})
+        return True
+
+    async def user_react(self, channel_id: str, message_id: str, user_id: str, emoji: str,
+                         *, remove: bool = False) -> None:
+        """A person adds (or removes) a unicode reaction."""
+        self._set_reaction(str(channel_id), str(message_id), str(user_id), emoji, add=not remove)
+
+    def _emoji_json(self, emoji: str) -> dict:
+        if ":" in emoji:
+            name, _, eid = emoji.partition(":")
+            return {"id": eid, "name": name}
+        return {"id": None, "name": emoji}
+
+    def _set_reaction(self, channel_id: str, message_id: str, user_id: str, emoji: str, *, add: bool) -> bool:
+        msg = self.get_message(message_id)
+        if msg is None or msg["channel_id"] != channel_id:
+            return False
+        key = (message_id, emoji)
+        users = self._reaction_users.setdefault(key, [])
+        changed = (user_id not in users) if add else (user_id in users)
+        if not changed:
+            return True
+        users.append(user_id) if add else users.remove(user_id)
+        ej = self._emoji_json(emoji)
+        msg["reactions"] = [r for r in msg["reactions"] if r["emoji"] != ej]
+        if users:
+            msg["reactions"].append({"emoji": ej, "count": len(users), "me": self.bot_user_id in users,
+                                     "me_burst": False, "burst_colors": [],
+                                     "count_details": {"burst": 0, "normal": len(users)}})
+        guild_id = self.channels[channel_id].guild_id
+        data: Dict[str, Any] = {"user_id": user_id, "channel_id": channel_id, "message_id": message_id,
+                                "guild_id": guild_id, "emoji": ej, "burst": False, "type": 0}
+        if add:
+            data["member"] = self.member_json(guild_id, user_id)
+            data["message_author_id"] = msg["author"]["id"]
+        self.dispatch("MESSAGE_REACTION_ADD" if add else "MESSAGE_REACTION_REMOVE", data)
+        return True
+
+    def reactions_of(self, message_id: str) -> Dict[str, List[str]]:
+        """{emoji: [user ids]} for a stored message."""
+        return {e: list(us) for (m, e), us in self._reaction_users.items() if m == str(message_id) and us}

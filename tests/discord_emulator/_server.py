@@ -1,0 +1,238 @@
+"""DiscordEmulator: the aiohttp app, request log, fault injection, auth."""
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+from aiohttp import web
+
+from . import _util as u
+from ._gateway import GatewayMixin
+from ._interactions import InteractionsMixin
+from ._messages import MessagesMixin
+from ._rest import RestMixin
+from ._state import StateMixin
+from ._webhooks import WebhookMixin
+
+DEFAULT_TOKEN = "MTIzNDU2Nzg5MDEyMzQ1Njc4.emulat.or-fake-bot-token-for-tests_0123456789"
+RATE_LIMIT_BODY = {"message": "You are being rate limited.", "retry_after": 0.3, "global": False}
+_NO_AUTH = re.compile(r"^/(webhooks/\d+/[^/]+|interactions/|gateway$)")
+
+
+@dataclass
+class RequestRecord:
+    method: str
+    path: str                      # relative to the API base, e.g. "/channels/1/messages"
+    query: Dict[str, str]
+    json: Any
+    time: float
+    headers: Dict[str, str] = field(default_factory=dict)
+    files: List[dict] = field(default_factory=list)
+    status: Optional[int] = None
+    unhandled: bool = False        # True when no route matched (an emulator gap)
+    injected: bool = False         # True when answered by fail_next
+
+
+@dataclass
+class _Fault:
+    method: str
+    pattern: re.Pattern
+    status: int
+    body: Any
+    headers: Dict[str, str]
+    times: int
+
+
+class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, WebhookMixin, InteractionsMixin):
+    """A local Discord (REST API v10 + gateway) for discord.py 2.x.
+
+    ``async with DiscordEmulator() as emu:`` -> emu.api_base, emu.gateway_url.
+    With ``defaults=True`` you get: guild "Test Guild" (emu.guild_id), text channel
+    "general" (emu.channel_id), admin owner "alice" (emu.alice_id) and "bob" (emu.bob_id).
+    The bot user is emu.bot_user_id (== emu.application_id); its token is emu.token.
+
+    Gateway: plain JSON text frames; RESUME replays every event the session missed
+    (events dispatched while disconnected are buffered) and then sends RESUMED.
+    Without the members intent GUILD_CREATE only lists the bot's own member; without
+    message_content, MESSAGE_CREATE/UPDATE content is blanked unless the bot is
+    mentioned or the author. discord.py fires on_ready guild_ready_timeout (2 s by
+    default) after the last GUILD_CREATE; pass guild_ready_timeout=0.1 and
+    chunk_guilds_at_startup=False to the client for fast tests.
+    """
+
+    def __init__(self, *, token: str = DEFAULT_TOKEN, bot_name: str = "Roundtable",
+                 defaults: bool = True, privileged_intents_allowed: bool = True) -> None:
+        self._init_state(token, bot_name)
+        self._init_gateway()
+        self._init_rest()
+        self._init_webhooks()
+        self._init_interactions()
+        self.privileged_intents_allowed = privileged_intents_allowed
+        self.deny_manage_webhooks = False
+        self.requests: List[RequestRecord] = []
+        self.typing_log: List[dict] = []
+        self._faults: List[_Fault] = []
+        self._runner: Optional[web.AppRunner] = None
+        self.port: int = 0
+        self.guild_id = self.channel_id = self.alice_id = self.bob_id = None
+        self.owner_user_id = None
+        if defaults:
+            self.alice_id = self.add_user("alice", global_name="Alice")
+            self.owner_user_id = self.alice_id
+            self.guild_id = self.add_guild("Test Guild", owner_id=self.alice_id)
+            self.add_member(self.guild_id, "alice", user_id=self.alice_id, admin=True)
+            self.bob_id = self.add_member(self.guild_id, "bob", global_name="Bob")
+            self.channel_id = self.add_channel(self.guild_id, "general")
+
+    # ------------------------------------------------------------- lifecycle
+    @property
+    def api_base(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api/v10"
+
+    async def start(self) -> "DiscordEmulator":
+        app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024 * 1024)
+        app.router.add_get("/gateway", self._gateway_handler)
+        app.router.add_routes(self._core_routes() + self._webhook_routes())
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]
+        return self
+
+    async def close(self) -> None:
+        for conn in list(self._connections):
+            conn.send(None)
+            if not conn.ws.closed:
+                await conn.ws.close(code=1001, message=b"emulator shutting down")
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> "DiscordEmulator":
+        return await self.start()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------- test helpers
+    def fail_next(self, method: str, path_regex: str, status: int, body: Any = None,
+                  headers: Optional[Dict[str, str]] = None, times: int = 1) -> None:
+        """The next `times` requests whose method matches and whose API-relative path
+        re.search()es path_regex are answered with status/body instead. A 429 gets
+        Discord's rate-limit body and a Via header by default (discord.py retries it)."""
+        hdrs = dict(headers or {})
+        if body is None:
+            body = dict(RATE_LIMIT_BODY) if status == 429 else {"message": f"{status}: injected", "code": 0}
+        if status == 429:
+            hdrs.setdefault("Via", "1.1 google")
+            if isinstance(body, dict) and "retry_after" in body:
+                hdrs.setdefault("Retry-After", str(max(1, int(body["retry_after"] + 0.999))))
+                hdrs.setdefault("X-RateLimit-Scope", "shared" if not body.get("global") else "global")
+            if isinstance(body, dict) and body.get("global"):
+                hdrs.setdefault("X-RateLimit-Global", "true")
+        self._faults.append(_Fault(method.upper(), re.compile(path_regex), status, body, hdrs, times))
+
+    def requests_matching(self, method: Optional[str] = None, path_regex: str = "") -> List[RequestRecord]:
+        """Recorded requests by method (None = any) whose path re.search()es path_regex."""
+        rx = re.compile(path_regex)
+        return [r for r in self.requests
+                if (method is None or r.method == method.upper()) and rx.search(r.path)]
+
+    @property
+    def unhandled_requests(self) -> List[RequestRecord]:
+        return [r for r in self.requests if r.unhandled]
+
+    async def wait_for(self, predicate: Callable[[], Any], timeout: float = 10.0,
+                       interval: float = 0.01, what: str = "condition") -> Any:
+        """Poll predicate() until truthy; return its value or raise asyncio.TimeoutError."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() >= deadline:
+                raise asyncio.TimeoutError(f"timed out after {timeout}s waiting for {what}")
+            await asyncio.sleep(interval)
+
+    async def wait_for_messages(self, channel_id: str, predicate: Optional[Callable[[dict], bool]] = None,
+                                count: int = 1, timeout: float = 10.0) -> List[dict]:
+        """Wait until >= count stored messages in the channel satisfy predicate; return them."""
+        pred = predicate or (lambda m: True)
+
+        def check():
+            found = [m for m in self.channel_messages(channel_id) if pred(m)]
+            return found if len(found) >= count else None
+        return await self.wait_for(check, timeout=timeout, what=f"{count} message(s) in {channel_id}")
+
+    # ------------------------------------------------------------- middleware
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler) -> web.StreamResponse:
+        if request.path == "/gateway":
+            return await handler(request)
+        m = re.match(r"^/api/v\d+(/.*)$", request.path)
+        rel = m.group(1) if m else request.path
+        body, files = await self._read_body(request)
+        rec = RequestRecord(request.method, rel, dict(request.query), body, time.time(),
+                            headers={k: v for k, v in request.headers.items()
+                                     if k.lower() in ("authorization", "content-type", "x-audit-log-reason")},
+                            files=files)
+        self.requests.append(rec)
+        request[u.BODY], request[u.FILES], request[u.RECORD] = body, files, rec
+        resp = self._injected(rec)
+        if resp is None and not _NO_AUTH.match(rel) and request.headers.get("Authorization") != f"Bot {self.token}":
+            resp = u.json_response({"message": "401: Unauthorized", "code": 0}, status=401)
+        if resp is None:
+            try:
+                resp = await handler(request)
+            except web.HTTPException as exc:
+                if exc.status in (404, 405):
+                    rec.unhandled = True
+                    resp = u.json_response({"message": "404: Not Found", "code": 0,
+                                            "errors": {"emulator": f"no route for {request.method} {rel}"}},
+                                           status=404)
+                else:
+                    resp = u.error(exc.status, 0, exc.reason)
+        rec.status = resp.status
+        return resp
+
+    def _injected(self, rec: RequestRecord) -> Optional[web.Response]:
+        for fault in self._faults:
+            if fault.method in (rec.method, "*") and fault.pattern.search(rec.path):
+                fault.times -= 1
+                if fault.times <= 0:
+                    self._faults.remove(fault)
+                rec.injected = True
+                if isinstance(fault.body, (dict, list)):
+                    return u.json_response(fault.body, status=fault.status, headers=fault.headers)
+                return web.Response(text=str(fault.body), status=fault.status, headers=fault.headers)
+        return None
+
+    @staticmethod
+    async def _read_body(request: web.Request):
+        files: List[dict] = []
+        if not request.body_exists:
+            return None, files
+        ctype = request.content_type
+        if ctype == "multipart/form-data":
+            body = None
+            reader = await request.multipart()
+            async for part in reader:
+                raw = await part.read()
+                if part.name == "payload_json":
+                    body = json.loads(raw.decode("utf-8"))
+                elif part.filename:
+                    files.append({"filename": part.filename, "size": len(raw),
+                                  "content_type": part.headers.get("Content-Type")})
+            return body, files
+        raw = await request.read()
+        if not raw:
+            return None, files
+        try:
+            return json.loads(raw.decode("utf-8")), files
+        except ValueError:
+            return raw.decode("utf-8", "replace"), files

@@ -1,0 +1,62 @@
+"""Engine fixtures: a real SQLite file, a scripted LLM, a recording surface."""
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import AsyncIterator
+
+import pytest
+
+from bot.adapters.tokens import make_token_counter
+from bot.core.engine import Engine
+from bot.core.models import Group, GroupSettings
+from storage.store import SqliteStore
+from tests.fakes.scripted_llm import ScriptedLLM
+from tests.fakes.surface import RecordingSurface
+
+ROSTER = [
+    ("planner", "drafts the itinerary", "You plan trips."),
+    ("budget", "keeps the total honest", "You check costs."),
+    ("local", "knows Tokyo", "You know the city."),
+]
+
+
+class Harness:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.surface = RecordingSurface()
+        self.llm = ScriptedLLM()
+        self.store: SqliteStore
+        self.engine: Engine
+        self.group: Group
+
+    @contextlib.asynccontextmanager
+    async def running(self, llm: ScriptedLLM | None = None, **settings: object) -> AsyncIterator["Harness"]:
+        self.llm = llm or self.llm
+        self.store = await SqliteStore.open(self.path)
+        self.engine = Engine(self.store, self.llm, self.surface, make_token_counter())
+        self.group = await self.store.create_group("test:main", "main", GroupSettings(**settings))  # type: ignore[arg-type]
+        if not await self.store.list_agents(self.group.id):
+            for name, role, prompt in ROSTER:
+                await self.store.add_agent(self.group.id, name, role, prompt)
+        try:
+            await self.engine.start()
+            yield self
+        finally:
+            await self.engine.close()
+            await self.store.close()
+
+    async def say(self, text: str, who: str = "alice") -> None:
+        group = await self.store.get_group(self.group.id)
+        await self.engine.post_user_message(group, author_name=who, user_id=who, text=text)
+
+    async def idle(self, timeout: float = 10) -> None:
+        await self.engine.wait_idle(self.group.id, timeout)
+
+    async def thread(self) -> list[str]:
+        return [f"[{m.author_name}] {m.text}" for m in await self.store.messages(self.group.id)]
+
+
+@pytest.fixture
+def harness(tmp_path: Path) -> Harness:
+    return Harness(tmp_path / "roundtable.db")

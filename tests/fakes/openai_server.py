@@ -1,0 +1,325 @@
+"""A local OpenAI-compatible HTTP server for tests, on a real socket (127.0.0.1, port 0).
+
+    async with FakeOpenAI(responder) as srv:
+        llm = OpenAILLM(api_key="k", base_url=srv.base_url, default_model="m")
+        ...
+        srv.requests[0]["messages"], srv.requests[0].headers["authorization"]
+
+It serves POST /v1/chat/completions (non-streaming; `stream: true` gets a 400)
+and GET /v1/models. Each chat request is answered by the responder, a callable
+`(body) -> Reply | str | Awaitable[Reply | str]` (a str means `Reply(text=...)`),
+or a list of replies answered in order. `GroupChatScript` is a ready-made
+responder for group-chat tests.
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import json
+import logging
+import math
+import re
+import socket
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Iterable, Literal, Sequence, Union
+
+from aiohttp import web
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Reply:
+    """How to answer one chat-completion request."""
+
+    text: str = ""
+    status: int = 200
+    headers: dict[str, str] | None = None
+    error_body: dict[str, Any] | None = None  # non-200: default {"error": {...}} in OpenAI's shape
+    delay: float = 0.0  # seconds to wait before answering (a hang, for timeout tests)
+    usage: dict[str, Any] | None | Literal["omit"] = None  # None: computed; "omit": no usage field
+    logprobs: list[float] | None = None  # per-token log-probabilities of `text`
+    finish_reason: str = "stop"
+    raw_body: Any = None  # when set: sent as the JSON body instead of a chat.completion
+
+
+ReplyLike = Union[Reply, str]
+Responder = Callable[[dict[str, Any]], Union[ReplyLike, Awaitable[ReplyLike]]]
+
+
+class RecordedRequest(dict):  # type: ignore[type-arg]
+    """The parsed JSON body of one request; `.headers` (lower-case names), `.path`, `.at` (monotonic)."""
+
+    headers: dict[str, str]
+    path: str
+    at: float
+
+
+def rough_tokens(text: str) -> int:
+    """The server's own rough count: ~4 characters a token, at least 1 for non-empty text."""
+    return max(1, math.ceil(len(text) / 4)) if text else 0
+
+
+def message_text(message: Any) -> str:
+    """A message's content as text (plain string, or the text parts of a content list)."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
+def closed_base_url() -> str:
+    """A base URL on 127.0.0.1 where nothing listens (connection refused)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+class ReplyQueue:
+    """A responder answering from a list in order; when it runs out, a loud 500."""
+
+    def __init__(self, replies: Iterable[ReplyLike]) -> None:
+        self._queue: deque[ReplyLike] = deque(replies)
+
+    def __call__(self, body: dict[str, Any]) -> ReplyLike:
+        if self._queue:
+            return self._queue.popleft()
+        return _ran_out("FakeOpenAI reply list ran out")
+
+
+def _ran_out(message: str) -> Reply:
+    # x-should-retry: false stops the openai client from retrying, so the test fails at once.
+    return Reply(status=500, headers={"x-should-retry": "false"},
+                 error_body={"error": {"message": message, "type": "fake_script_exhausted"}})
+
+
+def _error_type(status: int) -> str:
+    return {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+            404: "not_found_error", 429: "rate_limit_error"}.get(status, "server_error" if status >= 500 else "api_error")
+
+
+class FakeOpenAI:
+    """The server. `base_url` is "http://127.0.0.1:PORT/v1"; `requests` holds every chat body in order."""
+
+    def __init__(
+        self,
+        responder: Responder | Sequence[ReplyLike] | None = None,
+        *,
+        models: Sequence[str] = ("fake-model",),
+    ) -> None:
+        if responder is None:
+            responder = lambda body: Reply(text="ok")  # noqa: E731
+        elif not callable(responder):
+            responder = ReplyQueue(responder)
+        self.responder: Responder = responder
+        self.models = list(models)
+        self.requests: list[RecordedRequest] = []
+        self.errors: list[BaseException] = []  # exceptions raised by the responder
+        self.port = 0
+        self._ids = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self._closing = asyncio.Event()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def __aenter__(self) -> "FakeOpenAI":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+
+    async def close(self) -> None:
+        self._closing.set()  # wake any reply still sleeping on its delay
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # handlers -----------------------------------------------------------
+    async def _models(self, request: web.Request) -> web.Response:
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake-openai"} for m in self.models]
+        return web.json_response({"object": "list", "data": data})
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except (ValueError, UnicodeDecodeError):
+            return self._error(400, "request body is not valid JSON")
+        if not isinstance(body, dict):
+            return self._error(400, "request body must be a JSON object")
+        recorded = RecordedRequest(body)
+        recorded.headers = {k.lower(): v for k, v in request.headers.items()}
+        recorded.path = request.path
+        recorded.at = time.monotonic()
+        self.requests.append(recorded)
+        if body.get("stream"):
+            return self._error(400, "FakeOpenAI does not support stream=true; send a non-streaming request")
+        if not isinstance(body.get("messages"), list) or not body.get("model"):
+            return self._error(400, "'model' and 'messages' are required")
+        try:
+            reply = self.responder(recorded)
+            if inspect.isawaitable(reply):
+                reply = await reply
+        except Exception as exc:
+            self.errors.append(exc)
+            log.exception("FakeOpenAI responder raised")
+            return self._error(500, f"FakeOpenAI responder raised {type(exc).__name__}: {exc}",
+                               headers={"x-should-retry": "false"})
+        if isinstance(reply, str):
+            reply = Reply(text=reply)
+        if reply.delay > 0:
+            try:
+                await asyncio.wait_for(self._closing.wait(), reply.delay)
+            except asyncio.TimeoutError:
+                pass
+        return self._render(reply, recorded)
+
+    def _error(self, status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+        body = {"error": {"message": message, "type": _error_type(status), "param": None, "code": None}}
+        return web.json_response(body, status=status, headers=headers)
+
+    def _render(self, reply: Reply, body: dict[str, Any]) -> web.Response:
+        n = next(self._ids)
+        headers = {"x-request-id": f"req_fake{n}", **(reply.headers or {})}
+        if reply.raw_body is not None:
+            return web.json_response(reply.raw_body, status=reply.status, headers=headers)
+        if reply.status != 200:
+            if reply.error_body is None:
+                return self._error(reply.status, f"FakeOpenAI scripted HTTP {reply.status}", headers)
+            return web.json_response(reply.error_body, status=reply.status, headers=headers)
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": reply.text, "refusal": None},
+            "logprobs": _logprobs(reply.text, reply.logprobs) if reply.logprobs is not None else None,
+            "finish_reason": reply.finish_reason,
+        }
+        payload: dict[str, Any] = {
+            "id": f"chatcmpl-fake{n}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model"),
+            "choices": [choice],
+            "system_fingerprint": "fp_fake",
+        }
+        if reply.usage != "omit":
+            payload["usage"] = reply.usage if reply.usage is not None else _usage(body, reply.text)
+        return web.json_response(payload, headers=headers)
+
+
+def _usage(body: dict[str, Any], text: str) -> dict[str, Any]:
+    prompt = "\n".join(message_text(m) for m in body.get("messages", []))
+    p, c = rough_tokens(prompt), rough_tokens(text)
+    return {
+        "prompt_tokens": p,
+        "completion_tokens": c,
+        "total_tokens": p + c,
+        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
+    }
+
+
+def _logprobs(text: str, values: list[float]) -> dict[str, Any]:
+    """Split `text` into len(values) consecutive pieces, one per log-probability."""
+    k = len(values)
+    size = math.ceil(len(text) / k) if k and text else 0
+    pieces = [text[i * size:(i + 1) * size] for i in range(k)]
+    content = [{"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
+               for t, lp in zip(pieces, values)]
+    return {"content": content, "refusal": None}
+
+
+# ---------------------------------------------------------------------------
+SELECTOR_MARK = "You are coordinating a group chat. Choose who speaks next."
+PARTICIPANT_LINE = re.compile(
+    r"^You are (?P<name>.+?), the (?P<role>.+?) in a group chat working on the task below\.", re.MULTILINE
+)
+AgentDefault = Union[str, Callable[[str, int], str], None]
+
+
+class GroupChatScript:
+    """A responder that plays a scripted group chat.
+
+    A request is a SELECTOR call when any message holds `SELECTOR_MARK`, a
+    PARTICIPANT call when a line reads "You are NAME, the ROLE in a group chat
+    working on the task below.", else an OTHER call (a summary, ...). Queues pop
+    in order; entries are str or `Reply` (to script faults). An exhausted
+    selector answers "TERMINATE"; an exhausted agent answers `default_agent_reply`
+    (a str, or `(name, n) -> str` with n the agent's 1-based call count) or else a
+    500 saying the script ran out (not retried by the client, so tests fail loudly).
+    """
+
+    def __init__(
+        self,
+        selector: Sequence[ReplyLike] | Callable[[dict[str, Any]], ReplyLike] = (),
+        agents: dict[str, Sequence[ReplyLike]] | None = None,
+        *,
+        default_agent_reply: AgentDefault = None,
+        summary: Sequence[ReplyLike] = (),
+        other_default: str = "(no reply scripted for this call)",
+    ) -> None:
+        self._selector_fn = selector if callable(selector) else None
+        self._selector: deque[ReplyLike] = deque(() if callable(selector) else selector)
+        self._agents: dict[str, deque[ReplyLike]] = {k: deque(v) for k, v in (agents or {}).items()}
+        self.default_agent_reply = default_agent_reply
+        self._summary: deque[ReplyLike] = deque(summary)
+        self.other_default = other_default
+        self.calls: list[tuple[str, str | None]] = []  # ("selector" | "participant" | "other", name)
+        self.participant_order: list[str] = []
+        self._agent_calls: dict[str, int] = {}
+
+    @staticmethod
+    def classify(body: dict[str, Any]) -> tuple[str, str | None]:
+        texts = [message_text(m) for m in body.get("messages", [])]
+        if any(SELECTOR_MARK in t for t in texts):
+            return "selector", None
+        for t in texts:
+            match = PARTICIPANT_LINE.search(t)
+            if match:
+                return "participant", match.group("name").strip()
+        return "other", None
+
+    def __call__(self, body: dict[str, Any]) -> ReplyLike:
+        kind, name = self.classify(body)
+        self.calls.append((kind, name))
+        if kind == "selector":
+            if self._selector_fn is not None:
+                return self._selector_fn(body)
+            return self._selector.popleft() if self._selector else "TERMINATE"
+        if kind == "participant":
+            assert name is not None
+            return self._participant(name)
+        return self._summary.popleft() if self._summary else self.other_default
+
+    def _participant(self, name: str) -> ReplyLike:
+        self.participant_order.append(name)
+        n = self._agent_calls[name] = self._agent_calls.get(name, 0) + 1
+        queue = self._agents.get(name)
+        if queue is None:
+            queue = next((q for k, q in self._agents.items() if k.lower() == name.lower()), None)
+        if queue:
+            return queue.popleft()
+        default = self.default_agent_reply
+        if isinstance(default, str):
+            return default
+        if default is not None:
+            return default(name, n)
+        why = "has no script" if queue is None else f"ran out of replies (call #{n})"
+        return _ran_out(f"GroupChatScript: agent {name!r} {why}")

@@ -1,0 +1,70 @@
+"""A scripted LLM fake (the shape of simonw/llm's MockModel): enqueue replies, read `.history`.
+
+Selector calls and participant calls are told apart the same way as
+`tests/fakes/openai_server.GroupChatScript` does: by the seed prompts' first lines.
+"""
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from bot.core.errors import LLMError
+from bot.core.models import ChatMessage, Completion, Usage
+
+SELECTOR_MARK = "You are coordinating a group chat. Choose who speaks next."
+_PARTICIPANT = re.compile(r"^You are (\S+), the .* in a group chat working on the task below\.$", re.MULTILINE)
+
+Reply = str | Completion | LLMError | Callable[[Sequence[ChatMessage]], str]
+
+
+def kind_of(messages: Sequence[ChatMessage]) -> tuple[str, str | None]:
+    text = "\n".join(m.content for m in messages)
+    if SELECTOR_MARK in text:
+        return "selector", None
+    match = _PARTICIPANT.search(text)
+    if match:
+        return "participant", match.group(1).rstrip(",")
+    return "other", None
+
+
+@dataclass
+class ScriptedLLM:
+    selector: list[Reply] = field(default_factory=list)
+    agents: dict[str, list[Reply]] = field(default_factory=dict)
+    default_agent_reply: Callable[[str, int], str] | None = None
+    selector_default: str = "TERMINATE"
+    usage: Usage = field(default_factory=lambda: Usage(100, 20, 10))
+    history: list[tuple[str, str | None, list[ChatMessage]]] = field(default_factory=list)
+    gate: asyncio.Event | None = None  # when set, participant calls wait for it
+
+    @property
+    def participant_order(self) -> list[str]:
+        return [name or "" for kind, name, _ in self.history if kind == "participant"]
+
+    async def complete(self, messages: Sequence[ChatMessage], *, model: str | None = None,
+                       max_tokens: int | None = None, logprobs: bool = False) -> Completion:
+        kind, name = kind_of(messages)
+        self.history.append((kind, name, list(messages)))
+        if kind == "selector":
+            reply: Reply = self.selector.pop(0) if self.selector else self.selector_default
+        elif kind == "participant":
+            if self.gate is not None:
+                await self.gate.wait()
+            queue = self.agents.get(name or "", [])
+            if queue:
+                reply = queue.pop(0)
+            elif self.default_agent_reply is not None:
+                reply = self.default_agent_reply(name or "", len(self.participant_order))
+            else:
+                raise AssertionError(f"the script has no reply left for {name}")
+        else:
+            reply = "summary"
+        await asyncio.sleep(0)
+        if isinstance(reply, LLMError):
+            raise reply
+        if isinstance(reply, Completion):
+            return reply
+        text = reply(messages) if callable(reply) else reply
+        return Completion(text=text, usage=self.usage, model=model or "fake")

@@ -1,0 +1,34 @@
+"""A recording Surface: what the engine published, typed and reported, in order."""
+from __future__ import annotations
+
+import contextlib
+from typing import AsyncIterator
+
+from bot.core.errors import DeliveryError
+from bot.core.models import Agent, Episode, Group, Message
+
+
+class RecordingSurface:
+    def __init__(self) -> None:
+        self.published: list[Message] = []
+        self.episodes: list[Episode] = []
+        self.working_for: list[str] = []
+        self.fail_next = 0
+
+    async def publish(self, group: Group, message: Message, agent: Agent | None) -> list[str]:
+        if self.fail_next:
+            self.fail_next -= 1
+            raise DeliveryError("surface down")
+        self.published.append(message)
+        return [f"ext-{group.id}-{message.seq}"]
+
+    @contextlib.asynccontextmanager
+    async def working(self, group: Group, agent: Agent) -> AsyncIterator[None]:
+        self.working_for.append(agent.name)
+        yield
+
+    async def episode_updated(self, group: Group, episode: Episode) -> None:
+        self.episodes.append(episode)
+
+    def lines(self) -> list[str]:
+        return [f"[{m.author_name}] {m.text}" for m in self.published]

@@ -1,0 +1,122 @@
+"""The numbered migrations: a fresh file, a second application, a reopened file."""
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import aiosqlite
+import pytest
+
+from bot.core.errors import StoreError
+from bot.core.models import GroupSettings
+from storage import MIGRATIONS, SqliteStore, apply_migrations, open_db
+from storage.migrations import split_statements
+
+TABLES = {
+    "groups", "agents", "messages", "message_external_ids", "decisions",
+    "episodes", "runs", "read_cursors", "webhooks", "_migrations",
+}
+
+
+def table_names(path: Path) -> set[str]:
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    return {name for (name,) in rows}
+
+
+async def test_fresh_database_gets_every_table_and_a_row_per_migration(tmp_path: Path) -> None:
+    path = tmp_path / "new" / "dir" / "rt.db"
+    conn = await open_db(path)
+    try:
+        rows = await conn.execute_fetchall("SELECT id, name, applied_at FROM _migrations ORDER BY id")
+        assert [(r["id"], r["name"]) for r in rows] == [(mid, name) for mid, name, _ in MIGRATIONS]
+        assert all(r["applied_at"] > 0 for r in rows)
+        pragmas = {p: (await conn.execute_fetchall(f"PRAGMA {p}"))[0][0]
+                   for p in ("journal_mode", "foreign_keys", "busy_timeout", "synchronous")}
+        assert pragmas == {"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 5000, "synchronous": 1}
+    finally:
+        await conn.close()
+    assert TABLES <= table_names(path)
+
+
+async def test_applying_again_is_a_no_op(tmp_path: Path) -> None:
+    conn = await open_db(tmp_path / "rt.db")
+    try:
+        before = await conn.execute_fetchall("SELECT id, applied_at FROM _migrations")
+        assert await apply_migrations(conn) == []
+        after = await conn.execute_fetchall("SELECT id, applied_at FROM _migrations")
+        assert [tuple(r) for r in after] == [tuple(r) for r in before]
+    finally:
+        await conn.close()
+
+
+async def test_apply_returns_what_it_applied_and_later_migrations_run_once(tmp_path: Path) -> None:
+    async with aiosqlite.connect(tmp_path / "rt.db", isolation_level=None) as conn:
+        assert await apply_migrations(conn) == [mid for mid, _, _ in MIGRATIONS]
+        calls: list[int] = []
+
+        async def add_column(db: aiosqlite.Connection) -> None:
+            calls.append(1)
+            await db.execute("ALTER TABLE webhooks ADD COLUMN note TEXT")
+
+        extended = [*MIGRATIONS, (900, "webhook note", add_column)]
+        assert await apply_migrations(conn, extended) == [900]
+        assert await apply_migrations(conn, extended) == []
+        assert calls == [1]
+
+
+async def test_a_failing_migration_leaves_nothing_behind(tmp_path: Path) -> None:
+    async with aiosqlite.connect(tmp_path / "rt.db", isolation_level=None) as conn:
+        await apply_migrations(conn)
+        broken = [*MIGRATIONS, (900, "broken", "CREATE TABLE half (x); SELECT nope FROM nowhere;")]
+        with pytest.raises(sqlite3.OperationalError):
+            await apply_migrations(conn, broken)
+        names = {r[0] for r in await conn.execute_fetchall("SELECT name FROM sqlite_master")}
+        assert "half" not in names
+        assert [r[0] for r in await conn.execute_fetchall("SELECT id FROM _migrations")] == [1]
+
+
+async def test_a_file_from_a_newer_version_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "rt.db"
+    await (await open_db(path)).close()
+    with sqlite3.connect(path) as raw:
+        raw.execute("INSERT INTO _migrations (id, name, applied_at) VALUES (999, 'future', 0)")
+    with pytest.raises(StoreError, match="newer version"):
+        await open_db(path)
+
+
+async def test_reopening_an_existing_file_keeps_its_data(tmp_path: Path) -> None:
+    path = tmp_path / "rt.db"
+    async with await SqliteStore.open(path) as store:
+        group = await store.create_group("g", "general", GroupSettings(max_agent_turns=5))
+        await store.add_agent(group.id, "planner", "plans", "You plan.")
+    async with await SqliteStore.open(path) as store:
+        reopened = await store.get_group(group.id)
+        assert reopened.settings.max_agent_turns == 5
+        assert [a.name for a in await store.list_agents(group.id)] == ["planner"]
+
+
+@pytest.mark.parametrize(
+    "make_bad_path, reason",
+    [
+        (lambda tmp: (tmp / "junk.db", b"this is not a database" * 100), "not a database"),
+        (lambda tmp: (tmp / "file" / "rt.db", None), ""),
+    ],
+    ids=["not-a-database", "parent-is-a-file"],
+)
+async def test_an_unusable_path_is_one_store_error_naming_it(tmp_path: Path, make_bad_path, reason) -> None:
+    path, junk = make_bad_path(tmp_path)
+    if junk is not None:
+        path.write_bytes(junk)
+    else:
+        (tmp_path / "file").write_text("a file where a directory should be")
+    with pytest.raises(StoreError) as info:
+        await open_db(path)
+    message = str(info.value)
+    assert str(path) in message and "\n" not in message
+    assert reason in message
+
+
+def test_split_statements_keeps_whole_statements() -> None:
+    script = "-- a comment\nCREATE TABLE a (x TEXT DEFAULT ';');\n\nCREATE INDEX i ON a(x);\n"
+    assert split_statements(script) == ["CREATE TABLE a (x TEXT DEFAULT ';');", "CREATE INDEX i ON a(x);"]

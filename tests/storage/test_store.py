@@ -1,0 +1,472 @@
+"""SqliteStore against real SQLite files in tmp_path: the Store port's semantics."""
+from __future__ import annotations
+
+import asyncio
+import random
+import sqlite3
+from pathlib import Path
+from typing import AsyncIterator
+
+import pytest
+
+from bot.core.errors import CapReached, InvalidInput, NotFound, StoreError
+from bot.core.models import Decision, GroupSettings, NewMessage, Tags, Usage
+from storage import LOCKED_MESSAGE, SqliteStore
+
+
+class FakeClock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "roundtable.db"
+
+
+@pytest.fixture
+async def store(db_path: Path) -> AsyncIterator[SqliteStore]:
+    async with await SqliteStore.open(db_path, clock=FakeClock()) as opened:
+        yield opened
+
+
+@pytest.fixture
+async def group_id(store: SqliteStore) -> int:
+    return (await store.create_group("guild:chan", "general", GroupSettings())).id
+
+
+def user(text: str = "hello", who: str = "u1", ids: tuple[str, ...] = ()) -> NewMessage:
+    return NewMessage("user", who, text, author_user_id=who, external_ids=ids)
+
+
+def agent_msg(agent_id: int, text: str = "reply", ids: tuple[str, ...] = ()) -> NewMessage:
+    return NewMessage("agent", f"agent{agent_id}", text, author_agent_id=agent_id, external_ids=ids)
+
+
+def notice(text: str = "notice") -> NewMessage:
+    return NewMessage("system", "roundtable", text)
+
+
+# groups -----------------------------------------------------------------
+
+
+async def test_create_group_again_re_enables_and_keeps_id_history_and_settings(store: SqliteStore) -> None:
+    first = await store.create_group("k", "general", GroupSettings(max_agent_turns=3), guild_id="g1")
+    await store.append_user_message(first.id, user())
+    await store.update_group(first.id, enabled=False)
+    assert await store.list_groups() == []
+    again = await store.create_group("k", "renamed", GroupSettings(max_agent_turns=9), channel_id="c2")
+    assert (again.id, again.latest_seq, again.settings.max_agent_turns) == (first.id, 1, 3)
+    assert (again.enabled, again.name, again.guild_id, again.channel_id) == (True, "renamed", "g1", "c2")
+    assert await store.find_group("k") == again and await store.find_group("nope") is None
+
+
+async def test_settings_round_trip_and_unknown_stored_keys_are_ignored(store: SqliteStore, db_path: Path) -> None:
+    settings = GroupSettings(mode="tags", pace=1.5, selector_model="m", min_confidence=0.4, brief="Ünïcode")
+    group = await store.create_group("k", "n", settings)
+    assert (await store.get_group(group.id)).settings == settings
+    with sqlite3.connect(db_path) as raw:
+        raw.execute("UPDATE groups SET settings_json = ?", ('{"mode": "tags", "from_the_future": 1}',))
+    assert (await store.get_group(group.id)).settings == GroupSettings(mode="tags")
+
+
+async def test_list_groups_filters(store: SqliteStore) -> None:
+    a = await store.create_group("a", "a", GroupSettings(), guild_id="g1")
+    b = await store.create_group("b", "b", GroupSettings(), guild_id="g2")
+    await store.update_group(b.id, enabled=False, paused=True)
+    assert [g.id for g in await store.list_groups()] == [a.id]
+    assert [g.id for g in await store.list_groups(enabled_only=False)] == [a.id, b.id]
+    assert [g.id for g in await store.list_groups(enabled_only=False, guild_id="g2")] == [b.id]
+    assert (await store.get_group(b.id)).paused
+    with pytest.raises(NotFound):
+        await store.get_group(999)
+
+
+# seq allocation -----------------------------------------------------------
+
+
+async def test_concurrent_appends_from_two_processes_get_seqs_without_gaps(db_path: Path) -> None:
+    bot = await SqliteStore.open(db_path)
+    console = await SqliteStore.open(db_path)
+    try:
+        group = await bot.create_group("k", "n", GroupSettings())
+        agent = await bot.add_agent(group.id, "planner", "plans", "p")
+        rng = random.Random(7)
+
+        async def append(i: int) -> int:
+            store = bot if i % 2 else console
+            if rng.random() < 0.5:
+                return (await store.append_user_message(group.id, user(f"u{i}", who=f"p{i % 3}")))[0].seq
+            if rng.random() < 0.5:
+                return (await store.append_system_message(group.id, notice(f"n{i}"))).seq
+            msg = agent_msg(agent.id, f"a{i}")
+            return (await store.append_agent_message(group.id, msg, snapshot_seq=0, cap=1000)).seq
+
+        seqs = await asyncio.gather(*(append(i) for i in range(50)))
+        assert sorted(seqs) == list(range(1, 51))
+        rows = await console.messages(group.id)
+        assert [m.seq for m in rows] == list(range(1, 51))
+        assert (await bot.get_group(group.id)).latest_seq == 50
+        with sqlite3.connect(db_path) as raw:
+            running = raw.execute("SELECT COUNT(*) FROM episodes WHERE status = 'running'").fetchone()[0]
+        assert running == 1
+    finally:
+        await bot.close()
+        await console.close()
+
+
+# streak and cap -----------------------------------------------------------
+
+
+async def test_agent_appends_up_to_the_cap_then_cap_reached_adds_nothing(store: SqliteStore, group_id: int) -> None:
+    agent = await store.add_agent(group_id, "a", "r", "p")
+    await store.append_user_message(group_id, user())
+    for _ in range(3):
+        await store.append_agent_message(group_id, agent_msg(agent.id), snapshot_seq=1, cap=3)
+    await store.append_system_message(group_id, notice("max_turns"))  # the streak is unchanged
+    group = await store.get_group(group_id)
+    assert (group.agent_streak, group.latest_seq) == (3, 5)
+    with pytest.raises(CapReached) as info:
+        await store.append_agent_message(group_id, agent_msg(agent.id), snapshot_seq=5, cap=3)
+    assert info.value.cap == 3
+    assert (await store.get_group(group_id)).latest_seq == 5
+    assert len(await store.messages(group_id)) == 5
+    assert (await store.get_episode(group.episode_id or 0)).agent_turns == 3
+    await store.append_user_message(group_id, user("go on"))
+    assert (await store.get_group(group_id)).agent_streak == 0
+    msg = await store.append_agent_message(group_id, agent_msg(agent.id), snapshot_seq=6, cap=3)
+    assert msg.seq == 7
+
+
+@pytest.mark.parametrize(
+    "between, snapshot, cursor_before, expected_cursor",
+    [
+        ([], 2, 0, 3),  # nothing after the snapshot: through the new row
+        (["user"], 2, 0, 2),  # a user message came in between: through the snapshot only
+        (["notice"], 2, 0, 2),
+        ([], 1, 0, 1),  # an older snapshot while row 2 exists
+        (["user"], 2, 3, 3),  # never backwards
+    ],
+)
+async def test_agent_append_moves_the_author_cursor(
+    store: SqliteStore, group_id: int, between: list[str], snapshot: int, cursor_before: int, expected_cursor: int
+) -> None:
+    agent = await store.add_agent(group_id, "a", "r", "p")
+    await store.append_user_message(group_id, user("one"))
+    await store.append_user_message(group_id, user("two"))
+    for kind in between:
+        if kind == "user":
+            await store.append_user_message(group_id, user("three"))
+        else:
+            await store.append_system_message(group_id, notice())
+    await store.set_delivered_through(agent.id, cursor_before)
+    await store.append_agent_message(group_id, agent_msg(agent.id), snapshot_seq=snapshot, cap=5)
+    assert (await store.get_agent(agent.id)).delivered_through == expected_cursor
+
+
+async def test_bad_appends_are_refused(store: SqliteStore, group_id: int) -> None:
+    agent = await store.add_agent(group_id, "a", "r", "p")
+    with pytest.raises(InvalidInput):
+        await store.append_user_message(group_id, agent_msg(agent.id))
+    with pytest.raises(InvalidInput):
+        await store.append_agent_message(group_id, NewMessage("agent", "a", "x"), snapshot_seq=0, cap=3)
+    with pytest.raises(InvalidInput):
+        await store.append_agent_message(group_id, agent_msg(agent.id), snapshot_seq=4, cap=3)
+    with pytest.raises(NotFound):
+        await store.append_user_message(999, user())
+    assert (await store.get_group(group_id)).latest_seq == 0
+
+
+# episodes -----------------------------------------------------------------
+
+
+async def test_a_user_message_supersedes_the_running_episode(store: SqliteStore, group_id: int) -> None:
+    first_msg, first = await store.append_user_message(group_id, user("task one"))
+    assert (first.task_seq, first.status, first_msg.episode_id) == (1, "running", first.id)
+    _, second = await store.append_user_message(group_id, user("task two"))
+    old = await store.get_episode(first.id)
+    assert (old.status, old.ended_at is not None) == ("superseded", True)
+    assert (await store.get_group(group_id)).episode_id == second.id
+    assert (second.task_seq, second.running) == (2, True)
+
+
+async def test_end_episode_once_and_usage_adds_up(store: SqliteStore, group_id: int) -> None:
+    _, episode = await store.append_user_message(group_id, user())
+    await store.add_episode_usage(episode.id, Usage(10, 2, 4))
+    await store.add_episode_usage(episode.id, Usage(5, 1, 0))
+    ended = await store.end_episode(episode.id, "terminated")
+    assert (ended.status, ended.prompt_tokens, ended.completion_tokens, ended.cached_tokens) == ("terminated", 15, 3, 4)
+    assert await store.end_episode(episode.id, "max_turns") == ended  # no-op once ended
+    _, later = await store.append_user_message(group_id, user())
+    assert (await store.get_episode(episode.id)).status == "terminated"  # not superseded
+    with pytest.raises(InvalidInput):
+        await store.end_episode(later.id, "running")
+    with pytest.raises(NotFound):
+        await store.add_episode_usage(999, Usage(1))
+
+
+async def test_notices_and_agent_rows_belong_to_the_current_episode(store: SqliteStore, group_id: int) -> None:
+    early = await store.append_system_message(group_id, notice("before any task"))
+    assert early.episode_id is None
+    _, episode = await store.append_user_message(group_id, user())
+    assert (await store.append_system_message(group_id, notice())).episode_id == episode.id
+
+
+# read cursors ---------------------------------------------------------------
+
+
+async def test_read_cursor_clamps_and_never_moves_back(store: SqliteStore, group_id: int) -> None:
+    assert await store.get_seen(group_id, "u2") is None
+    for _ in range(3):
+        await store.append_user_message(group_id, user(who="u1"))
+    assert await store.get_seen(group_id, "u1") == 3  # own posts advance it
+    assert await store.mark_seen(group_id, "u2", 99) == 3
+    assert await store.mark_seen(group_id, "u2", 1) == 3
+    assert await store.mark_seen(group_id, "u3", 2) == 2
+    assert await store.get_seen(group_id, "u3") == 2
+    with pytest.raises(NotFound):
+        await store.mark_seen(999, "u1", 1)
+
+
+# agents ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "existing, new", [("planner", "PLANNER"), ("Émile", "émile"), ("Straße", "STRASSE"), ("Ωmega", "ωMEGA")]
+)
+async def test_duplicate_agent_names_are_case_insensitive(
+    store: SqliteStore, group_id: int, existing: str, new: str
+) -> None:
+    await store.add_agent(group_id, existing, "r", "p")
+    with pytest.raises(InvalidInput, match=existing):
+        await store.add_agent(group_id, new, "r", "p")
+    found = await store.find_agent(group_id, new)
+    assert found is not None and found.name == existing
+
+
+async def test_roster_order_removal_and_name_reuse(store: SqliteStore, group_id: int) -> None:
+    await store.append_user_message(group_id, user())
+    a = await store.add_agent(group_id, "alpha", "r", "p", model="m1", avatar_url="http://x/a.png")
+    b = await store.add_agent(group_id, "beta", "r", "p")
+    c = await store.add_agent(group_id, "gamma", "r", "p")
+    assert (a.position, b.position, c.position, a.delivered_through) == (1, 2, 3, 1)
+    assert (a.model, a.avatar_url) == ("m1", "http://x/a.png")
+    await store.update_agent(c.id, position=0)
+    await store.update_agent(b.id, enabled=False)
+    assert [x.name for x in await store.list_agents(group_id)] == ["gamma", "alpha", "beta"]
+    assert [x.name for x in await store.list_agents(group_id, enabled_only=True)] == ["gamma", "alpha"]
+    said = await store.append_agent_message(group_id, agent_msg(a.id), snapshot_seq=1, cap=5)
+    await store.remove_agent(a.id)
+    assert await store.find_agent(group_id, "alpha") is None
+    with pytest.raises(NotFound):
+        await store.get_agent(a.id)
+    with pytest.raises(NotFound):
+        await store.remove_agent(a.id)
+    again = await store.add_agent(group_id, "ALPHA", "new role", "p")
+    assert again.id != a.id and again.position == 3 and again.delivered_through == 2  # beta (2) is last
+    assert (await store.get_message(group_id, said.seq)).author_agent_id == a.id
+
+
+async def test_update_agent_fields_and_collisions(store: SqliteStore, group_id: int) -> None:
+    a = await store.add_agent(group_id, "alpha", "r", "p")
+    await store.add_agent(group_id, "Émile", "r", "p")
+    with pytest.raises(InvalidInput, match="Émile"):
+        await store.update_agent(a.id, name="ÉMILE")
+    with pytest.raises(InvalidInput, match="colour"):
+        await store.update_agent(a.id, colour="red")
+    renamed = await store.update_agent(a.id, name="Alpha", role="lead", system_prompt="s", model=None)
+    assert (renamed.name, renamed.role, renamed.system_prompt) == ("Alpha", "lead", "s")
+    with pytest.raises(InvalidInput):
+        await store.add_agent(group_id, "  ", "r", "p")
+    with pytest.raises(NotFound):
+        await store.update_agent(999, role="x")
+
+
+async def test_delivered_through_only_moves_forward_and_stops_at_latest(store: SqliteStore, group_id: int) -> None:
+    agent = await store.add_agent(group_id, "a", "r", "p")
+    for _ in range(4):
+        await store.append_user_message(group_id, user())
+    await store.set_delivered_through(agent.id, 3)
+    await store.set_delivered_through(agent.id, 1)
+    assert (await store.get_agent(agent.id)).delivered_through == 3
+    await store.set_delivered_through(agent.id, 50)
+    assert (await store.get_agent(agent.id)).delivered_through == 4
+
+
+# decisions ------------------------------------------------------------------
+
+
+async def test_decisions_round_trip_once(store: SqliteStore, group_id: int) -> None:
+    await store.append_user_message(group_id, user())
+    decision = Decision(
+        seq=1, source="selector", agent_ids=(3, 1), agent_names=("c", "a"), selector_raw=("??", "c"),
+        attempts=2, confidence=None, usage=Usage(40, 3, 8, estimated=True), terminate=True, note="retried",
+        created_at=55.0,
+    )
+    await store.record_decision(group_id, decision)
+    await store.record_decision(group_id, Decision(seq=1, source="tags"))
+    assert await store.get_decision(group_id, 1) == decision
+    assert await store.get_decision(group_id, 2) is None
+    with pytest.raises(NotFound):
+        await store.record_decision(group_id, Decision(seq=2, source="none"))
+    stamped = Decision(seq=1, source="x", confidence=0.25)
+    assert stamped.created_at == 0.0
+
+
+async def test_routed_through_waits_for_a_gap_to_fill(store: SqliteStore, group_id: int) -> None:
+    for _ in range(5):
+        await store.append_user_message(group_id, user())
+    assert await store.routed_through(group_id) == 0
+    for seq, expected in [(1, 1), (2, 2), (4, 2), (5, 2), (3, 5)]:
+        await store.record_decision(group_id, Decision(seq=seq, source="tags", confidence=0.5))
+        assert await store.routed_through(group_id) == expected
+    got = await store.decisions(group_id, after=1, through=4)
+    assert sorted(got) == [2, 3, 4] and got[2].confidence == 0.5 and got[2].created_at > 0
+
+
+# confirmation and external ids ------------------------------------------------
+
+
+async def test_confirm_unconfirmed_and_external_id_lookups(store: SqliteStore, group_id: int) -> None:
+    agent = await store.add_agent(group_id, "a", "r", "p")
+    posted, _ = await store.append_user_message(group_id, user(ids=("900",)))
+    shown = await store.append_agent_message(group_id, agent_msg(agent.id, ids=("1000",)), snapshot_seq=1, cap=5)
+    pending = await store.append_agent_message(group_id, agent_msg(agent.id), snapshot_seq=2, cap=5)
+    note = await store.append_system_message(group_id, notice())
+    assert (posted.confirmed, shown.confirmed, pending.confirmed, note.confirmed) == (True, True, False, False)
+    assert [m.seq for m in await store.unconfirmed_messages(group_id)] == [3, 4]
+    await store.confirm_message(group_id, 3, ["10000", "999"])
+    assert [m.seq for m in await store.unconfirmed_messages(group_id)] == [4]
+    confirmed = await store.get_message(group_id, 3)
+    assert (confirmed.confirmed, confirmed.external_ids) == (True, ("10000", "999"))
+    found = await store.find_message_by_external_id("999")
+    assert found is not None and found.seq == 3
+    assert await store.find_message_by_external_id("nope") is None
+    assert await store.last_external_id(group_id) == "10000"
+    with pytest.raises(InvalidInput, match="already stored"):
+        await store.append_user_message(group_id, user(ids=("900",)))
+    assert (await store.get_group(group_id)).latest_seq == 4
+    with pytest.raises(NotFound):
+        await store.confirm_message(group_id, 99, ["1"])
+
+
+async def test_messages_round_trip_and_ranges(store: SqliteStore, group_id: int) -> None:
+    tags = Tags(agent_ids=(1, 2), agent_names=("a", "b"), user_ids=("u9",), operators=True, all_agents=True)
+    msg = NewMessage("user", "Zoë", "hi @a 🎉", tags=tags, author_user_id="u1", token_count=7)
+    stored, _ = await store.append_user_message(group_id, msg)
+    for _ in range(3):
+        await store.append_system_message(group_id, notice())
+    assert await store.get_message(group_id, 1) == stored
+    assert stored.tags == tags and stored.token_count == 7
+    assert [m.seq for m in await store.messages(group_id, after=1)] == [2, 3, 4]
+    assert [m.seq for m in await store.messages(group_id, after=1, through=3)] == [2, 3]
+    assert await store.last_external_id(group_id) is None
+    with pytest.raises(NotFound):
+        await store.get_message(group_id, 5)
+
+
+# runs and usage ---------------------------------------------------------------
+
+
+async def test_runs_usage_and_interrupts(db_path: Path) -> None:
+    clock = FakeClock(0.0)
+    async with await SqliteStore.open(db_path, clock=clock) as store:
+        group = await store.create_group("k", "n", GroupSettings())
+        a = await store.add_agent(group.id, "a", "r", "p")
+        b = await store.add_agent(group.id, "b", "r", "p")
+        _, episode = await store.append_user_message(group.id, user())
+        old = await store.start_run(group.id, a.id, "group", 1, episode.id)
+        await store.finish_run(old.id, "posted", usage=Usage(1000, 1000))
+        since = clock.now
+        await store.record_decision(group.id, Decision(seq=1, source="selector", usage=Usage(7, 1, 2)))
+        run = await store.start_run(group.id, a.id, "group", 1, episode.id)
+        assert (run.status, run.snapshot_seq, run.finished_at) == ("running", 1, None)
+        done = await store.finish_run(
+            run.id, "posted", usage=Usage(100, 20, 50), selector_usage=Usage(9, 1), posted_seq=2
+        )
+        assert (done.status, done.usage, done.selector_usage, done.posted_seq) == ("posted", Usage(100, 20, 50), Usage(9, 1), 2)
+        assert done.finished_at is not None
+        failed = await store.start_run(group.id, b.id, "direct", 1, None)
+        await store.finish_run(failed.id, "failed", usage=Usage(5, 0, estimated=True), error="timeout")
+        stuck = await store.start_run(group.id, b.id, "group", 1, episode.id)
+        assert await store.interrupt_running_runs() == 1
+        assert await store.interrupt_running_runs() == 0
+        usage = await store.usage_since(group.id, since)
+        assert usage == {"a": Usage(100, 20, 50), "b": Usage(5, 0, 0, True), "selector": Usage(7, 1, 2)}
+        with sqlite3.connect(db_path) as raw:
+            status = raw.execute("SELECT status FROM runs WHERE id = ?", (stuck.id,)).fetchone()[0]
+        assert status == "interrupted"
+        with pytest.raises(InvalidInput):
+            await store.start_run(group.id, a.id, "solo", 1, None)
+        with pytest.raises(InvalidInput):
+            await store.finish_run(run.id, "done")
+        with pytest.raises(NotFound):
+            await store.start_run(group.id, 999, "group", 1, None)
+
+
+# webhooks -------------------------------------------------------------------
+
+
+async def test_webhooks_save_replace_forget(store: SqliteStore) -> None:
+    assert await store.get_webhook("c1") is None
+    await store.save_webhook("c1", "w1", "t1")
+    await store.save_webhook("c1", "w2", "t2")
+    assert await store.get_webhook("c1") == ("w2", "t2")
+    await store.forget_webhook("c1")
+    await store.forget_webhook("c1")
+    assert await store.get_webhook("c1") is None
+
+
+# failures -------------------------------------------------------------------
+
+
+async def test_a_locked_database_is_a_store_error_and_loses_no_seq(db_path: Path) -> None:
+    async with await SqliteStore.open(db_path, busy_timeout_ms=50) as store:
+        group = await store.create_group("k", "n", GroupSettings())
+        agent = await store.add_agent(group.id, "a", "r", "p")
+        await store.append_user_message(group.id, user())
+        other = sqlite3.connect(db_path, isolation_level=None)
+        try:
+            other.execute("BEGIN EXCLUSIVE")
+            with pytest.raises(StoreError, match="locked") as info:
+                await store.append_user_message(group.id, user("blocked"))
+            assert str(info.value) == LOCKED_MESSAGE
+            with pytest.raises(StoreError, match="locked"):
+                await store.append_agent_message(group.id, agent_msg(agent.id), snapshot_seq=1, cap=5)
+            assert (await store.get_group(group.id)).latest_seq == 1  # reads still work (WAL)
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        second, _ = await store.append_user_message(group.id, user("after"))
+        assert second.seq == 2
+        assert [m.seq for m in await store.messages(group.id)] == [1, 2]
+
+
+async def test_a_closed_store_raises_store_error(db_path: Path) -> None:
+    store = await SqliteStore.open(db_path)
+    await store.close()
+    await store.close()
+    with pytest.raises(StoreError, match="closed"):
+        await store.list_groups()
+    with pytest.raises(StoreError, match="closed"):
+        await store.create_group("k", "n", GroupSettings())
+
+
+@pytest.mark.parametrize("steps", [0, 1, 2, 3, 5, 8])
+async def test_a_cancelled_append_leaves_no_open_transaction(store: SqliteStore, group_id: int, steps: int) -> None:
+    task = asyncio.create_task(store.append_user_message(group_id, user("maybe")))
+    for _ in range(steps):
+        await asyncio.sleep(0)
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    latest = (await store.get_group(group_id)).latest_seq
+    stored, _ = await store.append_user_message(group_id, user("next"))
+    assert stored.seq == latest + 1
+    assert [m.seq for m in await store.messages(group_id)] == list(range(1, latest + 2))
