@@ -100,7 +100,8 @@ def split_message(text: str, limit: int = DISCORD_LIMIT) -> list[str]:
         if kind in ("word", "hard") and _fence(text[k:].lstrip(" \t").split("\n", 1)[0]):
             return None  # the next chunk would start with a line that looks like a fence
         body = text[pos:k]
-        body = body.rstrip("\r\n") if opener else body.rstrip()
+        if not (opener and kind in ("hard", "forced")) or not body.rsplit("\n", 1)[-1].strip():
+            body = body.rstrip()  # keeps trailing spaces of a code line cut in the middle
         if not body.strip():
             return None
         if opener is not None and kind != "end" and _fence(body.rstrip().rsplit("\n", 1)[-1]):

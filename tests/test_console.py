@@ -1,0 +1,90 @@
+"""`roundtable console` as a user runs it: a piped session, the real openai client, a local server."""
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+from tests.fakes.openai_server import FakeOpenAI, GroupChatScript
+
+ROUNDTABLE = str(Path(sys.executable).parent / "roundtable")  # the installed console script
+
+SESSION = """\
+/agent add name:planner role:"drafts the itinerary" prompt:"You plan trips."
+/agent add name:budget role:"keeps the total honest" prompt:"You check costs."
+/agent add name:discordbot role:x prompt:y
+/roundtable config max_turns:5
+/roundtable config max_turns:500
+Plan a 3-day Tokyo trip for under $1,500
+"""
+
+
+def clean_env(tmp_path: Path, base_url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ROUNDTABLE_", "DISCORD_"))}
+    env.update(OPENAI_API_KEY="sk-test-console-key", OPENAI_BASE_URL=base_url, ROUNDTABLE_MODEL="fake-model",
+               PYTHONUNBUFFERED="1")
+    return env
+
+
+async def run_console(tmp_path: Path, base_url: str, stdin: str, *args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        ROUNDTABLE, "--env-file", str(tmp_path / "none.env"), "console",
+        "--db", str(tmp_path / "rt.db"), *args,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env=clean_env(tmp_path, base_url), cwd=tmp_path,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), 60)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+async def test_piped_session_prints_the_conversation(tmp_path):
+    script = GroupChatScript(
+        selector=["planner", "budget", "planner", "TERMINATE"],
+        agents={"planner": ["Day 1 Asakusa, day 2 Shibuya, day 3 Nikko: $1,700.", "Cheaper hotel: $1,450. TERMINATE"],
+                "budget": ["@planner that is over by $200."]},
+    )
+    async with FakeOpenAI(script) as srv:
+        code, out, err = await run_console(tmp_path, srv.base_url, SESSION)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert "Added planner: drafts the itinerary. Tag it with @planner." in lines
+    assert any(line.startswith("error: Discord refuses webhook names that contain 'discord'") for line in lines)
+    assert any("max_turns: 5" in line for line in lines)
+    assert "error: max_turns must be a whole number from 1 to 100 (got 500)." in lines
+    convo = [line for line in lines if line.startswith("[")]
+    assert convo == [
+        "[you] Plan a 3-day Tokyo trip for under $1,500",
+        "[planner] Day 1 Asakusa, day 2 Shibuya, day 3 Nikko: $1,700.",
+        "[budget] @planner that is over by $200.",
+        "[planner] Cheaper hotel: $1,450.",
+    ]
+    assert any(line.startswith("episode #1 ended: terminated after 3 agent messages") for line in lines)
+    assert script.participant_order == ["planner", "budget", "planner"]
+    assert "sk-test-console-key" not in out + err
+    assert "Traceback" not in err
+
+
+async def test_second_run_on_the_same_file_keeps_history_and_roster(tmp_path):
+    script = GroupChatScript(selector=["planner", "TERMINATE"], agents={"planner": ["Again: $1,450."]})
+    async with FakeOpenAI(script) as srv:
+        await run_console(tmp_path, srv.base_url, '/agent add name:planner role:plans prompt:"You plan."\n')
+        code, out, err = await run_console(tmp_path, srv.base_url, "/agent list\n/roundtable status\nonce more\n",
+                                           "--as", "alice")
+    assert code == 0, err
+    assert "planner: plans" in out
+    assert "[alice] once more" in out and "[planner] Again: $1,450." in out
+
+
+async def test_missing_api_key_is_one_line(tmp_path):
+    env = clean_env(tmp_path, "http://127.0.0.1:9/v1")
+    del env["OPENAI_API_KEY"]
+    proc = await asyncio.create_subprocess_exec(
+        ROUNDTABLE, "--env-file", str(tmp_path / "none.env"), "console", "--db", str(tmp_path / "x.db"),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+        cwd=tmp_path,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(b""), 30)
+    assert proc.returncode == 2
+    lines = err.decode().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("roundtable: OPENAI_API_KEY is missing")
