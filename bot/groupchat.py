@@ -1,0 +1,85 @@
+"""A small Python API: run one bounded group chat on a task and get its result.
+
+    result = await run_group_chat(
+        "Plan a 3-day Tokyo trip for under $1,500",
+        [Participant("planner", "drafts the itinerary", "You plan trips."),
+         Participant("budget", "keeps the total honest", "You check costs.")],
+        llm,
+    )
+    result.status   # "terminated" | "max_turns" | ...
+    result.answer   # the last substantive message
+    result.thread   # the task and every reply, in order
+
+It uses the same engine as the bot, over a SQLite file (a temporary one by default).
+"""
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import AsyncIterator, Sequence
+
+from bot.core.engine import Engine
+from bot.core.errors import InvalidInput
+from bot.core.models import Agent, Episode, EpisodeResult, Group, GroupSettings, Message
+from bot.core.ports import LLM, TokenCounter
+from storage.store import SqliteStore
+
+
+@dataclass(frozen=True)
+class Participant:
+    name: str
+    role: str
+    system_prompt: str
+    model: str | None = None
+
+
+class _Quiet:
+    """A surface that shows nothing (the result is returned instead)."""
+
+    async def publish(self, group: Group, message: Message, agent: Agent | None) -> list[str]:
+        return []
+
+    @contextlib.asynccontextmanager
+    async def working(self, group: Group, agent: Agent) -> AsyncIterator[None]:
+        yield
+
+    async def episode_updated(self, group: Group, episode: Episode) -> None:
+        return None
+
+
+async def run_group_chat(
+    task: str,
+    participants: Sequence[Participant],
+    llm: LLM,
+    *,
+    max_turns: int = 12,
+    mode: str = "selector",
+    db_path: str | Path | None = None,
+    counter: TokenCounter | None = None,
+    timeout: float | None = None,
+) -> EpisodeResult:
+    """Post `task`, let the agents talk until a stop rule fires, return the episode's result."""
+    from bot.adapters.tokens import make_token_counter
+    from bot.core import validation as v
+
+    if not participants:
+        raise InvalidInput("A group chat needs at least one participant.")
+    with tempfile.TemporaryDirectory() as tmp:
+        store = await SqliteStore.open(db_path or Path(tmp) / "groupchat.db")
+        engine = Engine(store, llm, _Quiet(), counter or make_token_counter())
+        try:
+            settings = GroupSettings(mode=v.mode(mode), max_agent_turns=v.max_turns(max_turns))
+            group = await store.create_group(f"api:{id(engine)}", "api", settings)
+            for p in participants:
+                await store.add_agent(group.id, v.agent_name(p.name), v.role(p.role), v.system_prompt(p.system_prompt),
+                                      model=v.model(p.model))
+            await engine.post_user_message(group, author_name="user", user_id=None, text=v.message_text(task))
+            await engine.wait_idle(group.id, timeout)
+            episode_id = (await store.get_group(group.id)).episode_id
+            assert episode_id is not None
+            return await engine.episode_result(episode_id)
+        finally:
+            await engine.close()
+            await store.close()
