@@ -41,12 +41,20 @@ class Engine:
 
     # life cycle ----------------------------------------------------------
     async def start(self) -> None:
-        """Resume from the database: mark crashed runs, re-publish unconfirmed rows, wake every group."""
+        """Resume from the database: `recover()`, then wake every group."""
+        await self.recover()
+        await self.wake_all()
+
+    async def recover(self) -> None:
+        """Mark runs a crashed process left running, and send rows the surface never confirmed."""
         interrupted = await self.store.interrupt_running_runs()
         if interrupted:
             log.info("marked %d run(s) left running by a previous process as interrupted", interrupted)
         for group in await self.store.list_groups():
             await self.republish_unconfirmed(group)
+
+    async def wake_all(self) -> None:
+        for group in await self.store.list_groups():
             self.wake(group.id)
 
     async def republish_unconfirmed(self, group: Group) -> None:
@@ -129,8 +137,13 @@ class Engine:
         text: str,
         extra_agents: Iterable[Agent] = (),
         external_ids: Iterable[str] = (),
+        wake: bool = True,
     ) -> Message:
-        """Commit a person's message (tags parsed now, once), show it, wake the dispatcher."""
+        """Commit a person's message (tags parsed now, once), show it, wake the dispatcher.
+
+        `wake=False` lets a caller ingest a batch (e.g. missed messages) and wake once
+        after it, so the batch is routed together.
+        """
         roster = await self.store.list_agents(group.id)
         tags = with_agents(parse_tags(text, roster), [a for a in extra_agents if a.enabled])
         new = NewMessage(
@@ -145,7 +158,8 @@ class Engine:
         message, episode = await self.store.append_user_message(group.id, new)
         await publish(self.store, self.surface, group, message, None)
         await self._episode_changed(group, episode)
-        self.wake(group.id)
+        if wake:
+            self.wake(group.id)
         return message
 
     async def post_notice(self, group: Group, text: str) -> Message:

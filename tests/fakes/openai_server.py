@@ -285,6 +285,15 @@ class GroupChatScript:
         self.participant_order: list[str] = []
         self._agent_calls: dict[str, int] = {}
 
+    def set_agent(self, name: str, replies: Sequence[ReplyLike]) -> None:
+        """Replace an agent's queue of replies."""
+        self._agents[name] = deque(replies)
+
+    def set_selector(self, selector: Sequence[ReplyLike] | Callable[[dict[str, Any]], ReplyLike]) -> None:
+        """Replace the selector's queue (or make it a function of the request body)."""
+        self._selector_fn = selector if callable(selector) else None
+        self._selector = deque(() if callable(selector) else selector)
+
     @staticmethod
     def classify(body: dict[str, Any]) -> tuple[str, str | None]:
         texts = [message_text(m) for m in body.get("messages", [])]

@@ -61,6 +61,7 @@ class RoundtableBot(discord.Client):
         self.commands = Commands(self)
         self.ingest = Ingest(self)
         self._started = False
+        self.recovered = False  # live messages wait for this; catch-up reads the ones before it
         register(self.tree, self.commands)
         self.tree.on_error = self.on_app_command_error  # type: ignore[assignment]
 
@@ -75,16 +76,21 @@ class RoundtableBot(discord.Client):
 
     async def on_ready(self) -> None:
         log.info("connected as %s", self.user)
+        first = not self._started
+        if first:
+            await self.engine.recover()  # before any run starts: crashed runs, unconfirmed replies
+            self.recovered = True
         await self.ingest.catch_up()
-        if not self._started:
+        if first:
             self._started = True
-            await self.engine.start()
+            await self.engine.wake_all()
 
     async def on_resumed(self) -> None:
         await self.ingest.catch_up()
 
     async def on_message(self, message: discord.Message) -> None:
-        await self.ingest.on_message(message)
+        if self.recovered:
+            await self.ingest.on_message(message)
 
     async def on_raw_reaction_add(self, payload: discord.RawReactionActionEvent) -> None:
         await self.ingest.on_reaction(payload)

@@ -66,7 +66,7 @@ class Ingest:
         async with self.lock(group.id):
             await self._ingest(group, message)
 
-    async def _ingest(self, group: Group, message: discord.Message) -> bool:
+    async def _ingest(self, group: Group, message: discord.Message, *, wake: bool = True) -> bool:
         """Store one Discord message as a user row; False when it is not for us or already stored."""
         if not await self.accepts(group, message):
             return False
@@ -80,7 +80,7 @@ class Ingest:
         try:
             await self.bot.engine.post_user_message(
                 group, author_name=message.author.display_name, user_id=str(message.author.id),
-                text=message_text(message)[:8000], extra_agents=replied, external_ids=[str(message.id)],
+                text=message_text(message)[:8000], extra_agents=replied, external_ids=[str(message.id)], wake=wake,
             )
         except RoundtableError as exc:
             log.error("group=%s message %s was not stored: %s", group.id, message.id, exc)
@@ -100,9 +100,10 @@ class Ingest:
             async with self.lock(group.id):
                 try:
                     async for message in channel.history(limit=None, after=discord.Object(int(after)), oldest_first=True):
-                        count += await self._ingest(group, message)
+                        count += await self._ingest(group, message, wake=False)
                 except discord.HTTPException as exc:
                     log.warning("group=%s could not read the channel history: %s", group.id, exc)
+            self.bot.engine.wake(group.id)  # the whole batch is routed together
         if count:
             log.info("caught up %d message(s) posted while the bot was away", count)
         return count

@@ -109,7 +109,9 @@ def split_message(text: str, limit: int = DISCORD_LIMIT) -> list[str]:
         prefix = carry + "\n" if carry else ""
         suffix = "\n" + _fence(opener)[0] if opener else ""  # type: ignore[index]
         chunk = prefix + body + suffix
-        return chunk if len(chunk) <= limit else None
+        if len(chunk) > limit or _Layout(chunk).after[-1] is not None:
+            return None  # too long, or a cut made a partial line look like a fence
+        return chunk
 
     while pos < len(text) and text[pos:].strip():
         budget = limit - (len(carry) + 1 if carry else 0)

@@ -1,0 +1,112 @@
+"""The real bot against the local Discord emulator and the local OpenAI-compatible server."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+from typing import AsyncIterator
+
+import discord
+import pytest
+
+from bot.adapters.discord.client import RoundtableBot, point_at
+from bot.adapters.discord.webhooks import DiscordSurface
+from bot.adapters.openai_llm import OpenAILLM
+from bot.adapters.tokens import make_token_counter
+from bot.core.engine import Engine
+from bot.core.models import GroupSettings
+from storage.store import SqliteStore
+from tests.discord_emulator import DiscordEmulator
+from tests.fakes.openai_server import FakeOpenAI, GroupChatScript
+
+
+class BotHarness:
+    def __init__(self, emu: DiscordEmulator, llm_server: FakeOpenAI, db: Path) -> None:
+        self.emu = emu
+        self.llm_server = llm_server
+        self.db = db
+        self.bot: RoundtableBot | None = None
+        self.engine: Engine | None = None
+        self.store: SqliteStore | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._llm: OpenAILLM | None = None
+
+    async def start(self) -> RoundtableBot:
+        await point_at(self.emu.api_base)
+        self.store = await SqliteStore.open(self.db)
+        counter = make_token_counter()
+        self._llm = OpenAILLM(api_key="sk-test", base_url=self.llm_server.base_url, default_model="fake-model",
+                              timeout=10, max_retries=1, counter=counter)
+        surface = DiscordSurface(self.store)
+        self.engine = Engine(self.store, self._llm, surface, counter)
+        self.bot = RoundtableBot(self.engine, surface, GroupSettings(), guild_id=int(self.emu.guild_id),
+                                 guild_ready_timeout=0.05)
+        self._task = asyncio.create_task(self.bot.start(self.emu.token))
+        await asyncio.wait_for(self.bot.wait_until_ready(), 10)
+        for _ in range(200):  # on_ready (catch-up, engine start) has run
+            if self.bot._started:
+                break
+            await asyncio.sleep(0.01)
+        return self.bot
+
+    async def stop(self) -> None:
+        if self.bot is not None:
+            await self.bot.close()
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._task, 5)
+        if self.engine is not None:
+            await self.engine.close()
+        if self._llm is not None:
+            await self._llm.aclose()
+        if self.store is not None:
+            await self.store.close()
+        self.bot = self.engine = self.store = None
+
+    # helpers -------------------------------------------------------------
+    async def command(self, name: str, options: dict | None = None, *, user: str | None = None) -> dict:
+        rec = await self.emu.invoke_command(self.emu.guild_id, self.emu.channel_id, user or self.emu.alice_id,
+                                            name, options or {})
+        return await rec.wait_response(5)
+
+    async def setup_group(self, *agents: tuple[str, str], **config: object) -> None:
+        reply = await self.command("roundtable setup")
+        assert "Roundtable is on" in reply["data"]["content"], reply
+        for name, role in agents:
+            reply = await self.command("agent add", {"name": name, "role": role, "prompt": f"You are {name}."})
+            assert reply["data"]["content"].startswith(f"Added {name}"), reply
+        if config:
+            reply = await self.command("roundtable config", config)
+            assert reply["data"]["content"].startswith("Updated"), reply
+
+    def webhook_posts(self) -> list[dict]:
+        return [r.json for r in self.emu.requests_matching("POST", r"^/webhooks/\d+/[\w.\-]{60,}")
+                if r.status == 200 and r.json]
+
+    async def idle(self) -> None:
+        assert self.engine is not None and self.store is not None
+        for group in await self.store.list_groups():
+            await self.engine.wait_idle(group.id, 15)
+
+
+@pytest.fixture
+def original_discord_endpoints():
+    base, gateway = discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY
+    yield
+    discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = base, gateway
+
+
+@pytest.fixture
+def script() -> GroupChatScript:
+    return GroupChatScript()
+
+
+@pytest.fixture
+async def harness(tmp_path, script, original_discord_endpoints) -> AsyncIterator[BotHarness]:
+    async with DiscordEmulator() as emu, FakeOpenAI(script) as llm_server:
+        h = BotHarness(emu, llm_server, tmp_path / "roundtable.db")
+        await h.start()
+        try:
+            yield h
+        finally:
+            await h.stop()
