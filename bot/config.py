@@ -119,5 +119,7 @@ def load_settings(env: Mapping[str, str], *, need_discord: bool) -> Settings:
 def configure_logging(level: str) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # These log request details (URLs with webhook tokens, headers) at DEBUG: keep them quieter.
-    for noisy in ("discord.gateway", "discord.http", "discord.webhook", "httpx", "httpx2", "httpcore", "openai"):
+    # aiosqlite logs every statement with its parameters (webhook tokens) at DEBUG.
+    for noisy in ("discord.gateway", "discord.http", "discord.webhook", "httpx", "httpx2", "httpcore", "openai",
+                  "aiosqlite"):
         logging.getLogger(noisy).setLevel(max(logging.getLevelName(level), logging.WARNING))

@@ -31,7 +31,7 @@ def agent_name(value: str) -> str:
         raise InvalidInput(f"The agent name is {len(name)} characters long; the limit is {NAME_MAX}.")
     bad = [c for c in name if not (c.isalpha() or c.isdigit() or c in "_-.")]
     if bad:
-        shown = ", ".join(repr(c) if c.isprintable() and not c.isspace() else f"U+{ord(c):04X}" for c in dict.fromkeys(bad))
+        shown = ", ".join(_describe_char(c) for c in dict.fromkeys(bad))
         raise InvalidInput(
             f"The agent name {name!r} contains {shown}: use only letters, digits, '_', '-' and '.' (no spaces)."
         )
@@ -43,6 +43,14 @@ def agent_name(value: str) -> str:
     if name.strip(".-_") == "":
         raise InvalidInput("An agent name needs at least one letter or digit.")
     return name
+
+
+def _describe_char(c: str) -> str:
+    if c == " ":
+        return "a space"
+    if c.isprintable() and not c.isspace():
+        return repr(c)
+    return f"U+{ord(c):04X} ({unicodedata.name(c, 'unnamed character').lower()})"
 
 
 def role(value: str) -> str:

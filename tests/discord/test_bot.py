@@ -208,3 +208,64 @@ async def test_reaction_moves_the_read_cursor(harness, script):
             break
         await emu.wait_for(lambda: True, timeout=0.05)
     assert await harness.store.get_seen(1, str(emu.bob_id)) == 2
+
+
+async def test_setup_without_manage_webhooks_says_so(harness):
+    emu = harness.emu
+    emu.deny_manage_webhooks = True
+    reply = await harness.command("roundtable setup")
+    assert reply["ephemeral"] and "Manage Webhooks" in reply["data"]["content"]
+    assert await harness.store.list_groups() == []
+    not_set_up = await harness.command("agent list")
+    assert "not set up" in not_set_up["data"]["content"]
+
+
+async def test_a_thread_posts_through_the_parents_webhook(harness, script):
+    emu = harness.emu
+    script.set_agent("planner", ["In the thread."])
+    thread_id = emu.add_thread(emu.channel_id, "trip planning")
+    await emu.wait_for(lambda: harness.bot.get_channel(int(thread_id)) is not None, timeout=5)
+    rec = await emu.invoke_command(emu.guild_id, thread_id, emu.alice_id, "roundtable setup", {"mode": "tags"})
+    assert "Roundtable is on" in (await rec.wait_response(5))["data"]["content"]
+    group = (await harness.store.list_groups())[0]
+    rec = await emu.invoke_command(emu.guild_id, thread_id, emu.alice_id, "agent add",
+                                   {"name": "planner", "role": "plans", "prompt": "You plan."})
+    await rec.wait_response(5)
+    await emu.user_post(thread_id, emu.alice_id, "@planner hi")
+    await emu.wait_for(lambda: harness.webhook_posts(), timeout=10)
+    await harness.engine.wait_idle(group.id, 10)
+    execute = emu.requests_matching("POST", r"^/webhooks/\d+/[\w.\-]{60,}")[-1]
+    assert execute.query.get("thread_id") == thread_id
+    assert emu.requests_matching("POST", rf"^/channels/{emu.channel_id}/webhooks$")  # the parent's webhook
+    assert [m["content"] for m in emu.channel_messages(thread_id) if m.get("webhook_id")] == ["In the thread."]
+
+
+async def test_secrets_never_reach_the_logs(harness, script, caplog):
+    import logging
+
+    from bot.config import configure_logging
+
+    emu = harness.emu
+    names = ("discord.gateway", "discord.http", "discord.webhook", "httpx", "httpx2", "httpcore", "openai", "aiosqlite")
+    saved = {n: logging.getLogger(n).level for n in names}
+    configure_logging("DEBUG")
+    caplog.set_level(logging.DEBUG)
+    try:
+        await _run_and_check_logs(harness, script, caplog)
+    finally:
+        for name, level in saved.items():
+            logging.getLogger(name).setLevel(level)
+
+
+async def _run_and_check_logs(harness, script, caplog):
+    emu = harness.emu
+    script.set_agent("planner", ["Logged safely."])
+    await harness.setup_group(("planner", "plans"), mode="tags")
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner hi")
+    await emu.wait_for(lambda: harness.webhook_posts(), timeout=10)
+    await harness.idle()
+    hook = await harness.store.get_webhook(emu.channel_id)
+    text = caplog.text
+    assert "turn group=1" in text  # the per-turn line is there
+    for secret in (emu.token, "sk-test", hook[1]):
+        assert secret not in text

@@ -1,0 +1,91 @@
+"""The console's command verbs in process (the same Admin verbs Discord uses)."""
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from bot.adapters.console import Console, ConsoleSurface
+from bot.adapters.tokens import make_token_counter
+from bot.core.engine import Engine
+from bot.core.models import GroupSettings
+from storage.store import SqliteStore
+from tests.fakes.scripted_llm import ScriptedLLM
+
+
+@pytest.fixture
+async def console(tmp_path):
+    out = io.StringIO()
+    store = await SqliteStore.open(tmp_path / "c.db")
+    llm = ScriptedLLM(selector=["planner", "TERMINATE"], default_agent_reply=lambda name, n: f"{name} reply {n}")
+    surface = ConsoleSurface(out)
+    engine = Engine(store, llm, surface, make_token_counter())
+    con = Console(engine, surface, person="you", group_name="main", defaults=GroupSettings())
+    await con.open()
+    await engine.start()
+    lines: list[str] = []
+
+    async def read_line() -> str:
+        return lines.pop(0) if lines else ""
+
+    async def send(*inputs: str) -> list[str]:
+        start = len(out.getvalue())
+        for line in inputs:
+            await con.handle(line, read_line)
+        await engine.wait_idle(con.group.id, 10)
+        return out.getvalue()[start:].splitlines()
+
+    con.send = send  # type: ignore[attr-defined]
+    con.pending_input = lines  # type: ignore[attr-defined]
+    try:
+        yield con
+    finally:
+        await engine.close()
+        await store.close()
+
+
+async def test_agent_verbs_and_errors(console):
+    out = await console.send('/agent add name:planner role:"drafts the itinerary" prompt:"You plan."')
+    assert out == ["Added planner: drafts the itinerary. Tag it with @planner."]
+    console.pending_input.append("You check costs.")
+    out = await console.send("/agent add name:budget role:costs")
+    assert out == ["system prompt for budget (one line):", "Added budget: costs. Tag it with @budget."]
+    assert (await console.send("/agent add name:PLANNER role:r prompt:p"))[0].startswith("error: ")
+    assert (await console.send("/agent add name:all role:r prompt:p"))[0].startswith("error: 'all' is reserved")
+    assert "error: The agent name 'two words' contains a space" in (await console.send('/agent add name:"two words" role:r prompt:p'))[0]
+    assert "contains '🙂'" in (await console.send("/agent add name:🙂 role:r prompt:p"))[0]
+    zero_width = await console.send("/agent add name:pla\u200bnner role:r prompt:p")
+    assert "U+200B (zero width space)" in zero_width[0]
+    assert (await console.send("/agent show name:nobody"))[0].startswith("error: No agent named 'nobody'")
+    assert await console.send("/agent disable name:budget") == ["budget is disabled."]
+    assert await console.send("/agent list") == ["planner: drafts the itinerary", "budget (disabled): costs"]
+    assert await console.send("/agent edit name:planner model:gpt-x") == ["Updated planner."]
+    assert "model: gpt-x" in await console.send("/agent show name:planner")
+    assert await console.send("/agent remove name:budget") == ["Removed budget. Its messages stay in the history."]
+    assert (await console.send("/agent frobnicate name:x"))[0].startswith("error: Unknown command")
+    assert (await console.send("/agent add name:x role:r prompt:p colour:red"))[0] == (
+        "error: /agent add has no option 'colour' (options: name, role, prompt, model, avatar).")
+
+
+async def test_roundtable_verbs(console):
+    await console.send('/agent add name:planner role:plans prompt:"You plan."')
+    assert await console.send("/roundtable pause") == ["Paused: messages are still recorded, agents wait until /roundtable resume."]
+    out = await console.send("@planner are you there?")
+    assert out == ["[you] @planner are you there?"]  # recorded, nobody answers while paused
+    out = await console.send("/roundtable resume")
+    assert out[0].startswith("Resumed") and "[planner] planner reply 1" in out
+    why = await console.send("/roundtable why message:1")
+    assert why == ["#1: tags -> planner"]
+    assert (await console.send("/roundtable why message:99"))[0].startswith("error: There is no message #99")
+    usage = await console.send("/roundtable usage days:1")
+    assert any(line.startswith("planner: 100 prompt, 20 completion, 10 cached") for line in usage)
+    status = "\n".join(await console.send("/roundtable status"))
+    assert "agents: planner @#" in status and "mode: selector" in status
+    assert (await console.send("/roundtable config mode:chaos"))[0].startswith("error: Unknown mode 'chaos'")
+    assert (await console.send("/roundtable config pace:-1"))[0].startswith("error: pace must be a number")
+    assert "mode: tags" in await console.send("/roundtable config mode:tags")
+    assert await console.send("/roundtable stop") == ["No episode is running."]  # the selector said TERMINATE
+    assert "\u200b" not in "".join(await console.send("/agent list"))
+    assert (await console.send("/roundtable disable"))[0].startswith("Roundtable is off")
+    assert (await console.send("hello?"))[0].startswith("error: Roundtable is off")
+    assert (await console.send("/roundtable setup"))[0].startswith("Roundtable is on in main (mode tags)")
