@@ -372,6 +372,22 @@ class SqliteStore(LedgerMixin):
             "group_id = ? AND seq > ? AND seq <= ?", (group_id, after, through)
         )
 
+    async def token_counts(self, group_id: int, *, through: int) -> list[tuple[int, int]]:
+        async with self._read() as db:
+            rows = await self._all(
+                db, "SELECT seq, token_count FROM messages WHERE group_id = ? AND seq <= ? ORDER BY seq",
+                (group_id, through),
+            )
+        return [(int(r[0]), int(r[1])) for r in rows]
+
+    async def last_agent_author(self, group_id: int, *, through: int) -> int | None:
+        async with self._read() as db:
+            row = await self._one(
+                db, "SELECT author_agent_id FROM messages WHERE group_id = ? AND seq <= ? AND author_type = 'agent'"
+                " ORDER BY seq DESC LIMIT 1", (group_id, through),
+            )
+        return None if row is None else int(row[0])
+
     async def last_external_id(self, group_id: int) -> str | None:
         """The numerically largest all-digit external id of the group's rows."""
         async with self._read() as db:

@@ -7,8 +7,10 @@ the first message), so as the thread grows the cut stays at the same place
 until the next boundary is crossed. The prompt's prefix therefore stays the
 same from call to call and the provider's prompt cache keeps hitting.
 
-Token counts come with each message (`Message.token_count`, counted once when
-stored); the counter is only used for the elision marker.
+Token counts come with each row (`Message.token_count`, counted once when it
+was stored). `load_thread` picks the window from the store's (seq, tokens)
+pairs and loads only the rows it keeps, so a long history costs a few integers
+per row per turn, not a full row.
 """
 from __future__ import annotations
 
@@ -16,11 +18,18 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from bot.core.models import Message
-from bot.core.ports import TokenCounter
+from bot.core.ports import Store, TokenCounter
 from bot.core.prompts import render_thread
 
 BLOCKS_PER_BUDGET = 4
 MARKER_TOKENS = 16  # "[roundtable] (N earlier messages omitted)" and its newline
+
+
+@dataclass(frozen=True)
+class Window:
+    start: int  # index of the first kept row (after the task line, if pulled up)
+    omitted: int
+    task_index: int | None  # the task's index when it is shown first because its place was cut
 
 
 @dataclass(frozen=True)
@@ -33,12 +42,15 @@ class Trimmed:
         return render_thread(self.kept, self.omitted, self.task_pulled_up)
 
 
+def token_cost(token_count: int) -> int:
+    """A thread line's cost: its counted tokens plus the newline."""
+    return max(token_count, 1) + 1
+
+
 def line_cost(message: Message, counter: TokenCounter | None = None) -> int:
-    if message.token_count:
-        return message.token_count + 1
-    if counter is None:
-        return max(1, (len(message.text) + len(message.author_name) + 3) // 4) + 1
-    return counter.count(f"[{message.author_name}] {message.text}") + 1
+    if message.token_count or counter is None:
+        return token_cost(message.token_count or (len(message.text) + len(message.author_name) + 3) // 4)
+    return token_cost(counter.count(f"[{message.author_name}] {message.text}"))
 
 
 def _block_starts(costs: Sequence[int], block_tokens: int) -> list[int]:
@@ -55,29 +67,41 @@ def _block_starts(costs: Sequence[int], block_tokens: int) -> list[int]:
     return starts
 
 
-def trim_thread(
-    messages: Sequence[Message],
-    budget: int,
-    *,
-    task_seq: int | None = None,
-    counter: TokenCounter | None = None,
-) -> Trimmed:
-    """Keep what fits `budget` tokens: the task, then the newest; drop old blocks."""
-    costs = [line_cost(m, counter) for m in messages]
-    if sum(costs) <= budget or len(messages) <= 1:
-        return Trimmed(tuple(messages), 0, None)
-    task_index = next((i for i, m in enumerate(messages) if m.seq == task_seq), None)
-    block_tokens = max(1, budget // BLOCKS_PER_BUDGET)
+def choose_window(costs: Sequence[int], budget: int, task_index: int | None) -> Window:
+    """Which rows to keep: all when they fit; else the task, a marker and the newest from a block start."""
+    if sum(costs) <= budget or len(costs) <= 1:
+        return Window(0, 0, None)
     suffix = [0] * (len(costs) + 1)
     for i in range(len(costs) - 1, -1, -1):
         suffix[i] = suffix[i + 1] + costs[i]
-    for start in _block_starts(costs, block_tokens) + [len(messages) - 1]:
-        if start == 0:
-            continue
+    block_tokens = max(1, budget // BLOCKS_PER_BUDGET)
+    last = len(costs) - 1
+    for start in _block_starts(costs, block_tokens)[1:] + [last]:
         pulled = task_index is not None and task_index < start
-        cost = suffix[start] + MARKER_TOKENS + (costs[task_index] if pulled else 0)
-        if cost <= budget or start == len(messages) - 1:
-            task = messages[task_index] if pulled and task_index is not None else None
-            omitted = start - (1 if task is not None else 0)
-            return Trimmed(tuple(messages[start:]), omitted, task)
-    raise AssertionError("unreachable: the newest message is always kept")
+        cost = suffix[start] + MARKER_TOKENS + (costs[task_index] if pulled and task_index is not None else 0)
+        if cost <= budget or start == last:
+            return Window(start, start - (1 if pulled else 0), task_index if pulled else None)
+    raise AssertionError("unreachable: the newest row is always kept")
+
+
+def trim_thread(
+    messages: Sequence[Message], budget: int, *, task_seq: int | None = None, counter: TokenCounter | None = None
+) -> Trimmed:
+    """Keep what fits `budget` tokens: the task, then the newest; drop old blocks."""
+    task_index = next((i for i, m in enumerate(messages) if m.seq == task_seq), None)
+    window = choose_window([line_cost(m, counter) for m in messages], budget, task_index)
+    task = messages[window.task_index] if window.task_index is not None else None
+    return Trimmed(tuple(messages[window.start:]), window.omitted, task)
+
+
+async def load_thread(store: Store, group_id: int, *, through: int, budget: int, task_seq: int | None) -> Trimmed:
+    """The trimmed thread through `through`, loading only the rows that are kept."""
+    counts = await store.token_counts(group_id, through=through)
+    seqs = [seq for seq, _ in counts]
+    task_index = seqs.index(task_seq) if task_seq is not None and task_seq in seqs else None
+    window = choose_window([token_cost(tokens) for _, tokens in counts], budget, task_index)
+    if not counts:
+        return Trimmed((), 0, None)
+    kept = await store.messages(group_id, after=seqs[window.start] - 1, through=through)
+    task = await store.get_message(group_id, seqs[window.task_index]) if window.task_index is not None else None
+    return Trimmed(tuple(kept), window.omitted, task)

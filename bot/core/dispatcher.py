@@ -17,9 +17,9 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Sequence
 
-from bot.core.context import trim_thread
+from bot.core.context import load_thread
 from bot.core.models import Agent, Decision, Group, Message, Usage
-from bot.core.routing import eligible_speakers, explicit_recipients, last_agent_speaker, next_in_rotation, plan_batch
+from bot.core.routing import eligible_speakers, explicit_recipients, next_in_rotation, plan_batch
 from bot.core.selector import select_speaker
 from bot.core.stop import cap_notice
 from bot.core.turn import post_notice
@@ -164,8 +164,7 @@ class GroupDispatcher:
                 return Decision(message.seq, "none", note="tags mode: an agent message starts nobody")
             ids = tuple(a.id for a in roster if a.enabled)
             return Decision(message.seq, "tags", ids, self._names(roster, ids), note="tags mode: every enabled agent")
-        thread = await store.messages(group.id, through=message.seq)
-        last_agent = last_agent_speaker(thread)
+        last_agent = await store.last_agent_author(group.id, through=message.seq)
         eligible = eligible_speakers(roster, message, group.settings.allow_repeat)
         if mode == "round_robin":
             exclude = {a.id for a in roster if a not in eligible}
@@ -174,7 +173,9 @@ class GroupDispatcher:
                 return Decision(message.seq, "none", note="no agent is eligible")
             return Decision(message.seq, "rotation", (agent.id,), (agent.name,))
         task_seq = await self._task_seq(group)
-        text = trim_thread(thread, group.settings.context_budget, task_seq=task_seq, counter=self.engine.counter).render()
+        trimmed = await load_thread(store, group.id, through=message.seq, budget=group.settings.context_budget,
+                                    task_seq=task_seq)
+        text = trimmed.render()
         selection = await select_speaker(
             self.engine.llm,
             roster=roster,

@@ -183,6 +183,17 @@ class Store(Protocol):
         """Rows with after < seq <= through (through=None: latest), oldest first."""
         ...
 
+    async def token_counts(self, group_id: int, *, through: int) -> list[tuple[int, int]]:
+        """(seq, token_count) of every row through `through`, oldest first: cheap, no text.
+
+        Lets the context budget pick its window without loading the whole history.
+        """
+        ...
+
+    async def last_agent_author(self, group_id: int, *, through: int) -> int | None:
+        """The agent id of the newest agent row at or before `through`."""
+        ...
+
     async def last_external_id(self, group_id: int) -> str | None:
         """The largest external (Discord) id stored for the group, for catch-up."""
         ...

@@ -9,7 +9,7 @@ import logging
 from dataclasses import dataclass
 from typing import Sequence
 
-from bot.core.context import trim_thread
+from bot.core.context import Trimmed, load_thread
 from bot.core.errors import CapReached, DeliveryError, LLMError
 from bot.core.models import Agent, ChatMessage, Group, Message, NewMessage, Run, Usage
 from bot.core.ports import LLM, Store, Surface, TokenCounter
@@ -37,11 +37,10 @@ def others_in(thread: Sequence[Message], roster: Sequence[Agent], agent: Agent) 
 
 
 def build_messages(
-    group: Group, agent: Agent, roster: Sequence[Agent], thread: Sequence[Message], task: Message | None,
-    counter: TokenCounter | None,
+    group: Group, agent: Agent, roster: Sequence[Agent], trimmed: Trimmed, task: Message | None
 ) -> tuple[list[ChatMessage], list[str]]:
-    trimmed = trim_thread(thread, group.settings.context_budget, task_seq=task.seq if task else None, counter=counter)
-    others = others_in(thread, roster, agent)
+    shown = ([trimmed.task_pulled_up] if trimmed.task_pulled_up else []) + list(trimmed.kept)
+    others = others_in(shown, roster, agent)
     task_text = task.text if task else "(no task yet: follow the conversation)"
     prompt = participant_prompt(agent, others, task_text, trimmed.render())
     return [ChatMessage("system", system_message(agent, group.settings.brief)), ChatMessage("user", prompt)], others
@@ -60,9 +59,10 @@ class AgentTurn:
         store = self.store
         run = await store.start_run(group.id, agent.id, "group", snapshot, group.episode_id)
         roster = await store.list_agents(group.id)
-        thread = await store.messages(group.id, through=snapshot)
         task = await self._task(group)
-        messages, others = build_messages(group, agent, roster, thread, task, self.counter)
+        trimmed = await load_thread(store, group.id, through=snapshot, budget=group.settings.context_budget,
+                                    task_seq=task.seq if task else None)
+        messages, others = build_messages(group, agent, roster, trimmed, task)
         try:
             async with self.surface.working(group, agent):
                 completion = await self.llm.complete(messages, model=agent.model)

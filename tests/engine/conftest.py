@@ -1,6 +1,7 @@
 """Engine fixtures: a real SQLite file, a scripted LLM, a recording surface."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from pathlib import Path
 from typing import AsyncIterator
@@ -52,6 +53,14 @@ class Harness:
 
     async def idle(self, timeout: float = 10) -> None:
         await self.engine.wait_idle(self.group.id, timeout)
+
+    async def until_called(self, count: int = 1) -> None:
+        """Wait (bounded) until the scripted LLM has had `count` participant calls."""
+        for _ in range(500):
+            if len(self.llm.participant_order) >= count:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"only {len(self.llm.participant_order)} participant call(s) happened")
 
     async def thread(self) -> list[str]:
         return [f"[{m.author_name}] {m.text}" for m in await self.store.messages(self.group.id)]

@@ -80,10 +80,7 @@ async def test_coalescing_five_messages_during_a_run_make_one_more_run(harness):
     llm.gate = asyncio.Event()
     async with harness.running(llm, mode="tags"):
         await harness.say("@planner first")
-        for _ in range(100):
-            if llm.participant_order:
-                break
-            await asyncio.sleep(0.01)
+        await harness.until_called()
         assert llm.participant_order == ["planner"]
         for i in range(1, 6):
             await harness.say(f"@planner follow-up {i}")
@@ -103,10 +100,7 @@ async def test_burst_of_untagged_messages_costs_one_selector_call(harness):
     llm.gate = asyncio.Event()
     async with harness.running(llm):
         await harness.say("@planner start")
-        for _ in range(100):
-            if llm.participant_order:
-                break
-            await asyncio.sleep(0.01)
+        await harness.until_called()
         for i in range(4):
             await harness.say(f"thought {i}")
         llm.gate.set()
@@ -124,10 +118,7 @@ async def test_restart_resumes_pending_delivery_without_double_answer(harness):
     llm.gate = asyncio.Event()  # the planner's call hangs: the process "dies" mid-run
     async with harness.running(llm):
         await harness.say("plan it")
-        for _ in range(200):
-            if llm.participant_order:
-                break
-            await asyncio.sleep(0.01)
+        await harness.until_called()
         assert llm.participant_order == ["planner"]
     # a new process on the same file
     llm2 = ScriptedLLM(selector=["budget", "TERMINATE"], default_agent_reply=lambda name, n: f"{name} answer")
