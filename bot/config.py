@@ -48,7 +48,7 @@ class _Reader:
         if value:
             return value
         if required:
-            self.problems.append(f"{key} is missing: {fix or 'set it in .env (see config.example.env)'}.")
+            self.problems.append(f"{key} is missing: {fix or 'set it in .env (see config.example.env)'}")
         return default
 
     def parsed(self, key: str, default: T, parse: Callable[[str], T], fix: str) -> T:
@@ -58,7 +58,7 @@ class _Reader:
         try:
             return parse(raw)
         except (ValueError, TypeError):
-            self.problems.append(f"{key}={raw[:40]!r} is malformed: {fix}.")
+            self.problems.append(f"{key}={raw[:40]!r} is malformed: {fix}")
             return default
 
 
@@ -112,7 +112,7 @@ def load_settings(env: Mapping[str, str], *, need_discord: bool) -> Settings:
                                   "use the numeric id of your server (Developer Mode > Copy Server ID)"),
     )
     if r.problems:
-        raise ConfigError("; ".join(r.problems))
+        raise ConfigError("; ".join(r.problems) + ".")
     return settings
 
 

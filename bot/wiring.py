@@ -48,7 +48,7 @@ async def run_console(settings: Settings, *, db: str | None, group: str, person:
     surface = ConsoleSurface(sys.stdout)
     async with open_engine(settings, surface, db=db) as engine:
         console = Console(engine, surface, person=person, group_name=group, defaults=group_defaults(settings))
-        await console.run(stdin_reader())
+        await console.run(stdin_reader(), greet=sys.stdin.isatty())
     return 0
 
 

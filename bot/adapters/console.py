@@ -83,9 +83,13 @@ class Console:
         self.group = existing if existing and existing.enabled else await self.admin.setup(key, self.group_name, self.defaults)
         return self.group
 
-    async def run(self, read_line: Callable[[], Awaitable[str]]) -> None:
+    async def run(self, read_line: Callable[[], Awaitable[str]], *, greet: bool = False) -> None:
         group = await self.open()
         await self.engine.start()
+        if greet:
+            agents = await self.engine.store.list_agents(group.id)
+            self.surface.write(f"Roundtable console: group {group.name}, {len(agents)} agent(s), mode "
+                               f"{group.settings.mode}. Type a message, or /help for commands; Ctrl-D to quit.")
         while True:
             line = await read_line()
             if not line:
