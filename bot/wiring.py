@@ -4,14 +4,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 from bot.adapters.openai_llm import OpenAILLM
 from bot.adapters.tokens import make_token_counter
 from bot.config import Settings
 from bot.core.engine import Engine
 from bot.core.models import GroupSettings
-from bot.core.ports import Surface
+from bot.core.ports import Store, Surface
 from storage.store import SqliteStore
 
 log = logging.getLogger(__name__)
@@ -22,9 +22,13 @@ def group_defaults(settings: Settings) -> GroupSettings:
 
 
 @contextlib.asynccontextmanager
-async def open_engine(settings: Settings, surface: Surface, *, db: str | None = None) -> AsyncIterator[Engine]:
+async def open_engine(
+    settings: Settings, make_surface: Callable[[Store], Surface], *, db: str | None = None
+) -> AsyncIterator[Engine]:
+    """The engine over the SQLite file, the OpenAI client and a surface built on the store."""
     counter = make_token_counter(allow_download=True)
     store = await SqliteStore.open(db or settings.db_path)
+    surface = make_surface(store)
     llm = OpenAILLM(
         api_key=settings.openai_api_key,
         base_url=settings.openai_base_url,
@@ -46,7 +50,7 @@ async def run_console(settings: Settings, *, db: str | None, group: str, person:
     from bot.adapters.console import Console, ConsoleSurface, stdin_reader
 
     surface = ConsoleSurface(sys.stdout)
-    async with open_engine(settings, surface, db=db) as engine:
+    async with open_engine(settings, lambda store: surface, db=db) as engine:
         console = Console(engine, surface, person=person, group_name=group, defaults=group_defaults(settings))
         await console.run(stdin_reader(), greet=sys.stdin.isatty())
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine
 from typing import Iterable
 
 from bot.core.errors import Busy, NotFound
@@ -80,7 +81,7 @@ class Engine:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._dispatchers.clear()
 
-    def spawn(self, coro: "asyncio.coroutines.Coroutine[object, object, object]", name: str) -> asyncio.Task[object]:
+    def spawn(self, coro: Coroutine[object, object, object], name: str) -> asyncio.Task[object]:
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._task_done)

@@ -42,13 +42,6 @@ def plan_batch(messages: Sequence[Message], enabled_ids: set[int]) -> list[tuple
     return plans
 
 
-def last_agent_speaker(thread: Sequence[Message]) -> int | None:
-    for message in reversed(thread):
-        if message.author_type == "agent":
-            return message.author_agent_id
-    return None
-
-
 def next_in_rotation(
     roster: Sequence[Agent], after_agent_id: int | None, *, exclude: set[int] = frozenset()  # type: ignore[assignment]
 ) -> Agent | None:

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from tests.fakes.openai_server import GroupChatScript, Reply
+from tests.fakes.openai_server import GroupChatScript
 
 TOKYO = "@planner draft a 3-day Tokyo trip under $1,500"
 
@@ -245,7 +245,6 @@ async def test_secrets_never_reach_the_logs(harness, script, caplog):
 
     from bot.config import configure_logging
 
-    emu = harness.emu
     names = ("discord.gateway", "discord.http", "discord.webhook", "httpx", "httpx2", "httpcore", "openai", "aiosqlite")
     saved = {n: logging.getLogger(n).level for n in names}
     configure_logging("DEBUG")

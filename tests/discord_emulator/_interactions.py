@@ -2,7 +2,6 @@
 submits, component clicks) and the InteractionRecord tests await on."""
 from __future__ import annotations
 
-import asyncio
 import copy
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
-import json
 import logging
 import math
 import re

@@ -114,11 +114,9 @@ async def run_bot(settings: Settings, open_engine: OpenEngine, defaults: GroupSe
     """Run until stopped. Returns the exit code; start-up problems raise ConfigError (one line)."""
     if settings.discord_api_base_url:
         await point_at(settings.discord_api_base_url)
-    from storage.store import SqliteStore  # noqa: F401  (the engine's store is opened by open_engine)
-
-    surface = DiscordSurface(store=None)  # type: ignore[arg-type]
-    async with open_engine(settings, surface) as engine:
-        surface.store = engine.store
+    async with open_engine(settings, DiscordSurface) as engine:
+        surface = engine.surface
+        assert isinstance(surface, DiscordSurface)
         bot = RoundtableBot(engine, surface, defaults, guild_id=settings.discord_guild_id)
         try:
             async with bot:

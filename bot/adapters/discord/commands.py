@@ -15,7 +15,7 @@ from discord import app_commands
 from bot.adapters.discord.render import split_message
 from bot.core.admin import Admin
 from bot.core.errors import Forbidden, InvalidInput, UserFacingError
-from bot.core.models import Group, GroupSettings
+from bot.core.models import Group
 from bot.core import validation as v
 
 if TYPE_CHECKING:
@@ -250,8 +250,9 @@ def register(tree: app_commands.CommandTree, commands: Commands) -> None:
             found = await admin.agent(g, name)
             changes = {"role": role, "model": model, "avatar": avatar}
             if role is not None:
-                v.role(role)
-            v.model(model), v.avatar_url(avatar)
+                v.role(role)  # checked before the form opens, so a bad value is reported at once
+            v.model(model)
+            v.avatar_url(avatar)
             if prompt is None:
                 await i.response.send_modal(PromptModal(
                     f"System prompt for {found.name}", found.system_prompt,
