@@ -21,7 +21,7 @@ from bot.core.context import load_thread
 from bot.core.models import Agent, Decision, Group, Message, Usage
 from bot.core.routing import eligible_speakers, explicit_recipients, next_in_rotation, plan_batch
 from bot.core.selector import select_speaker
-from bot.core.stop import cap_notice
+from bot.core.stop import cap_notice, near_repeat
 from bot.core.turn import post_notice
 
 if TYPE_CHECKING:
@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SELECTOR_SOURCES = ("selector", "fallback", "low_confidence")
+REPEAT_WINDOW = 24  # rows looked back at for near-repeats
+STALLED_NOTICE = ("Stopped: the last two agent messages repeat earlier ones (stalled). "
+                  "Post a message to continue.")
 
 
 class GroupDispatcher:
@@ -212,6 +215,22 @@ class GroupDispatcher:
             ended = await self.engine.end_episode(fresh, "max_turns")
             if ended:
                 await post_notice(store, self.engine.surface, self.engine.counter, fresh, cap_notice(cap))
+        elif await self._stalled(message):
+            ended = await self.engine.end_episode(fresh, "stalled")
+            if ended:
+                await post_notice(store, self.engine.surface, self.engine.counter, fresh, STALLED_NOTICE)
+
+    async def _stalled(self, message: Message) -> bool:
+        """Seed 003's parrot check: two agent messages in a row nearly repeat earlier ones."""
+        if message.episode_id is None:
+            return False
+        earlier = await self.engine.store.messages(
+            message.group_id, after=max(0, message.seq - REPEAT_WINDOW), through=message.seq - 1)
+        agent_rows = [m for m in earlier if m.author_type == "agent" and m.episode_id == message.episode_id]
+        if not agent_rows or not near_repeat(message.text, [m.text for m in agent_rows]):
+            return False
+        previous, before = agent_rows[-1], agent_rows[:-1]
+        return near_repeat(previous.text, [m.text for m in before])
 
     async def _settle_episode(self, group: Group) -> None:
         """Nobody is pending: a still-running episode is over for now ('quiet')."""

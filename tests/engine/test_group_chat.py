@@ -169,3 +169,16 @@ async def test_explicit_tags_beat_the_mode_and_agent_tags_exclude_author(harness
         await harness.say("@budget price it")
         await harness.idle()
         assert llm.participant_order == ["budget", "planner"]
+
+
+async def test_parroting_agents_stop_as_stalled(harness):
+    same = "I agree with the plan: three days, Asakusa, Shibuya and Nikko, total about $1,450."
+    llm = ScriptedLLM(selector_default="budget", default_agent_reply=lambda name, n: same + ("!" * (n % 2)))
+    async with harness.running(llm, max_agent_turns=10):
+        await harness.say("go")
+        await harness.idle()
+        msgs = await harness.store.messages(harness.group.id)
+        agents = [m for m in msgs if m.author_type == "agent"]
+        assert len(agents) == 3  # the first is new; the 2nd and 3rd repeat earlier ones
+        assert msgs[-1].author_type == "system" and "(stalled)" in msgs[-1].text
+        assert harness.surface.episodes[-1].status == "stalled"
