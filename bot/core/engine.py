@@ -18,7 +18,7 @@ from bot.core.ports import LLM, Store, Surface, TokenCounter
 from bot.core.prompts import thread_line
 from bot.core.stop import strip_terminate
 from bot.core.tags import parse_tags, with_agents
-from bot.core.turn import AgentTurn, TurnOutcome, post_notice, publish
+from bot.core.turn import AgentTurn, TurnOutcome, publish
 from bot.core.dispatcher import GroupDispatcher
 
 log = logging.getLogger(__name__)
@@ -162,9 +162,6 @@ class Engine:
         if wake:
             self.wake(group.id)
         return message
-
-    async def post_notice(self, group: Group, text: str) -> Message:
-        return await post_notice(self.store, self.surface, self.counter, group, text)
 
     async def end_episode(self, group: Group, status: str) -> Episode | None:
         """End the group's current episode with `status`; None when none was running."""
