@@ -97,11 +97,11 @@ def trim_thread(
 async def load_thread(store: Store, group_id: int, *, through: int, budget: int, task_seq: int | None) -> Trimmed:
     """The trimmed thread through `through`, loading only the rows that are kept."""
     counts = await store.token_counts(group_id, through=through)
-    seqs = [seq for seq, _ in counts]
-    task_index = seqs.index(task_seq) if task_seq is not None and task_seq in seqs else None
-    window = choose_window([token_cost(tokens) for _, tokens in counts], budget, task_index)
     if not counts:
         return Trimmed((), 0, None)
+    seqs = [seq for seq, _ in counts]
+    task_index = seqs.index(task_seq) if task_seq in seqs else None
+    window = choose_window([token_cost(tokens) for _, tokens in counts], budget, task_index)
     kept = await store.messages(group_id, after=seqs[window.start] - 1, through=through)
     task = await store.get_message(group_id, seqs[window.task_index]) if window.task_index is not None else None
     return Trimmed(tuple(kept), window.omitted, task)
