@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
+import sys
+import time
 
 import aiohttp
 import discord
@@ -396,3 +400,291 @@ async def test_components_edits_and_files(emu):
         msg = await webhook.send("with file", file=discord.File(io.BytesIO(b"abc"), "a.txt"), wait=True)
         assert msg.attachments[0].filename == "a.txt"
         assert emu.requests_matching("POST", r"^/webhooks/")[-1].files[0]["size"] == 3
+
+
+# ----------------------------------------------------------------- fault injection
+
+def _hook_url(emu, hook, wait: bool = True) -> str:
+    return f"{emu.api_base}/webhooks/{hook.id}/{hook.token}" + ("?wait=1" if wait else "")
+
+
+def _quiet(caplog) -> list:
+    """Log records above DEBUG or carrying a traceback (the emulator must not produce any)."""
+    return [r for r in caplog.records if r.levelno > logging.DEBUG or r.exc_info]
+
+
+async def test_hold_before_and_after_handling(emu, caplog):
+    caplog.set_level(logging.DEBUG)
+    hook = emu.add_webhook(emu.channel_id)
+    async with aiohttp.ClientSession() as http:
+        # before: nothing is stored until release
+        hold = emu.hold("POST", r"^/webhooks/\d+/")
+        task = asyncio.create_task(http.post(_hook_url(emu, hook), json={"content": "one"}))
+        await asyncio.wait_for(hold.arrived.wait(), T)
+        assert hold.count == 1 and hold.records[0].held and hold.records[0].json == {"content": "one"}
+        await asyncio.sleep(0.05)
+        assert not task.done() and emu.channel_messages(emu.channel_id) == []
+        hold.release()
+        async with await asyncio.wait_for(task, T) as r:
+            assert r.status == 200 and (await r.json())["content"] == "one"
+        assert [m["content"] for m in emu.channel_messages(emu.channel_id)] == ["one"]
+        # times used up: the next matching request passes straight through
+        async with http.post(_hook_url(emu, hook), json={"content": "two"}) as r:
+            assert r.status == 200
+        assert hold.count == 1
+
+        # after: handled (stored) at once, only the response is withheld
+        hold = emu.hold("*", rf"^/webhooks/{hook.id}/", after=True)
+        task = asyncio.create_task(http.post(_hook_url(emu, hook), json={"content": "three"}))
+        await asyncio.wait_for(hold.arrived.wait(), T)
+        assert emu.channel_messages(emu.channel_id)[-1]["content"] == "three"
+        await asyncio.sleep(0.05)
+        assert not task.done()
+        hold.release()
+        async with await asyncio.wait_for(task, T) as r:
+            assert r.status == 200 and (await r.json())["id"] == emu.channel_messages(emu.channel_id)[-1]["id"]
+
+        # several requests in one hold, other routes unaffected, release_all
+        hold = emu.hold("POST", r"^/webhooks/", times=2)
+        tasks = [asyncio.create_task(http.post(_hook_url(emu, hook), json={"content": f"c{i}"})) for i in range(2)]
+        records = await hold.wait_arrived(2, T)
+        assert len(records) == 2 and len(emu.channel_messages(emu.channel_id)) == 3
+        headers = {"Authorization": f"Bot {emu.token}"}
+        async with http.get(f"{emu.api_base}/channels/{emu.channel_id}", headers=headers) as r:
+            assert r.status == 200
+        emu.release_all()
+        for t in tasks:
+            async with await asyncio.wait_for(t, T) as r:
+                assert r.status == 200
+        assert len(emu.channel_messages(emu.channel_id)) == 5
+    assert not _quiet(caplog)
+
+
+async def test_hold_after_with_discord_py_dispatches_before_response(emu):
+    client = make_client()
+    async with running(client):
+        channel = client.get_channel(int(emu.channel_id))
+        webhook = await channel.create_webhook(name="Hook")
+        hold = emu.hold("POST", rf"^/webhooks/{webhook.id}/", after=True)
+        seen = asyncio.create_task(client.wait_for("message", check=lambda m: m.webhook_id, timeout=T))
+        send = asyncio.create_task(webhook.send("slow ack", wait=True))
+        gw_msg = await seen                      # MESSAGE_CREATE arrives while the POST is pending
+        assert hold.count == 1 and not send.done()
+        hold.release()
+        sent = await asyncio.wait_for(send, T)
+        assert sent.id == gw_msg.id
+
+
+_RAW_POST = """
+import socket, sys, time
+host, port, path, body = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4].encode()
+s = socket.create_connection((host, port))
+s.sendall(b"POST " + path.encode() + b" HTTP/1.1\\r\\nHost: x\\r\\nContent-Type: application/json\\r\\n"
+          + b"Content-Length: " + str(len(body)).encode() + b"\\r\\n\\r\\n" + body)
+print("sent", flush=True)
+time.sleep(60)
+"""
+
+
+async def _killed_client_post(emu, hook, content: str) -> None:
+    """A separate process posts to the webhook and is killed while the request is in flight."""
+    path = f"/api/v10/webhooks/{hook.id}/{hook.token}?wait=1"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _RAW_POST, "127.0.0.1", str(emu.port), path, json.dumps({"content": content}),
+        stdout=asyncio.subprocess.PIPE)
+    assert (await asyncio.wait_for(proc.stdout.readline(), T)).strip() == b"sent"
+    return proc
+
+
+async def test_hold_survives_killed_client(emu, caplog):
+    caplog.set_level(logging.DEBUG)
+    hook = emu.add_webhook(emu.channel_id)
+    hold = emu.hold("POST", r"^/webhooks/", after=True)
+    proc = await _killed_client_post(emu, hook, "kept")
+    await asyncio.wait_for(hold.arrived.wait(), T)
+    proc.kill()
+    await proc.wait()
+    await asyncio.sleep(0.1)
+    hold.release()
+    await emu.wait_for(lambda: hold.records[0].client_gone, timeout=T, what="client_gone")
+    assert [m["content"] for m in emu.channel_messages(emu.channel_id)] == ["kept"]
+    assert hold.records[0].status == 200
+    # the emulator still serves requests afterwards
+    async with aiohttp.ClientSession() as http:
+        async with http.post(_hook_url(emu, hook), json={"content": "next"}) as r:
+            assert r.status == 200
+    assert not _quiet(caplog)
+
+
+async def test_close_drops_held_requests_without_hanging(caplog):
+    caplog.set_level(logging.DEBUG)
+    emu = await DiscordEmulator().start()
+    hook = emu.add_webhook(emu.channel_id)
+    before = emu.hold("POST", r"^/webhooks/")
+    proc = await _killed_client_post(emu, hook, "never")
+    await asyncio.wait_for(before.arrived.wait(), T)
+    proc.kill()
+    await proc.wait()
+    async with aiohttp.ClientSession() as http:
+        after = emu.hold("GET", r"^/channels/", after=True)
+        pending = asyncio.create_task(http.get(f"{emu.api_base}/channels/{emu.channel_id}",
+                                               headers={"Authorization": f"Bot {emu.token}"}))
+        await asyncio.wait_for(after.arrived.wait(), T)
+        started = time.monotonic()
+        await asyncio.wait_for(emu.close(), T)
+        assert time.monotonic() - started < 5
+        with pytest.raises(aiohttp.ClientError):
+            await asyncio.wait_for(pending, T)
+    assert emu.channel_messages(emu.channel_id) == []   # held before handling: never handled
+    assert not _quiet(caplog)
+
+
+async def test_fail_next_connection_reset_and_after(emu, caplog):
+    caplog.set_level(logging.DEBUG)
+    hook = emu.add_webhook(emu.channel_id)
+    route = rf"^/webhooks/{hook.id}/"
+    async with aiohttp.ClientSession() as http:
+        # status=0 before handling: no response, nothing stored
+        emu.fail_next("POST", route, 0)
+        with pytest.raises((aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)):
+            async with http.post(_hook_url(emu, hook), json={"content": "lost"}) as r:
+                await r.read()
+        rec = emu.requests_matching("POST", route)[-1]
+        assert rec.status == 0 and rec.injected
+        assert emu.channel_messages(emu.channel_id) == []
+
+        # status=0 after handling: stored, but the client never hears about it
+        emu.fail_next("POST", route, 0, after=True)
+        with pytest.raises((aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)):
+            async with http.post(_hook_url(emu, hook), json={"content": "ghost"}) as r:
+                await r.read()
+        assert emu.requests_matching("POST", route)[-1].status == 0
+        assert [m["content"] for m in emu.channel_messages(emu.channel_id)] == ["ghost"]
+
+        # an error status after handling
+        emu.fail_next("POST", route, 502, after=True)
+        async with http.post(_hook_url(emu, hook), json={"content": "stored anyway"}) as r:
+            assert r.status == 502 and (await r.json())["message"] == "502: injected"
+        rec = emu.requests_matching("POST", route)[-1]
+        assert rec.status == 502 and rec.injected
+        assert emu.channel_messages(emu.channel_id)[-1]["content"] == "stored anyway"
+
+        # unchanged default: answered before handling
+        emu.fail_next("POST", route, 403, body={"message": "Missing Permissions", "code": 50013})
+        async with http.post(_hook_url(emu, hook), json={"content": "refused"}) as r:
+            assert r.status == 403 and (await r.json())["code"] == 50013
+        assert len(emu.channel_messages(emu.channel_id)) == 2
+
+        # the server keeps working; the fault was used up
+        async with http.post(_hook_url(emu, hook), json={"content": "fine"}) as r:
+            assert r.status == 200
+
+        # holds come first: held, then answered by the fault
+        hold = emu.hold("POST", route)
+        emu.fail_next("POST", route, 500)
+        task = asyncio.create_task(http.post(_hook_url(emu, hook), json={"content": "late failure"}))
+        await asyncio.wait_for(hold.arrived.wait(), T)
+        hold.release()
+        async with await asyncio.wait_for(task, T) as r:
+            assert r.status == 500
+        assert emu.channel_messages(emu.channel_id)[-1]["content"] == "fine"
+    assert not _quiet(caplog)
+
+
+async def test_reset_after_send_then_retry_with_nonce(emu):
+    """The reliability scenario: the create succeeded but the answer was lost; a retry
+    with the same nonce gets the first message instead of a duplicate."""
+    client = make_client()
+    created: list = []
+
+    @client.event
+    async def on_message(message: discord.Message) -> None:
+        created.append(message.id)
+
+    async with running(client):
+        channel = client.get_channel(int(emu.channel_id))
+        emu.fail_next("POST", rf"^/channels/{emu.channel_id}/messages$", 0, after=True)
+        with pytest.raises((aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)):
+            await channel.send("exactly once", nonce="turn-42")
+        retried = await channel.send("exactly once", nonce="turn-42")
+        stored = emu.channel_messages(emu.channel_id)
+        assert [m["content"] for m in stored] == ["exactly once"]
+        assert retried.id == int(stored[0]["id"]) and retried.nonce == "turn-42"
+        await emu.wait_for(lambda: created, timeout=T)
+        await asyncio.sleep(0.1)
+        assert created == [retried.id]          # one MESSAGE_CREATE only
+
+
+async def test_message_nonce_deduplication(emu):
+    headers = {"Authorization": f"Bot {emu.token}"}
+    other = emu.add_channel(emu.guild_id, "other")
+    url = f"{emu.api_base}/channels/{{}}/messages"
+
+    async with aiohttp.ClientSession(headers=headers) as http:
+        async def post(body: dict, cid: str = emu.channel_id):
+            async with http.post(url.format(cid), json=body) as r:
+                return r.status, await r.json()
+
+        status, first = await post({"content": "a", "nonce": "n1", "enforce_nonce": True})
+        assert status == 200 and first["nonce"] == "n1"
+        status, again = await post({"content": "a (retry)", "nonce": "n1", "enforce_nonce": True})
+        assert status == 200 and again["id"] == first["id"] and again["content"] == "a"
+        assert len(emu.channel_messages(emu.channel_id)) == 1
+        # another channel is another scope
+        status, elsewhere = await post({"content": "a", "nonce": "n1", "enforce_nonce": True}, other)
+        assert status == 200 and elsewhere["id"] != first["id"]
+        # integer nonces work too
+        status, num = await post({"content": "b", "nonce": 1234567890123, "enforce_nonce": True})
+        status, num2 = await post({"content": "b", "nonce": 1234567890123, "enforce_nonce": True})
+        assert num2["id"] == num["id"] and num["nonce"] == 1234567890123
+        # without enforce_nonce the nonce is only echoed
+        _, x = await post({"content": "c", "nonce": "n2"})
+        _, y = await post({"content": "c", "nonce": "n2"})
+        assert x["id"] != y["id"] and x["nonce"] == y["nonce"] == "n2"
+        assert len(emu.channel_messages(emu.channel_id)) == 4
+        # at most 25 characters
+        status, err = await post({"content": "d", "nonce": "x" * 26, "enforce_nonce": True})
+        assert status == 400 and err["code"] == 50035 and "nonce" in err["errors"]
+        status, _ = await post({"content": "d", "nonce": "x" * 25, "enforce_nonce": True})
+        assert status == 200
+        # the first message was deleted meanwhile: Discord answers 404 10008
+        async with http.delete(url.format(emu.channel_id) + f"/{first['id']}") as r:
+            assert r.status == 204
+        status, err = await post({"content": "a", "nonce": "n1", "enforce_nonce": True})
+        assert status == 404 and err["code"] == 10008
+        # the window expires
+        emu.nonce_window = 0.05
+        _, e1 = await post({"content": "e", "nonce": "n3", "enforce_nonce": True})
+        await asyncio.sleep(0.1)
+        _, e2 = await post({"content": "e", "nonce": "n3", "enforce_nonce": True})
+        assert e1["id"] != e2["id"]
+
+
+async def test_history_after_paging_across_channels_and_threads(emu):
+    other = emu.add_channel(emu.guild_id, "other")
+    thread = emu.add_thread(emu.channel_id, "side chat")
+    where = [emu.channel_id, other, thread]
+    anchors = {cid: await emu.user_post(cid, emu.alice_id, "anchor", dispatch=False) for cid in where}
+    expected: dict = {cid: [] for cid in where}
+    for i in range(105):                       # interleaved, so ids of the three mix
+        for cid in where:
+            msg = await emu.user_post(cid, emu.bob_id, f"{cid}-{i}", dispatch=False)
+            expected[cid].append(msg["content"])
+    await emu.user_post(emu.channel_id, emu.bob_id, "before-anchor-check", dispatch=False)
+    expected[emu.channel_id].append("before-anchor-check")
+    client = make_client()
+    async with running(client):
+        for cid in where:
+            channel = client.get_channel(int(cid))
+            assert channel is not None
+            got = [m.content async for m in channel.history(
+                limit=None, after=discord.Object(int(anchors[cid]["id"])), oldest_first=True)]
+            assert got == expected[cid], cid
+            pages = [r for r in emu.requests_matching("GET", rf"^/channels/{cid}/messages$")]
+            assert [r.query.get("limit") for r in pages][:2] == ["100", "100"] and len(pages) >= 2
+        # raw: after + limit answers the oldest `limit` messages after the id, newest-first
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bot {emu.token}"}) as http:
+            q = {"after": anchors[thread]["id"], "limit": "100"}
+            async with http.get(f"{emu.api_base}/channels/{thread}/messages", params=q) as r:
+                page = await r.json()
+        assert [m["content"] for m in page] == list(reversed(expected[thread][:100]))

@@ -10,12 +10,12 @@ the last GUILD_CREATE, whether or not it chunks. Tests go faster with
 ``client.get_guild(...)`` instead of on_ready.
 """
 from ._interactions import InteractionRecord
-from ._server import DEFAULT_TOKEN, RATE_LIMIT_BODY, DiscordEmulator, RequestRecord
+from ._server import DEFAULT_TOKEN, RATE_LIMIT_BODY, DiscordEmulator, Hold, RequestRecord
 from ._gateway import GatewaySession
 from ._webhooks import Webhook
 from . import _util as perms
 
 __all__ = [
-    "DiscordEmulator", "InteractionRecord", "RequestRecord", "GatewaySession", "Webhook",
+    "DiscordEmulator", "Hold", "InteractionRecord", "RequestRecord", "GatewaySession", "Webhook",
     "DEFAULT_TOKEN", "RATE_LIMIT_BODY", "perms",
 ]

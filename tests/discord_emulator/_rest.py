@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import copy
-from typing import Dict, List, Optional
+import time
+from typing import Any, Dict, List, Optional, Tuple
 
 from aiohttp import web
 
 from . import _util as u
+
+NONCE_WINDOW = 300.0   # seconds Discord remembers an enforced nonce
+NONCE_MAX_LENGTH = 25
 
 
 class RestMixin:
@@ -15,6 +19,9 @@ class RestMixin:
     def _init_rest(self) -> None:
         self.synced_commands: Dict[Optional[str], List[dict]] = {}  # guild id (None = global) -> commands
         self.command_syncs: List[dict] = []   # history: {"guild_id", "commands"}
+        self.nonce_window: float = NONCE_WINDOW
+        # (channel id, author id, nonce) -> (message id, monotonic time created)
+        self._nonces: Dict[Tuple[str, str, str], Tuple[str, float]] = {}
 
     def _core_routes(self) -> list:
         g, p, put, pa, d = web.get, web.post, web.put, web.patch, web.delete
@@ -185,14 +192,45 @@ class RestMixin:
             return u.error(400, 50006, "Cannot send an empty message")
         return None
 
+    @staticmethod
+    def _validate_nonce(nonce: Any) -> Optional[web.Response]:
+        if nonce is None:
+            return None
+        if isinstance(nonce, bool) or not isinstance(nonce, (str, int)):
+            return u.form_error("nonce", "NONCE_TYPE_INVALID", "Nonce must be an integer or a string.")
+        if len(str(nonce)) > NONCE_MAX_LENGTH:
+            return u.form_error("nonce", "BASE_TYPE_MAX_LENGTH",
+                                f"Must be {NONCE_MAX_LENGTH} or fewer in length.")
+        return None
+
+    def _nonce_seen(self, key: Tuple[str, str, str]) -> Optional[str]:
+        """Message id created with this enforced nonce within nonce_window, if any."""
+        now = time.monotonic()
+        for k, (_, created) in list(self._nonces.items()):
+            if now - created > self.nonce_window:
+                del self._nonces[k]
+        hit = self._nonces.get(key)
+        return hit[0] if hit else None
+
     async def _h_post_message(self, request: web.Request) -> web.Response:
+        """Create a message as the bot. With a nonce and enforce_nonce, a repeat of the same
+        nonce (same author and channel, within nonce_window) returns the first message."""
         ch, err = self._channel_or_404(request.match_info["cid"])
         if err:
             return err
         body = request[u.BODY] or {}
-        err = self._validate_content(body, request[u.FILES])
+        err = self._validate_nonce(body.get("nonce")) or self._validate_content(body, request[u.FILES])
         if err:
             return err
+        nonce_key = None
+        if body.get("nonce") is not None and body.get("enforce_nonce") is True:
+            nonce_key = (ch.id, self.bot_user_id, str(body["nonce"]))
+            first_id = self._nonce_seen(nonce_key)
+            if first_id is not None:
+                first = self.get_message(first_id)
+                if first is None:  # Discord: the first message was deleted meanwhile
+                    return u.error(404, 10008, "Unknown Message")
+                return u.json_response(first)
         ref = (body.get("message_reference") or {}).get("message_id")
         msg = self._build_message(ch.id, self.user_json(self.bot_user_id), body.get("content") or "",
                                   embeds=body.get("embeds"), allowed_mentions=body.get("allowed_mentions"),
@@ -200,6 +238,8 @@ class RestMixin:
                                   components=body.get("components"), flags=body.get("flags") or 0)
         msg["nonce"] = body.get("nonce")
         self._store_message(msg)
+        if nonce_key is not None:
+            self._nonces[nonce_key] = (msg["id"], time.monotonic())
         self._dispatch_message("MESSAGE_CREATE", msg, self.bot_user_id)
         return u.json_response(msg)
 

@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import re
+import socket
+import struct
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
@@ -17,6 +21,8 @@ from ._messages import MessagesMixin
 from ._rest import RestMixin
 from ._state import StateMixin
 from ._webhooks import WebhookMixin
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TOKEN = "MTIzNDU2Nzg5MDEyMzQ1Njc4.emulat.or-fake-bot-token-for-tests_0123456789"
 RATE_LIMIT_BODY = {"message": "You are being rate limited.", "retry_after": 0.3, "global": False}
@@ -35,16 +41,71 @@ class RequestRecord:
     status: Optional[int] = None
     unhandled: bool = False        # True when no route matched (an emulator gap)
     injected: bool = False         # True when answered by fail_next
+    held: bool = False             # True when caught by a hold()
+    client_gone: bool = False      # the client had disconnected when its held request was released
 
 
 @dataclass
 class _Fault:
     method: str
     pattern: re.Pattern
-    status: int
+    status: int                    # 0 = drop the connection without a response
     body: Any
     headers: Dict[str, str]
     times: int
+    after: bool = False            # answer with the fault only after handling the request
+
+
+def _matches(method: str, pattern: re.Pattern, rec: RequestRecord) -> bool:
+    return method in (rec.method, "*") and pattern.search(rec.path) is not None
+
+
+@dataclass(eq=False)
+class Hold:
+    """Requests caught by DiscordEmulator.hold(); each waits until release().
+
+    arrived is set when the first caught request starts waiting (after=True: once it
+    has been handled); count/records list the caught requests."""
+    method: str
+    pattern: re.Pattern
+    after: bool
+    times: Optional[int]           # None = every matching request until release()
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    count: int = 0
+    records: List[RequestRecord] = field(default_factory=list)
+    _released: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    _owner: Optional[List["Hold"]] = field(default=None, repr=False)
+
+    @property
+    def released(self) -> bool:
+        return self._released.is_set()
+
+    @property
+    def exhausted(self) -> bool:
+        return self.times is not None and self.count >= self.times
+
+    def release(self) -> None:
+        """Let every held request go; later matching requests pass through."""
+        self._released.set()
+        if self._owner is not None and self in self._owner:
+            self._owner.remove(self)
+
+    async def wait_arrived(self, count: int = 1, timeout: float = 10.0) -> List[RequestRecord]:
+        """Wait until at least `count` requests have been caught; return their records."""
+        deadline = time.monotonic() + timeout
+        while self.count < count:
+            if time.monotonic() >= deadline:
+                raise asyncio.TimeoutError(f"{self.count} of {count} request(s) held after {timeout}s")
+            await asyncio.sleep(0.005)
+        return list(self.records)
+
+    def _catch(self, rec: RequestRecord) -> None:
+        self.count += 1
+        self.records.append(rec)
+        rec.held = True
+        self.arrived.set()
+        if self.exhausted and self._owner is not None and self in self._owner:
+            self._owner.remove(self)
 
 
 class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, WebhookMixin, InteractionsMixin):
@@ -62,6 +123,10 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
     mentioned or the author. discord.py fires on_ready guild_ready_timeout (2 s by
     default) after the last GUILD_CREATE; pass guild_ready_timeout=0.1 and
     chunk_guilds_at_startup=False to the client for fast tests.
+
+    Faults: fail_next() (error status or connection reset, before or after handling),
+    hold()/release_all() (delay a request or its response). Message creates with a
+    nonce and enforce_nonce are deduplicated for nonce_window seconds, like Discord.
     """
 
     def __init__(self, *, token: str = DEFAULT_TOKEN, bot_name: str = "Roundtable",
@@ -76,6 +141,9 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
         self.requests: List[RequestRecord] = []
         self.typing_log: List[dict] = []
         self._faults: List[_Fault] = []
+        self._holds: List[Hold] = []       # still catching requests
+        self._all_holds: List[Hold] = []   # every hold made (release_all)
+        self._closing = False
         self._runner: Optional[web.AppRunner] = None
         self.port: int = 0
         self.guild_id = self.channel_id = self.alice_id = self.bob_id = None
@@ -94,6 +162,7 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
         return f"http://127.0.0.1:{self.port}/api/v10"
 
     async def start(self) -> "DiscordEmulator":
+        self._closing = False
         app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024 * 1024)
         app.router.add_get("/gateway", self._gateway_handler)
         app.router.add_routes(self._core_routes() + self._webhook_routes())
@@ -105,6 +174,8 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
         return self
 
     async def close(self) -> None:
+        self._closing = True          # requests released from now on are dropped, not handled
+        self.release_all()
         for conn in list(self._connections):
             conn.send(None)
             if not conn.ws.closed:
@@ -121,10 +192,18 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
 
     # ------------------------------------------------------------- test helpers
     def fail_next(self, method: str, path_regex: str, status: int, body: Any = None,
-                  headers: Optional[Dict[str, str]] = None, times: int = 1) -> None:
-        """The next `times` requests whose method matches and whose API-relative path
-        re.search()es path_regex are answered with status/body instead. A 429 gets
-        Discord's rate-limit body and a Via header by default (discord.py retries it)."""
+                  headers: Optional[Dict[str, str]] = None, times: int = 1, *,
+                  after: bool = False) -> None:
+        """The next `times` requests whose method matches ("*" = any) and whose API-relative
+        path re.search()es path_regex are answered with status/body instead. A 429 gets
+        Discord's rate-limit body and a Via header by default (discord.py retries it).
+
+        status=0 drops the TCP connection (RST) without any HTTP response: aiohttp clients
+        see ServerDisconnectedError or ClientOSError. after=True first handles the request
+        normally (e.g. stores and dispatches the message) and then answers with the fault.
+        The record gets injected=True (and status=0 for a drop). Note that aiohttp itself
+        retries an idempotent request (GET/PUT/DELETE) once after a drop on a reused
+        keep-alive connection, which uses up another `times`."""
         hdrs = dict(headers or {})
         if body is None:
             body = dict(RATE_LIMIT_BODY) if status == 429 else {"message": f"{status}: injected", "code": 0}
@@ -135,7 +214,29 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
                 hdrs.setdefault("X-RateLimit-Scope", "shared" if not body.get("global") else "global")
             if isinstance(body, dict) and body.get("global"):
                 hdrs.setdefault("X-RateLimit-Global", "true")
-        self._faults.append(_Fault(method.upper(), re.compile(path_regex), status, body, hdrs, times))
+        self._faults.append(_Fault(method.upper(), re.compile(path_regex), status, body, hdrs, times, after))
+
+    def hold(self, method: str, path_regex: str, *, after: bool = False, times: Optional[int] = 1) -> Hold:
+        """Hold the next `times` (None = all until released) matching requests (same
+        matching as fail_next) until the returned Hold is released.
+
+        after=False: the request waits before it is handled (nothing stored/dispatched yet).
+        after=True: it is handled normally, only the HTTP response is withheld.
+        A request whose client disconnected meanwhile is still handled on release (like a
+        server that already got it) and its record gets client_gone=True; close() drops
+        requests still held instead of handling them. Holds are checked before fail_next
+        faults, so a held request can then be answered by a fault."""
+        if times is not None and times < 1:
+            raise ValueError("times must be >= 1 or None")
+        h = Hold(method.upper(), re.compile(path_regex), after, times, _owner=self._holds)
+        self._holds.append(h)
+        self._all_holds.append(h)
+        return h
+
+    def release_all(self) -> None:
+        """Release every hold (pending ones included)."""
+        for h in self._all_holds:
+            h.release()
 
     def requests_matching(self, method: Optional[str] = None, path_regex: str = "") -> List[RequestRecord]:
         """Recorded requests by method (None = any) whose path re.search()es path_regex."""
@@ -183,34 +284,67 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
                             files=files)
         self.requests.append(rec)
         request[u.BODY], request[u.FILES], request[u.RECORD] = body, files, rec
-        resp = self._injected(rec)
-        if resp is None and not _NO_AUTH.match(rel) and request.headers.get("Authorization") != f"Bot {self.token}":
-            resp = u.json_response({"message": "401: Unauthorized", "code": 0}, status=401)
+        resp = await self._intercept(request, rec, after=False)
         if resp is None:
-            try:
-                resp = await handler(request)
-            except web.HTTPException as exc:
-                if exc.status in (404, 405):
-                    rec.unhandled = True
-                    resp = u.json_response({"message": "404: Not Found", "code": 0,
-                                            "errors": {"emulator": f"no route for {request.method} {rel}"}},
-                                           status=404)
-                else:
-                    resp = u.error(exc.status, 0, exc.reason)
-        rec.status = resp.status
+            resp = await self._handle(request, handler, rec)
+            rec.status = resp.status
+            resp = await self._intercept(request, rec, after=True) or resp
         return resp
 
-    def _injected(self, rec: RequestRecord) -> Optional[web.Response]:
-        for fault in self._faults:
-            if fault.method in (rec.method, "*") and fault.pattern.search(rec.path):
-                fault.times -= 1
-                if fault.times <= 0:
-                    self._faults.remove(fault)
-                rec.injected = True
-                if isinstance(fault.body, (dict, list)):
-                    return u.json_response(fault.body, status=fault.status, headers=fault.headers)
-                return web.Response(text=str(fault.body), status=fault.status, headers=fault.headers)
-        return None
+    async def _handle(self, request: web.Request, handler, rec: RequestRecord) -> web.StreamResponse:
+        if not _NO_AUTH.match(rec.path) and request.headers.get("Authorization") != f"Bot {self.token}":
+            return u.json_response({"message": "401: Unauthorized", "code": 0}, status=401)
+        try:
+            return await handler(request)
+        except web.HTTPException as exc:
+            if exc.status in (404, 405):
+                rec.unhandled = True
+                return u.json_response({"message": "404: Not Found", "code": 0,
+                                        "errors": {"emulator": f"no route for {request.method} {rec.path}"}},
+                                       status=404)
+            return u.error(exc.status, 0, exc.reason)
+
+    async def _intercept(self, request: web.Request, rec: RequestRecord, *,
+                         after: bool) -> Optional[web.StreamResponse]:
+        """Apply a matching hold, then a matching fault; None = carry on normally."""
+        hold = next((h for h in self._holds if h.after == after and _matches(h.method, h.pattern, rec)), None)
+        if hold is not None:
+            hold._catch(rec)
+            await hold._released.wait()
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                rec.client_gone = True
+                log.debug("held request %s %s: the client disconnected meanwhile", rec.method, rec.path)
+            if self._closing:
+                log.debug("held request %s %s dropped: emulator closing", rec.method, rec.path)
+                return self._drop_connection(request, rec)
+        fault = next((f for f in self._faults if f.after == after and _matches(f.method, f.pattern, rec)), None)
+        if fault is None:
+            return None
+        fault.times -= 1
+        if fault.times <= 0:
+            self._faults.remove(fault)
+        rec.injected = True
+        if fault.status == 0:
+            return self._drop_connection(request, rec)
+        rec.status = fault.status
+        if isinstance(fault.body, (dict, list)):
+            return u.json_response(fault.body, status=fault.status, headers=fault.headers)
+        return web.Response(text=str(fault.body), status=fault.status, headers=fault.headers)
+
+    @staticmethod
+    def _drop_connection(request: web.Request, rec: RequestRecord) -> web.Response:
+        """Reset the TCP connection (RST, no HTTP response); rec.status becomes 0."""
+        rec.status = 0
+        transport = request.transport
+        if transport is not None and not transport.is_closing():
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            transport.abort()
+        # aiohttp cannot write this to the aborted transport and ignores it quietly.
+        return web.Response(status=500)
 
     @staticmethod
     async def _read_body(request: web.Request):
