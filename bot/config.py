@@ -2,20 +2,22 @@
 
 `load_settings(env)` returns a frozen `Settings` or raises one `ConfigError`
 whose text names every bad key and its fix, one line each. Every key is
-documented in `config.example.env`.
+documented in `config.example.env`. A URL setting is never echoed back (it may
+carry credentials); `redact_url` gives the form that is safe to log.
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 from typing import Callable, Mapping, TypeVar
-from urllib.parse import urlparse
+from urllib.parse import urlsplit
 
 from bot.core.errors import ConfigError
 from bot.core.models import DEFAULT_MAX_TURNS, MAX_TURNS_RANGE
 
 T = TypeVar("T")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+REDACTED_URL = "<redacted URL>"
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,12 @@ class Settings:
     discord_guild_id: int | None = None
 
     def __repr__(self) -> str:  # never print secrets
-        return f"Settings(model={self.model!r}, db_path={self.db_path!r}, base_url={self.openai_base_url!r})"
+        base_url = redact_url(self.openai_base_url) if self.openai_base_url else None
+        return f"Settings(model={self.model!r}, db_path={self.db_path!r}, base_url={base_url!r})"
+
+
+class _Malformed(ValueError):
+    """A parse failure whose text is safe to show: it says what is wrong, never the value."""
 
 
 class _Reader:
@@ -51,14 +58,20 @@ class _Reader:
             self.problems.append(f"{key} is missing: {fix or 'set it in .env (see config.example.env)'}")
         return default
 
-    def parsed(self, key: str, default: T, parse: Callable[[str], T], fix: str) -> T:
+    def parsed(self, key: str, default: T, parse: Callable[[str], T], fix: str, *, secret: bool = False) -> T:
+        """`parse(value)`, or `default` plus a problem line; a `secret` value is never quoted back."""
         raw = (self.env.get(key) or "").strip()
         if not raw:
             return default
         try:
             return parse(raw)
-        except (ValueError, TypeError):
-            self.problems.append(f"{key}={raw[:40]!r} is malformed: {fix}")
+        except (ValueError, TypeError) as exc:
+            if not secret:
+                self.problems.append(f"{key}={raw[:40]!r} is malformed: {fix}")
+            elif isinstance(exc, _Malformed):
+                self.problems.append(f"{key} is malformed ({exc}): {fix}")
+            else:
+                self.problems.append(f"{key} is malformed: {fix}")
             return default
 
 
@@ -72,10 +85,42 @@ def _in_range(low: float, high: float, cast: Callable[[str], T]) -> Callable[[st
 
 
 def _url(raw: str) -> str:
-    parts = urlparse(raw)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(raw)
+    """An http(s) URL with a host; the error says what is wrong without quoting `raw`."""
+    try:
+        parts = urlsplit(raw)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        raise _Malformed("it is not a valid URL") from None
+    if parts.scheme not in ("http", "https"):
+        raise _Malformed("it must start with http:// or https://")
+    if not parts.hostname:
+        raise _Malformed("it names no host")
     return raw.rstrip("/")
+
+
+def redact_url(url: str) -> str:
+    """`url` as scheme://host[:port]/path, without user, password, query or fragment: safe to log.
+
+    Anything that is not an absolute URL with a host gives `REDACTED_URL` (where the
+    credentials sit in it cannot be told). The path is kept, so a URL that carries a
+    token in its path (a webhook URL) is not made safe by this.
+    """
+    if not url:
+        return ""
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:  # e.g. an unbalanced '[' in the host
+        return REDACTED_URL
+    try:
+        port = parts.port
+    except ValueError:  # not a number: left out
+        port = None
+    host = parts.hostname
+    if not parts.scheme or not parts.netloc or not host:
+        return REDACTED_URL
+    if ":" in host:
+        host = f"[{host}]"  # IPv6
+    return f"{parts.scheme}://{host}{f':{port}' if port is not None else ''}{parts.path}"
 
 
 def _level(raw: str) -> str:
@@ -93,7 +138,8 @@ def load_settings(env: Mapping[str, str], *, need_discord: bool) -> Settings:
     low, high = MAX_TURNS_RANGE
     settings = Settings(
         openai_api_key=key or "",
-        openai_base_url=r.parsed("OPENAI_BASE_URL", None, _url, "use an http(s) URL such as http://127.0.0.1:8000/v1"),
+        openai_base_url=r.parsed("OPENAI_BASE_URL", None, _url, "use an http(s) URL such as http://127.0.0.1:8000/v1",
+                                 secret=True),
         model=r.text("ROUNDTABLE_MODEL", "gpt-4o-mini") or "gpt-4o-mini",
         selector_model=r.text("ROUNDTABLE_SELECTOR_MODEL"),
         db_path=r.text("ROUNDTABLE_DB", "roundtable.db") or "roundtable.db",
@@ -107,7 +153,8 @@ def load_settings(env: Mapping[str, str], *, need_discord: bool) -> Settings:
         log_level=r.parsed("ROUNDTABLE_LOG_LEVEL", "INFO", _level, f"use one of {', '.join(LOG_LEVELS)}"),
         discord_token=token,
         discord_api_base_url=r.parsed("DISCORD_API_BASE_URL", None, _url,
-                                      "use the API URL with its version path, e.g. http://127.0.0.1:8080/api/v10"),
+                                      "use the API URL with its version path, e.g. http://127.0.0.1:8080/api/v10",
+                                      secret=True),
         discord_guild_id=r.parsed("DISCORD_GUILD_ID", None, _in_range(1, 2**64, int),
                                   "use the numeric id of your server (Developer Mode > Copy Server ID)"),
     )

@@ -1,11 +1,14 @@
 """Find what a message tags: `@name` agents, `@user`, `@all`, people's `<@id>`.
 
 Pure text + roster -> `Tags`. Not a tag: an e-mail address, anything inside
-code spans or code blocks, `@everyone` / `@here`, unknown names.
+code spans or code blocks, an `@name` inside a URL or `<scheme:...>` autolink,
+a Markdown-escaped `\\@name` (or `\\<@id>`), `@everyone` / `@here`, unknown
+names. Text and names are compared in NFC, case-insensitively.
 """
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Iterable, Sequence
 
 from bot.core.models import Agent, Tags
@@ -15,6 +18,10 @@ _CODE_SPAN = re.compile(r"(`+)(?!`).*?(?<!`)\1(?!`)", re.DOTALL)
 # `@` not preceded by a word character (e-mails) nor by another name character.
 _AT_NAME = re.compile(r"(?<![\w@.+\-])@([\w.\-]+)")
 _USER_MENTION = re.compile(r"<@!?(\d{5,25})>")
+# `<scheme:...>` autolinks, then bare `scheme://...` URLs (a scheme never starts right after `@`
+# or inside a word, so `@planner://x` still tags planner).
+_AUTOLINK = re.compile(r"<[A-Za-z][A-Za-z0-9+.\-]{1,31}:[^\s<>]*>")
+_URL = re.compile(r"(?<![\w@.+\-])[A-Za-z][A-Za-z0-9+.\-]*://[^\s<>]*")
 _TRAILING = ".-"
 
 OPERATORS = "user"
@@ -28,11 +35,29 @@ def strip_code(text: str) -> str:
     return _CODE_SPAN.sub(" ", text)
 
 
+def strip_links(text: str) -> str:
+    """Blank out autolinks and URLs: an `@name` in an address is not a tag."""
+    return _URL.sub(" ", _AUTOLINK.sub(" ", text))
+
+
+def _name_key(name: str) -> str:
+    """How names are compared: NFC, case-folded (and NFC again, as folding can decompose)."""
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFC", name).casefold())
+
+
+def _escaped(text: str, index: int) -> bool:
+    """Whether `text[index]` follows an odd run of backslashes (a Markdown escape)."""
+    run = 0
+    while index - run > 0 and text[index - run - 1] == "\\":
+        run += 1
+    return run % 2 == 1
+
+
 def _match_name(token: str, names: dict[str, Agent]) -> tuple[str, Agent | None]:
     """Longest prefix of `token` (trimming trailing '.'/'-') that names something."""
     candidate = token
     while candidate:
-        key = candidate.casefold()
+        key = _name_key(candidate)
         if key in names or key in (OPERATORS, EVERY_AGENT) or key in NEVER_TAGS:
             return key, names.get(key)
         if candidate[-1] not in _TRAILING:
@@ -47,12 +72,14 @@ def parse_tags(text: str, roster: Sequence[Agent], *, author_agent_id: int | Non
     The author itself is never tagged by its own text.
     """
     enabled = [a for a in roster if a.enabled]
-    names = {a.name.casefold(): a for a in enabled}
-    plain = strip_code(text)
+    names = {_name_key(a.name): a for a in enabled}
+    plain = strip_links(strip_code(unicodedata.normalize("NFC", text)))
     agents: list[Agent] = []
     operators = False
     all_agents = False
     for match in _AT_NAME.finditer(plain):
+        if _escaped(plain, match.start()):
+            continue
         key, agent = _match_name(match.group(1), names)
         if agent is not None:
             agents.append(agent)
@@ -62,7 +89,8 @@ def parse_tags(text: str, roster: Sequence[Agent], *, author_agent_id: int | Non
             all_agents = True
             agents.extend(enabled)
     agents = [a for a in _unique(agents) if a.id != author_agent_id]
-    user_ids = tuple(dict.fromkeys(_USER_MENTION.findall(plain)))
+    mentions = (m.group(1) for m in _USER_MENTION.finditer(plain) if not _escaped(plain, m.start()))
+    user_ids = tuple(dict.fromkeys(mentions))
     return Tags(
         agent_ids=tuple(a.id for a in agents),
         agent_names=tuple(a.name for a in agents),

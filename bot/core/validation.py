@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import unicodedata
+from collections import Counter
+from typing import Iterable
 
 from bot.core.errors import InvalidInput
 from bot.core.models import MAX_TURNS_RANGE, MODES
@@ -22,6 +24,24 @@ WEBHOOK_FORBIDDEN = ("discord", "clyde")
 CONTEXT_BUDGET_RANGE = (500, 200_000)
 PACE_RANGE = (0.0, 60.0)
 
+# Scripts with letters that pass for each other (Latin a / Cyrillic а / Greek α ...): a name may
+# use one of them, never two. Other mixes (Latin + Han, Han + Katakana) cannot be mistaken.
+LOOKALIKE_SCRIPTS = ("Latin", "Cyrillic", "Greek", "Armenian", "Cherokee", "Coptic")
+_SCRIPT_WORDS = {"CJK": "Han"}
+# name_key's map from folded letters to the Latin letter they pass for. Keys are casefolded, so a
+# letter whose capital is the twin (Cyrillic В, Н, Т) is listed in small form.
+_LOOKALIKES = str.maketrans({
+    # Cyrillic
+    "а": "a", "в": "b", "е": "e", "к": "k", "м": "m", "н": "h", "о": "o", "р": "p", "с": "c", "т": "t",
+    "у": "y", "х": "x", "і": "i", "ј": "j", "ѕ": "s", "ԁ": "d", "һ": "h", "ӏ": "l", "ԛ": "q", "ԝ": "w",
+    "ү": "y", "ѵ": "v",
+    # Greek
+    "α": "a", "β": "b", "γ": "y", "ε": "e", "ζ": "z", "η": "n", "ι": "i", "κ": "k", "ν": "v", "ο": "o",
+    "ρ": "p", "τ": "t", "υ": "u", "χ": "x", "ω": "w", "ϲ": "c", "ϳ": "j",
+    # Armenian
+    "օ": "o", "ս": "u", "հ": "h", "ո": "n", "զ": "q", "ց": "g",
+})
+
 
 def agent_name(value: str) -> str:
     name = unicodedata.normalize("NFC", (value or "").strip())
@@ -35,7 +55,8 @@ def agent_name(value: str) -> str:
         raise InvalidInput(
             f"The agent name {name!r} contains {shown}: use only letters, digits, '_', '-' and '.' (no spaces)."
         )
-    if name.casefold() in RESERVED_NAMES:
+    _check_one_lookalike_script(name)
+    if name.casefold() in RESERVED_NAMES or name_key(name) in RESERVED_NAMES:
         raise InvalidInput(f"{name!r} is reserved (it means something in tags); choose another name.")
     for word in WEBHOOK_FORBIDDEN:
         if word in name.casefold():
@@ -43,6 +64,66 @@ def agent_name(value: str) -> str:
     if name.strip(".-_") == "":
         raise InvalidInput("An agent name needs at least one letter or digit.")
     return name
+
+
+def _script(c: str) -> str | None:
+    """The script of a letter from its Unicode name ('LATIN SMALL LETTER A' -> 'Latin'), None for others.
+
+    The name is taken after compatibility decomposition, so fullwidth, mathematical and
+    accented letters count as their base letter's script.
+    """
+    if not c.isalpha():
+        return None  # digits, '_', '-', '.' belong to no script
+    base = unicodedata.normalize("NFKD", c)[:1] or c
+    word = unicodedata.name(base, "").split(" ", 1)[0]
+    return _SCRIPT_WORDS.get(word, word.title()) if word else None
+
+
+def _check_one_lookalike_script(name: str) -> None:
+    """Refuse a name whose letters come from two scripts that look alike (Latin 'a' + Cyrillic 'а')."""
+    scripts = {c: _script(c) for c in name}
+    lookalike = [s for s in scripts.values() if s in LOOKALIKE_SCRIPTS]
+    counts = Counter(lookalike)
+    if len(counts) < 2:
+        return
+    main = max(counts, key=lambda s: (counts[s], -lookalike.index(s)))  # most distinct letters; first on a tie
+    odd = [c for c, s in scripts.items() if s in counts and s != main]
+    shown = ", ".join(f"U+{ord(c):04X} {c!r} is {scripts[c]}" for c in odd[:5])
+    names = list(counts)  # in order of first appearance
+    listed = ", ".join(names[:-1]) + " and " + names[-1]
+    raise InvalidInput(
+        f"The agent name {name!r} mixes {listed} letters, which look alike ({shown}): "
+        "write it in one script."
+    )
+
+
+def name_key(name: str) -> str:
+    """What a name looks like, for telling names apart: NFKC, case-folded, look-alikes made Latin.
+
+    Two names with the same key read the same to a person (`рlanner` with a Cyrillic р and
+    `planner`; `PLANNER` and `planner`), so a group never holds both.
+    """
+    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", name).casefold())
+    # Decomposed first, so an accented look-alike meets its twin: Cyrillic ё (е + U+0308) reads as ë.
+    skeleton = unicodedata.normalize("NFD", folded).translate(_LOOKALIKES)
+    return unicodedata.normalize("NFC", skeleton)
+
+
+def check_name_free(name: str, existing: Iterable[str]) -> None:
+    """Refuse `name` when it reads the same as one of `existing` (leave out the agent being renamed)."""
+    key, folded = name_key(name), _folded(name)
+    for other in existing:
+        if name_key(other) != key:
+            continue
+        if _folded(other) == folded:
+            raise InvalidInput(f"An agent named {other!r} is already in this group; choose another name.")
+        raise InvalidInput(
+            f"{name!r} looks the same as the agent {other!r} already in this group; choose another name."
+        )
+
+
+def _folded(name: str) -> str:
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFC", name).casefold())
 
 
 def _describe_char(c: str) -> str:

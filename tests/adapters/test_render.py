@@ -1,13 +1,17 @@
 """Pure rendering helpers for Discord: message splitting, mention policy, jump links."""
 from __future__ import annotations
 
+import random
 import re
+import time
 
 import pytest
 
-from bot.adapters.discord.render import (
+from bot.adapters.discord.render import (  # _closes and _fence: the module's own fence rules
     ZWSP,
     MentionPolicy,
+    _closes,
+    _fence,
     jump_link,
     mention_policy,
     neutralize_mass_mentions,
@@ -206,3 +210,121 @@ def test_neutralize_mass_mentions(text: str, expected: str) -> None:
 )
 def test_jump_link(ids: tuple[object, object, object], url: str) -> None:
     assert jump_link(*ids) == url  # type: ignore[arg-type]
+
+
+# --- Fence lines longer than a chunk, and a property test over random texts -----------------
+
+
+def open_fence_at_end(chunk: str) -> str | None:
+    """The fence `chunk` leaves open, by render's own `_fence`/`_closes` rules (None: balanced)."""
+    opener: str | None = None
+    for line in chunk.split("\n"):
+        if opener is None and _fence(line):
+            opener = line.strip()
+        elif opener is not None and _closes(line, opener):
+            opener = None
+    return opener
+
+
+def assert_sound(text: str, chunks: list[str], limit: int) -> None:
+    """Every chunk fits, is non-blank, leaves no fence open; no visible character is lost."""
+    for chunk in chunks:
+        assert 0 < len(chunk) <= limit, (limit, chunk)
+        assert chunk.strip() and chunk == chunk.rstrip(), chunk
+        assert open_fence_at_end(chunk) is None, chunk
+    kept = iter("".join("".join(chunks).replace(ZWSP, "").split()))
+    assert all(c in kept for c in "".join(text.split())), "text was lost"  # an in-order subsequence
+    if text.strip():
+        assert chunks
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "intro\n```python " + "x" * 2500 + "\ncode line\n```\nafter",  # an opener with a long info string
+        "```" + "i " * 1200 + "\n" + "y" * 3000 + "\n```",  # ... and a long line inside its block
+        "```" + "lang" * 300 + "\n" + "z" * 3000 + "\n```",
+        "~~~ " + "~" * 2500 + "\ncode\n~~~",  # a ~~~ info string may hold tildes
+        "~" * 2500 + "\ncode\n" + "~" * 2500,  # a marker longer than a chunk
+        "`" * 2500 + "\ncode\n" + "`" * 2600 + "\nafter",
+        "```\ncode\n```" + " " * 2500 + "\nafter",  # a closing fence padded with spaces
+    ],
+)
+def test_fence_line_longer_than_limit_leaves_no_fence_open(text: str) -> None:
+    chunks = split_message(text)
+    assert_sound(text, chunks, 2000)
+    assert_valid(chunks, 2000)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "```py\n" + "`" * 2100 + "x\n```",
+        "```\n" + "a" * 1990 + "\n```" + "b" * 10 + "\nc",
+    ],
+)
+@pytest.mark.parametrize("limit", [2000, 500, 50])
+def test_long_fence_like_line_inside_a_block_stays_content(text: str, limit: int) -> None:
+    # A backtick line with an info string ("```bbb") cannot close a block: it is code, so a chunk
+    # is balanced by render's rules even when it holds an odd number of fence-looking lines.
+    assert_sound(text, split_message(text, limit=limit), limit)
+
+
+def test_long_info_string_keeps_the_code_in_a_block() -> None:
+    text = "intro\n```python " + "x" * 2500 + "\nprint(1)\n```\nafter"
+    chunks = split_message(text)
+    assert_sound(text, chunks, 2000)
+    code_chunk = next(c for c in chunks if "print(1)" in c)
+    assert code_chunk.startswith("```") and "print(1)\n```" in code_chunk
+
+
+def random_text(rng: random.Random, limit: int) -> str:
+    """A few lines of prose, fence lines (` and ~, short and over-long markers and info strings,
+    padded, indented, nested-looking, unclosed) and unbreakable lines, sized around ``limit``."""
+    def size() -> int:  # mostly within a chunk, often just over it
+        choices = [rng.randint(1, limit), rng.randint(limit - 10, limit + 10), rng.randint(limit, 2 * limit)]
+        return max(1, rng.choice(choices))
+
+    def fence_line() -> str:
+        char = rng.choice("`~")
+        marker = char * rng.choice([3, 3, 3, 4, 5, max(3, size())])
+        roll = rng.random()
+        if roll < 0.4:
+            info = ""
+        elif roll < 0.7:
+            info = rng.choice(["py", "python", " js", "text ", "c++ title"])
+        else:
+            info = (rng.choice(["ab ", "x", "lang ", "~", "~~~ ", " ", "`"]) * size())[: size()]
+            info = info.replace("`", "") if char == "`" else info
+        padding = " " * rng.choice([0, 0, 0, 2, size()])
+        return " " * rng.choice([0, 0, 1, 3]) + marker + info + padding
+
+    def word() -> str:
+        return rng.choice(["fox", "the", "@here", "```x```", "~", "`", "é", "  ", "\t", "long" * (size() // 4 + 1)])
+
+    lines: list[str] = []
+    for _ in range(rng.randint(1, 8)):
+        roll = rng.random()
+        if roll < 0.35:
+            lines.append(fence_line())
+        elif roll < 0.5:
+            lines.append(rng.choice("xyz`~") * size() + rng.choice(["", "", " js", "x"]))  # unbreakable
+        elif roll < 0.6:
+            lines.append("")
+        else:
+            lines.append(" ".join(word() for _ in range(rng.randint(1, 12))))
+    return "\n".join(lines)
+
+
+def test_split_message_property_random_texts() -> None:
+    rng = random.Random(20240611)
+    started = time.monotonic()
+    for case in range(3000):
+        limit = rng.choice([1, 3, 8, 9, 12, 20, 40, 80, 200, 500, 2000, 2000])
+        text = random_text(rng, limit)
+        chunks = split_message(text, limit=limit)
+        try:
+            assert_sound(text, chunks, limit)
+        except AssertionError as exc:
+            raise AssertionError(f"case {case}, limit {limit}, text {text[:300]!r}...: {exc}") from None
+    assert time.monotonic() - started < 15  # about 2 s; the bound only catches a quadratic slide

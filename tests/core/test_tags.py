@@ -49,3 +49,48 @@ def test_with_agents_adds_reply_target_once():
     tags = with_agents(parse_tags("@budget hi", ROSTER), [ROSTER[0], ROSTER[1]])
     assert tags.agent_names == ("budget", "planner")
     assert tags.agent_ids == (2, 1)
+
+
+UNICODE_ROSTER = [
+    Agent(1, 1, "planner", "plans", "p"),
+    Agent(5, 1, "Café", "brews", "p"),  # stored NFC
+    Agent(6, 1, "Ünsal", "checks", "p"),
+]
+
+
+@pytest.mark.parametrize(
+    "text, agents, users",
+    [
+        # An @name inside a URL is part of the address, not a tag.
+        ("read https://medium.com/@planner/x", (), ()),
+        ("read http://medium.com/@planner", (), ()),
+        ("see <https://medium.com/@planner/x> now", (), ()),
+        ("[post](https://medium.com/@planner/x)", (), ()),
+        ("https://planner@example.com/path", (), ()),
+        ("ftp://files.example/@planner/a", (), ()),
+        ("https://medium.com/@planner/x then @planner go", ("planner",), ()),
+        ("<https://x.io/@planner> and <@123456789012>", (), ("123456789012",)),
+        ("@planner://odd but still a tag", ("planner",), ()),
+        # A Markdown-escaped @ is literal text.
+        (r"\@planner is the name", (), ()),
+        (r"call \@planner or \<@123456789012>", (), ()),
+        (r"\\@planner an escaped backslash then a tag", ("planner",), ()),
+        # Text is compared in NFC: a decomposed é tags the NFC-stored name.
+        ("@Cafe\u0301 please", ("Café",), ()),
+        ("@CAFE\u0301, then @café", ("Café",), ()),
+        ("@U\u0308nsal check", ("Ünsal",), ()),
+        ("@Cafe alone is not Café", (), ()),
+        # What worked before still works next to the new rules.
+        ("mail bob@planner.com, `@planner`, @everyone", (), ()),
+        ("@planner.", ("planner",), ()),
+    ],
+)
+def test_parse_tags_urls_escapes_and_unicode(text, agents, users):
+    tags = parse_tags(text, UNICODE_ROSTER)
+    assert tags.agent_names == agents
+    assert tags.user_ids == users
+
+
+def test_decomposed_roster_name_is_matched_too():
+    roster = [Agent(7, 1, "Cafe\u0301", "brews", "p")]  # a name that somehow was not stored NFC
+    assert parse_tags("@Café hi", roster).agent_ids == (7,)

@@ -2,6 +2,9 @@
 
 * ``split_message`` cuts a reply into chunks of at most ``limit`` characters, preferring
   paragraph, then line, then word boundaries, and closing/reopening code fences at cuts.
+  No chunk leaves a fence open, whatever the input: a fence line too long for a chunk is
+  shortened first, and a piece that still cannot be cut cleanly has its fence-like lines
+  defused with a zero-width space.
 * ``mention_policy`` decides whom a message may ping (never @everyone/@here/roles).
 * ``neutralize_mass_mentions`` defuses @everyone/@here with a zero-width space.
 * ``jump_link`` builds a message URL.
@@ -17,6 +20,9 @@ DISCORD_LIMIT = 2000
 ZWSP = "\u200b"
 
 _FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+_NEWLINE_RE = re.compile(r"\n")
+_BLANK_RE = re.compile(r"[ \t]")
+_FENCE_START_RE = re.compile(r"[ \t]*(?:```|~~~)")  # a cheap test before the full line is cut out
 _PARAGRAPH_RE = re.compile(r"\n[ \t]*\n")
 _LEADING_BLANK_LINES_RE = re.compile(r"(?:[ \t]*\n)*")
 _SPACES_RE = re.compile(r"[ \t]*")
@@ -64,6 +70,28 @@ class _Layout:
             self.after.append(opener)
             pos += len(line) + 1
 
+    def inline_cuts(self, low: int, high: int) -> list[int]:
+        """Offsets from ``high`` down to ``low`` (exclusive) that are not strictly inside a fence line."""
+        cuts: list[int] = []
+        k = high
+        while k > low:
+            i = bisect_right(self.starts, k) - 1
+            if not self.is_fence[i]:
+                stop = max(low, self.starts[i] - 1)
+                cuts.extend(range(k, stop, -1))
+                k = stop
+            elif self.starts[i] < k < self.ends[i]:
+                k = self.starts[i]
+            else:
+                cuts.append(k)
+                k -= 1
+        return cuts
+
+    def opens_at(self, k: int) -> bool:
+        """Whether offset ``k`` lies on a line that opens a fence."""
+        i = bisect_right(self.starts, k) - 1
+        return self.is_fence[i] and self.after[i] is not None
+
     def state_at(self, k: int) -> tuple[str | None, bool]:
         """Open fence at offset ``k`` and whether ``k`` lies strictly inside a fence line."""
         i = bisect_right(self.starts, k) - 1
@@ -80,14 +108,83 @@ def _reopen_line(opener: str | None, limit: int) -> str | None:
     return opener if 2 * (len(opener) + len(marker) + 2) <= limit else marker
 
 
+def _line_from(text: str, k: int) -> str:
+    """The rest of the line that starts at offset ``k``."""
+    end = text.find("\n", k)
+    return text[k:] if end < 0 else text[k:end]
+
+
+def _defuse(text: str) -> str:
+    """``text`` with a zero-width space before every line that would read as a fence line."""
+    return "\n".join(ZWSP + line if _fence(line) else line for line in text.split("\n"))
+
+
+def _defuse_ends(body: str, first: bool, last: bool) -> str:
+    """``body`` with its first and/or last line defused (they are pieces of longer lines)."""
+    lines = body.split("\n")
+    if first and _fence(lines[0]):
+        lines[0] = ZWSP + lines[0]
+    if last and _fence(lines[-1]):
+        lines[-1] = ZWSP + lines[-1]
+    return "\n".join(lines)
+
+
+def _fit_fence_lines(text: str, limit: int) -> str:
+    """Shorten the fence lines too long to open or close a block inside one chunk.
+
+    An opening line keeps its marker and moves its info string to the block's first line
+    (Discord shows a long info string as code anyway); a closing line drops its trailing
+    blanks. A marker that alone is too long is left for ``_defuse`` in the raw-cut fallback.
+    """
+    lines = text.split("\n")
+    layout = _Layout(text)
+    for i, line in enumerate(lines):
+        fence = _fence(line) if layout.is_fence[i] else None
+        if fence is None or len(line) + len(fence[0]) + 3 <= limit or 2 * len(fence[0]) + 3 > limit:
+            continue
+        head = line[: len(line) - len(line.lstrip(" "))] + fence[0]
+        info = fence[1].strip()
+        if layout.before[i] is None and info:  # an opener: its info string becomes the first code line
+            lines[i] = head + "\n" + _defuse(info)  # defused if it would read as a fence line
+        else:
+            lines[i] = head
+    return "\n".join(lines)
+
+
+def _raw_cut(text: str, pos: int, carry: str | None, limit: int) -> tuple[int, str | None]:
+    """The fallback when no clean cut works: (end, chunk or None for a blank piece).
+
+    The piece's fence-like lines are defused, so the chunk is balanced by construction: it
+    stays inside the carried fence, if any, and closes it. It ends at the last newline, else
+    the last blank, else anywhere in the window.
+    """
+    marker = _fence(carry)[0] if carry else ""  # type: ignore[index]
+    for prefix in ([carry + "\n"] if carry and len(carry) + len(marker) + 3 <= limit else []) + [""]:
+        suffix = "\n" + marker if prefix else ""  # the defused piece leaves only the carried fence open
+        end = min(len(text), pos + max(limit - len(prefix) - len(suffix), 0))
+        window = text[pos:end]
+        if not window.strip():
+            return end, None  # only blanks in reach: skip them
+        cuts = [pos + m.start() for m in _NEWLINE_RE.finditer(window)][::-1]
+        cuts += [pos + m.start() for m in _BLANK_RE.finditer(window)][::-1] + list(range(end, pos, -1))
+        for k in cuts:
+            if text[pos:k].strip():
+                chunk = prefix + _defuse(text[pos:k]).rstrip() + suffix
+                if len(chunk) <= limit:
+                    return k, chunk
+    return min(len(text), pos + limit), None  # unreachable: one non-blank character always fits
+
+
 def split_message(text: str, limit: int = DISCORD_LIMIT) -> list[str]:
     """Split ``text`` into non-blank chunks of at most ``limit`` characters.
 
     A chunk that ends inside a code fence gets ``"\\n```"`` appended and the next chunk starts
-    with the same opening line (e.g. ``"```python\\n"``); both count towards ``limit``.
+    with the same opening line (e.g. ``"```python\\n"``); both count towards ``limit``. No
+    chunk leaves a fence open (by ``_fence``/``_closes``), whatever the text and the limit.
     """
     if limit < 1:
         raise ValueError("limit must be positive")
+    text = _fit_fence_lines(text, limit)
     layout = _Layout(text)
     chunks: list[str] = []
     pos = _LEADING_BLANK_LINES_RE.match(text).end()  # type: ignore[union-attr]
@@ -97,15 +194,18 @@ def split_message(text: str, limit: int = DISCORD_LIMIT) -> list[str]:
         opener, in_fence_line = layout.state_at(k)
         if in_fence_line or (kind == "word" and opener is not None):
             return None
-        if kind in ("word", "hard") and _fence(text[k:].lstrip(" \t").split("\n", 1)[0]):
+        next_line = _FENCE_START_RE.match(text, k) and _line_from(text, k).lstrip(" \t")
+        if kind in ("word", "hard") and next_line and _fence(next_line):
             return None  # the next chunk would start with a line that looks like a fence
         body = text[pos:k]
         if not (opener and kind in ("hard", "forced")) or not body.rsplit("\n", 1)[-1].strip():
             body = body.rstrip()  # keeps trailing spaces of a code line cut in the middle
         if not body.strip():
             return None
-        if opener is not None and kind != "end" and _fence(body.rstrip().rsplit("\n", 1)[-1]):
+        if opener is not None and kind != "end" and layout.opens_at(pos + len(body.rstrip()) - 1):
             return None  # would end right after the opening fence: an empty block
+        if kind == "forced":  # a piece of a line cut at either end is text, even if it looks like a fence
+            body = _defuse_ends(body, pos > 0 and text[pos - 1] != "\n", k < len(text) and text[k] != "\n")
         prefix = carry + "\n" if carry else ""
         suffix = "\n" + _fence(opener)[0] if opener else ""  # type: ignore[index]
         chunk = prefix + body + suffix
@@ -113,17 +213,20 @@ def split_message(text: str, limit: int = DISCORD_LIMIT) -> list[str]:
             return None  # too long, or a cut made a partial line look like a fence
         return chunk
 
-    while pos < len(text) and text[pos:].strip():
+    last = len(text.rstrip())  # text beyond it is blank
+    while pos < last:
         budget = limit - (len(carry) + 1 if carry else 0)
         window_end = min(len(text), pos + max(budget, 0))
         window = text[pos:window_end + 1]
+        inside = layout.inline_cuts(max(pos, window_end - budget // 2), window_end)
         candidates: list[tuple[str, list[int]]] = [
-            ("end", [len(text)]),
+            ("end", [len(text)] if last - pos <= limit else []),
             ("paragraph", [pos + m.start() for m in _PARAGRAPH_RE.finditer(window)][::-1]),
-            ("line", [pos + i for i, c in enumerate(window) if c == "\n"][::-1]),
-            ("word", [pos + i for i, c in enumerate(window) if c in " \t"][::-1]),
-            ("hard", list(range(window_end, pos, -1))),
-            ("forced", list(range(window_end, pos, -1))),
+            ("line", [pos + m.start() for m in _NEWLINE_RE.finditer(window)][::-1]),
+            ("word", [pos + m.start() for m in _BLANK_RE.finditer(window)][::-1]),
+            # A cut inside a line stays in the window's upper half: past it, a defused raw cut reads better.
+            ("hard", inside),
+            ("forced", inside),
         ]
         chosen: tuple[int, str, str] | None = None
         for kind, ks in candidates:
@@ -134,11 +237,12 @@ def split_message(text: str, limit: int = DISCORD_LIMIT) -> list[str]:
                     break
             if chosen:
                 break
-        if chosen is None:  # a fence line longer than the limit: raw cut
-            k = min(len(text), pos + limit)
-            chunk, kind, carry = text[pos:k].rstrip(), "hard", None
-            if chunk.strip():
-                chunks.append(chunk)
+        if chosen is None:  # e.g. a fence marker longer than the limit: a defused raw cut
+            k, raw = _raw_cut(text, pos, carry, limit)
+            kind = "hard"
+            if raw is not None:
+                chunks.append(raw)
+            carry = _reopen_line(layout.state_at(k)[0], limit)
         else:
             k, kind, chunk = chosen
             chunks.append(chunk)
