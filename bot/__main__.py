@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Sequence
 
-from bot.core.errors import ConfigError, StoreError
+from bot.core.errors import Busy, ConfigError, StoreError
 
 DESCRIPTION = "Roundtable: one Discord channel as a group chat between people and several LLM agents."
 
@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bot.wiring import run_discord
 
         return asyncio.run(run_discord(settings))
-    except (ConfigError, StoreError) as exc:
+    except (ConfigError, StoreError, Busy) as exc:
         print(f"roundtable: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

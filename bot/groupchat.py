@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Sequence
@@ -23,7 +24,7 @@ from typing import AsyncIterator, Sequence
 from bot.core.engine import Engine
 from bot.core.errors import InvalidInput
 from bot.core.models import Agent, Episode, EpisodeResult, Group, GroupSettings, Message
-from bot.core.ports import LLM, TokenCounter
+from bot.core.ports import LLM, Recorder, TokenCounter
 from storage.store import SqliteStore
 
 
@@ -38,8 +39,12 @@ class Participant:
 class _Quiet:
     """A surface that shows nothing (the result is returned instead)."""
 
-    async def publish(self, group: Group, message: Message, agent: Agent | None) -> list[str]:
-        return []
+    async def publish(self, group: Group, message: Message, agent: Agent | None, *,
+                      resume: bool = False, record: Recorder) -> None:
+        await record(f"quiet:{message.seq}")
+
+    async def alert(self, group: Group, text: str) -> None:
+        return None
 
     @contextlib.asynccontextmanager
     async def working(self, group: Group, agent: Agent) -> AsyncIterator[None]:
@@ -68,10 +73,11 @@ async def run_group_chat(
         raise InvalidInput("A group chat needs at least one participant.")
     with tempfile.TemporaryDirectory() as tmp:
         store = await SqliteStore.open(db_path or Path(tmp) / "groupchat.db")
-        engine = Engine(store, llm, _Quiet(), counter or make_token_counter())
+        key = f"api:{uuid.uuid4().hex}"
+        engine = Engine(store, llm, _Quiet(), counter or make_token_counter(), scope=key)
         try:
             settings = GroupSettings(mode=v.mode(mode), max_agent_turns=v.max_turns(max_turns))
-            group = await store.create_group(f"api:{id(engine)}", "api", settings)
+            group = await store.create_group(key, "api", settings)
             for p in participants:
                 await store.add_agent(group.id, v.agent_name(p.name), v.role(p.role), v.system_prompt(p.system_prompt),
                                       model=v.model(p.model))

@@ -23,11 +23,15 @@ def group_defaults(settings: Settings) -> GroupSettings:
 
 @contextlib.asynccontextmanager
 async def open_engine(
-    settings: Settings, make_surface: Callable[[Store], Surface], *, db: str | None = None
+    settings: Settings, make_surface: Callable[[Store], Surface], *, scope: str, label: str, db: str | None = None
 ) -> AsyncIterator[Engine]:
-    """The engine over the SQLite file, the OpenAI client and a surface built on the store."""
+    """The engine over the SQLite file, the OpenAI client and a surface built on the store.
+
+    `scope`: the groups this process runs (see `Engine`); `label` names the process
+    to another one that finds a group taken ("console", "discord bot")."""
     counter = make_token_counter(allow_download=True)
     store = await SqliteStore.open(db or settings.db_path)
+    store.owner_label = label
     surface = make_surface(store)
     llm = OpenAILLM(
         api_key=settings.openai_api_key,
@@ -37,7 +41,7 @@ async def open_engine(
         max_retries=settings.llm_max_retries,
         counter=counter,
     )
-    engine = Engine(store, llm, surface, counter, selector_model=settings.selector_model)
+    engine = Engine(store, llm, surface, counter, selector_model=settings.selector_model, scope=scope)
     try:
         yield engine
     finally:
@@ -50,7 +54,7 @@ async def run_console(settings: Settings, *, db: str | None, group: str, person:
     from bot.adapters.console import Console, ConsoleSurface, stdin_reader
 
     surface = ConsoleSurface(sys.stdout)
-    async with open_engine(settings, lambda store: surface, db=db) as engine:
+    async with open_engine(settings, lambda store: surface, scope=f"console:{group}", label="console", db=db) as engine:
         console = Console(engine, surface, person=person, group_name=group, defaults=group_defaults(settings))
         await console.run(stdin_reader(), greet=sys.stdin.isatty())
     return 0

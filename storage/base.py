@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import sqlite3
 import time
+import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import TracebackType
@@ -20,8 +23,10 @@ from typing import Any, AsyncIterator, Callable, Sequence, TypeVar
 
 import aiosqlite
 
-from bot.core.errors import NotFound, StoreError
+from bot.core.errors import AlreadyStored, NotFound, StoreError
+from bot.core.models import Message, NewMessage
 from storage.db import DEFAULT_BUSY_TIMEOUT_MS, open_db, store_error
+from storage.rows import dumps, tags_to_json, unique
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +43,10 @@ class StoreBase:
         self._clock = clock
         self._lock = asyncio.Lock()
         self._closed = False
+        # Who holds this store's leases: host and pid (so a dead holder on this host is
+        # recognised at once) and a random part (two stores in one process differ).
+        self.owner = f"{socket.gethostname()}|{os.getpid()}|{uuid.uuid4().hex[:12]}"
+        self.owner_label = "roundtable"
 
     @classmethod
     async def open(
@@ -161,6 +170,78 @@ class StoreBase:
         if row is None or (row["removed_at"] is not None and not include_removed):
             raise NotFound(f"no agent with id {agent_id}")
         return row
+
+    # appending rows ---------------------------------------------------------------
+    async def _append(
+        self, db: aiosqlite.Connection, group_id: int, message: NewMessage, *, episode_id: int | None,
+        streak: str = "keep",
+    ) -> Message:
+        """The group's next seq for `message`, inside the caller's transaction.
+
+        `streak`: 'reset' (a person spoke), 'count' (an agent message of the current
+        episode) or 'keep' (notices, replies to an older episode).
+        """
+        group = await self._group_row(db, group_id)
+        seq, now = int(group["latest_seq"]) + 1, self._now()
+        confirmed = message.author_type == "user" or bool(message.external_ids)
+        stored = await self._insert_message(db, group_id, seq, message, episode_id, confirmed, now)
+        change = {"reset": "0", "count": "agent_streak + 1", "keep": "agent_streak"}[streak]
+        await self._exec(
+            db, f"UPDATE groups SET latest_seq = ?, agent_streak = {change} WHERE id = ?", (seq, group_id)
+        )
+        return stored
+
+    async def _insert_message(
+        self,
+        db: aiosqlite.Connection,
+        group_id: int,
+        seq: int,
+        message: NewMessage,
+        episode_id: int | None,
+        confirmed: bool,
+        now: float,
+    ) -> Message:
+        external_ids = unique(message.external_ids)
+        await self._exec(
+            db,
+            "INSERT INTO messages (group_id, seq, author_type, author_name, author_user_id,"
+            " author_agent_id, source_run_id, text, tags, external_ids, confirmed, token_count,"
+            " reply_to_seq, episode_id, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                group_id, seq, message.author_type, message.author_name, message.author_user_id,
+                message.author_agent_id, message.source_run_id, message.text,
+                tags_to_json(message.tags), dumps(list(external_ids)), int(confirmed),
+                message.token_count, message.reply_to_seq, episode_id, now,
+            ),
+        )
+        await self._map_external_ids(db, group_id, seq, external_ids)  # after the row: a foreign key
+        return Message(
+            group_id=group_id, seq=seq, author_type=message.author_type,
+            author_name=message.author_name, text=message.text, tags=message.tags,
+            author_user_id=message.author_user_id, author_agent_id=message.author_agent_id,
+            source_run_id=message.source_run_id, external_ids=external_ids,
+            confirmed=confirmed, token_count=message.token_count, episode_id=episode_id,
+            created_at=now,
+        )
+
+    async def _map_external_ids(
+        self, db: aiosqlite.Connection, group_id: int, seq: int, external_ids: Sequence[str]
+    ) -> None:
+        """Map each external id to (group, seq); one already mapped elsewhere raises AlreadyStored."""
+        for external_id in external_ids:
+            row = await self._one(
+                db, "SELECT group_id, seq FROM message_external_ids WHERE external_id = ?", (external_id,)
+            )
+            if row is not None and (row["group_id"], row["seq"]) != (group_id, seq):
+                raise AlreadyStored(
+                    f"message {external_id} is already stored (group {row['group_id']}, seq {row['seq']})"
+                )
+            await self._exec(
+                db,
+                "INSERT OR IGNORE INTO message_external_ids (external_id, group_id, seq) VALUES (?, ?, ?)",
+                (external_id, group_id, seq),
+            )
 
     async def _message_row(self, db: aiosqlite.Connection, group_id: int, seq: int) -> sqlite3.Row:
         row = await self._one(

@@ -1,5 +1,5 @@
-"""Store methods around the thread: decisions, episodes, runs, usage,
-webhooks and read cursors. Mixed into `storage.store.SqliteStore`."""
+"""Store methods around the thread: decisions, episodes, usage, webhooks and
+read cursors. Mixed into `storage.store.SqliteStore`."""
 from __future__ import annotations
 
 import logging
@@ -8,18 +8,16 @@ from typing import get_args
 import aiosqlite
 
 from bot.core.errors import InvalidInput, NotFound
-from bot.core.models import Decision, Episode, EpisodeStatus, Run, RunKind, RunStatus, Usage
-from storage.base import StoreBase
-from storage.rows import dumps, to_decision, to_episode, to_run
+from bot.core.models import Decision, Episode, EpisodeStatus, Message, NewMessage, Usage
+from storage.run import RunMixin
+from storage.rows import dumps, to_decision, to_episode
 
 log = logging.getLogger(__name__)
 
 EPISODE_END_STATUSES = frozenset(get_args(EpisodeStatus)) - {"running"}
-RUN_KINDS = frozenset(get_args(RunKind))
-RUN_END_STATUSES = frozenset(get_args(RunStatus)) - {"running"}
 
 
-class LedgerMixin(StoreBase):
+class LedgerMixin(RunMixin):
     # routing ------------------------------------------------------------
     async def record_decision(self, group_id: int, decision: Decision) -> None:
         """Store once; a second decision for the same seq is ignored."""
@@ -100,104 +98,27 @@ class LedgerMixin(StoreBase):
         async with self._read() as db:
             return await self._episode_row(db, episode_id)
 
-    async def end_episode(self, episode_id: int, status: str) -> Episode:
-        """Set a running episode's final status; an ended one is returned unchanged."""
+    async def end_episode(
+        self, episode_id: int, status: str, *, notice: NewMessage | None = None
+    ) -> tuple[Episode, Message | None] | None:
+        """Set a running episode's final status and, in the same transaction, append
+        `notice` (e.g. the max_turns notice). None when the episode had already
+        ended (nothing changes, no notice)."""
         if status not in EPISODE_END_STATUSES:
             raise InvalidInput(
                 f"unknown episode status {status!r}; use one of {', '.join(sorted(EPISODE_END_STATUSES))}"
             )
         async with self._write() as db:
-            await self._episode_row(db, episode_id)
+            episode = await self._episode_row(db, episode_id)
+            if not episode.running:
+                return None
             await self._exec(
-                db,
-                "UPDATE episodes SET status = ?, ended_at = ? WHERE id = ? AND status = 'running'",
-                (status, self._now(), episode_id),
+                db, "UPDATE episodes SET status = ?, ended_at = ? WHERE id = ?", (status, self._now(), episode_id)
             )
-            return await self._episode_row(db, episode_id)
-
-    async def add_episode_usage(self, episode_id: int, usage: Usage) -> None:
-        async with self._write() as db:
-            changed = await self._exec(
-                db,
-                "UPDATE episodes SET prompt_tokens = prompt_tokens + ?,"
-                " completion_tokens = completion_tokens + ?, cached_tokens = cached_tokens + ?"
-                " WHERE id = ?",
-                (usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, episode_id),
-            )
-            if not changed:
-                raise NotFound(f"no episode with id {episode_id}")
-
-    # runs ---------------------------------------------------------------
-    async def _run_row(self, db: aiosqlite.Connection, run_id: int) -> Run:
-        row = await self._one(db, "SELECT * FROM runs WHERE id = ?", (run_id,))
-        if row is None:
-            raise NotFound(f"no run with id {run_id}")
-        return to_run(row)
-
-    async def start_run(
-        self, group_id: int, agent_id: int, kind: str, snapshot_seq: int, episode_id: int | None
-    ) -> Run:
-        if kind not in RUN_KINDS:
-            raise InvalidInput(f"unknown run kind {kind!r}; use one of {', '.join(sorted(RUN_KINDS))}")
-        async with self._write() as db:
-            await self._group_row(db, group_id)
-            agent = await self._agent_row(db, agent_id)
-            if agent["group_id"] != group_id:
-                raise NotFound(f"no agent with id {agent_id} in group {group_id}")
-            if episode_id is not None:
-                await self._episode_row(db, episode_id)
-            run_id = await self._insert(
-                db,
-                "INSERT INTO runs (group_id, agent_id, kind, snapshot_seq, episode_id, status, started_at)"
-                " VALUES (?, ?, ?, ?, ?, 'running', ?)",
-                (group_id, agent_id, kind, snapshot_seq, episode_id, self._now()),
-            )
-            return await self._run_row(db, run_id)
-
-    async def finish_run(
-        self,
-        run_id: int,
-        status: str,
-        *,
-        usage: Usage | None = None,
-        selector_usage: Usage | None = None,
-        posted_seq: int | None = None,
-        error: str | None = None,
-    ) -> Run:
-        """Record how a run ended; usage given here replaces the row's totals."""
-        if status not in RUN_END_STATUSES:
-            raise InvalidInput(
-                f"unknown run status {status!r}; use one of {', '.join(sorted(RUN_END_STATUSES))}"
-            )
-        usage = usage or Usage()
-        sel = selector_usage or Usage()
-        async with self._write() as db:
-            await self._run_row(db, run_id)
-            await self._exec(
-                db,
-                "UPDATE runs SET status = ?, prompt_tokens = ?, completion_tokens = ?,"
-                " cached_tokens = ?, estimated = ?, selector_prompt_tokens = ?,"
-                " selector_completion_tokens = ?, selector_cached_tokens = ?,"
-                " selector_estimated = ?, posted_seq = ?, error = ?, finished_at = ? WHERE id = ?",
-                (
-                    status, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
-                    int(usage.estimated), sel.prompt_tokens, sel.completion_tokens,
-                    sel.cached_tokens, int(sel.estimated), posted_seq, error, self._now(), run_id,
-                ),
-            )
-            return await self._run_row(db, run_id)
-
-    async def interrupt_running_runs(self) -> int:
-        """Mark every run still 'running' as 'interrupted'; return how many."""
-        async with self._write() as db:
-            count = await self._exec(
-                db,
-                "UPDATE runs SET status = 'interrupted', finished_at = ? WHERE status = 'running'",
-                (self._now(),),
-            )
-        if count:
-            log.info("marked %d run(s) left running as interrupted", count)
-        return count
+            shown = None
+            if notice is not None:
+                shown = await self._append(db, episode.group_id, notice, episode_id=episode_id)
+            return await self._episode_row(db, episode_id), shown
 
     async def usage_since(self, group_id: int, since: float) -> dict[str, Usage]:
         """Participant tokens per agent name (runs started since `since`) plus

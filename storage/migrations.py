@@ -162,8 +162,25 @@ CREATE TABLE webhooks (
 );
 """
 
+M002_OWNERSHIP_AND_CATCH_UP = """
+-- One owner per group across processes (SPEC §4): the process holding the row runs the group.
+CREATE TABLE leases (
+    group_id INTEGER PRIMARY KEY REFERENCES groups(id),
+    owner TEXT NOT NULL,
+    label TEXT NOT NULL DEFAULT '',
+    acquired_at REAL NOT NULL,
+    expires_at REAL NOT NULL
+);
+-- The newest channel message id with every earlier one ingested; NULL: from the setup.
+ALTER TABLE groups ADD COLUMN watermark TEXT;
+-- A lasting refusal of the surface (a missing permission), shown by /roundtable status.
+ALTER TABLE groups ADD COLUMN delivery_problem TEXT;
+CREATE INDEX runs_group_running ON runs(group_id) WHERE status = 'running';
+"""
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "create tables", M001_CREATE_TABLES),
+    (2, "leases, ingest watermark, delivery problem", M002_OWNERSHIP_AND_CATCH_UP),
 ]
 
 _CREATE_LEDGER = """

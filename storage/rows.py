@@ -110,6 +110,8 @@ def to_group(row: Row) -> Group:
         episode_id=row["episode_id"],
         setup_message_id=row["setup_message_id"],
         created_at=float(row["created_at"]),
+        watermark=row["watermark"],
+        delivery_problem=row["delivery_problem"],
     )
 
 

@@ -1,9 +1,10 @@
 """`SqliteStore`: the `bot.core.ports.Store` port over one SQLite file.
 
 This module owns groups, the roster and the message log (seq allocation,
-streak, episodes opened by user posts, agent cursors). Decisions, episodes,
-runs, usage, webhooks and read cursors live in `storage.ledger`; the
-connection, lock and transactions in `storage.base`.
+streak, episodes opened by user posts, agent cursors, what reached the
+surface, the ingest watermark). Decisions, episodes, usage, webhooks and read
+cursors live in `storage.ledger`; runs in `storage.run`; leases in
+`storage.lease`; the connection, lock, transactions and appends in `storage.base`.
 
 Usage::
 
@@ -13,14 +14,16 @@ Usage::
 from __future__ import annotations
 
 import logging
+import unicodedata
 from typing import Sequence
 
 import aiosqlite
 
-from bot.core.errors import CapReached, InvalidInput, NotFound
+from bot.core.errors import InvalidInput
+from bot.core.validation import check_name_free
 from bot.core.models import Agent, Episode, Group, GroupSettings, Message, NewMessage
 from storage.ledger import LedgerMixin
-from storage.rows import dumps, settings_to_json, tags_to_json, to_agent, to_group, to_message, unique
+from storage.rows import dumps, settings_to_json, to_agent, to_group, to_message, unique
 
 log = logging.getLogger(__name__)
 
@@ -173,9 +176,9 @@ class SqliteStore(LedgerMixin):
             return to_agent(await self._agent_row(db, agent_id))
 
     async def find_agent(self, group_id: int, name: str) -> Agent | None:
-        wanted = name.strip().lstrip("@").casefold()
+        wanted = unicodedata.normalize("NFC", name.strip().lstrip("@")).casefold()
         for agent in await self.list_agents(group_id):
-            if agent.name.casefold() == wanted:
+            if unicodedata.normalize("NFC", agent.name).casefold() == wanted:
                 return agent
         return None
 
@@ -203,150 +206,61 @@ class SqliteStore(LedgerMixin):
     async def _check_name_free(
         self, db: aiosqlite.Connection, group_id: int, name: str, agent_id: int | None = None
     ) -> None:
+        """InvalidInput when `name` reads the same as another agent's on the roster
+        (case, accents and look-alike letters aside): decided here, inside the write."""
         rows = await self._all(
             db, "SELECT id, name FROM agents WHERE group_id = ? AND removed_at IS NULL", (group_id,)
         )
-        for row in rows:
-            if row["id"] != agent_id and row["name"].casefold() == name.casefold():
-                raise InvalidInput(f"an agent named {row['name']!r} is already in this group")
+        check_name_free(name, [row["name"] for row in rows if row["id"] != agent_id])
 
     # messages -----------------------------------------------------------
     async def append_user_message(self, group_id: int, message: NewMessage) -> tuple[Message, Episode]:
         _require_author(message, "user")
         async with self._write() as db:
-            group = await self._group_row(db, group_id)
-            seq, now = int(group["latest_seq"]) + 1, self._now()
+            await self._group_row(db, group_id)
+            now = self._now()
             await self._exec(
                 db,
                 "UPDATE episodes SET status = 'superseded', ended_at = ?"
                 " WHERE group_id = ? AND status = 'running'",
                 (now, group_id),
             )
+            group = await self._group_row(db, group_id)
             episode_id = await self._insert(
                 db,
                 "INSERT INTO episodes (group_id, task_seq, status, started_at) VALUES (?, ?, 'running', ?)",
-                (group_id, seq, now),
+                (group_id, int(group["latest_seq"]) + 1, now),
             )
-            stored = await self._insert_message(db, group_id, seq, message, episode_id, True, now)
-            await self._exec(
-                db,
-                "UPDATE groups SET latest_seq = ?, agent_streak = 0, episode_id = ? WHERE id = ?",
-                (seq, episode_id, group_id),
-            )
+            stored = await self._append(db, group_id, message, episode_id=episode_id, streak="reset")
+            await self._exec(db, "UPDATE groups SET episode_id = ? WHERE id = ?", (episode_id, group_id))
             if message.author_user_id is not None:
-                await self._advance_seen(db, group_id, message.author_user_id, seq)
-        return stored, Episode(id=episode_id, group_id=group_id, task_seq=seq, started_at=now)
-
-    async def append_agent_message(
-        self, group_id: int, message: NewMessage, *, snapshot_seq: int, cap: int
-    ) -> Message:
-        _require_author(message, "agent")
-        if message.author_agent_id is None:
-            raise InvalidInput("an agent message needs author_agent_id")
-        async with self._write() as db:
-            group = await self._group_row(db, group_id)
-            if int(group["agent_streak"]) >= cap:
-                raise CapReached(cap)
-            latest = int(group["latest_seq"])
-            if not 0 <= snapshot_seq <= latest:
-                raise InvalidInput(f"snapshot {snapshot_seq} is outside 0..{latest}")
-            agent = await self._agent_row(db, message.author_agent_id, include_removed=True)
-            if agent["group_id"] != group_id:
-                raise NotFound(f"no agent with id {message.author_agent_id} in group {group_id}")
-            seq, episode_id = latest + 1, group["episode_id"]
-            stored = await self._insert_message(
-                db, group_id, seq, message, episode_id, bool(message.external_ids), self._now()
-            )
-            await self._exec(
-                db,
-                "UPDATE groups SET latest_seq = ?, agent_streak = agent_streak + 1 WHERE id = ?",
-                (seq, group_id),
-            )
-            if episode_id is not None:
-                await self._exec(
-                    db, "UPDATE episodes SET agent_turns = agent_turns + 1 WHERE id = ?", (episode_id,)
-                )
-            through = seq if snapshot_seq == latest else snapshot_seq
-            await self._exec(
-                db,
-                "UPDATE agents SET delivered_through = MAX(delivered_through, ?) WHERE id = ?",
-                (through, message.author_agent_id),
-            )
-        return stored
+                await self._advance_seen(db, group_id, message.author_user_id, stored.seq)
+        return stored, Episode(id=episode_id, group_id=group_id, task_seq=stored.seq, started_at=now)
 
     async def append_system_message(self, group_id: int, message: NewMessage) -> Message:
         """A notice: next seq, in the group's current episode; the streak is unchanged."""
         _require_author(message, "system")
         async with self._write() as db:
             group = await self._group_row(db, group_id)
-            seq = int(group["latest_seq"]) + 1
-            stored = await self._insert_message(
-                db, group_id, seq, message, group["episode_id"], bool(message.external_ids), self._now()
-            )
-            await self._exec(db, "UPDATE groups SET latest_seq = ? WHERE id = ?", (seq, group_id))
-        return stored
+            return await self._append(db, group_id, message, episode_id=group["episode_id"])
 
-    async def _insert_message(
-        self,
-        db: aiosqlite.Connection,
-        group_id: int,
-        seq: int,
-        message: NewMessage,
-        episode_id: int | None,
-        confirmed: bool,
-        now: float,
-    ) -> Message:
-        external_ids = unique(message.external_ids)
-        await self._exec(
-            db,
-            "INSERT INTO messages (group_id, seq, author_type, author_name, author_user_id,"
-            " author_agent_id, source_run_id, text, tags, external_ids, confirmed, token_count,"
-            " reply_to_seq, episode_id, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                group_id, seq, message.author_type, message.author_name, message.author_user_id,
-                message.author_agent_id, message.source_run_id, message.text,
-                tags_to_json(message.tags), dumps(list(external_ids)), int(confirmed),
-                message.token_count, message.reply_to_seq, episode_id, now,
-            ),
-        )
-        await self._map_external_ids(db, group_id, seq, external_ids)
-        return Message(
-            group_id=group_id, seq=seq, author_type=message.author_type,
-            author_name=message.author_name, text=message.text, tags=message.tags,
-            author_user_id=message.author_user_id, author_agent_id=message.author_agent_id,
-            source_run_id=message.source_run_id, external_ids=external_ids,
-            confirmed=confirmed, token_count=message.token_count, episode_id=episode_id,
-            created_at=now,
-        )
-
-    async def _map_external_ids(
-        self, db: aiosqlite.Connection, group_id: int, seq: int, external_ids: Sequence[str]
-    ) -> None:
-        for external_id in external_ids:
-            row = await self._one(
-                db, "SELECT group_id, seq FROM message_external_ids WHERE external_id = ?", (external_id,)
-            )
-            if row is not None and (row["group_id"], row["seq"]) != (group_id, seq):
-                raise InvalidInput(
-                    f"message {external_id} is already stored (group {row['group_id']}, seq {row['seq']})"
-                )
-            await self._exec(
-                db,
-                "INSERT OR IGNORE INTO message_external_ids (external_id, group_id, seq) VALUES (?, ?, ?)",
-                (external_id, group_id, seq),
-            )
-
-    async def confirm_message(self, group_id: int, seq: int, external_ids: Sequence[str]) -> None:
-        """Mark the row shown; its external ids are the old ones plus these."""
+    async def record_posted(self, group_id: int, seq: int, external_id: str) -> None:
+        """One more part of the row reached the surface (a chunk, with its id)."""
         async with self._write() as db:
             row = await self._message_row(db, group_id, seq)
-            merged = unique([*to_message(row).external_ids, *external_ids])
+            merged = unique([*to_message(row).external_ids, str(external_id)])
             await self._map_external_ids(db, group_id, seq, merged)
             await self._exec(
-                db,
-                "UPDATE messages SET confirmed = 1, external_ids = ? WHERE group_id = ? AND seq = ?",
+                db, "UPDATE messages SET external_ids = ? WHERE group_id = ? AND seq = ?",
                 (dumps(list(merged)), group_id, seq),
+            )
+
+    async def confirm_message(self, group_id: int, seq: int) -> None:
+        """Every part of the row reached the surface."""
+        async with self._write() as db:
+            await self._message_row(db, group_id, seq)
+            await self._exec(
+                db, "UPDATE messages SET confirmed = 1 WHERE group_id = ? AND seq = ?", (group_id, seq)
             )
 
     async def unconfirmed_messages(self, group_id: int) -> list[Message]:
@@ -388,17 +302,42 @@ class SqliteStore(LedgerMixin):
             )
         return None if row is None else int(row[0])
 
-    async def last_external_id(self, group_id: int) -> str | None:
-        """The numerically largest all-digit external id of the group's rows."""
+    async def last_external_id(self, group_id: int, *, before_seq: int | None = None) -> str | None:
+        """The numerically largest all-digit external id of the group's rows (of rows
+        before `before_seq` when given)."""
+        sql = ("SELECT external_id FROM message_external_ids WHERE group_id = ?"
+               " AND external_id != '' AND external_id NOT GLOB '*[^0-9]*'")
+        params: list[object] = [group_id]
+        if before_seq is not None:
+            sql += " AND seq < ?"
+            params.append(before_seq)
         async with self._read() as db:
             row = await self._one(
-                db,
-                "SELECT external_id FROM message_external_ids WHERE group_id = ?"
-                " AND external_id != '' AND external_id NOT GLOB '*[^0-9]*'"
-                " ORDER BY length(ltrim(external_id, '0')) DESC, ltrim(external_id, '0') DESC LIMIT 1",
-                (group_id,),
+                db, sql + " ORDER BY length(ltrim(external_id, '0')) DESC, ltrim(external_id, '0') DESC LIMIT 1",
+                params,
             )
         return None if row is None else str(row[0])
+
+    async def advance_watermark(self, group_id: int, message_id: str) -> None:
+        """Move the group's ingest watermark forward to `message_id` (a decimal
+        Discord id); never backwards."""
+        key = str(int(message_id))  # canonical digits, so length then text orders numerically
+        async with self._write() as db:
+            await self._group_row(db, group_id)
+            await self._exec(
+                db,
+                "UPDATE groups SET watermark = ? WHERE id = ? AND (watermark IS NULL"
+                " OR length(watermark) < length(?) OR (length(watermark) = length(?) AND watermark < ?))",
+                (key, group_id, key, key, key),
+            )
+
+    async def set_delivery_problem(self, group_id: int, problem: str | None) -> bool:
+        """Record (or clear, with None) a lasting refusal of the surface; True when it changed."""
+        async with self._write() as db:
+            return bool(await self._exec(
+                db, "UPDATE groups SET delivery_problem = ? WHERE id = ? AND delivery_problem IS NOT ?",
+                (problem, group_id, problem),
+            ))
 
     async def _messages_where(self, where: str, params: Sequence[object]) -> list[Message]:
         async with self._read() as db:

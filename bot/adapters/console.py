@@ -17,8 +17,10 @@ from typing import AsyncIterator, Awaitable, Callable, TextIO
 from bot.adapters.commandline import CommandLine, parse_command
 from bot.core.admin import CONFIG_OPTIONS, Admin
 from bot.core.engine import Engine
-from bot.core.errors import InvalidInput, UserFacingError
+from bot.core.errors import Busy, InvalidInput, UserFacingError
 from bot.core.models import Agent, Episode, Group, GroupSettings, Message
+from bot.core.ports import Recorder
+from bot.core.prompts import SYSTEM_AUTHOR
 from bot.core.stop import strip_terminate
 from bot.core.validation import message_text
 
@@ -51,10 +53,16 @@ class ConsoleSurface:
         self.out.write(line + "\n")
         self.out.flush()
 
-    async def publish(self, group: Group, message: Message, agent: Agent | None) -> list[str]:
+    async def publish(self, group: Group, message: Message, agent: Agent | None, *,
+                      resume: bool = False, record: Recorder) -> None:
+        if message.external_ids:
+            return  # printed before (the terminal cannot be read back, so `resume` changes nothing)
         text = strip_terminate(message.text) if message.author_type == "agent" else message.text
         self.write(f"[{message.author_name}] {text}")
-        return [f"console:{group.id}:{message.seq}"]
+        await record(f"console:{group.id}:{message.seq}")
+
+    async def alert(self, group: Group, text: str) -> None:
+        self.write(f"[{SYSTEM_AUTHOR}] {text}")
 
     @contextlib.asynccontextmanager
     async def working(self, group: Group, agent: Agent) -> AsyncIterator[None]:
@@ -78,14 +86,19 @@ class Console:
         self.group: Group | None = None
 
     async def open(self) -> Group:
+        """Open (or set up) this console's group and take it: one process at a time runs a group."""
         key = f"console:{self.group_name}"
         existing = await self.engine.store.find_group(key)
         self.group = existing if existing and existing.enabled else await self.admin.setup(key, self.group_name, self.defaults)
+        await self.engine.start()
+        holder = await self.engine.claim(self.group)
+        if holder is not None:
+            raise Busy(f"the group {self.group_name!r} is open in another {holder}; close it there, "
+                       "or open another group with --group NAME")
         return self.group
 
     async def run(self, read_line: Callable[[], Awaitable[str]], *, greet: bool = False) -> None:
         group = await self.open()
-        await self.engine.start()
         if greet:
             agents = await self.engine.store.list_agents(group.id)
             self.surface.write(f"Roundtable console: group {group.name}, {len(agents)} agent(s), mode "

@@ -10,10 +10,11 @@ What this file owns:
   (seconds or HTTP date) when it is in (0, 120] s; a longer Retry-After is not
   retried at all. We add no retry loop of our own on top.
 - translating every failure into the `LLMError` tree at this boundary, with a
-  short message (what happened, HTTP status, model, server host) that never
-  holds the API key: the server's own error text is trimmed and redacted, and
-  the SDK exception is not chained (`from None`), so a logged traceback cannot
-  carry it either.
+  short message for the log (what happened, HTTP status, model, server host)
+  that never holds the API key: the server's own error text is trimmed and
+  redacted, and the SDK exception is not chained (`from None`), so a logged
+  traceback cannot carry it either. People see only `LLMError.public` (the kind
+  of failure and the HTTP status), never the host or the server's text.
 - `usage` -> `Usage`, estimating with the injected `TokenCounter` when the
   server sends none; the sum of token log-probabilities when asked for.
 
@@ -184,9 +185,11 @@ class OpenAILLM:
             if status == 408:
                 return LLMTimeout(f"server timed out: HTTP 408 ({where}){detail}")
             if status >= 500:
-                return LLMUnavailable(f"server error: HTTP {status} ({where}){detail}")
+                return LLMUnavailable(f"server error: HTTP {status} ({where}){detail}",
+                                      public=f"the model service failed (HTTP {status})")
             if 400 <= status < 500:
-                return LLMRejected(f"request rejected: HTTP {status} ({where}){detail}")
+                return LLMRejected(f"request rejected: HTTP {status} ({where}){detail}",
+                                   public=f"the model service refused the request (HTTP {status})")
             return LLMError(f"unexpected HTTP {status} ({where}){detail}")
         return LLMError(f"{type(exc).__name__} ({where})")
 

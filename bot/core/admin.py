@@ -113,6 +113,8 @@ class Admin:
         group = await self.store.get_group(group.id)
         lines = [f"group: {group.name} ({'paused' if group.paused else 'on' if group.enabled else 'off'})",
                  f"messages: {group.latest_seq}; consecutive agent messages: {group.agent_streak}"]
+        if group.delivery_problem:
+            lines.append(f"delivery problem: {group.delivery_problem}")
         if group.episode_id is not None:
             ep = await self.store.get_episode(group.episode_id)
             lines.append(f"episode: #{ep.id} {ep.status}, task #{ep.task_seq}, {ep.agent_turns} agent turns, "

@@ -18,11 +18,12 @@ import logging
 from typing import TYPE_CHECKING, Sequence
 
 from bot.core.context import load_thread
+from bot.core.errors import LeaseLost
 from bot.core.models import Agent, Decision, Group, Message, Usage
 from bot.core.routing import eligible_speakers, explicit_recipients, next_in_rotation, plan_batch
 from bot.core.selector import select_speaker
 from bot.core.stop import cap_notice, near_repeat
-from bot.core.turn import post_notice
+from bot.core.turn import TurnOutcome
 
 if TYPE_CHECKING:
     from bot.core.engine import Engine
@@ -57,9 +58,13 @@ class GroupDispatcher:
                 self.failures = 0
             except asyncio.CancelledError:
                 raise
+            except LeaseLost:
+                log.warning("group=%s: another process runs this group now; stopping here", self.group_id)
+                self.engine.drop(self.group_id)
+                return
             except Exception:
                 self.failures += 1
-                delay = min(30.0, 0.5 * 2 ** min(self.failures, 6))
+                delay = self.engine.retry.delay(self.failures)
                 log.exception("group=%s dispatcher failed; retrying in %.1fs", self.group_id, delay)
                 await asyncio.sleep(delay)
                 self._wake.set()
@@ -99,10 +104,11 @@ class GroupDispatcher:
             if not idle:
                 await self._wait_for_a_lock([s[0] for s in selected])
                 continue
+            # People see the conversation in step: no new run while earlier rows wait to be shown.
+            await self.engine.outbox(group.id).wait_drained()
             agent, selector_usage, source = min(idle, key=lambda s: (s[0].delivered_through, s[0].created_at, s[0].id))
             outcome = await self.engine.deliver(group, agent, snapshot, selector_usage=selector_usage, source=source)
-            await store.set_delivered_through(agent.id, snapshot)
-            await self._after_turn(group, outcome.message, outcome.terminated)
+            await self._after_turn(outcome)
             if group.settings.pace > 0 and outcome.message is not None:
                 await asyncio.sleep(group.settings.pace)
 
@@ -134,12 +140,14 @@ class GroupDispatcher:
         batch = await store.messages(group.id, after=start, through=snapshot)
         roster = await store.list_agents(group.id)
         enabled_ids = {a.id for a in roster if a.enabled}
-        for message, plan in plan_batch(batch, enabled_ids):
+        for message, plan in plan_batch(batch, enabled_ids, group.episode_id):
             if plan == "explicit":
                 ids = explicit_recipients(message, enabled_ids)
                 decision = Decision(message.seq, "tags", ids, self._names(roster, ids))
             elif plan == "superseded":
                 decision = Decision(message.seq, "superseded", note="a newer message arrived before routing")
+            elif plan == "stale":
+                decision = Decision(message.seq, "none", note="a reply to an earlier task; a newer one is open")
             elif plan == "none":
                 decision = Decision(message.seq, "none", note="notices select nobody")
             else:
@@ -148,7 +156,7 @@ class GroupDispatcher:
             log.debug("group=%s seq=%s routed: %s %s %s", group.id, message.seq, decision.source,
                       decision.agent_names, decision.note)
             if decision.terminate:
-                await self.engine.end_episode(group, "terminated")
+                await self.engine.end_episode(message.episode_id, "terminated")
 
     @staticmethod
     def _names(roster: Sequence[Agent], ids: Sequence[int]) -> tuple[str, ...]:
@@ -202,23 +210,25 @@ class GroupDispatcher:
         return (await self.engine.store.get_episode(group.episode_id)).task_seq
 
     # stop rules ---------------------------------------------------------
-    async def _after_turn(self, group: Group, message: Message | None, terminated: bool) -> None:
-        store = self.engine.store
-        if terminated:
-            await self.engine.end_episode(group, "terminated")
+    async def _after_turn(self, outcome: TurnOutcome) -> None:
+        """Stop rules after a run. They judge the run's own episode: a reply to an older
+        task (a person posted during the run) never ends the newer one."""
+        engine, run, message = self.engine, outcome.run, outcome.message
+        if message is not None or outcome.notice is not None:
+            engine.shown(run.group_id)
+        if outcome.terminated:
+            await engine.end_episode(run.episode_id, "terminated")
             return
         if message is None:
             return
-        fresh = await store.get_group(group.id)
+        fresh = await engine.store.get_group(run.group_id)
+        if fresh.episode_id != message.episode_id:
+            return  # an older episode's reply: it does not count toward the current streak
         cap = fresh.settings.max_agent_turns
         if fresh.agent_streak >= cap:
-            ended = await self.engine.end_episode(fresh, "max_turns")
-            if ended:
-                await post_notice(store, self.engine.surface, self.engine.counter, fresh, cap_notice(cap))
+            await engine.end_episode(message.episode_id, "max_turns", cap_notice(cap))
         elif await self._stalled(message):
-            ended = await self.engine.end_episode(fresh, "stalled")
-            if ended:
-                await post_notice(store, self.engine.surface, self.engine.counter, fresh, STALLED_NOTICE)
+            await engine.end_episode(message.episode_id, "stalled", STALLED_NOTICE)
 
     async def _stalled(self, message: Message) -> bool:
         """Seed 003's parrot check: two agent messages in a row nearly repeat earlier ones."""
@@ -234,8 +244,5 @@ class GroupDispatcher:
 
     async def _settle_episode(self, group: Group) -> None:
         """Nobody is pending: a still-running episode is over for now ('quiet')."""
-        if group.episode_id is None:
-            return
-        episode = await self.engine.store.get_episode(group.episode_id)
-        if episode.running:
-            await self.engine.end_episode(group, "quiet")
+        if group.episode_id is not None:
+            await self.engine.end_episode(group.episode_id, "quiet")

@@ -1,9 +1,11 @@
-"""The engine: one place that owns the dispatchers, agent locks and posting.
+"""The engine: one place that owns the dispatchers, outboxes, agent locks and posting.
 
-Surfaces (Discord, the console) call `post_user_message`, the admin verbs
-(`bot.core.admin`) and `wait_idle`; everything else happens in the per-group
-dispatcher tasks. Background tasks are kept in a set with a done-callback that
-logs failures.
+Surfaces (Discord, the console) call `start`, `post_user_message`, the admin
+verbs (`bot.core.admin`), `wait_idle` and `close`; everything else happens in
+background tasks: per owned group a dispatcher (routing and runs) and an
+outbox (showing committed rows), plus the lease keeper. A process runs only
+the groups of its `scope` whose lease it holds (`bot.core.ownership`).
+Background tasks are kept in a set with a done-callback that logs failures.
 """
 from __future__ import annotations
 
@@ -12,74 +14,80 @@ import logging
 from collections.abc import Coroutine
 from typing import Iterable
 
-from bot.core.errors import Busy, NotFound
+from bot.core.dispatcher import GroupDispatcher
+from bot.core.errors import Busy
 from bot.core.models import Agent, Episode, EpisodeResult, Group, Message, NewMessage, Usage
+from bot.core.outbox import Outbox, RetryPolicy
+from bot.core.ownership import LEASE_TTL, Ownership
 from bot.core.ports import LLM, Store, Surface, TokenCounter
-from bot.core.prompts import thread_line
+from bot.core.prompts import SYSTEM_AUTHOR, thread_line
 from bot.core.stop import strip_terminate
 from bot.core.tags import parse_tags, with_agents
-from bot.core.turn import AgentTurn, TurnOutcome, publish
-from bot.core.dispatcher import GroupDispatcher
+from bot.core.turn import AgentTurn, TurnOutcome
 
 log = logging.getLogger(__name__)
 
 
+async def _nothing(_external_id: str) -> None:
+    return None
+
+
 class Engine:
     def __init__(
-        self, store: Store, llm: LLM, surface: Surface, counter: TokenCounter, *, selector_model: str | None = None
+        self, store: Store, llm: LLM, surface: Surface, counter: TokenCounter, *, selector_model: str | None = None,
+        scope: str = "", retry: RetryPolicy | None = None, lease_ttl: float = LEASE_TTL,
     ) -> None:
+        """`scope`: the groups this process may run: a group key, or a key prefix ending
+        in ':' ("discord:"); "" means every group in the store."""
         self.store = store
         self.llm = llm
         self.surface = surface
         self.counter = counter
         self.selector_model = selector_model
+        self.retry = retry or RetryPolicy()
+        self.ownership = Ownership(self, scope, ttl=lease_ttl)
         self._dispatchers: dict[int, GroupDispatcher] = {}
+        self._outboxes: dict[int, Outbox] = {}
         self._locks: dict[int, asyncio.Lock] = {}
         self._released: dict[int, asyncio.Event] = {}
         self._tasks: set[asyncio.Task[object]] = set()
-        self._turn = AgentTurn(store, llm, surface, counter)
+        self._turn = AgentTurn(self)
         self._closed = False
 
     # life cycle ----------------------------------------------------------
     async def start(self) -> None:
-        """Resume from the database: `recover()`, then wake every group."""
-        await self.recover()
-        await self.wake_all()
+        """Take the leases of the groups in scope and resume each from the database."""
+        await self.ownership.start()
 
-    async def recover(self) -> None:
-        """Mark runs a crashed process left running, and send rows the surface never confirmed."""
-        interrupted = await self.store.interrupt_running_runs()
-        if interrupted:
-            log.info("marked %d run(s) left running by a previous process as interrupted", interrupted)
-        for group in await self.store.list_groups():
-            await self.republish_unconfirmed(group)
+    async def claim(self, group: Group) -> str | None:
+        """Run `group` here from now on; None when done, else who runs it instead."""
+        return await self.ownership.claim(group)
 
-    async def wake_all(self) -> None:
-        for group in await self.store.list_groups():
-            self.wake(group.id)
-
-    async def republish_unconfirmed(self, group: Group) -> None:
-        for message in await self.store.unconfirmed_messages(group.id):
-            agent = await self._author(message)
-            log.info("group=%s seq=%s was never confirmed by the surface; sending it now", group.id, message.seq)
-            await publish(self.store, self.surface, group, message, agent)
-
-    async def _author(self, message: Message) -> Agent | None:
-        """The agent who wrote a row, or a stand-in with its snapshot name when it was removed since."""
-        if message.author_agent_id is None:
-            return None
-        try:
-            return await self.store.get_agent(message.author_agent_id)
-        except NotFound:
-            return Agent(message.author_agent_id, message.group_id, message.author_name, "", "")
+    async def resume(self, group: Group) -> None:
+        """A group this process has just taken: its left-over runs are interrupted (their
+        agents run again), its unconfirmed rows are shown (after looking for any part
+        that arrived before a crash), its dispatcher wakes."""
+        await self.store.interrupt_running_runs(group.id)
+        unsure = {m.seq for m in await self.store.unconfirmed_messages(group.id)}
+        if unsure:
+            log.info("group=%s: %d row(s) not confirmed by the surface yet; showing them now", group.id, len(unsure))
+        self._outbox(group.id, unsure)
+        self.wake(group.id)
 
     async def close(self) -> None:
+        """Stop taking work, interrupt the runs in flight (recorded as 'interrupted'),
+        give up the leases. The store stays open (its owner closes it)."""
         self._closed = True
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._dispatchers.clear()
+        self._outboxes.clear()
+        try:
+            await self.ownership.release()
+        except Exception as exc:  # the store may already be gone; leases expire anyway
+            log.warning("could not release group leases: %s", exc)
 
     def spawn(self, coro: Coroutine[object, object, object], name: str) -> asyncio.Task[object]:
         task = asyncio.create_task(coro, name=name)
@@ -92,7 +100,17 @@ class Engine:
         if not task.cancelled() and task.exception() is not None:
             log.error("background task %s failed", task.get_name(), exc_info=task.exception())
 
+    def drop(self, group_id: int) -> None:
+        """Stop running a group here (another process holds its lease now)."""
+        self.ownership.forget(group_id)
+        for worker in (self._dispatchers.pop(group_id, None), self._outboxes.pop(group_id, None)):
+            if worker is not None and worker.task is not None:
+                worker.task.cancel()
+
     # dispatch ------------------------------------------------------------
+    def owns(self, group_id: int) -> bool:
+        return group_id in self.ownership.owned
+
     def dispatcher(self, group_id: int) -> GroupDispatcher:
         dispatcher = self._dispatchers.get(group_id)
         if dispatcher is None or dispatcher.task is None or dispatcher.task.done():
@@ -101,14 +119,46 @@ class Engine:
             dispatcher.task = self.spawn(dispatcher.loop(), f"dispatcher-{group_id}")  # type: ignore[assignment]
         return dispatcher
 
+    def outbox(self, group_id: int) -> Outbox:
+        return self._outbox(group_id, set())
+
+    def _outbox(self, group_id: int, unsure: set[int]) -> Outbox:
+        outbox = self._outboxes.get(group_id)
+        if outbox is None or outbox.task is None or outbox.task.done():
+            outbox = outbox or Outbox(self, group_id)
+            outbox.unsure |= unsure
+            self._outboxes[group_id] = outbox
+            outbox.task = self.spawn(outbox.loop(), f"outbox-{group_id}")  # type: ignore[assignment]
+            outbox.kick()
+        return outbox
+
     def wake(self, group_id: int) -> None:
-        if not self._closed:
-            self.dispatcher(group_id).wake()
+        """Something changed in the group: route and deliver (claiming the group first
+        when this process does not run it yet)."""
+        if self._closed:
+            return
+        if not self.owns(group_id):
+            self.ownership.claim_soon(group_id)
+            return
+        self.outbox(group_id).kick()
+        self.dispatcher(group_id).wake()
+
+    def shown(self, group_id: int) -> None:
+        """New rows were committed: show them."""
+        if not self._closed and self.owns(group_id):
+            self.outbox(group_id).kick()
 
     async def wait_idle(self, group_id: int, timeout: float | None = None) -> None:
-        """Until the group's dispatcher has nothing left to do (or is paused)."""
-        dispatcher = self.dispatcher(group_id)
-        await asyncio.wait_for(dispatcher.idle.wait(), timeout)
+        """Until the group has nothing left to route, run or show (or is paused, or run elsewhere)."""
+        async def idle() -> None:
+            await self.ownership.settled(group_id)
+            while self.owns(group_id) and not self._closed:
+                dispatcher, outbox = self.dispatcher(group_id), self.outbox(group_id)
+                await dispatcher.idle.wait()
+                await outbox.drained.wait()
+                if dispatcher.idle.is_set() and outbox.drained.is_set():
+                    return
+        await asyncio.wait_for(idle(), timeout)
 
     def agent_lock(self, agent_id: int) -> asyncio.Lock:
         return self._locks.setdefault(agent_id, asyncio.Lock())
@@ -143,7 +193,8 @@ class Engine:
         """Commit a person's message (tags parsed now, once), show it, wake the dispatcher.
 
         `wake=False` lets a caller ingest a batch (e.g. missed messages) and wake once
-        after it, so the batch is routed together.
+        after it, so the batch is routed together. AlreadyStored when one of
+        `external_ids` is already a row.
         """
         roster = await self.store.list_agents(group.id)
         tags = with_agents(parse_tags(text, roster), [a for a in extra_agents if a.enabled])
@@ -157,26 +208,36 @@ class Engine:
             token_count=self.counter.count(thread_line(author_name, text)),
         )
         message, episode = await self.store.append_user_message(group.id, new)
-        await publish(self.store, self.surface, group, message, None)
+        try:
+            await self.surface.publish(group, message, None, record=_nothing)
+        except Exception:  # a person's own row is stored; echoing it is only a courtesy
+            log.warning("group=%s seq=%s: could not echo the message", group.id, message.seq, exc_info=True)
         await self._episode_changed(group, episode)
         if wake:
             self.wake(group.id)
         return message
 
-    async def end_episode(self, group: Group, status: str) -> Episode | None:
-        """End the group's current episode with `status`; None when none was running."""
-        fresh = await self.store.get_group(group.id)
-        if fresh.episode_id is None:
+    def notice(self, text: str) -> NewMessage:
+        """A notice from the bot, ready to append."""
+        return NewMessage(author_type="system", author_name=SYSTEM_AUTHOR, text=text,
+                          token_count=self.counter.count(thread_line(SYSTEM_AUTHOR, text)))
+
+    async def end_episode(self, episode_id: int | None, status: str, notice: str | None = None) -> Episode | None:
+        """End the episode with `status` (and post `notice` with it); None when it had ended already."""
+        if episode_id is None:
             return None
-        current = await self.store.get_episode(fresh.episode_id)
-        if not current.running:
+        ended = await self.store.end_episode(episode_id, status, notice=self.notice(notice) if notice else None)
+        if ended is None:
             return None
-        episode = await self.store.end_episode(current.id, status)
+        episode, shown = ended
         log.info(
             "episode group=%s episode=%s ended: %s after %d agent turns, %d tokens",
-            group.id, episode.id, episode.status, episode.agent_turns, episode.total_tokens,
+            episode.group_id, episode.id, episode.status, episode.agent_turns, episode.total_tokens,
         )
-        await self._episode_changed(fresh, episode)
+        group = await self.store.get_group(episode.group_id)
+        if shown is not None:
+            self.shown(group.id)
+        await self._episode_changed(group, episode)
         return episode
 
     async def _episode_changed(self, group: Group, episode: Episode) -> None:
@@ -187,11 +248,25 @@ class Engine:
 
     async def stop_episode(self, group: Group) -> Episode | None:
         """Operator stop: end the episode and skip every pending delivery."""
-        episode = await self.end_episode(group, "stopped")
+        fresh = await self.store.get_group(group.id)
+        episode = await self.end_episode(fresh.episode_id, "stopped")
         fresh = await self.store.get_group(group.id)
         for agent in await self.store.list_agents(group.id):
             await self.store.set_delivered_through(agent.id, fresh.latest_seq)
         return episode
+
+    async def report_problem(self, group: Group, problem: str | None) -> None:
+        """Record a lasting delivery problem (None: it is fixed); tell people once when it appears."""
+        if not await self.store.set_delivery_problem(group.id, problem):
+            return
+        if problem is None:
+            log.info("group=%s: the surface takes posts again", group.id)
+            return
+        log.error("group=%s: %s", group.id, problem)
+        try:
+            await self.surface.alert(group, problem)
+        except Exception:  # best effort: /roundtable status shows it too
+            log.warning("group=%s: could not tell the channel about the problem", group.id, exc_info=True)
 
     # results -------------------------------------------------------------
     async def episode_result(self, episode_id: int) -> EpisodeResult:

@@ -4,17 +4,19 @@
     ├── ConfigError            start-up settings; one readable line
     ├── UserFacingError        safe to show in Discord or the console
     │   ├── InvalidInput       a bad name, option or value (says which and why)
+    │   │   └── AlreadyStored  an external (Discord) message id is already a row
     │   ├── NotFound           no such agent / group / message
-    │   ├── Busy               the agent already holds its run lock
+    │   ├── Busy               the agent (or the group, in another process) is taken
     │   └── Forbidden          the person may not do that
     ├── CapReached             an agent post refused: the turn cap is reached
     ├── StoreError             the database failed (locked, corrupt, ...)
+    ├── LeaseLost              another process runs this group now
     ├── LLMError               the model call failed after the client's retries
     │   ├── LLMTimeout
     │   ├── LLMRateLimited
     │   ├── LLMUnavailable     connection refused, 5xx
     │   └── LLMRejected        4xx other than 429: bad model, bad key, ...
-    └── DeliveryError          the surface could not publish a message
+    └── DeliveryError          the surface did not take a row this time (retried)
 """
 from __future__ import annotations
 
@@ -33,6 +35,10 @@ class UserFacingError(RoundtableError):
 
 class InvalidInput(UserFacingError):
     pass
+
+
+class AlreadyStored(InvalidInput):
+    """The message's external id is already stored (a second ingest of the same message)."""
 
 
 class NotFound(UserFacingError):
@@ -57,27 +63,58 @@ class StoreError(RoundtableError):
     pass
 
 
+class LeaseLost(RoundtableError):
+    """This process no longer holds the group's lease: another process runs it now."""
+
+
 class LLMError(RoundtableError):
-    """A model call failed. `str()` is short and holds no secret."""
+    """A model call failed. `str()` is short and holds no secret; it is for the log.
+
+    `public` is what people may read (a notice in the channel): the kind of
+    failure only, never the server's address or its error text.
+    """
 
     retryable = False
+    public = "the model call failed"
+
+    def __init__(self, message: str = "", *, public: str | None = None) -> None:
+        super().__init__(message)
+        if public is not None:
+            self.public = public
 
 
 class LLMTimeout(LLMError):
     retryable = True
+    public = "the model did not answer in time"
 
 
 class LLMRateLimited(LLMError):
     retryable = True
+    public = "the model service is rate-limiting requests"
 
 
 class LLMUnavailable(LLMError):
     retryable = True
+    public = "the model service could not be reached"
 
 
 class LLMRejected(LLMError):
-    pass
+    public = "the model service refused the request"
 
 
 class DeliveryError(RoundtableError):
-    """Publishing to the surface failed for good (after its own retries)."""
+    """The surface did not take a row this time; the engine retries it with backoff.
+
+    `maybe_shown`: the attempt may have reached people anyway (a reset
+    connection, a 5xx), so the next attempt first looks for what arrived.
+    `problem`: a lasting refusal (a missing permission), as text for people
+    that names what to fix; None for a passing fault. `retry_after`: the
+    surface's own hint in seconds, when it gave one.
+    """
+
+    def __init__(self, message: str, *, maybe_shown: bool = False, problem: str | None = None,
+                 retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.maybe_shown = maybe_shown
+        self.problem = problem
+        self.retry_after = retry_after

@@ -58,6 +58,13 @@ class Group:
     episode_id: int | None = None
     setup_message_id: str | None = None
     created_at: float = 0.0
+    watermark: str | None = None  # newest channel message id with every earlier one ingested (Discord)
+    delivery_problem: str | None = None  # a lasting refusal of the surface, for people to fix
+
+    def in_scope(self, scope: str) -> bool:
+        """Whether a process serving `scope` runs this group: a key, a key prefix ending
+        in ':', or "" for every group."""
+        return not scope or self.key == scope or (scope.endswith(":") and self.key.startswith(scope))
 
 
 @dataclass(frozen=True)
@@ -194,6 +201,29 @@ class Run:
     error: str | None = None
     started_at: float = 0.0
     finished_at: float | None = None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How a run ended, settled by the store in one transaction with what it posts.
+
+    `reply` (status 'posted') is appended unless the cap refuses it; `notice` is
+    appended after it. Every status but 'interrupted' moves the agent's cursor.
+    """
+
+    status: str
+    usage: Usage = field(default_factory=Usage)
+    selector_usage: Usage = field(default_factory=Usage)
+    reply: NewMessage | None = None
+    notice: NewMessage | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    run: Run
+    reply: Message | None = None
+    notice: Message | None = None
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ rather than issuing queries.
 """
 from __future__ import annotations
 
-from typing import AsyncContextManager, Protocol, Sequence
+from typing import AsyncContextManager, Awaitable, Callable, Iterable, Protocol, Sequence
 
 from bot.core.models import (
     Agent,
@@ -15,11 +15,13 @@ from bot.core.models import (
     Completion,
     Decision,
     Episode,
+    FinishedRun,
     Group,
     GroupSettings,
     Message,
     NewMessage,
     Run,
+    RunResult,
     Usage,
 )
 
@@ -46,23 +48,34 @@ class LLM(Protocol):
         ...
 
 
+Recorder = Callable[[str], Awaitable[None]]
+
+
 class Surface(Protocol):
     """Where public messages are shown: Discord, or the console."""
 
-    async def publish(self, group: Group, message: Message, agent: Agent | None) -> Sequence[str]:
-        """Show a committed message; return its external ids (may be empty).
+    async def publish(self, group: Group, message: Message, agent: Agent | None, *,
+                      resume: bool = False, record: Recorder) -> None:
+        """Show a committed row, part by part, calling `record(external_id)` after each part.
 
-        Called for agent and system rows (and, for the console, user rows).
-        Raises `DeliveryError` when it could not be shown after retries.
+        `message.external_ids` are the parts already recorded: show only the rest.
+        With `resume`, an earlier attempt may have reached people without being
+        recorded (a crash, a reset connection): first look for those parts and
+        record them instead of showing them twice. Called for agent and system
+        rows, and (console) user rows. Raises `DeliveryError`.
         """
         ...
 
     def working(self, group: Group, agent: Agent) -> AsyncContextManager[None]:
-        """Held while `agent` works on a run (e.g. Discord's typing indicator)."""
+        """Held while `agent` works on a run (e.g. Discord's typing indicator); never delays the run."""
         ...
 
     async def episode_updated(self, group: Group, episode: Episode) -> None:
         """The episode started, or ended with `episode.status`."""
+        ...
+
+    async def alert(self, group: Group, text: str) -> None:
+        """Best effort: tell the group's people about a lasting delivery problem, outside the thread."""
         ...
 
 
@@ -150,29 +163,24 @@ class Store(Protocol):
         """In one transaction: next seq, insert, reset the agent streak to 0,
         end the previous episode if it is still running (status 'superseded'),
         open a new episode whose task is this message, and advance the poster's
-        read cursor through it (when author_user_id is set)."""
-        ...
-
-    async def append_agent_message(
-        self, group_id: int, message: NewMessage, *, snapshot_seq: int, cap: int
-    ) -> Message:
-        """In one transaction: refuse with CapReached when the streak >= cap;
-        else next seq, insert (episode = the group's current episode),
-        streak + 1, episode agent_turns + 1, and move the author's cursor
-        through `snapshot_seq`, and through the new seq too when nothing else
-        was appended after the snapshot."""
+        read cursor through it (when author_user_id is set). An external id that
+        is already stored raises AlreadyStored (and nothing is written)."""
         ...
 
     async def append_system_message(self, group_id: int, message: NewMessage) -> Message:
         """A notice from the bot: next seq, insert; the streak is unchanged."""
         ...
 
-    async def confirm_message(self, group_id: int, seq: int, external_ids: Sequence[str]) -> None:
-        """Record that the surface showed the row (and its external ids)."""
+    async def record_posted(self, group_id: int, seq: int, external_id: str) -> None:
+        """One more part of the row reached the surface, with its external id."""
+        ...
+
+    async def confirm_message(self, group_id: int, seq: int) -> None:
+        """Every part of the row reached the surface."""
         ...
 
     async def unconfirmed_messages(self, group_id: int) -> list[Message]:
-        """Agent and system rows never confirmed by the surface, oldest first."""
+        """Agent and system rows not yet confirmed by the surface, oldest first."""
         ...
 
     async def get_message(self, group_id: int, seq: int) -> Message: ...
@@ -194,8 +202,17 @@ class Store(Protocol):
         """The agent id of the newest agent row at or before `through`."""
         ...
 
-    async def last_external_id(self, group_id: int) -> str | None:
-        """The largest external (Discord) id stored for the group, for catch-up."""
+    async def last_external_id(self, group_id: int, *, before_seq: int | None = None) -> str | None:
+        """The largest numeric external (Discord) id of the group's rows (before `before_seq`)."""
+        ...
+
+    async def advance_watermark(self, group_id: int, message_id: str) -> None:
+        """Discord ingest: every channel message up to `message_id` is stored or
+        deliberately ignored. Never moves backwards."""
+        ...
+
+    async def set_delivery_problem(self, group_id: int, problem: str | None) -> bool:
+        """Record or clear (None) a lasting refusal of the surface; True when it changed."""
         ...
 
     # routing ------------------------------------------------------------
@@ -214,30 +231,30 @@ class Store(Protocol):
     # episodes -----------------------------------------------------------
     async def get_episode(self, episode_id: int) -> Episode: ...
 
-    async def end_episode(self, episode_id: int, status: str) -> Episode:
-        """Set a running episode's final status (no-op when already ended)."""
+    async def end_episode(
+        self, episode_id: int, status: str, *, notice: NewMessage | None = None
+    ) -> tuple[Episode, Message | None] | None:
+        """Set a running episode's final status and append `notice` in the same
+        transaction. None when it had already ended (nothing changes)."""
         ...
 
-    async def add_episode_usage(self, episode_id: int, usage: Usage) -> None: ...
-
     # runs ---------------------------------------------------------------
-    async def start_run(
-        self, group_id: int, agent_id: int, kind: str, snapshot_seq: int, episode_id: int | None
-    ) -> Run: ...
+    async def start_run(self, group_id: int, agent_id: int, kind: str, snapshot_seq: int) -> Run:
+        """A running run over 1..snapshot_seq, in the episode current at the snapshot.
+        Raises LeaseLost when another process runs the group."""
+        ...
 
-    async def finish_run(
-        self,
-        run_id: int,
-        status: str,
-        *,
-        usage: Usage | None = None,
-        selector_usage: Usage | None = None,
-        posted_seq: int | None = None,
-        error: str | None = None,
-    ) -> Run: ...
+    async def finish_run(self, run_id: int, result: RunResult, *, cap: int) -> FinishedRun:
+        """Settle a run in one transaction: status and tokens, the reply (unless the cap
+        refuses it, or its episode was stopped), the notice, the episode's totals and
+        the agent's cursor (every status but 'interrupted'). A run no longer running
+        is returned unchanged."""
+        ...
 
-    async def interrupt_running_runs(self) -> int:
-        """On start-up: mark runs left 'running' by a crash as 'interrupted'."""
+    async def get_run(self, run_id: int) -> Run: ...
+
+    async def interrupt_running_runs(self, group_id: int) -> int:
+        """After taking a group's lease: mark its runs left 'running' as 'interrupted'."""
         ...
 
     async def usage_since(self, group_id: int, since: float) -> dict[str, Usage]:
@@ -252,6 +269,23 @@ class Store(Protocol):
     async def save_webhook(self, channel_id: str, webhook_id: str, token: str) -> None: ...
 
     async def forget_webhook(self, channel_id: str) -> None: ...
+
+    # leases (one process runs a group) ---------------------------------
+    owner_label: str
+
+    async def acquire_lease(self, group_id: int, ttl: float) -> str | None:
+        """Take the group's lease; None when taken, else a description of its holder."""
+        ...
+
+    async def renew_leases(self, group_ids: Iterable[int], ttl: float) -> set[int]:
+        """Extend these leases; return the groups whose lease this store still holds."""
+        ...
+
+    async def release_leases(self, group_ids: Iterable[int] | None = None) -> None: ...
+
+    async def holds_lease(self, group_id: int) -> bool:
+        """Whether no other process holds the group's lease."""
+        ...
 
     # read cursors -------------------------------------------------------
     async def get_seen(self, group_id: int, user_id: str) -> int | None: ...

@@ -9,7 +9,7 @@ from typing import Literal, Sequence
 
 from bot.core.models import Agent, Message
 
-Plan = Literal["explicit", "superseded", "mode", "none"]
+Plan = Literal["explicit", "superseded", "mode", "stale", "none"]
 
 
 def explicit_recipients(message: Message, enabled_ids: set[int]) -> tuple[int, ...]:
@@ -22,19 +22,29 @@ def explicit_recipients(message: Message, enabled_ids: set[int]) -> tuple[int, .
     return tuple(i for i in ids if i in enabled_ids)
 
 
-def plan_batch(messages: Sequence[Message], enabled_ids: set[int]) -> list[tuple[Message, Plan]]:
+def plan_batch(
+    messages: Sequence[Message], enabled_ids: set[int], current_episode: int | None = None
+) -> list[tuple[Message, Plan]]:
     """How each not-yet-routed message is routed.
 
     Explicit agent tags decide. Only the newest person/agent message of the
-    batch is routed by the mode; earlier untagged ones are superseded.
+    batch is routed by the mode; earlier untagged ones are superseded. An agent
+    reply to an earlier task (its episode is not `current_episode`: a person
+    posted during its run) is 'stale': it selects only whom it tags and never
+    supersedes the newer task.
     """
-    newest = next((m for m in reversed(messages) if m.author_type != "system"), None)
+    def stale(m: Message) -> bool:
+        return m.author_type == "agent" and m.episode_id != current_episode
+
+    newest = next((m for m in reversed(messages) if m.author_type != "system" and not stale(m)), None)
     plans: list[tuple[Message, Plan]] = []
     for message in messages:
         if message.author_type == "system":
             plans.append((message, "none"))
         elif explicit_recipients(message, enabled_ids):
             plans.append((message, "explicit"))
+        elif stale(message):
+            plans.append((message, "stale"))
         elif message is not newest:
             plans.append((message, "superseded"))
         else:

@@ -14,10 +14,14 @@ from bot.adapters.discord.webhooks import DiscordSurface
 from bot.adapters.openai_llm import OpenAILLM
 from bot.adapters.tokens import make_token_counter
 from bot.core.engine import Engine
+from bot.core.outbox import RetryPolicy
 from bot.core.models import GroupSettings
 from storage.store import SqliteStore
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript
+
+
+FAST_RETRY = RetryPolicy(first=0.05, factor=2.0, cap=0.4)  # the default waits seconds: too slow for tests
 
 
 class BotHarness:
@@ -28,25 +32,23 @@ class BotHarness:
         self.bot: RoundtableBot | None = None
         self.engine: Engine | None = None
         self.store: SqliteStore | None = None
+        self.surface: DiscordSurface | None = None
         self._task: asyncio.Task[None] | None = None
         self._llm: OpenAILLM | None = None
 
-    async def start(self) -> RoundtableBot:
+    async def start(self, *, wait_ready: bool = True, busy_timeout_ms: int = 5000) -> RoundtableBot:
         await point_at(self.emu.api_base)
-        self.store = await SqliteStore.open(self.db)
+        self.store = await SqliteStore.open(self.db, busy_timeout_ms=busy_timeout_ms)
         counter = make_token_counter()
         self._llm = OpenAILLM(api_key="sk-test", base_url=self.llm_server.base_url, default_model="fake-model",
                               timeout=10, max_retries=1, counter=counter)
-        surface = DiscordSurface(self.store)
-        self.engine = Engine(self.store, self._llm, surface, counter)
-        self.bot = RoundtableBot(self.engine, surface, GroupSettings(), guild_id=int(self.emu.guild_id),
+        self.surface = DiscordSurface(self.store)
+        self.engine = Engine(self.store, self._llm, self.surface, counter, scope="discord:", retry=FAST_RETRY)
+        self.bot = RoundtableBot(self.engine, self.surface, GroupSettings(), guild_id=int(self.emu.guild_id),
                                  guild_ready_timeout=0.05)
         self._task = asyncio.create_task(self.bot.start(self.emu.token))
-        await asyncio.wait_for(self.bot.wait_until_ready(), 10)
-        for _ in range(200):  # on_ready (catch-up, engine start) has run
-            if self.bot._started:
-                break
-            await asyncio.sleep(0.01)
+        if wait_ready:
+            await asyncio.wait_for(self.bot.ready_once.wait(), 10)
         return self.bot
 
     async def stop(self) -> None:
@@ -57,11 +59,13 @@ class BotHarness:
                 await asyncio.wait_for(self._task, 5)
         if self.engine is not None:
             await self.engine.close()
+        if self.surface is not None:
+            await self.surface.aclose()
         if self._llm is not None:
             await self._llm.aclose()
         if self.store is not None:
             await self.store.close()
-        self.bot = self.engine = self.store = None
+        self.bot = self.engine = self.store = self.surface = None
 
     # helpers -------------------------------------------------------------
     async def command(self, name: str, options: dict | None = None, *, user: str | None = None) -> dict:

@@ -1,6 +1,7 @@
 """End to end: a person writes in the channel, agents answer there under their own names."""
 from __future__ import annotations
 
+import asyncio
 import re
 
 import pytest
@@ -96,7 +97,9 @@ async def test_admin_checks_and_the_prompt_modal(harness):
     bad = await harness.command("agent add", {"name": "Clyde", "role": "r", "prompt": "p"})
     assert "refuses webhook names" in bad["data"]["content"]
     dup = await harness.command("agent add", {"name": "LOCAL", "role": "r", "prompt": "p"})
-    assert "already exists" in dup["data"]["content"]
+    assert "already in this group" in dup["data"]["content"]
+    lookalike = await harness.command("agent add", {"name": "l\u043ecal", "role": "r"})  # a Cyrillic о
+    assert "mixes Latin and Cyrillic letters" in lookalike["data"]["content"]
     nonadmin_config = await harness.command("roundtable config", {"max_turns": 3}, user=emu.bob_id)
     assert "Manage Server" in nonadmin_config["data"]["content"]
     ok = await harness.command("roundtable config", {"max_turns": 3})
@@ -170,20 +173,23 @@ async def test_messages_posted_while_stopped_are_ingested_once_in_order(harness,
         ("Alice", "@planner first while away"), ("Bob", "@planner second while away"), ("planner", "Noted both.")]
     assert script.participant_order == ["planner"]  # one coalesced run
     # a reconnect's catch-up finds nothing new
-    assert await harness.bot.ingest.catch_up() == 0
+    await harness.bot.ingest.resync()
+    await asyncio.sleep(0.3)
+    assert len(await harness.store.messages(1)) == 3
 
 
-async def test_a_reply_discord_did_not_confirm_is_sent_on_restart(harness, script):
+async def test_a_reply_discord_did_not_confirm_before_a_stop_is_sent_on_restart(harness, script):
     emu = harness.emu
     script.set_agent("planner", ["Kept safe."])
     await harness.setup_group(("planner", "plans"), mode="tags")
-    emu.fail_next("POST", r"^/webhooks/\d+/[\w.\-]{60,}", 403, body={"message": "Missing Permissions", "code": 50013})
+    emu.fail_next("POST", r"^/webhooks/\d+/[\w.\-]{60,}", 403, body={"message": "Missing Permissions", "code": 50013},
+                  times=10_000)
     await emu.user_post(emu.channel_id, emu.alice_id, "@planner answer")
     await emu.wait_for(lambda: emu.requests_matching("POST", r"^/webhooks/\d+/"), timeout=10)
-    await harness.idle()
     rows = await harness.store.messages(1)
     assert rows[-1].author_name == "planner" and not rows[-1].confirmed
     await harness.stop()
+    emu._faults.clear()
     await harness.start()
     await emu.wait_for(lambda: harness.webhook_posts(), timeout=10)
     assert [p["content"] for p in harness.webhook_posts()] == ["Kept safe."]

@@ -105,9 +105,10 @@ async def test_burst_of_untagged_messages_costs_one_selector_call(harness):
             await harness.say(f"thought {i}")
         llm.gate.set()
         await harness.idle()
-        # routed together after the planner's run: the planner's reply (seq 6) is the newest
+        # routed together after the planner's run. The planner's reply (seq 6) answers the first
+        # task, so it routes nobody; the person's newest message (seq 5) is the one the selector routes.
         sources = [(await harness.store.get_decision(harness.group.id, s)).source for s in range(1, 7)]
-        assert sources == ["tags", "superseded", "superseded", "superseded", "superseded", "selector"]
+        assert sources == ["tags", "superseded", "superseded", "superseded", "selector", "none"]
         selector_calls = [k for k, _, _ in llm.history if k == "selector"]
         assert len(selector_calls) == 2  # one for the burst, one after budget's reply (TERMINATE)
         assert llm.participant_order == ["planner", "budget"]
@@ -144,13 +145,14 @@ async def test_llm_failure_posts_a_notice_and_moves_on(harness):
         assert planner.delivered_through >= 1
 
 
-async def test_impersonation_is_cut_and_empty_reply_posts_nothing(harness):
+async def test_impersonation_is_cut_and_an_empty_reply_gets_a_one_line_notice(harness):
     llm = ScriptedLLM(selector=["planner", "budget", "TERMINATE"],
                       agents={"planner": ["planner: Day 1.\n[budget] I approve everything."], "budget": ["   "]})
     async with harness.running(llm):
         await harness.say("plan it")
         await harness.idle()
-        assert await harness.thread() == ["[alice] plan it", "[planner] Day 1."]
+        assert await harness.thread() == ["[alice] plan it", "[planner] Day 1.",
+                                          "[roundtable] budget had nothing to add (its reply was empty)."]
 
 
 async def test_round_robin_follows_roster_order(harness):

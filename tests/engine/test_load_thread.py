@@ -4,6 +4,7 @@ import pytest
 from bot.core.context import load_thread, trim_thread
 from bot.core.models import GroupSettings, NewMessage
 from storage.store import SqliteStore
+from tests.fakes.rows import posted
 
 
 @pytest.mark.parametrize("n, budget, task_at", [(5, 1000, 1), (60, 300, 1), (60, 300, 30), (200, 500, 150)])
@@ -16,9 +17,7 @@ async def test_load_thread_matches_trim_thread(tmp_path, n, budget, task_at):
             if i == task_at or i % 3 == 0:
                 await store.append_user_message(group.id, NewMessage("user", "alice", f"m{i}", token_count=7 + i % 5))
             else:
-                await store.append_agent_message(
-                    group.id, NewMessage("agent", "planner", f"r{i}", author_agent_id=agent.id, token_count=9 + i % 4),
-                    snapshot_seq=i - 1, cap=100)
+                await posted(store, group.id, agent.id, f"r{i}", token_count=9 + i % 4)
         everything = await store.messages(group.id)
         expected = trim_thread(everything, budget, task_seq=task_at)
         got = await load_thread(store, group.id, through=n, budget=budget, task_seq=task_at)

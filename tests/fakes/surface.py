@@ -6,6 +6,7 @@ from typing import AsyncIterator
 
 from bot.core.errors import DeliveryError
 from bot.core.models import Agent, Episode, Group, Message
+from bot.core.ports import Recorder
 
 
 class RecordingSurface:
@@ -14,13 +15,20 @@ class RecordingSurface:
         self.episodes: list[Episode] = []
         self.working_for: list[str] = []
         self.fail_next = 0
+        self.problem: str | None = None  # with fail_next: the failures are a lasting refusal
+        self.alerts: list[str] = []
 
-    async def publish(self, group: Group, message: Message, agent: Agent | None) -> list[str]:
+    async def publish(self, group: Group, message: Message, agent: Agent | None, *,
+                      resume: bool = False, record: Recorder) -> None:
         if self.fail_next:
             self.fail_next -= 1
-            raise DeliveryError("surface down")
+            raise DeliveryError("surface down", problem=self.problem)
         self.published.append(message)
-        return [f"ext-{group.id}-{message.seq}"]
+        if message.author_type != "user":
+            await record(f"ext-{group.id}-{message.seq}")
+
+    async def alert(self, group: Group, text: str) -> None:
+        self.alerts.append(text)
 
     @contextlib.asynccontextmanager
     async def working(self, group: Group, agent: Agent) -> AsyncIterator[None]:

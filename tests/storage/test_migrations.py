@@ -73,7 +73,7 @@ async def test_a_failing_migration_leaves_nothing_behind(tmp_path: Path) -> None
             await apply_migrations(conn, broken)
         names = {r[0] for r in await conn.execute_fetchall("SELECT name FROM sqlite_master")}
         assert "half" not in names
-        assert [r[0] for r in await conn.execute_fetchall("SELECT id FROM _migrations")] == [1]
+        assert [r[0] for r in await conn.execute_fetchall("SELECT id FROM _migrations")] == [m[0] for m in MIGRATIONS]
 
 
 async def test_a_file_from_a_newer_version_is_refused(tmp_path: Path) -> None:

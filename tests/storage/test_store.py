@@ -3,15 +3,21 @@ from __future__ import annotations
 
 import asyncio
 import random
+import socket
 import sqlite3
+import subprocess
+import sys
+import time
+import unicodedata
 from pathlib import Path
 from typing import AsyncIterator
 
 import pytest
 
-from bot.core.errors import CapReached, InvalidInput, NotFound, StoreError
-from bot.core.models import Decision, GroupSettings, NewMessage, Tags, Usage
+from bot.core.errors import AlreadyStored, InvalidInput, LeaseLost, NotFound, StoreError
+from bot.core.models import Decision, GroupSettings, NewMessage, RunResult, Tags, Usage
 from storage import LOCKED_MESSAGE, SqliteStore
+from tests.fakes.rows import agent_reply, posted
 
 
 class FakeClock:
@@ -103,8 +109,7 @@ async def test_concurrent_appends_from_two_processes_get_seqs_without_gaps(db_pa
                 return (await store.append_user_message(group.id, user(f"u{i}", who=f"p{i % 3}")))[0].seq
             if rng.random() < 0.5:
                 return (await store.append_system_message(group.id, notice(f"n{i}"))).seq
-            msg = agent_msg(agent.id, f"a{i}")
-            return (await store.append_agent_message(group.id, msg, snapshot_seq=0, cap=1000)).seq
+            return (await posted(store, group.id, agent.id, f"a{i}", snapshot=0)).seq
 
         seqs = await asyncio.gather(*(append(i) for i in range(50)))
         assert sorted(seqs) == list(range(1, 51))
@@ -122,24 +127,25 @@ async def test_concurrent_appends_from_two_processes_get_seqs_without_gaps(db_pa
 # streak and cap -----------------------------------------------------------
 
 
-async def test_agent_appends_up_to_the_cap_then_cap_reached_adds_nothing(store: SqliteStore, group_id: int) -> None:
+async def test_replies_up_to_the_cap_then_the_run_is_refused_and_adds_nothing(
+    store: SqliteStore, group_id: int
+) -> None:
     agent = await store.add_agent(group_id, "a", "r", "p")
     await store.append_user_message(group_id, user())
     for _ in range(3):
-        await store.append_agent_message(group_id, agent_msg(agent.id), snapshot_seq=1, cap=3)
+        await posted(store, group_id, agent.id, cap=3)
     await store.append_system_message(group_id, notice("max_turns"))  # the streak is unchanged
     group = await store.get_group(group_id)
     assert (group.agent_streak, group.latest_seq) == (3, 5)
-    with pytest.raises(CapReached) as info:
-        await store.append_agent_message(group_id, agent_msg(agent.id), snapshot_seq=5, cap=3)
-    assert info.value.cap == 3
+    refused = await agent_reply(store, group_id, agent.id, cap=3)
+    assert (refused.run.status, refused.reply, refused.run.posted_seq) == ("refused", None, None)
+    assert "cap of 3" in (refused.run.error or "")
     assert (await store.get_group(group_id)).latest_seq == 5
-    assert len(await store.messages(group_id)) == 5
+    assert (await store.get_agent(agent.id)).delivered_through == 5  # a refusal settles the run too
     assert (await store.get_episode(group.episode_id or 0)).agent_turns == 3
     await store.append_user_message(group_id, user("go on"))
     assert (await store.get_group(group_id)).agent_streak == 0
-    msg = await store.append_agent_message(group_id, agent_msg(agent.id), snapshot_seq=6, cap=3)
-    assert msg.seq == 7
+    assert (await posted(store, group_id, agent.id, cap=3)).seq == 7
 
 
 @pytest.mark.parametrize(
@@ -152,7 +158,7 @@ async def test_agent_appends_up_to_the_cap_then_cap_reached_adds_nothing(store: 
         (["user"], 2, 3, 3),  # never backwards
     ],
 )
-async def test_agent_append_moves_the_author_cursor(
+async def test_a_posted_run_moves_the_author_cursor(
     store: SqliteStore, group_id: int, between: list[str], snapshot: int, cursor_before: int, expected_cursor: int
 ) -> None:
     agent = await store.add_agent(group_id, "a", "r", "p")
@@ -164,8 +170,70 @@ async def test_agent_append_moves_the_author_cursor(
         else:
             await store.append_system_message(group_id, notice())
     await store.set_delivered_through(agent.id, cursor_before)
-    await store.append_agent_message(group_id, agent_msg(agent.id), snapshot_seq=snapshot, cap=5)
+    await posted(store, group_id, agent.id, snapshot=snapshot, cap=5)
     assert (await store.get_agent(agent.id)).delivered_through == expected_cursor
+
+
+async def test_finish_run_settles_everything_in_one_piece(store: SqliteStore, group_id: int) -> None:
+    agent = await store.add_agent(group_id, "a", "r", "p")
+    _, episode = await store.append_user_message(group_id, user())
+    run = await store.start_run(group_id, agent.id, "group", 1)
+    assert (run.status, run.episode_id, run.finished_at) == ("running", episode.id, None)
+    result = RunResult("posted", Usage(100, 20, 50), Usage(9, 1), reply=agent_msg(agent.id, "done"),
+                       notice=notice("and a notice"))
+    done = await store.finish_run(run.id, result, cap=5)
+    assert done.reply is not None and done.notice is not None
+    assert (done.reply.seq, done.notice.seq, done.reply.episode_id, done.notice.episode_id) == (2, 3, episode.id, episode.id)
+    assert (done.run.status, done.run.posted_seq, done.run.usage, done.run.selector_usage) == (
+        "posted", 2, Usage(100, 20, 50), Usage(9, 1))
+    assert (await store.get_agent(agent.id)).delivered_through == 2
+    ended = await store.get_episode(episode.id)
+    assert (ended.agent_turns, ended.prompt_tokens, ended.completion_tokens, ended.cached_tokens) == (1, 109, 21, 50)
+    again = await store.finish_run(run.id, RunResult("failed"), cap=5)  # settled once
+    assert again.run == done.run and again.reply is None
+    failed_run = await store.start_run(group_id, agent.id, "group", 3)
+    failed = await store.finish_run(failed_run.id, RunResult("failed", error="timeout", notice=notice("x failed")), cap=5)
+    assert (failed.run.status, failed.run.error, failed.notice and failed.notice.seq) == ("failed", "timeout", 4)
+    assert (await store.get_agent(agent.id)).delivered_through == 3
+    with pytest.raises(InvalidInput):
+        await store.finish_run(failed_run.id, RunResult("running"), cap=5)
+
+
+async def test_an_interrupted_run_posts_nothing_and_leaves_the_cursor(store: SqliteStore, group_id: int) -> None:
+    agent = await store.add_agent(group_id, "a", "r", "p")
+    await store.append_user_message(group_id, user())
+    run = await store.start_run(group_id, agent.id, "group", 1)
+    stopped = await store.finish_run(run.id, RunResult("interrupted", reply=agent_msg(agent.id)), cap=5)
+    assert (stopped.run.status, stopped.reply) == ("interrupted", None)
+    assert (await store.get_agent(agent.id)).delivered_through == 0
+    assert (await store.get_group(group_id)).latest_seq == 1
+
+
+async def test_a_reply_to_an_older_task_stays_in_its_episode_and_does_not_count(
+    store: SqliteStore, group_id: int
+) -> None:
+    agent = await store.add_agent(group_id, "a", "r", "p")
+    _, first = await store.append_user_message(group_id, user("task A"))
+    run = await store.start_run(group_id, agent.id, "group", 1)
+    _, second = await store.append_user_message(group_id, user("task B"))  # posted during the run
+    late = await store.finish_run(run.id, RunResult("posted", Usage(10, 1), reply=agent_msg(agent.id)), cap=1)
+    assert late.reply is not None and late.reply.episode_id == first.id and late.run.episode_id == first.id
+    group = await store.get_group(group_id)
+    assert (group.episode_id, group.agent_streak) == (second.id, 0)  # cap 1 is not used up by the old reply
+    assert (await store.get_episode(first.id)).prompt_tokens == 10
+    assert (await store.get_episode(second.id)).prompt_tokens == 0
+    assert (await store.get_agent(agent.id)).delivered_through == 1  # task B is still news to it
+    assert (await posted(store, group_id, agent.id, cap=1)).episode_id == second.id
+
+
+async def test_a_reply_to_a_stopped_episode_is_discarded(store: SqliteStore, group_id: int) -> None:
+    agent = await store.add_agent(group_id, "a", "r", "p")
+    _, episode = await store.append_user_message(group_id, user())
+    run = await store.start_run(group_id, agent.id, "group", 1)
+    await store.end_episode(episode.id, "stopped")
+    done = await store.finish_run(run.id, RunResult("posted", reply=agent_msg(agent.id)), cap=5)
+    assert (done.run.status, done.reply) == ("discarded", None)
+    assert (await store.get_group(group_id)).latest_seq == 1
 
 
 async def test_bad_appends_are_refused(store: SqliteStore, group_id: int) -> None:
@@ -173,9 +241,7 @@ async def test_bad_appends_are_refused(store: SqliteStore, group_id: int) -> Non
     with pytest.raises(InvalidInput):
         await store.append_user_message(group_id, agent_msg(agent.id))
     with pytest.raises(InvalidInput):
-        await store.append_agent_message(group_id, NewMessage("agent", "a", "x"), snapshot_seq=0, cap=3)
-    with pytest.raises(InvalidInput):
-        await store.append_agent_message(group_id, agent_msg(agent.id), snapshot_seq=4, cap=3)
+        await store.start_run(group_id, agent.id, "group", 4)  # beyond the latest seq
     with pytest.raises(NotFound):
         await store.append_user_message(999, user())
     assert (await store.get_group(group_id)).latest_seq == 0
@@ -194,19 +260,18 @@ async def test_a_user_message_supersedes_the_running_episode(store: SqliteStore,
     assert (second.task_seq, second.running) == (2, True)
 
 
-async def test_end_episode_once_and_usage_adds_up(store: SqliteStore, group_id: int) -> None:
+async def test_end_episode_once_with_its_notice(store: SqliteStore, group_id: int) -> None:
     _, episode = await store.append_user_message(group_id, user())
-    await store.add_episode_usage(episode.id, Usage(10, 2, 4))
-    await store.add_episode_usage(episode.id, Usage(5, 1, 0))
-    ended = await store.end_episode(episode.id, "terminated")
-    assert (ended.status, ended.prompt_tokens, ended.completion_tokens, ended.cached_tokens) == ("terminated", 15, 3, 4)
-    assert await store.end_episode(episode.id, "max_turns") == ended  # no-op once ended
+    ended = await store.end_episode(episode.id, "max_turns", notice=notice("Stopped (max_turns)."))
+    assert ended is not None
+    shown, note = ended
+    assert (shown.status, note and note.seq, note and note.episode_id) == ("max_turns", 2, episode.id)
+    assert await store.end_episode(episode.id, "terminated", notice=notice("again")) is None  # no-op once ended
+    assert (await store.get_group(group_id)).latest_seq == 2
     _, later = await store.append_user_message(group_id, user())
-    assert (await store.get_episode(episode.id)).status == "terminated"  # not superseded
+    assert (await store.get_episode(episode.id)).status == "max_turns"  # not superseded
     with pytest.raises(InvalidInput):
         await store.end_episode(later.id, "running")
-    with pytest.raises(NotFound):
-        await store.add_episode_usage(999, Usage(1))
 
 
 async def test_notices_and_agent_rows_belong_to_the_current_episode(store: SqliteStore, group_id: int) -> None:
@@ -236,7 +301,8 @@ async def test_read_cursor_clamps_and_never_moves_back(store: SqliteStore, group
 
 
 @pytest.mark.parametrize(
-    "existing, new", [("planner", "PLANNER"), ("Émile", "émile"), ("Straße", "STRASSE"), ("Ωmega", "ωMEGA")]
+    "existing, new", [("planner", "PLANNER"), ("Émile", "émile"), ("Straße", "STRASSE"), ("Ωmega", "ωMEGA"),
+                      ("planner", "pl\u0430nner"), ("Café", "CAFE\u0301"), ("copy", "\u0441\u043e\u0440\u0443")]
 )
 async def test_duplicate_agent_names_are_case_insensitive(
     store: SqliteStore, group_id: int, existing: str, new: str
@@ -244,8 +310,9 @@ async def test_duplicate_agent_names_are_case_insensitive(
     await store.add_agent(group_id, existing, "r", "p")
     with pytest.raises(InvalidInput, match=existing):
         await store.add_agent(group_id, new, "r", "p")
-    found = await store.find_agent(group_id, new)
-    assert found is not None and found.name == existing
+    if unicodedata.normalize("NFC", new).casefold() == existing.casefold():  # a look-alike is refused, not found
+        found = await store.find_agent(group_id, new)
+        assert found is not None and found.name == existing
 
 
 async def test_roster_order_removal_and_name_reuse(store: SqliteStore, group_id: int) -> None:
@@ -259,7 +326,7 @@ async def test_roster_order_removal_and_name_reuse(store: SqliteStore, group_id:
     await store.update_agent(b.id, enabled=False)
     assert [x.name for x in await store.list_agents(group_id)] == ["gamma", "alpha", "beta"]
     assert [x.name for x in await store.list_agents(group_id, enabled_only=True)] == ["gamma", "alpha"]
-    said = await store.append_agent_message(group_id, agent_msg(a.id), snapshot_seq=1, cap=5)
+    said = await posted(store, group_id, a.id, snapshot=1)
     await store.remove_agent(a.id)
     assert await store.find_agent(group_id, "alpha") is None
     with pytest.raises(NotFound):
@@ -331,27 +398,53 @@ async def test_routed_through_waits_for_a_gap_to_fill(store: SqliteStore, group_
 # confirmation and external ids ------------------------------------------------
 
 
-async def test_confirm_unconfirmed_and_external_id_lookups(store: SqliteStore, group_id: int) -> None:
+async def test_parts_recorded_confirmation_and_external_id_lookups(store: SqliteStore, group_id: int) -> None:
     agent = await store.add_agent(group_id, "a", "r", "p")
-    posted, _ = await store.append_user_message(group_id, user(ids=("900",)))
-    shown = await store.append_agent_message(group_id, agent_msg(agent.id, ids=("1000",)), snapshot_seq=1, cap=5)
-    pending = await store.append_agent_message(group_id, agent_msg(agent.id), snapshot_seq=2, cap=5)
+    mine, _ = await store.append_user_message(group_id, user(ids=("900",)))
+    first = await posted(store, group_id, agent.id)
+    second = await posted(store, group_id, agent.id)
     note = await store.append_system_message(group_id, notice())
-    assert (posted.confirmed, shown.confirmed, pending.confirmed, note.confirmed) == (True, True, False, False)
+    assert (mine.confirmed, first.confirmed, second.confirmed, note.confirmed) == (True, False, False, False)
+    assert [m.seq for m in await store.unconfirmed_messages(group_id)] == [2, 3, 4]
+    await store.record_posted(group_id, 2, "10000")
+    await store.record_posted(group_id, 2, "999")
+    await store.record_posted(group_id, 2, "999")  # recorded once
+    assert [m.seq for m in await store.unconfirmed_messages(group_id)] == [2, 3, 4]  # parts are not the whole
+    await store.confirm_message(group_id, 2)
     assert [m.seq for m in await store.unconfirmed_messages(group_id)] == [3, 4]
-    await store.confirm_message(group_id, 3, ["10000", "999"])
-    assert [m.seq for m in await store.unconfirmed_messages(group_id)] == [4]
-    confirmed = await store.get_message(group_id, 3)
+    confirmed = await store.get_message(group_id, 2)
     assert (confirmed.confirmed, confirmed.external_ids) == (True, ("10000", "999"))
     found = await store.find_message_by_external_id("999")
-    assert found is not None and found.seq == 3
+    assert found is not None and found.seq == 2
     assert await store.find_message_by_external_id("nope") is None
     assert await store.last_external_id(group_id) == "10000"
-    with pytest.raises(InvalidInput, match="already stored"):
+    assert await store.last_external_id(group_id, before_seq=2) == "900"
+    assert await store.last_external_id(group_id, before_seq=1) is None
+    with pytest.raises(AlreadyStored, match="already stored"):
         await store.append_user_message(group_id, user(ids=("900",)))
+    with pytest.raises(AlreadyStored):
+        await store.record_posted(group_id, 3, "900")
     assert (await store.get_group(group_id)).latest_seq == 4
     with pytest.raises(NotFound):
-        await store.confirm_message(group_id, 99, ["1"])
+        await store.confirm_message(group_id, 99)
+
+
+async def test_watermark_moves_forward_only(store: SqliteStore, group_id: int) -> None:
+    assert (await store.get_group(group_id)).watermark is None
+    for message_id, expected in [("1000", "1000"), ("999", "1000"), ("20000", "20000"), ("3000", "20000"),
+                                 ("100000000000000000", "100000000000000000")]:
+        await store.advance_watermark(group_id, message_id)
+        assert (await store.get_group(group_id)).watermark == expected
+    with pytest.raises(ValueError):
+        await store.advance_watermark(group_id, "not-a-number")
+
+
+async def test_delivery_problem_is_set_once_and_cleared(store: SqliteStore, group_id: int) -> None:
+    assert await store.set_delivery_problem(group_id, "Missing Permissions") is True
+    assert await store.set_delivery_problem(group_id, "Missing Permissions") is False
+    assert (await store.get_group(group_id)).delivery_problem == "Missing Permissions"
+    assert await store.set_delivery_problem(group_id, None) is True
+    assert await store.set_delivery_problem(group_id, None) is False
 
 
 async def test_messages_round_trip_and_ranges(store: SqliteStore, group_id: int) -> None:
@@ -376,36 +469,78 @@ async def test_runs_usage_and_interrupts(db_path: Path) -> None:
     clock = FakeClock(0.0)
     async with await SqliteStore.open(db_path, clock=clock) as store:
         group = await store.create_group("k", "n", GroupSettings())
+        other = await store.create_group("k2", "n2", GroupSettings())
         a = await store.add_agent(group.id, "a", "r", "p")
         b = await store.add_agent(group.id, "b", "r", "p")
-        _, episode = await store.append_user_message(group.id, user())
-        old = await store.start_run(group.id, a.id, "group", 1, episode.id)
-        await store.finish_run(old.id, "posted", usage=Usage(1000, 1000))
+        c = await store.add_agent(other.id, "c", "r", "p")
+        await store.append_user_message(group.id, user())
+        await store.append_user_message(other.id, user())
+        await agent_reply(store, group.id, a.id, usage=Usage(1000, 1000))
         since = clock.now
         await store.record_decision(group.id, Decision(seq=1, source="selector", usage=Usage(7, 1, 2)))
-        run = await store.start_run(group.id, a.id, "group", 1, episode.id)
-        assert (run.status, run.snapshot_seq, run.finished_at) == ("running", 1, None)
-        done = await store.finish_run(
-            run.id, "posted", usage=Usage(100, 20, 50), selector_usage=Usage(9, 1), posted_seq=2
-        )
-        assert (done.status, done.usage, done.selector_usage, done.posted_seq) == ("posted", Usage(100, 20, 50), Usage(9, 1), 2)
-        assert done.finished_at is not None
-        failed = await store.start_run(group.id, b.id, "direct", 1, None)
-        await store.finish_run(failed.id, "failed", usage=Usage(5, 0, estimated=True), error="timeout")
-        stuck = await store.start_run(group.id, b.id, "group", 1, episode.id)
-        assert await store.interrupt_running_runs() == 1
-        assert await store.interrupt_running_runs() == 0
+        await agent_reply(store, group.id, a.id, usage=Usage(100, 20, 50))
+        failed = await store.start_run(group.id, b.id, "direct", 1)
+        await store.finish_run(failed.id, RunResult("failed", Usage(5, 0, estimated=True), error="timeout"), cap=5)
+        stuck = await store.start_run(group.id, b.id, "group", 1)
+        elsewhere = await store.start_run(other.id, c.id, "group", 1)
+        assert await store.interrupt_running_runs(group.id) == 1  # only that group's
+        assert await store.interrupt_running_runs(group.id) == 0
         usage = await store.usage_since(group.id, since)
         assert usage == {"a": Usage(100, 20, 50), "b": Usage(5, 0, 0, True), "selector": Usage(7, 1, 2)}
-        with sqlite3.connect(db_path) as raw:
-            status = raw.execute("SELECT status FROM runs WHERE id = ?", (stuck.id,)).fetchone()[0]
-        assert status == "interrupted"
+        assert (await store.get_run(stuck.id)).status == "interrupted"
+        assert (await store.get_run(elsewhere.id)).status == "running"
         with pytest.raises(InvalidInput):
-            await store.start_run(group.id, a.id, "solo", 1, None)
-        with pytest.raises(InvalidInput):
-            await store.finish_run(run.id, "done")
+            await store.start_run(group.id, a.id, "solo", 1)
         with pytest.raises(NotFound):
-            await store.start_run(group.id, 999, "group", 1, None)
+            await store.start_run(group.id, 999, "group", 1)
+        with pytest.raises(NotFound):
+            await store.start_run(group.id, c.id, "group", 1)  # an agent of another group
+
+
+# leases -----------------------------------------------------------------------
+
+
+async def test_one_owner_per_group_until_released_or_expired(db_path: Path) -> None:
+    clock = FakeClock(0.0)
+    async with await SqliteStore.open(db_path, clock=clock) as bot, \
+            await SqliteStore.open(db_path, clock=clock) as console:
+        bot.owner_label, console.owner_label = "discord bot", "console"
+        group = await bot.create_group("k", "n", GroupSettings())
+        agent = await bot.add_agent(group.id, "a", "r", "p")
+        await bot.append_user_message(group.id, user())
+        assert await bot.acquire_lease(group.id, ttl=30) is None
+        assert await bot.acquire_lease(group.id, ttl=30) is None  # ours already
+        holder = await console.acquire_lease(group.id, ttl=30)
+        assert holder is not None and holder.startswith("discord bot (pid ")
+        assert await bot.holds_lease(group.id) and not await console.holds_lease(group.id)
+        with pytest.raises(LeaseLost):
+            await console.start_run(group.id, agent.id, "group", 1)
+        run = await bot.start_run(group.id, agent.id, "group", 1)
+        assert await console.renew_leases([group.id], ttl=30) == set()
+        assert await bot.renew_leases([group.id, 999], ttl=30) == {group.id}
+        clock.now += 100  # the bot stopped renewing: the lease expires
+        assert await console.acquire_lease(group.id, ttl=30) is None
+        assert await bot.renew_leases([group.id], ttl=30) == set()
+        with pytest.raises(LeaseLost):  # the old owner can no longer post for the group
+            await bot.finish_run(run.id, RunResult("posted", reply=agent_msg(agent.id)), cap=5)
+        assert (await bot.get_group(group.id)).latest_seq == 1
+        await console.release_leases()
+        assert await bot.acquire_lease(group.id, ttl=30) is None
+
+
+async def test_a_dead_holder_on_this_host_is_taken_over_at_once(db_path: Path) -> None:
+    async with await SqliteStore.open(db_path) as store:
+        group = await store.create_group("k", "n", GroupSettings())
+        dead = subprocess.Popen([sys.executable, "-c", "pass"])
+        dead.wait()
+        with sqlite3.connect(db_path) as raw:
+            raw.execute("INSERT INTO leases (group_id, owner, label, acquired_at, expires_at) VALUES (?, ?, ?, ?, ?)",
+                        (group.id, f"{socket.gethostname()}|{dead.pid}|x", "console", time.time(), time.time() + 999))
+        assert await store.acquire_lease(group.id, ttl=30) is None
+        with sqlite3.connect(db_path) as raw:
+            raw.execute("UPDATE leases SET owner = ?, label = 'console' WHERE group_id = ?",
+                        (f"elsewhere|{dead.pid}|x", group.id))
+        assert await store.acquire_lease(group.id, ttl=30) == f"console (pid {dead.pid} on elsewhere)"
 
 
 # webhooks -------------------------------------------------------------------
@@ -436,7 +571,7 @@ async def test_a_locked_database_is_a_store_error_and_loses_no_seq(db_path: Path
                 await store.append_user_message(group.id, user("blocked"))
             assert str(info.value) == LOCKED_MESSAGE
             with pytest.raises(StoreError, match="locked"):
-                await store.append_agent_message(group.id, agent_msg(agent.id), snapshot_seq=1, cap=5)
+                await store.start_run(group.id, agent.id, "group", 1)
             assert (await store.get_group(group.id)).latest_seq == 1  # reads still work (WAL)
         finally:
             other.execute("ROLLBACK")

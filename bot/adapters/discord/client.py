@@ -7,8 +7,11 @@ readable line.
 """
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from typing import Any, AsyncContextManager, Callable
+import signal
+from typing import Any, AsyncContextManager, Callable, Iterator
 
 import aiohttp
 import discord
@@ -18,7 +21,7 @@ from discord import app_commands
 from bot.adapters.discord.commands import Commands, register
 from bot.adapters.discord.events import Ingest
 from bot.adapters.discord.webhooks import DiscordSurface
-from bot.config import Settings
+from bot.config import Settings, redact_url
 from bot.core.engine import Engine
 from bot.core.errors import ConfigError
 from bot.core.models import GroupSettings
@@ -43,7 +46,8 @@ async def point_at(api_base_url: str) -> None:
             async with session.get(f"{discord.http.Route.BASE}/gateway", timeout=aiohttp.ClientTimeout(total=10)) as resp:
                 url = (await resp.json(content_type=None))["url"]
     except (aiohttp.ClientError, OSError, KeyError, ValueError, TimeoutError) as exc:
-        raise ConfigError(f"DISCORD_API_BASE_URL={api_base_url} did not answer GET /gateway ({type(exc).__name__}); "
+        raise ConfigError(f"DISCORD_API_BASE_URL={redact_url(api_base_url)} did not answer GET /gateway "
+                          f"({type(exc).__name__}); "
                           "check that the server runs and the URL ends with the version path, e.g. /api/v10") from None
     discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(url)
 
@@ -60,37 +64,43 @@ class RoundtableBot(discord.Client):
         self.tree = app_commands.CommandTree(self)
         self.commands = Commands(self)
         self.ingest = Ingest(self)
-        self._started = False
-        self.recovered = False  # live messages wait for this; catch-up reads the ones before it
+        self.ready_once = asyncio.Event()
         register(self.tree, self.commands)
         self.tree.on_error = self.on_app_command_error  # type: ignore[assignment]
 
     async def setup_hook(self) -> None:
-        if self.guild_id is not None:
-            guild = discord.Object(self.guild_id)
-            self.tree.copy_global_to(guild=guild)
-            synced = await self.tree.sync(guild=guild)
-        else:
-            synced = await self.tree.sync()
+        """After login, before the gateway: sync the commands, take the groups, resume them
+        (replies that never reached the channel go out now)."""
+        try:
+            if self.guild_id is not None:
+                guild = discord.Object(self.guild_id)
+                self.tree.copy_global_to(guild=guild)
+                synced = await self.tree.sync(guild=guild)
+            else:
+                synced = await self.tree.sync()
+        except discord.Forbidden as exc:
+            if self.guild_id is None:
+                raise ConfigError(f"Discord refused to register the slash commands ({exc.status}, code {exc.code}); "
+                                  "check the bot's applications.commands scope") from None
+            raise ConfigError(f"DISCORD_GUILD_ID={self.guild_id}: the bot is not in that server (Discord answered "
+                              f"{exc.status} Missing Access); invite it there, or clear DISCORD_GUILD_ID") from None
         log.info("synced %d slash commands %s", len(synced), f"to guild {self.guild_id}" if self.guild_id else "globally")
+        await self.engine.start()
+
+    async def on_connect(self) -> None:
+        # A new gateway session: messages of the gap before it are only in the channels' history.
+        await self.ingest.resync()
 
     async def on_ready(self) -> None:
         log.info("connected as %s", self.user)
-        first = not self._started
-        if first:
-            await self.engine.recover()  # before any run starts: crashed runs, unconfirmed replies
-            self.recovered = True
-        await self.ingest.catch_up()
-        if first:
-            self._started = True
-            await self.engine.wake_all()
+        await self.ingest.resync()
+        self.ready_once.set()
 
     async def on_resumed(self) -> None:
-        await self.ingest.catch_up()
+        await self.ingest.resync()
 
     async def on_message(self, message: discord.Message) -> None:
-        if self.recovered:
-            await self.ingest.on_message(message)
+        self.ingest.push(message)
 
     async def on_raw_reaction_add(self, payload: discord.RawReactionActionEvent) -> None:
         await self.ingest.on_reaction(payload)
@@ -111,16 +121,20 @@ OpenEngine = Callable[..., AsyncContextManager[Engine]]
 
 
 async def run_bot(settings: Settings, open_engine: OpenEngine, defaults: GroupSettings) -> int:
-    """Run until stopped. Returns the exit code; start-up problems raise ConfigError (one line)."""
+    """Run until stopped. Returns the exit code: 0 after SIGTERM, 130 after Ctrl-C (both stop
+    gracefully: no new work, the run in flight interrupted, leases released, the store closed).
+    Start-up problems raise ConfigError (one line)."""
     if settings.discord_api_base_url:
         await point_at(settings.discord_api_base_url)
-    async with open_engine(settings, DiscordSurface) as engine:
+    stopped_by: list[int] = []
+    async with open_engine(settings, DiscordSurface, scope="discord:", label="discord bot") as engine:
         surface = engine.surface
         assert isinstance(surface, DiscordSurface)
         bot = RoundtableBot(engine, surface, defaults, guild_id=settings.discord_guild_id)
         try:
             async with bot:
-                await bot.start(settings.discord_token or "")
+                with stop_on_signals(bot, stopped_by):
+                    await bot.start(settings.discord_token or "")
         except discord.LoginFailure:
             raise ConfigError("Discord rejected DISCORD_TOKEN: copy a fresh token from the Developer Portal "
                               "(Bot > Reset Token) into .env") from None
@@ -130,4 +144,33 @@ async def run_bot(settings: Settings, open_engine: OpenEngine, defaults: GroupSe
         except (aiohttp.ClientConnectorError, OSError) as exc:
             raise ConfigError(f"could not reach Discord ({type(exc).__name__}); check the network "
                               "or DISCORD_API_BASE_URL") from None
-    return 0
+        finally:
+            await surface.aclose()
+    if stopped_by:
+        log.info("stopped by %s", signal.Signals(stopped_by[0]).name)
+    return 130 if stopped_by == [signal.SIGINT] else 0
+
+
+@contextlib.contextmanager
+def stop_on_signals(bot: discord.Client, stopped_by: list[int]) -> Iterator[None]:
+    """SIGTERM and SIGINT close the bot (the caller then closes the engine and the store)."""
+    loop = asyncio.get_running_loop()
+    closing: list[asyncio.Task[None]] = []
+
+    def stop(signum: int) -> None:
+        stopped_by.append(signum)
+        if not closing:
+            closing.append(loop.create_task(bot.close()))
+
+    installed = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(signum, stop, signum)
+            installed.append(signum)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
+            pass
+    try:
+        yield
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)

@@ -233,8 +233,7 @@ def register(tree: app_commands.CommandTree, commands: Commands) -> None:
                   model: Optional[str] = None, avatar: Optional[str] = None) -> None:
         async def act(i: discord.Interaction, g: Group) -> str | None:
             checked = (v.agent_name(name), v.role(role), v.model(model), v.avatar_url(avatar))
-            if await c.store.find_agent(g.id, checked[0]) is not None:
-                raise InvalidInput(f"An agent named {checked[0]!r} already exists here; choose another name.")
+            v.check_name_free(checked[0], [a.name for a in await c.store.list_agents(g.id)])  # before the form opens
             if prompt is None:
                 await i.response.send_modal(PromptModal(
                     f"System prompt for {checked[0]}", None,

@@ -1,20 +1,32 @@
-"""Ingest: people's messages in enabled groups become user rows; missed ones are caught up.
+"""Ingest: people's messages in enabled groups become user rows, each once, in channel order.
+
+Per channel, one feed (a queue and a worker task) takes the channel's live
+messages in the order the gateway delivered them. After every (re)connect a
+feed is behind: before it stores another live message it catches up, reading
+the channel history after the group's watermark (the newest message id up to
+which every message is stored or deliberately ignored) and storing what is
+missing, oldest first, moving the watermark as it goes. Live messages move the
+watermark too, but only while the feed is caught up since the last connect, so
+the watermark never passes a message that is not stored, whatever happens in
+other channels or to the bot's own posts. A message that cannot be stored (a
+locked database) is retried until it is. When the history cannot be read (a
+missing permission), live messages are still stored and the watermark waits.
 
 The group's own webhook and the bot itself are never re-ingested; other bots
 and webhooks are ignored unless the group allows them. A Discord reply to an
 agent's message tags that agent. Attachments are noted by name and URL.
-Live messages and catch-up share a per-group lock and dedupe by message id,
-so each Discord message becomes exactly one row, in order.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import aiohttp
 import discord
 
-from bot.core.errors import RoundtableError
+from bot.core.errors import AlreadyStored, StoreError
 from bot.core.models import Agent, Group
 
 if TYPE_CHECKING:
@@ -23,6 +35,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 INGESTED_TYPES = (discord.MessageType.default, discord.MessageType.reply)
+BLIND_RETRY = 300.0  # seconds between tries to read a history the bot may not read
+GIVE_UP_AFTER = 5  # unexpected (non-database) failures storing one message before it is skipped
 
 
 def message_text(message: discord.Message) -> str:
@@ -31,20 +45,153 @@ def message_text(message: discord.Message) -> str:
     return "\n".join(parts)
 
 
+def later(a: str | None, b: str | None) -> str | None:
+    """The larger of two Discord ids (None is smallest)."""
+    if a is None or b is None:
+        return a or b
+    return a if int(a) >= int(b) else b
+
+
+@dataclass
+class Feed:
+    channel_id: int
+    queue: asyncio.Queue[discord.Message | None] = field(default_factory=asyncio.Queue)
+    behind: bool = True  # catch up before storing the next live message
+    blind: str | None = None  # why the history cannot be read: live messages only, the watermark waits
+
+
 class Ingest:
     def __init__(self, bot: "RoundtableBot") -> None:
         self.bot = bot
         self.store = bot.engine.store
-        self._locks: dict[int, asyncio.Lock] = {}
+        self.feeds: dict[int, Feed] = {}
 
-    def lock(self, group_id: int) -> asyncio.Lock:
-        return self._locks.setdefault(group_id, asyncio.Lock())
+    # entry points (called from the client's events) ------------------------------
+    def push(self, message: discord.Message) -> None:
+        """A live message, in gateway order (synchronous: the order is kept)."""
+        if message.guild is not None:
+            self._feed(message.channel.id).queue.put_nowait(message)
 
-    async def group_for(self, message: discord.Message) -> Group | None:
-        if message.guild is None:
-            return None
-        group = await self.store.find_group(f"discord:{message.channel.id}")
-        return group if group is not None and group.enabled else None
+    async def resync(self) -> None:
+        """After a (re)connect: every group's channel catches up before its next live message."""
+        for feed in self.feeds.values():  # first, before any event of the new session is taken
+            feed.behind = True
+            feed.queue.put_nowait(None)
+        for group in await self._retrying(self.store.list_groups):
+            if group.key.startswith("discord:") and group.channel_id is not None:
+                feed = self._feed(int(group.channel_id))
+                if feed.queue.empty():
+                    feed.queue.put_nowait(None)
+
+    async def on_reaction(self, payload: discord.RawReactionActionEvent) -> None:
+        """A person's reaction on a message moves their read cursor through it."""
+        if self.bot.user is not None and payload.user_id == self.bot.user.id:
+            return
+        found = await self.store.find_message_by_external_id(str(payload.message_id))
+        if found is not None:
+            await self.store.mark_seen(found.group_id, str(payload.user_id), found.seq)
+
+    # the feed's worker ---------------------------------------------------------
+    def _feed(self, channel_id: int) -> Feed:
+        feed = self.feeds.get(channel_id)
+        if feed is None:
+            feed = self.feeds[channel_id] = Feed(channel_id)
+            self.bot.engine.spawn(self._run(feed), f"ingest-{channel_id}")
+        return feed
+
+    async def _run(self, feed: Feed) -> None:
+        failures = 0
+        while True:
+            try:
+                item = await asyncio.wait_for(feed.queue.get(), BLIND_RETRY if feed.blind else None)
+            except asyncio.TimeoutError:
+                feed.behind, item = True, None
+            while feed.behind:
+                feed.behind = False
+                try:
+                    await self._catch_up(feed)
+                    failures = 0
+                except (discord.HTTPException, aiohttp.ClientError, OSError, asyncio.TimeoutError, StoreError) as exc:
+                    feed.behind = True
+                    failures += 1
+                    delay = self.bot.engine.retry.delay(failures)
+                    log.warning("channel %s: catching up failed (%s); retrying in %.1fs",
+                                feed.channel_id, type(exc).__name__, delay)
+                    await asyncio.sleep(delay)
+            if item is not None:
+                await self._take(feed, item)
+
+    async def _take(self, feed: Feed, message: discord.Message) -> None:
+        group = await self._group(feed.channel_id)
+        if group is None or not self._after_setup(group, message.id):
+            return
+        await self._store(group, message, wake=True)
+        if not feed.behind and not feed.blind:
+            await self._retrying(self.store.advance_watermark, group.id, str(message.id))
+
+    async def _catch_up(self, feed: Feed) -> None:
+        """Store what the channel holds after the watermark, oldest first."""
+        group = await self._group(feed.channel_id)
+        if group is None:
+            return
+        after = later(group.watermark, group.setup_message_id)
+        if after is None:
+            return
+        channel = self.bot.get_channel(feed.channel_id) or self.bot.get_partial_messageable(feed.channel_id)
+        count = 0
+        try:
+            async for message in channel.history(  # type: ignore[union-attr]
+                    limit=None, after=discord.Object(int(after)), oldest_first=True):
+                count += await self._store(group, message, wake=False)
+                await self._retrying(self.store.advance_watermark, group.id, str(message.id))
+            feed.blind = None
+        except (discord.Forbidden, discord.NotFound) as exc:
+            if feed.blind is None:
+                log.error("group=%s: cannot read the channel history (%s %s); messages posted while the bot "
+                          "was away are not imported until it can (Read Message History)", group.id, exc.status, exc.code)
+            feed.blind = f"{exc.status} {exc.code}"
+        finally:
+            if count:
+                log.info("group=%s: caught up %d message(s) posted while the bot was away", group.id, count)
+                self.bot.engine.wake(group.id)  # the batch is routed together
+
+    # storing one message ---------------------------------------------------------
+    async def _store(self, group: Group, message: discord.Message, *, wake: bool) -> bool:
+        """Store one Discord message as a user row, retrying until it is stored.
+        False when it is not for us or already stored."""
+        failures = 0
+        while True:
+            try:
+                return await self._store_once(group, message, wake=wake)
+            except AlreadyStored:
+                return False
+            except StoreError as exc:
+                failures += 1
+                delay = self.bot.engine.retry.delay(failures)
+                log.warning("group=%s message %s not stored yet (%s); retrying in %.1fs", group.id, message.id, exc, delay)
+                await asyncio.sleep(delay)
+            except Exception:
+                failures += 1
+                if failures >= GIVE_UP_AFTER:
+                    log.exception("group=%s message %s could not be stored; skipped", group.id, message.id)
+                    return False
+                await asyncio.sleep(self.bot.engine.retry.delay(failures))
+
+    async def _store_once(self, group: Group, message: discord.Message, *, wake: bool) -> bool:
+        if not await self.accepts(group, message):
+            return False
+        if await self.store.find_message_by_external_id(str(message.id)) is not None:
+            return False
+        replied: list[Agent] = []
+        if message.reference is not None and message.reference.message_id is not None:
+            target = await self.store.find_message_by_external_id(str(message.reference.message_id))
+            if target is not None and target.author_type == "agent" and target.author_agent_id is not None:
+                replied.append(await self.store.get_agent(target.author_agent_id))
+        await self.bot.engine.post_user_message(
+            group, author_name=message.author.display_name, user_id=str(message.author.id),
+            text=message_text(message)[:8000], extra_agents=replied, external_ids=[str(message.id)], wake=wake,
+        )
+        return True
 
     async def accepts(self, group: Group, message: discord.Message) -> bool:
         if message.type not in INGESTED_TYPES:
@@ -59,59 +206,24 @@ class Ingest:
             return False
         return bool(message.content or message.attachments)
 
-    async def on_message(self, message: discord.Message) -> None:
-        group = await self.group_for(message)
-        if group is None:
-            return
-        async with self.lock(group.id):
-            await self._ingest(group, message)
+    # helpers -------------------------------------------------------------------
+    async def _group(self, channel_id: int) -> Group | None:
+        group = await self._retrying(self.store.find_group, f"discord:{channel_id}")
+        return group if group is not None and group.enabled else None
 
-    async def _ingest(self, group: Group, message: discord.Message, *, wake: bool = True) -> bool:
-        """Store one Discord message as a user row; False when it is not for us or already stored."""
-        if not await self.accepts(group, message):
-            return False
-        if await self.store.find_message_by_external_id(str(message.id)) is not None:
-            return False
-        replied: list[Agent] = []
-        if message.reference is not None and message.reference.message_id is not None:
-            target = await self.store.find_message_by_external_id(str(message.reference.message_id))
-            if target is not None and target.author_type == "agent" and target.author_agent_id is not None:
-                replied.append(await self.store.get_agent(target.author_agent_id))
-        try:
-            await self.bot.engine.post_user_message(
-                group, author_name=message.author.display_name, user_id=str(message.author.id),
-                text=message_text(message)[:8000], extra_agents=replied, external_ids=[str(message.id)], wake=wake,
-            )
-        except RoundtableError as exc:
-            log.error("group=%s message %s was not stored: %s", group.id, message.id, exc)
-            return False
-        return True
+    @staticmethod
+    def _after_setup(group: Group, message_id: int) -> bool:
+        """A group's history starts at /roundtable setup."""
+        return group.setup_message_id is None or message_id > int(group.setup_message_id)
 
-    async def catch_up(self) -> int:
-        """Read each group's channel history after the last stored id and ingest what is missing."""
-        count = 0
-        for group in await self.store.list_groups():
-            if group.channel_id is None or not group.key.startswith("discord:"):
-                continue
-            after = await self.store.last_external_id(group.id) or group.setup_message_id
-            channel = self.bot.get_channel(int(group.channel_id))
-            if not isinstance(channel, (discord.TextChannel, discord.Thread)) or after is None:
-                continue
-            async with self.lock(group.id):
-                try:
-                    async for message in channel.history(limit=None, after=discord.Object(int(after)), oldest_first=True):
-                        count += await self._ingest(group, message, wake=False)
-                except discord.HTTPException as exc:
-                    log.warning("group=%s could not read the channel history: %s", group.id, exc)
-            self.bot.engine.wake(group.id)  # the whole batch is routed together
-        if count:
-            log.info("caught up %d message(s) posted while the bot was away", count)
-        return count
-
-    async def on_reaction(self, payload: discord.RawReactionActionEvent) -> None:
-        """A person's reaction on a message moves their read cursor through it."""
-        if self.bot.user is not None and payload.user_id == self.bot.user.id:
-            return
-        found = await self.store.find_message_by_external_id(str(payload.message_id))
-        if found is not None:
-            await self.store.mark_seen(found.group_id, str(payload.user_id), found.seq)
+    async def _retrying(self, call, *args):  # type: ignore[no-untyped-def]
+        """`await call(*args)`, retried while the database is locked."""
+        failures = 0
+        while True:
+            try:
+                return await call(*args)
+            except StoreError as exc:
+                failures += 1
+                delay = self.bot.engine.retry.delay(failures)
+                log.warning("%s failed (%s); retrying in %.1fs", getattr(call, "__name__", "a store call"), exc, delay)
+                await asyncio.sleep(delay)

@@ -1,37 +1,66 @@
 """Posting to Discord: agents through the channel's webhook, notices as the bot.
 
 One webhook per group channel, created by `/roundtable setup`, stored, reused;
-threads post through the parent's webhook with `thread`. Every post sets
+threads post through the parent's webhook with `thread_id`. Every post sets
 `allowed_mentions` explicitly: never @everyone, @here or roles; only the
 people the agent tagged. Unknown Webhook (10015) -> recreate once and resend.
+
+Exactly once. A reply is split into chunks; each chunk's id is recorded as
+soon as Discord answers. Webhook executes go out once per attempt (our own
+request, not discord.py's, which repeats a 5xx by itself and could post the
+chunk twice); notices carry an enforced nonce. When an attempt may have
+reached the channel without its id being recorded (a crash, a reset
+connection, a 5xx), `publish(resume=True)` first reads the channel after the
+last recorded id and records the chunks that did arrive, then sends the rest.
+
+Every transport failure becomes a `DeliveryError` here: a passing fault (429,
+5xx, network) is retried by the engine's outbox; a lasting refusal (a missing
+permission) carries a `problem` text that names what to fix.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
-from typing import AsyncIterator
+import time
+from typing import Any, AsyncIterator
 
+import aiohttp
 import discord
+from discord.http import Route
 
 from bot.adapters.discord.render import mention_policy, neutralize_mass_mentions, split_message
 from bot.core.errors import DeliveryError, UserFacingError
 from bot.core.models import Agent, Episode, Group, Message
-from bot.core.ports import Store
+from bot.core.ports import Recorder, Store
 from bot.core.stop import strip_terminate
 
 log = logging.getLogger(__name__)
 
 WEBHOOK_NAME = "Roundtable"
 UNKNOWN_WEBHOOK = 10015
+UNKNOWN_CHANNEL = 10003
+SCAN_LIMIT = 500  # channel messages read back when looking for chunks that arrived unrecorded
+POST_TIMEOUT = 30.0
+TYPING_EVERY = 8.0  # Discord shows typing for 10 s per request
+TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
 EPISODE_REACTIONS = {"running": "⏳", "terminated": "✅", "max_turns": "🛑", "stopped": "⏹️",
                      "quiet": "💬", "stalled": "🔁", "superseded": None}
 
 
-def allowed_mentions(text: str, tagged_user_ids: tuple[str, ...]) -> discord.AllowedMentions:
-    policy = mention_policy(text, tagged_user_ids)
-    return discord.AllowedMentions(
-        everyone=False, roles=False, replied_user=False, users=[discord.Object(int(u)) for u in policy.users]
-    )
+def allowed_mentions(text: str, tagged_user_ids: tuple[str, ...]) -> dict[str, Any]:
+    """Discord's allowed_mentions for a post: only the tagged people it mentions, nobody else."""
+    return {"parse": [], "users": list(mention_policy(text, tagged_user_ids).users), "replied_user": False}
+
+
+def rendered(message: Message) -> str:
+    """A row's text as Discord shows it: TERMINATE hidden, @everyone/@here defused."""
+    text = strip_terminate(message.text) if message.author_type == "agent" else message.text
+    return neutralize_mass_mentions(text)
+
+
+class _UnknownWebhook(Exception):
+    pass
 
 
 class DiscordSurface:
@@ -40,7 +69,9 @@ class DiscordSurface:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.client: discord.Client | None = None
-        self._webhooks: dict[str, discord.Webhook] = {}
+        self._webhooks: dict[str, tuple[str, str]] = {}  # channel id -> (webhook id, token)
+        self._session: aiohttp.ClientSession | None = None
+        self._not_before: dict[str, float] = {}  # webhook id -> when its rate-limit bucket refills
 
     @property
     def bot(self) -> discord.Client:
@@ -52,8 +83,17 @@ class DiscordSurface:
         channel = self.bot.get_channel(int(channel_id))
         return channel if channel is not None else self.bot.get_partial_messageable(int(channel_id))  # type: ignore[return-value]
 
+    def where(self, group: Group) -> str:
+        channel = self.bot.get_channel(int(group.channel_id or 0))
+        return f"#{channel.name}" if channel is not None and hasattr(channel, "name") else "this channel"
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
     # webhooks ------------------------------------------------------------
-    async def create_webhook(self, channel_id: str) -> discord.Webhook:
+    async def create_webhook(self, channel_id: str) -> tuple[str, str]:
         """Create and store the webhook of a channel (a thread's parent). UserFacingError when not allowed."""
         channel = self.bot.get_channel(int(channel_id)) or await self.bot.fetch_channel(int(channel_id))
         if not isinstance(channel, discord.TextChannel):
@@ -68,90 +108,200 @@ class DiscordSurface:
             raise UserFacingError(f"Discord refused to create the webhook ({exc.status}); try again.") from None
         assert webhook.token is not None
         await self.store.save_webhook(channel_id, str(webhook.id), webhook.token)
-        self._webhooks[channel_id] = webhook
-        return webhook
+        self._webhooks[channel_id] = (str(webhook.id), webhook.token)
+        return self._webhooks[channel_id]
 
-    async def webhook(self, channel_id: str) -> discord.Webhook:
+    async def webhook(self, channel_id: str) -> tuple[str, str]:
         cached = self._webhooks.get(channel_id)
         if cached is not None:
             return cached
         stored = await self.store.get_webhook(channel_id)
         if stored is None:
             return await self.create_webhook(channel_id)
-        webhook = discord.Webhook.partial(int(stored[0]), stored[1], client=self.bot)
-        self._webhooks[channel_id] = webhook
-        return webhook
+        self._webhooks[channel_id] = stored
+        return stored
 
     async def is_own_webhook(self, group: Group, webhook_id: int) -> bool:
         stored = await self.store.get_webhook(group.parent_channel_id or group.channel_id or "")
         return stored is not None and stored[0] == str(webhook_id)
 
     # Surface -------------------------------------------------------------
-    async def publish(self, group: Group, message: Message, agent: Agent | None) -> list[str]:
+    async def publish(self, group: Group, message: Message, agent: Agent | None, *,
+                      resume: bool = False, record: Recorder) -> None:
         if message.author_type == "user":
-            return list(message.external_ids)
+            return  # people's messages are already in the channel
+        chunks = split_message(rendered(message))
+        done = len(message.external_ids)
+        if done >= len(chunks):
+            return
+        if resume:
+            for external_id in await self._arrived(group, message, agent, chunks[done:]):
+                log.info("group=%s seq=%s: chunk %d had reached the channel already", group.id, message.seq, done + 1)
+                await record(external_id)
+                done += 1
+        for index in range(done, len(chunks)):
+            if message.author_type == "agent":
+                external_id = await self._post_as_agent(group, message, agent, chunks[index])
+            else:
+                external_id = await self._post_as_bot(group, message, index, chunks[index])
+            await record(external_id)
+
+    async def alert(self, group: Group, text: str) -> None:
+        """A plain message from the bot (outside the thread and its queue); best effort."""
         try:
-            if message.author_type == "agent" and agent is not None:
-                return await self._post_as_agent(group, message, agent)
-            return await self._post_notice(group, message)
-        except UserFacingError as exc:
-            raise DeliveryError(str(exc)) from None
-        except discord.HTTPException as exc:
-            raise DeliveryError(f"Discord answered {exc.status} (code {exc.code})") from None
-
-    async def _post_as_agent(self, group: Group, message: Message, agent: Agent) -> list[str]:
-        text = neutralize_mass_mentions(strip_terminate(message.text))
-        mentions = allowed_mentions(text, message.tags.user_ids)
-        hook_channel = group.parent_channel_id or group.channel_id or ""
-        thread = discord.Object(int(group.channel_id)) if group.parent_channel_id and group.channel_id else discord.utils.MISSING
-        ids: list[str] = []
-        for chunk in split_message(text):
-            for attempt in (1, 2):
-                webhook = await self.webhook(hook_channel)
-                try:
-                    sent = await webhook.send(chunk, username=agent.name, avatar_url=agent.avatar_url or discord.utils.MISSING,
-                                              allowed_mentions=mentions, wait=True, thread=thread)
-                    ids.append(str(sent.id))
-                    break
-                except discord.NotFound as exc:
-                    if exc.code != UNKNOWN_WEBHOOK or attempt == 2:
-                        raise
-                    log.warning("group=%s webhook was deleted; creating a new one", group.id)
-                    self._webhooks.pop(hook_channel, None)
-                    await self.store.forget_webhook(hook_channel)
-                    await self.create_webhook(hook_channel)
-        return ids
-
-    async def _post_notice(self, group: Group, message: Message) -> list[str]:
-        ids = []
-        for chunk in split_message(neutralize_mass_mentions(message.text)):
-            sent = await self.channel(group.channel_id or "").send(chunk, allowed_mentions=discord.AllowedMentions.none())
-            ids.append(str(sent.id))
-        return ids
+            await self.bot.http.request(
+                Route("POST", "/channels/{channel_id}/messages", channel_id=int(group.channel_id or 0)),
+                json={"content": text[:2000], "allowed_mentions": {"parse": []}},
+            )
+        except (discord.HTTPException, *TRANSPORT_ERRORS) as exc:
+            log.warning("group=%s could not post the alert: %s", group.id, type(exc).__name__)
 
     @contextlib.asynccontextmanager
     async def working(self, group: Group, agent: Agent) -> AsyncIterator[None]:
-        try:
-            typing = self.channel(group.channel_id or "").typing()
-            await typing.__aenter__()
-        except discord.HTTPException:
-            log.debug("group=%s typing indicator failed", group.id)
-            yield
-            return
+        """Typing in the channel while the agent works, sent from a task of its own:
+        a slow or failing typing endpoint never delays the model call."""
+        task = asyncio.create_task(self._typing(group), name=f"typing-{group.id}")
         try:
             yield
         finally:
-            await typing.__aexit__(None, None, None)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _typing(self, group: Group) -> None:
+        channel = self.channel(group.channel_id or "0")
+        while True:
+            try:
+                async with asyncio.timeout(TYPING_EVERY):
+                    await channel.typing()
+            except (discord.HTTPException, *TRANSPORT_ERRORS) as exc:
+                log.debug("group=%s typing indicator failed: %s", group.id, type(exc).__name__)
+            await asyncio.sleep(TYPING_EVERY)
 
     async def episode_updated(self, group: Group, episode: Episode) -> None:
         task = await self.store.get_message(group.id, episode.task_seq)
         if not task.external_ids:
             return
-        target = self.channel(group.channel_id or "").get_partial_message(int(task.external_ids[0]))  # type: ignore[attr-defined]
+        target = self.channel(group.channel_id or "0").get_partial_message(int(task.external_ids[0]))  # type: ignore[attr-defined]
+        errors = (discord.HTTPException, *TRANSPORT_ERRORS)
         if not episode.running:
-            with contextlib.suppress(discord.HTTPException):
+            with contextlib.suppress(*errors):
                 await target.remove_reaction(EPISODE_REACTIONS["running"], self.bot.user)  # type: ignore[arg-type]
         emoji = EPISODE_REACTIONS.get(episode.status)
         if emoji:
-            with contextlib.suppress(discord.HTTPException):
+            with contextlib.suppress(*errors):
                 await target.add_reaction(emoji)
+
+    # posting -------------------------------------------------------------
+    async def _post_as_agent(self, group: Group, message: Message, agent: Agent | None, chunk: str) -> str:
+        hook_channel = group.parent_channel_id or group.channel_id or ""
+        payload: dict[str, Any] = {
+            "content": chunk,
+            "username": agent.name if agent else message.author_name,
+            "allowed_mentions": allowed_mentions(chunk, message.tags.user_ids),
+        }
+        if agent is not None and agent.avatar_url:
+            payload["avatar_url"] = agent.avatar_url
+        params = {"wait": "true"}
+        if group.parent_channel_id and group.channel_id:
+            params["thread_id"] = group.channel_id
+        for attempt in (1, 2):
+            try:
+                hook_id, token = await self.webhook(hook_channel)
+            except UserFacingError as exc:  # the webhook cannot be made: a missing permission
+                raise DeliveryError(str(exc), problem=str(exc)) from None
+            try:
+                return await self._execute(group, hook_id, token, payload, params)
+            except _UnknownWebhook:
+                if attempt == 2:
+                    raise DeliveryError("Discord does not know the group's new webhook either") from None
+                log.warning("group=%s webhook was deleted; creating a new one", group.id)
+                self._webhooks.pop(hook_channel, None)
+                await self.store.forget_webhook(hook_channel)
+        raise AssertionError("unreachable")
+
+    async def _execute(self, group: Group, hook_id: str, token: str, payload: dict[str, Any],
+                       params: dict[str, str]) -> str:
+        """One webhook execute (no retries of its own): the new message's id."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(headers={"User-Agent": "DiscordBot (roundtable, 0.1)"})
+        wait = self._not_before.get(hook_id, 0.0) - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(min(wait, 60.0))
+        url = f"{Route.BASE}/webhooks/{hook_id}/{token}"
+        try:
+            async with self._session.post(url, json=payload, params=params,
+                                          timeout=aiohttp.ClientTimeout(total=POST_TIMEOUT)) as resp:
+                body = await resp.json(content_type=None) if resp.content_length != 0 else None
+                status, headers = resp.status, resp.headers
+        except (*TRANSPORT_ERRORS, ValueError) as exc:
+            raise DeliveryError(f"the webhook post did not complete ({type(exc).__name__})", maybe_shown=True) from None
+        if headers.get("X-RateLimit-Remaining") == "0":
+            with contextlib.suppress(ValueError):
+                self._not_before[hook_id] = time.monotonic() + float(headers.get("X-RateLimit-Reset-After", "1"))
+        if 200 <= status < 300 and isinstance(body, dict) and "id" in body:
+            return str(body["id"])
+        code = body.get("code") if isinstance(body, dict) else None
+        if status == 404 and code == UNKNOWN_WEBHOOK:
+            raise _UnknownWebhook()
+        raise self._refusal(group, status, code, body, need="Manage Webhooks and Send Messages")
+
+    async def _post_as_bot(self, group: Group, message: Message, index: int, chunk: str) -> str:
+        payload = {"content": chunk, "allowed_mentions": {"parse": []},
+                   # Discord drops a second create with the same nonce (e.g. discord.py repeating a 502).
+                   "nonce": f"rt{group.id}.{message.seq}.{index}"[:25], "enforce_nonce": True}
+        route = Route("POST", "/channels/{channel_id}/messages", channel_id=int(group.channel_id or 0))
+        try:
+            sent = await self.bot.http.request(route, json=payload)
+        except discord.HTTPException as exc:
+            raise self._refusal(group, exc.status, exc.code, None, need="Send Messages") from None
+        except TRANSPORT_ERRORS as exc:
+            raise DeliveryError(f"the post did not complete ({type(exc).__name__})", maybe_shown=True) from None
+        return str(sent["id"])
+
+    def _refusal(self, group: Group, status: int, code: object, body: object, *, need: str) -> DeliveryError:
+        """A DeliveryError for an HTTP answer that is not a success; `need`: the permissions
+        the failed request depends on, named to people when Discord refuses it."""
+        if status == 429:
+            retry_after = body.get("retry_after") if isinstance(body, dict) else None
+            hint = float(retry_after) if isinstance(retry_after, (int, float)) else None
+            return DeliveryError("Discord is rate-limiting posts (429)", retry_after=hint)
+        if status >= 500:
+            return DeliveryError(f"Discord answered {status}", maybe_shown=True)
+        where = self.where(group)
+        if status in (401, 403):
+            problem = (f"I can't post in {where}: Discord answered {status} (code {code}, Missing Permissions). "
+                       f"Give my role {need} in {where}; the waiting messages are posted as soon as it is fixed.")
+        elif status == 404 and code == UNKNOWN_CHANNEL:
+            problem = f"I can't post in {where}: Discord says the channel no longer exists (code {code})."
+        else:
+            problem = (f"Discord refused a post in {where} ({status}, code {code}); "
+                       "it is retried, and the bot's log has the details.")
+        return DeliveryError(f"Discord answered {status} (code {code})", problem=problem)
+
+    # finding what arrived --------------------------------------------------
+    async def _arrived(self, group: Group, message: Message, agent: Agent | None, chunks: list[str]) -> list[str]:
+        """Ids of the leading `chunks` already in the channel after the row's last recorded
+        part (or after the rows before it), in order."""
+        anchor = (message.external_ids[-1] if message.external_ids
+                  else await self.store.last_external_id(group.id, before_seq=message.seq) or group.setup_message_id)
+        after = discord.Object(int(anchor)) if anchor else discord.Object(
+            discord.utils.time_snowflake(discord.utils.utcnow()) - (600_000 << 22))
+        found: list[str] = []
+        try:
+            async for seen in self.channel(group.channel_id or "0").history(  # type: ignore[attr-defined]
+                    limit=SCAN_LIMIT, after=after, oldest_first=True):
+                if len(found) == len(chunks):
+                    break
+                if self._ours(seen, message, agent) and seen.content.strip() == chunks[len(found)].strip():
+                    found.append(str(seen.id))
+        except discord.HTTPException as exc:
+            raise self._refusal(group, exc.status, exc.code, None, need="Read Message History") from None
+        except TRANSPORT_ERRORS as exc:
+            raise DeliveryError(f"could not read the channel back ({type(exc).__name__})", maybe_shown=True) from None
+        return found
+
+    def _ours(self, seen: discord.Message, message: Message, agent: Agent | None) -> bool:
+        if message.author_type == "agent":
+            return seen.webhook_id is not None and seen.author.name == (agent.name if agent else message.author_name)
+        return seen.webhook_id is None and self.bot.user is not None and seen.author.id == self.bot.user.id

@@ -1,0 +1,111 @@
+"""Which groups this process runs: the group leases it holds (SPEC §4, many processes).
+
+A process serves one scope: the Discord bot every `discord:` group, a console
+its one `console:NAME` group. Of the groups in its scope it runs only those
+whose lease it holds, so a console never touches a Discord group and two
+processes never run one group at once. The keeper renews the leases every
+`tick` seconds, notices a lease another process took (and stops that group
+here), takes over groups whose holder released its lease, died or let it
+expire, and wakes an owned group whose log grew in another process.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from bot.core.models import Group
+
+if TYPE_CHECKING:
+    from bot.core.engine import Engine
+
+log = logging.getLogger(__name__)
+
+LEASE_TTL = 30.0
+KEEP_EVERY = 2.0
+
+
+class Ownership:
+    def __init__(self, engine: "Engine", scope: str, *, ttl: float = LEASE_TTL, tick: float = KEEP_EVERY) -> None:
+        self.engine = engine
+        self.scope = scope
+        self.ttl = ttl
+        self.tick = tick
+        self.owned: set[int] = set()
+        self._seen: dict[int, int] = {}  # latest seq of each owned group at the last look
+        self._claims: dict[int, asyncio.Task[object]] = {}
+
+    async def start(self) -> None:
+        for group in await self.engine.store.list_groups():
+            if group.in_scope(self.scope):
+                await self.claim(group)
+        self.engine.spawn(self._keep(), "lease-keeper")
+
+    async def claim(self, group: Group) -> str | None:
+        """Take the group's lease and resume it here. None when this process runs it
+        now; otherwise who holds it (for people)."""
+        if group.id in self.owned:
+            return None
+        holder = await self.engine.store.acquire_lease(group.id, self.ttl)
+        if holder is not None:
+            log.debug("group=%s is run by %s", group.id, holder)
+            return holder
+        self.owned.add(group.id)
+        self._seen[group.id] = group.latest_seq
+        await self.engine.resume(group)
+        return None
+
+    def claim_soon(self, group_id: int) -> None:
+        """Claim a group this process does not run yet (one attempt at a time)."""
+        if group_id in self._claims or group_id in self.owned:
+            return
+        task = self.engine.spawn(self._claim_by_id(group_id), f"claim-{group_id}")
+        self._claims[group_id] = task
+        task.add_done_callback(lambda _t: self._claims.pop(group_id, None))
+
+    async def settled(self, group_id: int) -> None:
+        """Until a claim of this group in flight has ended."""
+        task = self._claims.get(group_id)
+        if task is not None:
+            await asyncio.wait([task])
+
+    async def _claim_by_id(self, group_id: int) -> None:
+        group = await self.engine.store.get_group(group_id)
+        if group.enabled and group.in_scope(self.scope):
+            await self.claim(group)
+
+    def forget(self, group_id: int) -> None:
+        self.owned.discard(group_id)
+        self._seen.pop(group_id, None)
+
+    async def release(self) -> None:
+        owned, self.owned = set(self.owned), set()
+        if owned:
+            await self.engine.store.release_leases(owned)
+
+    # the keeper ---------------------------------------------------------
+    async def _keep(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick)
+            try:
+                await self.keep_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the database may be locked for a while: try again next tick
+                log.warning("could not renew group leases: %s", exc)
+
+    async def keep_once(self) -> None:
+        store = self.engine.store
+        if self.owned:
+            held = await store.renew_leases(self.owned, self.ttl)
+            for group_id in sorted(self.owned - held):
+                log.warning("group=%s: another process took it over; stopping it here", group_id)
+                self.engine.drop(group_id)
+        for group in await store.list_groups():
+            if not group.in_scope(self.scope):
+                continue
+            if group.id not in self.owned:
+                await self.claim(group)
+            elif self._seen.get(group.id) != group.latest_seq:
+                self._seen[group.id] = group.latest_seq
+                self.engine.wake(group.id)  # new rows, perhaps written by another process

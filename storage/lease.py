@@ -1,0 +1,108 @@
+"""Group leases: one owner per group across processes (SPEC §4).
+
+The process whose store holds a group's row in `leases` runs that group's
+dispatcher and delivery. A lease is taken when it is free, expired, already
+ours, or held by a process on this host that no longer exists (so a restart
+after kill -9 takes over at once instead of waiting for the expiry). Holders
+renew their leases well before they expire and release them when they close.
+Writes that act for a group (starting and settling runs) check inside their
+transaction that no other owner holds it, so a process that lost its lease
+can never post for the group.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Iterable
+
+import aiosqlite
+
+from bot.core.errors import LeaseLost
+from storage.base import StoreBase
+
+log = logging.getLogger(__name__)
+
+
+def owner_alive(owner: str) -> bool:
+    """False only when `owner` names a process on this host that has exited."""
+    host, _, rest = owner.partition("|")
+    pid_text = rest.partition("|")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return True  # another machine: only the expiry tells
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, under another user
+    return True
+
+
+def describe_owner(owner: str, label: str) -> str:
+    """'console (pid 1234)', or '... on host-b' for another machine."""
+    host, _, rest = owner.partition("|")
+    pid = rest.partition("|")[0]
+    where = "" if host == socket.gethostname() else f" on {host}"
+    return f"{label or 'another process'} (pid {pid}{where})"
+
+
+class LeaseMixin(StoreBase):
+    async def acquire_lease(self, group_id: int, ttl: float) -> str | None:
+        """Take the group's lease for `ttl` seconds. None when this store holds it now;
+        otherwise who holds it, for people ('console (pid 1234)')."""
+        async with self._write() as db:
+            await self._group_row(db, group_id)
+            row = await self._one(db, "SELECT owner, label, expires_at FROM leases WHERE group_id = ?", (group_id,))
+            now = self._now()
+            if (row is not None and row["owner"] != self.owner and float(row["expires_at"]) > now
+                    and owner_alive(row["owner"])):
+                return describe_owner(row["owner"], row["label"])
+            if row is not None and row["owner"] != self.owner:
+                log.info("group=%s: taking over the lease of %s", group_id, describe_owner(row["owner"], row["label"]))
+            await self._exec(
+                db,
+                "INSERT INTO leases (group_id, owner, label, acquired_at, expires_at) VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT (group_id) DO UPDATE SET owner = excluded.owner, label = excluded.label,"
+                " acquired_at = excluded.acquired_at, expires_at = excluded.expires_at",
+                (group_id, self.owner, self.owner_label, now, now + ttl),
+            )
+        return None
+
+    async def renew_leases(self, group_ids: Iterable[int], ttl: float) -> set[int]:
+        """Extend this store's leases of `group_ids`; return those it still holds."""
+        wanted = sorted({int(g) for g in group_ids})
+        if not wanted:
+            return set()
+        marks = ", ".join("?" * len(wanted))
+        async with self._write() as db:
+            await self._exec(
+                db, f"UPDATE leases SET expires_at = ? WHERE owner = ? AND group_id IN ({marks})",
+                (self._now() + ttl, self.owner, *wanted),
+            )
+            rows = await self._all(
+                db, f"SELECT group_id FROM leases WHERE owner = ? AND group_id IN ({marks})", (self.owner, *wanted)
+            )
+        return {int(r[0]) for r in rows}
+
+    async def release_leases(self, group_ids: Iterable[int] | None = None) -> None:
+        """Give up this store's leases (all of them, or those of `group_ids`)."""
+        async with self._write() as db:
+            if group_ids is None:
+                await self._exec(db, "DELETE FROM leases WHERE owner = ?", (self.owner,))
+                return
+            for group_id in group_ids:
+                await self._exec(db, "DELETE FROM leases WHERE owner = ? AND group_id = ?", (self.owner, group_id))
+
+    async def holds_lease(self, group_id: int) -> bool:
+        """Whether no other owner holds the group's lease (the check writes make, as a read)."""
+        async with self._read() as db:
+            return await self._lease_free_or_ours(db, group_id)
+
+    async def _require_lease(self, db: aiosqlite.Connection, group_id: int) -> None:
+        if not await self._lease_free_or_ours(db, group_id):
+            raise LeaseLost(f"group {group_id} is run by another process now")
+
+    async def _lease_free_or_ours(self, db: aiosqlite.Connection, group_id: int) -> bool:
+        row = await self._one(db, "SELECT owner FROM leases WHERE group_id = ?", (group_id,))
+        return row is None or row["owner"] == self.owner

@@ -1,0 +1,156 @@
+"""Store methods for a run: start it, settle it with what it posts, interrupt it.
+
+A run is settled in one transaction: its status and tokens, its reply (unless
+the cap refuses it), its notice, the episode's totals and the agent's cursor.
+So a crash leaves either a run still 'running' (re-run on start-up, nothing
+posted) or a settled run whose reply is in the log: never a reply without its
+cursor move, which would be answered twice.
+"""
+from __future__ import annotations
+
+import logging
+from typing import get_args
+
+import aiosqlite
+
+from bot.core.errors import CapReached, InvalidInput, NotFound
+from bot.core.models import FinishedRun, Message, Run, RunKind, RunResult, RunStatus, Usage
+from storage.lease import LeaseMixin
+from storage.rows import to_run
+
+log = logging.getLogger(__name__)
+
+RUN_KINDS = frozenset(get_args(RunKind))
+RUN_END_STATUSES = frozenset(get_args(RunStatus)) - {"running"}
+
+
+class RunMixin(LeaseMixin):
+    async def _run_row(self, db: aiosqlite.Connection, run_id: int) -> Run:
+        row = await self._one(db, "SELECT * FROM runs WHERE id = ?", (run_id,))
+        if row is None:
+            raise NotFound(f"no run with id {run_id}")
+        return to_run(row)
+
+    async def get_run(self, run_id: int) -> Run:
+        async with self._read() as db:
+            return await self._run_row(db, run_id)
+
+    async def start_run(self, group_id: int, agent_id: int, kind: str, snapshot_seq: int) -> Run:
+        """A 'running' run over rows 1..snapshot_seq. Its episode is the one current at
+        the snapshot, opened by its newest person's row (SPEC §4: a run belongs to the
+        episode it answers).
+        LeaseLost when another process runs the group."""
+        if kind not in RUN_KINDS:
+            raise InvalidInput(f"unknown run kind {kind!r}; use one of {', '.join(sorted(RUN_KINDS))}")
+        async with self._write() as db:
+            group = await self._group_row(db, group_id)
+            await self._require_lease(db, group_id)
+            agent = await self._agent_row(db, agent_id)
+            if agent["group_id"] != group_id:
+                raise NotFound(f"no agent with id {agent_id} in group {group_id}")
+            if not 0 <= snapshot_seq <= int(group["latest_seq"]):
+                raise InvalidInput(f"snapshot {snapshot_seq} is outside 0..{group['latest_seq']}")
+            row = await self._one(  # the episode current at the snapshot: opened by its newest person's row
+                db, "SELECT id FROM episodes WHERE group_id = ? AND task_seq <= ? ORDER BY task_seq DESC LIMIT 1",
+                (group_id, snapshot_seq),
+            )
+            episode_id = row[0] if row is not None else None
+            run_id = await self._insert(
+                db,
+                "INSERT INTO runs (group_id, agent_id, kind, snapshot_seq, episode_id, status, started_at)"
+                " VALUES (?, ?, ?, ?, ?, 'running', ?)",
+                (group_id, agent_id, kind, snapshot_seq, episode_id, self._now()),
+            )
+            return await self._run_row(db, run_id)
+
+    async def finish_run(self, run_id: int, result: RunResult, *, cap: int) -> FinishedRun:
+        """Settle a running run (see the module docstring); a run already settled or
+        interrupted is returned as it is and nothing is posted.
+
+        A reply counts toward the group's streak, and may be refused by the cap,
+        only when it belongs to the group's current episode; a reply to an older
+        episode (a person posted during the run) is kept under that episode.
+        A reply whose episode an operator stopped during the run is discarded.
+        """
+        if result.status not in RUN_END_STATUSES:
+            raise InvalidInput(f"unknown run status {result.status!r}; use one of {', '.join(sorted(RUN_END_STATUSES))}")
+        async with self._write() as db:
+            run = await self._run_row(db, run_id)
+            if run.status != "running":
+                return FinishedRun(run)
+            group = await self._group_row(db, run.group_id)
+            if result.status != "interrupted":
+                await self._require_lease(db, run.group_id)
+            status, error = result.status, result.error
+            reply: Message | None = None
+            if result.reply is not None and status == "posted":
+                status, error, reply = await self._post_reply(db, run, group, result, cap)
+            if status != "interrupted":
+                # Through the reply too when nothing else arrived after the snapshot: its own words are not news.
+                through = reply.seq if reply is not None and reply.seq == run.snapshot_seq + 1 else run.snapshot_seq
+                await self._exec(
+                    db, "UPDATE agents SET delivered_through = MAX(delivered_through, ?) WHERE id = ?",
+                    (through, run.agent_id),
+                )
+            spent = result.usage + result.selector_usage
+            if run.episode_id is not None and (spent.prompt_tokens or spent.completion_tokens):
+                await self._exec(
+                    db,
+                    "UPDATE episodes SET prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?,"
+                    " cached_tokens = cached_tokens + ? WHERE id = ?",
+                    (spent.prompt_tokens, spent.completion_tokens, spent.cached_tokens, run.episode_id),
+                )
+            notice = None
+            if result.notice is not None:
+                notice = await self._append(db, run.group_id, result.notice, episode_id=run.episode_id)
+            await self._settle(db, run.id, status, result.usage, result.selector_usage,
+                               reply.seq if reply else None, error)
+            return FinishedRun(await self._run_row(db, run.id), reply, notice)
+
+    async def _post_reply(
+        self, db: aiosqlite.Connection, run: Run, group: aiosqlite.Row, result: RunResult, cap: int
+    ) -> tuple[str, str | None, Message | None]:
+        assert result.reply is not None
+        if run.episode_id is not None:
+            row = await self._one(db, "SELECT status FROM episodes WHERE id = ?", (run.episode_id,))
+            if row is not None and row[0] == "stopped":
+                return "discarded", "the episode was stopped during the run", None
+        current = run.episode_id == group["episode_id"]
+        if current and int(group["agent_streak"]) >= cap:
+            return "refused", str(CapReached(cap)), None
+        reply = await self._append(db, run.group_id, result.reply, episode_id=run.episode_id,
+                                   streak="count" if current else "keep")
+        if run.episode_id is not None:
+            await self._exec(db, "UPDATE episodes SET agent_turns = agent_turns + 1 WHERE id = ?", (run.episode_id,))
+        return "posted", result.error, reply
+
+    async def _settle(
+        self, db: aiosqlite.Connection, run_id: int, status: str, usage: Usage, sel: Usage,
+        posted_seq: int | None, error: str | None,
+    ) -> None:
+        await self._exec(
+            db,
+            "UPDATE runs SET status = ?, prompt_tokens = ?, completion_tokens = ?, cached_tokens = ?, estimated = ?,"
+            " selector_prompt_tokens = ?, selector_completion_tokens = ?, selector_cached_tokens = ?,"
+            " selector_estimated = ?, posted_seq = ?, error = ?, finished_at = ? WHERE id = ?",
+            (
+                status, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, int(usage.estimated),
+                sel.prompt_tokens, sel.completion_tokens, sel.cached_tokens, int(sel.estimated),
+                posted_seq, error, self._now(), run_id,
+            ),
+        )
+
+    async def interrupt_running_runs(self, group_id: int) -> int:
+        """Mark the group's runs still 'running' as 'interrupted'; return how many.
+
+        Called by the process that just took the group's lease: no live process
+        runs them any more (their cursors did not move, so they run again)."""
+        async with self._write() as db:
+            count = await self._exec(
+                db,
+                "UPDATE runs SET status = 'interrupted', finished_at = ? WHERE group_id = ? AND status = 'running'",
+                (self._now(), group_id),
+            )
+        if count:
+            log.info("group=%s: marked %d run(s) left running as interrupted", group_id, count)
+        return count

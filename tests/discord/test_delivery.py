@@ -1,0 +1,133 @@
+"""Delivery that holds when Discord does not: refusals, rate limits, 5xx, resets, a locked
+database, a failing typing endpoint. Everything arrives without a restart, once, in order."""
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+
+import pytest
+
+from tests.discord_emulator import DiscordEmulator
+from tests.fakes.openai_server import GroupChatScript
+
+WEBHOOK = r"^/webhooks/\d+/[\w.\-]{60,}"
+
+
+@pytest.fixture
+def script() -> GroupChatScript:
+    return GroupChatScript(agents={"planner": ["First answer.", "Second answer."]})
+
+
+async def two_questions(harness) -> list[str]:
+    """Ask twice (the second while the first reply may still be on its way); the posts, in order."""
+    emu = harness.emu
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner one")
+    await emu.wait_for(lambda: emu.requests_matching("POST", WEBHOOK), timeout=10, what="the first post attempt")
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner two")
+    await emu.wait_for(lambda: len(webhook_messages(emu)) >= 2, timeout=20, what="both replies")
+    await harness.idle()
+    return webhook_messages(emu)
+
+
+def webhook_messages(emu: DiscordEmulator) -> list[str]:
+    return [m["content"] for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id")]
+
+
+@pytest.mark.parametrize("fault", [
+    dict(status=403, body={"message": "Missing Permissions", "code": 50013}, times=1),
+    dict(status=429, times=10),
+    dict(status=503, times=8),
+    dict(status=0, times=2),  # the connection is reset before Discord saw the post
+    dict(status=0, times=1, after=True),  # Discord posted it, then the connection was reset
+    dict(status=502, times=1, after=True),  # Discord posted it, then a proxy answered 502
+])
+async def test_a_post_discord_did_not_take_arrives_without_a_restart_once_in_order(harness, script, fault):
+    emu = harness.emu
+    await harness.setup_group(("planner", "plans"), mode="tags")
+    emu.fail_next("POST", WEBHOOK, **fault)
+    assert await two_questions(harness) == ["First answer.", "Second answer."]
+    rows = await harness.store.messages(1)
+    assert [(r.author_name, r.confirmed, len(r.external_ids)) for r in rows if r.author_type == "agent"] == [
+        ("planner", True, 1), ("planner", True, 1)]
+    assert script.participant_order == ["planner", "planner"]  # re-sent, never re-generated
+
+
+async def test_a_lasting_refusal_is_told_once_shown_in_status_and_cleared_when_fixed(harness, script):
+    emu = harness.emu
+    await harness.setup_group(("planner", "plans"), mode="tags")
+    emu.fail_next("POST", WEBHOOK, 403, body={"message": "Missing Permissions", "code": 50013}, times=10_000)
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner one")
+    await emu.wait_for(lambda: len(emu.requests_matching("POST", WEBHOOK)) >= 4, timeout=10, what="retries")
+    alerts = [m for m in emu.channel_messages(emu.channel_id) if "Missing Permissions" in m["content"]]
+    assert len(alerts) == 1 and alerts[0]["author"]["id"] == str(emu.bot_user_id)
+    assert "Manage Webhooks" in alerts[0]["content"]
+    status = await harness.command("roundtable status")
+    assert "delivery problem:" in status["data"]["content"] and "Manage Webhooks" in status["data"]["content"]
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner two")  # waits behind the first reply
+    await asyncio.sleep(0.5)
+    assert script.participant_order == ["planner"]  # no new run while people cannot see the last one
+    emu._faults.clear()  # an admin grants the permission
+    await emu.wait_for(lambda: len(webhook_messages(emu)) >= 2, timeout=15, what="both replies")
+    await harness.idle()
+    assert webhook_messages(emu) == ["First answer.", "Second answer."]
+    assert (await harness.store.get_group(1)).delivery_problem is None
+    assert len([m for m in emu.channel_messages(emu.channel_id) if "Missing Permissions" in m["content"]]) == 1
+
+
+async def test_a_long_reply_cut_off_between_chunks_resumes_with_the_missing_chunks(harness, script):
+    emu = harness.emu
+    long_reply = "\n\n".join(f"Paragraph {i}: " + "words " * 150 for i in range(6))
+    script.set_agent("planner", [long_reply])
+    await harness.setup_group(("planner", "plans"), mode="tags")
+    first = emu.hold("POST", WEBHOOK, after=True)  # chunk 1 is posted; its answer waits
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner write it all")
+    await first.wait_arrived()
+    emu.fail_next("POST", WEBHOOK, 0, after=True)  # chunk 2 reaches the channel, its answer is lost
+    first.release()
+    row = await wait_confirmed(harness, 2)
+    posted = webhook_messages(emu)
+    assert len(posted) == len(row.external_ids) >= 3 and len(set(posted)) == len(posted)
+    assert "".join(posted).replace("\n", "").replace(" ", "") == long_reply.replace("\n", "").replace(" ", "")
+
+
+async def wait_confirmed(harness, seq: int, timeout: float = 15):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = await harness.store.messages(1)
+        if len(rows) >= seq and rows[seq - 1].confirmed:
+            await harness.idle()
+            return rows[seq - 1]
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"row {seq} was never confirmed")
+
+
+async def test_a_failing_typing_endpoint_never_delays_the_model_call(harness, script):
+    emu = harness.emu
+    await harness.setup_group(("planner", "plans"), mode="tags")
+    emu.fail_next("POST", r"^/channels/\d+/typing$", 500, times=100)  # discord.py would wait 1+3+5+7 s
+    started = time.monotonic()
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner one")
+    await emu.wait_for(lambda: harness.llm_server.requests, timeout=10, what="the model call")
+    assert time.monotonic() - started < 3.0
+    await emu.wait_for(lambda: webhook_messages(emu), timeout=10, what="the reply")
+
+
+async def test_a_message_is_stored_after_the_database_was_locked_longer_than_the_busy_timeout(harness, script):
+    emu = harness.emu
+    await harness.setup_group(("planner", "plans"), mode="tags")
+    await harness.stop()
+    await harness.start(busy_timeout_ms=200)
+    other = sqlite3.connect(harness.db, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # another process writes for longer than the busy timeout
+        await emu.user_post(emu.channel_id, emu.alice_id, "@planner one")
+        await asyncio.sleep(1.5)
+        assert len(await harness.store.messages(1)) == 0
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    await emu.wait_for(lambda: webhook_messages(emu), timeout=15, what="the reply")
+    await harness.idle()
+    rows = await harness.store.messages(1)
+    assert [(r.author_name, r.text) for r in rows] == [("Alice", "@planner one"), ("planner", "First answer.")]
