@@ -11,9 +11,12 @@ import pytest
 from bot.adapters.tokens import make_token_counter
 from bot.core.engine import Engine
 from bot.core.models import Group, GroupSettings
+from bot.core.outbox import RetryPolicy
 from storage.store import SqliteStore
 from tests.fakes.scripted_llm import ScriptedLLM
 from tests.fakes.surface import RecordingSurface
+
+FAST_RETRY = RetryPolicy(first=0.02, factor=2.0, cap=0.2)  # the default waits seconds
 
 ROSTER = [
     ("planner", "drafts the itinerary", "You plan trips."),
@@ -35,7 +38,7 @@ class Harness:
     async def running(self, llm: ScriptedLLM | None = None, **settings: object) -> AsyncIterator["Harness"]:
         self.llm = llm or self.llm
         self.store = await SqliteStore.open(self.path)
-        self.engine = Engine(self.store, self.llm, self.surface, make_token_counter())
+        self.engine = Engine(self.store, self.llm, self.surface, make_token_counter(), retry=FAST_RETRY)
         self.group = await self.store.create_group("test:main", "main", GroupSettings(**settings))  # type: ignore[arg-type]
         if not await self.store.list_agents(self.group.id):
             for name, role, prompt in ROSTER:

@@ -1,0 +1,184 @@
+"""`roundtable run` as a child process against the test's Discord emulator and model server,
+to be killed (-9), stopped (SIGTERM) and started again on the same database.
+
+Groups are set up straight in the SQLite file (group, webhook, agents), so a test
+spends its time on the faults, not on slash commands. `check_once` is the
+exactly-once check every crash test ends with.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import signal
+import sqlite3
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bot.core.models import GroupSettings
+from storage.store import SqliteStore
+from tests.discord_emulator import DiscordEmulator
+from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply
+
+ROUNDTABLE = str(Path(sys.executable).parent / "roundtable")
+
+
+class UniqueReplies(GroupChatScript):
+    """Every agent reply is different ("echo reply 7"), so a post shown twice is visible.
+    `hang` makes the next participant calls wait (a model call in flight while the bot dies)."""
+
+    def __init__(self, *, long: bool = False, delay: float = 0.0) -> None:
+        super().__init__(selector=lambda body: "TERMINATE")
+        self._n = itertools.count(1)
+        self.long = long
+        self.delay = delay
+        self.hang = 0
+
+    def _participant(self, name: str) -> Any:
+        self.participant_order.append(name)
+        n = next(self._n)
+        text = f"{name} reply {n}."
+        if self.long:  # about 5,000 characters: three chunks
+            text += "\n\n" + "\n\n".join(f"Part {n}.{i}: " + "plenty of words " * 100 for i in range(3))
+        if self.hang:
+            self.hang -= 1
+            return Reply(text=text, delay=120)
+        return Reply(text=text, delay=self.delay)
+
+
+@dataclass
+class Channel:
+    channel_id: str
+    group_id: int
+
+
+class BotProcess:
+    def __init__(self, tmp_path: Path, emu: DiscordEmulator, llm: FakeOpenAI) -> None:
+        self.tmp_path = tmp_path
+        self.emu = emu
+        self.llm = llm
+        self.db = tmp_path / "roundtable.db"
+        self.log = tmp_path / "bot.log"
+        self.proc: asyncio.subprocess.Process | None = None
+        self.starts = 0
+
+    # the database ------------------------------------------------------------
+    async def add_group(self, channel_id: str, agents: tuple[str, ...] = ("echo",), **settings: Any) -> Channel:
+        """A group in `channel_id` (tags mode by default) with its webhook and agents, as /roundtable setup makes it."""
+        store = await SqliteStore.open(self.db)
+        try:
+            hook = self.emu.add_webhook(channel_id, "Roundtable")
+            await store.save_webhook(channel_id, hook.id, hook.token)
+            group = await store.create_group(
+                f"discord:{channel_id}", f"#{self.emu.channels[channel_id].name}",
+                GroupSettings(**{"mode": "tags", **settings}), guild_id=self.emu.guild_id, channel_id=channel_id,
+                setup_message_id=self.emu.snowflake())
+            for name in agents:
+                await store.add_agent(group.id, name, f"{name}s", f"You are {name}.")
+            return Channel(channel_id, group.id)
+        finally:
+            await store.close()
+
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=30) as conn:
+            return conn.execute(sql, params).fetchall()
+
+    # the process -------------------------------------------------------------
+    async def start(self) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ROUNDTABLE_", "DISCORD_"))}
+        env.update(DISCORD_TOKEN=self.emu.token, DISCORD_API_BASE_URL=self.emu.api_base,
+                   DISCORD_GUILD_ID=self.emu.guild_id, OPENAI_API_KEY="sk-test", OPENAI_BASE_URL=self.llm.base_url,
+                   ROUNDTABLE_DB=str(self.db), ROUNDTABLE_LOG_LEVEL="INFO", ROUNDTABLE_LLM_RETRIES="0")
+        sessions = set(self.emu.sessions)
+        self.starts += 1
+        with open(self.log, "a") as log:
+            log.write(f"\n===== start {self.starts} =====\n")
+            log.flush()
+            self.proc = await asyncio.create_subprocess_exec(
+                ROUNDTABLE, "--env-file", str(self.tmp_path / "none.env"), "run",
+                stdout=log, stderr=log, env=env, cwd=self.tmp_path)
+        await self.emu.wait_for(
+            lambda: any(s.ready for k, s in self.emu.sessions.items() if k not in sessions) or self.exited(),
+            timeout=30, what="the bot's gateway session")
+        assert not self.exited(), self.tail()
+
+    def exited(self) -> bool:
+        return self.proc is None or self.proc.returncode is not None
+
+    async def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        await self.proc.wait()
+
+    async def terminate(self, timeout: float = 20) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return await asyncio.wait_for(self.proc.wait(), timeout)
+
+    async def close(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            await self.kill()
+
+    def tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log.read_text().splitlines()[-lines:]) if self.log.exists() else "(no log)"
+
+    # settling and checking ---------------------------------------------------
+    def settled(self) -> bool:
+        """Nothing left to route, run or show in any group."""
+        (running,) = self.query("SELECT COUNT(*) FROM runs WHERE status = 'running'")[0]
+        (unshown,) = self.query("SELECT COUNT(*) FROM messages WHERE confirmed = 0")[0]
+        (behind,) = self.query(
+            "SELECT COUNT(*) FROM agents a JOIN groups g ON g.id = a.group_id"
+            " WHERE a.removed_at IS NULL AND a.enabled = 1 AND a.delivered_through < g.latest_seq")[0]
+        (unrouted,) = self.query("SELECT COUNT(*) FROM groups WHERE routed_through < latest_seq")[0]
+        return running == unshown == behind == unrouted == 0
+
+    async def wait_settled(self, timeout: float = 60) -> None:
+        async def stable() -> None:
+            while True:
+                if self.settled():
+                    await asyncio.sleep(0.5)  # and stays so (a late catch-up would add rows)
+                    if self.settled():
+                        return
+                await asyncio.sleep(0.1)
+        try:
+            await asyncio.wait_for(stable(), timeout)
+        except asyncio.TimeoutError:
+            raise AssertionError(f"the bot did not settle; its log ends:\n{self.tail()}") from None
+
+
+def check_once(bot: BotProcess, channels: list[Channel]) -> dict[str, int]:
+    """Every person's message in each channel is stored once, in Discord's order, and
+    answered; every agent row is in the channel exactly once, chunk by chunk, and
+    nothing else was posted as an agent. Returns counts for the test's own checks."""
+    emu, totals = bot.emu, {"people": 0, "replies": 0}
+    for channel in channels:
+        in_discord = [m for m in emu.channel_messages(channel.channel_id)]
+        people = [m["id"] for m in in_discord if not m.get("webhook_id") and m["author"]["id"] != emu.bot_user_id]
+        rows = bot.query("SELECT seq, author_type, external_ids, confirmed FROM messages WHERE group_id = ?"
+                         " ORDER BY seq", (channel.group_id,))
+        stored_people = [eval_ids(r[2])[0] for r in rows if r[1] == "user"]
+        assert stored_people == people, f"channel {channel.channel_id}: {len(stored_people)} stored of {len(people)}"
+        posted = [m for m in in_discord if m.get("webhook_id")]
+        agent_ids = [i for r in rows if r[1] == "agent" for i in eval_ids(r[2])]
+        assert sorted(agent_ids, key=int) == agent_ids, "agent chunks in seq order"
+        assert agent_ids == [m["id"] for m in posted], (
+            f"channel {channel.channel_id}: agent rows {len(agent_ids)} chunk ids vs {len(posted)} webhook posts")
+        contents = [m["content"] for m in posted]
+        assert len(set(contents)) == len(contents), "a reply was posted twice"
+        if people:
+            last_person = max(r[0] for r in rows if r[1] == "user")
+            (answered,) = bot.query("SELECT COUNT(*) FROM runs WHERE group_id = ? AND status = 'posted'"
+                                    " AND snapshot_seq >= ?", (channel.group_id, last_person))[0]
+            assert answered >= 1, f"channel {channel.channel_id}: the last message was never answered"
+        totals["people"] += len(people)
+        totals["replies"] += sum(1 for r in rows if r[1] == "agent")
+    return totals
+
+
+def eval_ids(text: str) -> list[str]:
+    import json
+
+    return [str(i) for i in json.loads(text)]

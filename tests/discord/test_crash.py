@@ -1,0 +1,153 @@
+"""kill -9 of `roundtable run` at every step of a turn, then a restart on the same database
+and emulator: every message answered as routing says, nothing lost, nothing posted twice.
+Also SIGTERM (a graceful stop) and a storm of restarts while five channels keep talking."""
+from __future__ import annotations
+
+import asyncio
+import random
+import sqlite3
+from typing import AsyncIterator
+
+import pytest
+
+from tests.discord.process import BotProcess, Channel, UniqueReplies, check_once
+from tests.discord_emulator import DiscordEmulator
+from tests.fakes.openai_server import FakeOpenAI
+
+WEBHOOK = r"^/webhooks/\d+/[\w.\-]{60,}"
+
+
+@pytest.fixture
+def replies() -> UniqueReplies:
+    return UniqueReplies()
+
+
+@pytest.fixture
+async def bot(tmp_path, replies) -> AsyncIterator[BotProcess]:
+    async with DiscordEmulator() as emu, FakeOpenAI(replies) as llm:
+        process = BotProcess(tmp_path, emu, llm)
+        try:
+            yield process
+        finally:
+            await process.close()
+            emu.release_all()
+
+
+async def ask(bot: BotProcess, channel: Channel, text: str) -> dict:
+    return await bot.emu.user_post(channel.channel_id, bot.emu.alice_id, text)
+
+
+async def wait_rows(bot: BotProcess, sql: str, params: tuple = (), timeout: float = 20) -> None:
+    def found() -> bool:
+        return bool(bot.query(sql, params)[0][0])
+    await bot.emu.wait_for(found, timeout=timeout, interval=0.005, what=sql)
+
+
+KILL_POINTS = [
+    "user row committed",
+    "during the model call",
+    "reply committed, not posted",
+    "posted, id not recorded",
+    "between chunks, next chunk not sent",
+    "between chunks, next chunk sent, not recorded",
+    "during a cursor advance",
+]
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
+async def test_kill_9_at_each_step_of_a_turn_loses_nothing_and_posts_nothing_twice(bot, replies, point):
+    emu = bot.emu
+    replies.long = point.startswith("between chunks")
+    channel = await bot.add_group(emu.channel_id, agents=("echo", "other"))
+    await bot.start()
+    await ask(bot, channel, "@echo warm up")
+    await bot.wait_settled()
+    user_rows = "SELECT COUNT(*) FROM messages WHERE author_type = 'user' AND text = ?"
+    held = None
+    if point == "during the model call":
+        replies.hang = 1
+    elif point == "reply committed, not posted":
+        held = emu.hold("POST", WEBHOOK)
+    elif point == "posted, id not recorded":
+        held = emu.hold("POST", WEBHOOK, after=True)
+    elif point.startswith("between chunks"):
+        first = emu.hold("POST", WEBHOOK, after=True)
+    await ask(bot, channel, "@echo the real question")
+    if point == "user row committed":
+        await wait_rows(bot, user_rows, ("@echo the real question",))
+    elif point == "during the model call":
+        await emu.wait_for(lambda: len(replies.participant_order) == 2, timeout=20, what="the model call")
+    elif point == "during a cursor advance":
+        # the decision is stored; the next write moves the cursor of 'other', whom nobody tagged
+        await wait_rows(bot, "SELECT COUNT(*) FROM decisions WHERE seq = 3")
+        lock = sqlite3.connect(bot.db, isolation_level=None)
+        lock.execute("BEGIN IMMEDIATE")
+        await asyncio.sleep(0.5)
+    elif point.startswith("between chunks"):
+        await first.wait_arrived(timeout=20)
+        held = emu.hold("POST", WEBHOOK, after=point.endswith("not recorded"))
+        first.release()
+    if held is not None:
+        await held.wait_arrived(timeout=20)
+    await bot.kill()
+    if point == "during a cursor advance":
+        lock.execute("ROLLBACK")
+        lock.close()
+    await bot.start()
+    await bot.wait_settled()
+    totals = check_once(bot, [channel])
+    assert totals["people"] == 2 and totals["replies"] >= 2
+    statuses = [r[0] for r in bot.query("SELECT status FROM runs ORDER BY id")]
+    assert statuses.count("running") == 0 and statuses.count("posted") == 2, statuses
+    if point == "during the model call":
+        assert "interrupted" in statuses
+
+
+async def test_sigterm_stops_gracefully_and_the_next_start_finishes_the_turn(bot, replies):
+    emu = bot.emu
+    channel = await bot.add_group(emu.channel_id)
+    await bot.start()
+    replies.hang = 1
+    await ask(bot, channel, "@echo take your time")
+    await emu.wait_for(lambda: replies.participant_order, timeout=20, what="the model call")
+    assert await bot.terminate() == 0
+    assert "Traceback" not in bot.log.read_text()
+    assert [r[0] for r in bot.query("SELECT status FROM runs")] == ["interrupted"]
+    assert bot.query("SELECT COUNT(*) FROM leases")[0][0] == 0  # released, not left to expire
+    await bot.start()
+    await bot.wait_settled()
+    assert check_once(bot, [channel]) == {"people": 1, "replies": 1}
+
+
+async def test_a_storm_of_kills_while_five_channels_keep_talking(bot, replies):
+    emu = bot.emu
+    replies.delay = 0.05
+    channels = [await bot.add_group(emu.channel_id)]
+    for i in range(4):
+        channels.append(await bot.add_group(emu.add_channel(emu.guild_id, f"room-{i}")))
+    rng = random.Random(6)
+    posting = True
+
+    async def people() -> None:
+        n = 0
+        while posting:
+            n += 1
+            channel = rng.choice(channels)
+            await ask(bot, channel, f"@echo message {n} in {channel.channel_id}")
+            await asyncio.sleep(rng.uniform(0.005, 0.06))
+
+    talkers = asyncio.create_task(people())
+    try:
+        await bot.start()
+        for _ in range(3):
+            await asyncio.sleep(rng.uniform(0.8, 2.5))
+            await bot.kill()
+            await asyncio.sleep(rng.uniform(0.0, 0.5))
+            await bot.start()
+        await asyncio.sleep(1.0)
+    finally:
+        posting = False
+        await talkers
+    await bot.wait_settled(timeout=90)
+    totals = check_once(bot, channels)
+    assert totals["people"] > 50

@@ -1,0 +1,194 @@
+"""Nothing lost, nothing twice, at the engine: episodes credited to the task a run answered,
+posts retried in order, one process per group (leases), a process touching only its scope."""
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+from bot.adapters.tokens import make_token_counter
+from bot.core.engine import Engine
+from bot.core.models import GroupSettings, NewMessage, RunResult
+from bot.core.outbox import RetryPolicy
+from storage.store import SqliteStore
+from tests.engine.conftest import FAST_RETRY
+from tests.fakes.scripted_llm import ScriptedLLM
+from tests.fakes.surface import RecordingSurface
+
+
+async def test_a_person_posting_during_a_run_keeps_its_tokens_and_terminate_in_the_first_task(harness):
+    llm = ScriptedLLM(selector=["budget", "TERMINATE"],
+                      agents={"planner": ["Task A is done. TERMINATE"], "budget": ["Task B costs $10."]})
+    llm.gate = asyncio.Event()
+    async with harness.running(llm):
+        await harness.say("@planner task A")
+        await harness.until_called()
+        await harness.say("task B")  # a new task while the planner still works on A
+        llm.gate.set()
+        await harness.idle()
+        store, group_id = harness.store, harness.group.id
+        rows = await store.messages(group_id)
+        assert [f"[{m.author_name}] {m.text}" for m in rows] == [
+            "[alice] @planner task A", "[alice] task B", "[planner] Task A is done. TERMINATE",
+            "[budget] Task B costs $10."]
+        a, b = rows[0].episode_id, rows[1].episode_id
+        assert rows[2].episode_id == a and rows[3].episode_id == b
+        episode_a, episode_b = await store.get_episode(a), await store.get_episode(b)
+        assert (episode_a.status, episode_a.agent_turns, episode_a.prompt_tokens) == ("superseded", 1, 100)
+        # B ended by the selector's TERMINATE after budget spoke, not by the planner's reply to A
+        assert (episode_b.status, episode_b.agent_turns) == ("terminated", 1)
+        assert (await store.get_decision(group_id, 4)).terminate
+        assert llm.participant_order == ["planner", "budget"]
+        statuses = [(e.id, e.status) for e in harness.surface.episodes if not e.running]
+        assert (b, "terminated") == statuses[-1] and statuses.count((b, "terminated")) == 1
+
+
+async def test_a_late_reply_to_an_older_task_does_not_use_up_the_new_tasks_cap(harness):
+    llm = ScriptedLLM(agents={"planner": ["About A."], "budget": ["About B."]})
+    llm.gate = asyncio.Event()
+    async with harness.running(llm, max_agent_turns=1):
+        await harness.say("@planner task A")
+        await harness.until_called()
+        await harness.say("@budget task B")
+        llm.gate.set()
+        await harness.idle()
+        assert await harness.thread() == ["[alice] @planner task A", "[alice] @budget task B", "[planner] About A.",
+                                          "[budget] About B.", "[roundtable] " + "Stopped after 1 agent messages "
+                                          "(max_turns). Post a message to continue."]
+
+
+@pytest.mark.parametrize("failures, expected_first_retry", [(1, 1.0), (2, 2.0), (3, 4.0), (7, 60.0), (50, 60.0)])
+def test_the_default_retry_policy_retries_within_2_s_then_backs_off_to_60_s(failures, expected_first_retry):
+    assert RetryPolicy().delay(failures) == expected_first_retry
+    assert RetryPolicy().delay(1, hint=5.0) == 5.0  # the surface's Retry-After wins when longer
+    assert RetryPolicy().delay(1, hint=500.0) == 60.0
+
+
+async def test_a_surface_failure_is_retried_while_running_in_seq_order(harness):
+    llm = ScriptedLLM(selector=["budget", "TERMINATE"],
+                      agents={"planner": ["First."], "budget": ["Second."]})
+    async with harness.running(llm):
+        harness.surface.fail_next = 3  # the first reply is refused three times
+        await harness.say("@planner go")
+        await harness.idle()
+        shown = [m.text for m in harness.surface.published if m.author_type == "agent"]
+        assert shown == ["First.", "Second."]
+        assert all(m.confirmed for m in await harness.store.messages(harness.group.id))
+        assert harness.surface.alerts == []  # a passing fault is not announced
+
+
+async def test_a_lasting_refusal_is_recorded_told_once_and_cleared(harness):
+    llm = ScriptedLLM(agents={"planner": ["Waited."]})
+    async with harness.running(llm, mode="tags"):
+        harness.surface.fail_next, harness.surface.problem = 6, "Give my role Send Messages."
+        await harness.say("@planner go")
+        await harness.idle()
+        assert harness.surface.alerts == ["Give my role Send Messages."]
+        assert [m.text for m in harness.surface.published if m.author_type == "agent"] == ["Waited."]
+        assert (await harness.store.get_group(harness.group.id)).delivery_problem is None
+
+
+class CountingLLM(ScriptedLLM):
+    """Counts participant calls in flight per agent, over every engine that shares it."""
+
+    in_flight: Counter = Counter()
+    most: Counter = Counter()
+
+    async def complete(self, messages, **kwargs):  # type: ignore[no-untyped-def]
+        from tests.fakes.scripted_llm import kind_of
+        kind, name = kind_of(messages)
+        if kind != "participant":
+            return await super().complete(messages, **kwargs)
+        self.in_flight[name] += 1
+        self.most[name] = max(self.most[name], self.in_flight[name])
+        try:
+            await asyncio.sleep(0.02)
+            return await super().complete(messages, **kwargs)
+        finally:
+            self.in_flight[name] -= 1
+
+
+async def open_engine(path, llm, scope: str) -> tuple[SqliteStore, Engine, RecordingSurface]:
+    store = await SqliteStore.open(path)
+    surface = RecordingSurface()
+    engine = Engine(store, llm, surface, make_token_counter(), scope=scope, retry=FAST_RETRY)
+    engine.ownership.tick = 0.05
+    return store, engine, surface
+
+
+async def test_two_processes_on_one_group_never_run_it_together_and_the_second_takes_over(tmp_path):
+    path = tmp_path / "rt.db"
+    llm = CountingLLM(default_agent_reply=lambda name, n: f"{name} says {n}")
+    llm.in_flight, llm.most = Counter(), Counter()
+    store_a, a, surface_a = await open_engine(path, llm, "console:main")
+    store_b, b, surface_b = await open_engine(path, llm, "console:main")
+    try:
+        group = await store_a.create_group("console:main", "main", GroupSettings(mode="tags"))
+        await store_a.add_agent(group.id, "planner", "plans", "You plan.")
+        await a.start()
+        await b.start()
+        assert a.owns(group.id) and not b.owns(group.id)
+        holder = await b.claim(group)
+        assert holder is not None and "pid" in holder
+        for i in range(6):  # both processes take messages; only the owner runs them
+            engine = a if i % 2 else b
+            await engine.post_user_message(await store_a.get_group(group.id), author_name="you", user_id="you",
+                                           text=f"@planner question {i}")
+            await asyncio.sleep(0.03)
+        await wait_for(lambda: all_answered(store_a, group.id))
+        assert surface_b.published == [m for m in surface_b.published if m.author_type == "user"]
+        await a.close()  # the owner stops: the other takes the group over
+        await wait_for(lambda: asyncio.sleep(0, b.owns(group.id)))
+        await b.post_user_message(await store_b.get_group(group.id), author_name="you", user_id="you",
+                                  text="@planner still there?")
+        await b.wait_idle(group.id, 10)
+        assert [m.text for m in surface_b.published if m.author_type == "agent"][-1].startswith("planner says")
+        assert llm.most["planner"] == 1
+    finally:
+        for engine in (a, b):
+            await engine.close()
+        await store_a.close()
+        await store_b.close()
+
+
+async def all_answered(store: SqliteStore, group_id: int) -> bool:
+    group = await store.get_group(group_id)
+    agents = await store.list_agents(group_id)
+    return bool(group.latest_seq) and all(x.delivered_through == group.latest_seq for x in agents) and not \
+        await store.unconfirmed_messages(group_id)
+
+
+async def wait_for(check, timeout: float = 10) -> None:  # type: ignore[no-untyped-def]
+    async def poll() -> None:
+        while not await check():
+            await asyncio.sleep(0.02)
+    await asyncio.wait_for(poll(), timeout)
+
+
+async def test_a_console_never_touches_a_discord_groups_rows(tmp_path):
+    path = tmp_path / "rt.db"
+    bot_store = await SqliteStore.open(path)
+    discord = await bot_store.create_group("discord:42", "#general", GroupSettings(mode="tags"))
+    agent = await bot_store.add_agent(discord.id, "planner", "plans", "You plan.")
+    await bot_store.append_user_message(discord.id, NewMessage("user", "Alice", "@planner hi", author_user_id="1"))
+    run = await bot_store.start_run(discord.id, agent.id, "group", 1)  # the bot is mid-run
+    await bot_store.finish_run((await bot_store.start_run(discord.id, agent.id, "group", 1)).id,
+                               RunResult("posted", reply=NewMessage("agent", "planner", "not shown yet",
+                                                                    author_agent_id=agent.id)), cap=5)
+    llm = ScriptedLLM(default_agent_reply=lambda name, n: "console reply")
+    store, console, surface = await open_engine(path, llm, "console:main")
+    try:
+        group = await store.create_group("console:main", "main", GroupSettings())
+        await console.start()
+        assert console.owns(group.id) and not console.owns(discord.id)
+        console.wake(discord.id)  # even asked directly
+        await asyncio.sleep(0.3)
+        assert (await store.get_run(run.id)).status == "running"  # the bot's run is not marked interrupted
+        assert [m.confirmed for m in await store.messages(discord.id)] == [True, False]  # not shown here
+        assert surface.published == [] and llm.history == []
+        assert not console.owns(discord.id)
+    finally:
+        await console.close()
+        await store.close()
+        await bot_store.close()
