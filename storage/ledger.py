@@ -9,8 +9,8 @@ import aiosqlite
 
 from bot.core.errors import InvalidInput, NotFound
 from bot.core.models import Decision, Episode, EpisodeStatus, Message, NewMessage, Usage
-from storage.run import RunMixin
 from storage.rows import dumps, to_decision, to_episode
+from storage.run import RunMixin
 
 log = logging.getLogger(__name__)
 

@@ -73,7 +73,8 @@ class RunMixin(LeaseMixin):
         A reply whose episode an operator stopped during the run is discarded.
         """
         if result.status not in RUN_END_STATUSES:
-            raise InvalidInput(f"unknown run status {result.status!r}; use one of {', '.join(sorted(RUN_END_STATUSES))}")
+            known = ", ".join(sorted(RUN_END_STATUSES))
+            raise InvalidInput(f"unknown run status {result.status!r}; use one of {known}")
         async with self._write() as db:
             run = await self._run_row(db, run_id)
             if run.status != "running":

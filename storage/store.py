@@ -20,8 +20,8 @@ from typing import Sequence
 import aiosqlite
 
 from bot.core.errors import InvalidInput
-from bot.core.validation import check_name_free
 from bot.core.models import Agent, Episode, Group, GroupSettings, Message, NewMessage
+from bot.core.validation import check_name_free
 from storage.ledger import LedgerMixin
 from storage.rows import dumps, settings_to_json, to_agent, to_group, to_message, unique
 

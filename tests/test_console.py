@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from tests.fakes.openai_server import FakeOpenAI, GroupChatScript
+from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply
 
 ROUNDTABLE = str(Path(sys.executable).parent / "roundtable")  # the installed console script
 
@@ -88,3 +88,59 @@ async def test_missing_api_key_is_one_line(tmp_path):
     assert proc.returncode == 2
     lines = err.decode().strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("roundtable: OPENAI_API_KEY is missing")
+
+
+async def test_a_second_console_on_the_same_group_is_refused_in_one_line(tmp_path):
+    script = GroupChatScript(agents={"planner": [Reply("Slowly.", delay=3.0)]})
+    async with FakeOpenAI(script) as srv:
+        first = await asyncio.create_subprocess_exec(
+            ROUNDTABLE, "--env-file", str(tmp_path / "none.env"), "console", "--db", str(tmp_path / "rt.db"),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env=clean_env(tmp_path, srv.base_url), cwd=tmp_path)
+        assert first.stdin is not None
+        first.stdin.write(b'/agent add name:planner role:plans prompt:"You plan."\n@planner go\n')
+        await first.stdin.drain()
+        for _ in range(300):  # the first console is in the middle of a model call
+            if script.participant_order:
+                break
+            await asyncio.sleep(0.02)
+        code, out, err = await run_console(tmp_path, srv.base_url, "@planner me too\n")
+        first.stdin.close()
+        first_out, first_err = await asyncio.wait_for(first.communicate(), 30)
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("roundtable: the group 'main' is open in another console (pid ")
+    assert lines[0].endswith("close it there, or open another group with --group NAME")
+    assert first.returncode == 0 and "[planner] Slowly." in first_out.decode()
+    assert script.participant_order == ["planner"]  # the refused console called no model
+
+
+async def test_a_console_beside_a_running_bot_never_touches_its_groups(tmp_path):
+    from tests.discord.process import BotProcess, UniqueReplies
+    from tests.discord_emulator import DiscordEmulator
+
+    replies = UniqueReplies()
+    async with DiscordEmulator() as emu, FakeOpenAI(replies) as llm:
+        bot = BotProcess(tmp_path, emu, llm)
+        bot.db = tmp_path / "rt.db"
+        try:
+            channel = await bot.add_group(emu.channel_id)
+            await bot.start()
+            replies.hang = 1  # the bot is in the middle of a run when the console opens the file
+            await emu.user_post(emu.channel_id, emu.alice_id, "@echo are you there?")
+            await emu.wait_for(lambda: replies.participant_order, timeout=20, what="the bot's model call")
+            code, out, err = await run_console(
+                tmp_path, llm.base_url, '/agent add name:planner role:plans prompt:"You plan."\n@planner hi\n')
+            assert code == 0, err
+            assert [line for line in out.splitlines() if line.startswith("[")] == [
+                "[you] @planner hi", "[planner] planner reply 2."]
+            assert bot.query("SELECT status FROM runs WHERE group_id = ?", (channel.group_id,)) == [("running",)]
+            assert bot.query("SELECT label FROM leases WHERE group_id = ?", (channel.group_id,)) == [("discord bot",)]
+            await bot.kill()  # the bot dies mid-run; the next start finishes its turn, once
+            await bot.start()
+            await bot.wait_settled()
+            from tests.discord.process import check_once
+            assert check_once(bot, [channel]) == {"people": 1, "replies": 1}
+        finally:
+            await bot.close()
+            emu.release_all()

@@ -168,7 +168,9 @@ class Engine:
             event = self._released.setdefault(agent_id, asyncio.Event())
             await event.wait()
 
-    async def deliver(self, group: Group, agent: Agent, snapshot: int, *, selector_usage: Usage, source: str) -> TurnOutcome:
+    async def deliver(
+        self, group: Group, agent: Agent, snapshot: int, *, selector_usage: Usage, source: str
+    ) -> TurnOutcome:
         lock = self.agent_lock(agent.id)
         if lock.locked():
             raise Busy(f"{agent.name} is busy with another run; try again when it has answered.")

@@ -98,13 +98,14 @@ class AgentTurn:
                 completion = await engine.llm.complete(messages, model=agent.model)
         except LLMError as exc:
             log.warning("group=%s agent=%s run=%s failed: %s", group.id, agent.name, run.id, exc)
-            notice = engine.notice(f"{agent.name} could not answer: {exc.public}. Its turn was skipped.")
-            return RunResult("failed", selector_usage=selector_usage, error=str(exc), notice=notice), False
+            failure = engine.notice(f"{agent.name} could not answer: {exc.public}. Its turn was skipped.")
+            return RunResult("failed", selector_usage=selector_usage, error=str(exc), notice=failure), False
         usage = completion.usage
         cleaned = guard_impersonation(completion.text, agent.name, others)
         terminated = ends_with_terminate(cleaned)
         if not strip_terminate(cleaned):
-            log.info("group=%s agent=%s run=%s: empty reply after cleaning; nothing posted", group.id, agent.name, run.id)
+            log.info("group=%s agent=%s run=%s: empty reply after cleaning; nothing posted",
+                     group.id, agent.name, run.id)
             notice = None if terminated else engine.notice(f"{agent.name} had nothing to add (its reply was empty).")
             return RunResult("empty", usage, selector_usage, notice=notice), terminated
         reply = NewMessage(

@@ -14,12 +14,11 @@ from bot.adapters.discord.webhooks import DiscordSurface
 from bot.adapters.openai_llm import OpenAILLM
 from bot.adapters.tokens import make_token_counter
 from bot.core.engine import Engine
-from bot.core.outbox import RetryPolicy
 from bot.core.models import GroupSettings
+from bot.core.outbox import RetryPolicy
 from storage.store import SqliteStore
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript
-
 
 FAST_RETRY = RetryPolicy(first=0.05, factor=2.0, cap=0.4)  # the default waits seconds: too slow for tests
 

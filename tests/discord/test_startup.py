@@ -53,3 +53,18 @@ async def test_rejected_token_and_missing_intent(tmp_path, case, expected):
     assert code == 2
     assert len(lines) == 1 and lines[0].startswith(expected), lines
     assert "wrong-token" not in lines[0] and emu.token not in lines[0]
+
+
+async def test_a_guild_id_the_bot_is_not_in_is_one_line(tmp_path):
+    async with DiscordEmulator() as emu:
+        code, lines = await run(tmp_path, DISCORD_TOKEN=emu.token, DISCORD_API_BASE_URL=emu.api_base,
+                                DISCORD_GUILD_ID="123456789012345678")
+    assert code == 2
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("roundtable: DISCORD_GUILD_ID=123456789012345678: the bot is not in that server")
+
+
+async def test_a_malformed_base_url_with_credentials_is_not_echoed(tmp_path):
+    code, lines = await run(tmp_path, DISCORD_TOKEN="x", OPENAI_BASE_URL="htp://user:sk-very-secret@host/v1")
+    assert code == 2 and len(lines) == 1 and "OPENAI_BASE_URL" in lines[0]
+    assert "sk-very-secret" not in lines[0] and "user:" not in lines[0]

@@ -13,6 +13,7 @@ from bot.core.models import GroupSettings, NewMessage, RunResult
 from bot.core.outbox import RetryPolicy
 from storage.store import SqliteStore
 from tests.engine.conftest import FAST_RETRY
+from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.scripted_llm import ScriptedLLM
 from tests.fakes.surface import RecordingSurface
 
@@ -192,3 +193,27 @@ async def test_a_console_never_touches_a_discord_groups_rows(tmp_path):
         await console.close()
         await store.close()
         await bot_store.close()
+
+
+@pytest.mark.parametrize("reply, expected", [
+    (Reply(status=401, error_body={"error": {"message": "Incorrect API key sk-secret-abc echo token=xyz"}}),
+     "planner could not answer: the model service refused the request (HTTP 401). Its turn was skipped."),
+    (Reply(status=500, headers={"x-should-retry": "false"}, error_body={"error": {"message": "db at 10.0.0.5 down"}}),
+     "planner could not answer: the model service failed (HTTP 500). Its turn was skipped."),
+    (Reply("late", delay=5), "planner could not answer: the model did not answer in time. Its turn was skipped."),
+])
+async def test_a_failure_notice_names_the_kind_of_failure_never_the_server_or_its_text(harness, reply, expected):
+    from bot.adapters.openai_llm import OpenAILLM
+
+    async with FakeOpenAI([reply]) as server:
+        llm = OpenAILLM(api_key="sk-secret-abc", base_url=server.base_url, default_model="m", timeout=1,
+                        max_retries=0)
+        try:
+            async with harness.running(llm, mode="tags"):  # type: ignore[arg-type]
+                await harness.say("@planner go")
+                await harness.idle()
+                notice = (await harness.store.messages(harness.group.id))[-1]
+        finally:
+            await llm.aclose()
+    assert notice.author_type == "system" and notice.text == expected
+    assert str(server.port) not in notice.text and "127.0.0.1" not in notice.text

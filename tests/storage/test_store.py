@@ -183,7 +183,8 @@ async def test_finish_run_settles_everything_in_one_piece(store: SqliteStore, gr
                        notice=notice("and a notice"))
     done = await store.finish_run(run.id, result, cap=5)
     assert done.reply is not None and done.notice is not None
-    assert (done.reply.seq, done.notice.seq, done.reply.episode_id, done.notice.episode_id) == (2, 3, episode.id, episode.id)
+    assert (done.reply.seq, done.notice.seq) == (2, 3)
+    assert done.reply.episode_id == done.notice.episode_id == episode.id
     assert (done.run.status, done.run.posted_seq, done.run.usage, done.run.selector_usage) == (
         "posted", 2, Usage(100, 20, 50), Usage(9, 1))
     assert (await store.get_agent(agent.id)).delivered_through == 2
@@ -192,7 +193,8 @@ async def test_finish_run_settles_everything_in_one_piece(store: SqliteStore, gr
     again = await store.finish_run(run.id, RunResult("failed"), cap=5)  # settled once
     assert again.run == done.run and again.reply is None
     failed_run = await store.start_run(group_id, agent.id, "group", 3)
-    failed = await store.finish_run(failed_run.id, RunResult("failed", error="timeout", notice=notice("x failed")), cap=5)
+    failed = await store.finish_run(failed_run.id, RunResult("failed", error="timeout", notice=notice("x failed")),
+                                    cap=5)
     assert (failed.run.status, failed.run.error, failed.notice and failed.notice.seq) == ("failed", "timeout", 4)
     assert (await store.get_agent(agent.id)).delivered_through == 3
     with pytest.raises(InvalidInput):

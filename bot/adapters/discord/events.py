@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Awaitable, Callable, ParamSpec, TypeVar
 
 import aiohttp
 import discord
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from bot.adapters.discord.client import RoundtableBot
 
 log = logging.getLogger(__name__)
+P = ParamSpec("P")
+T = TypeVar("T")
 
 INGESTED_TYPES = (discord.MessageType.default, discord.MessageType.reply)
 BLIND_RETRY = 300.0  # seconds between tries to read a history the bot may not read
@@ -148,7 +150,8 @@ class Ingest:
         except (discord.Forbidden, discord.NotFound) as exc:
             if feed.blind is None:
                 log.error("group=%s: cannot read the channel history (%s %s); messages posted while the bot "
-                          "was away are not imported until it can (Read Message History)", group.id, exc.status, exc.code)
+                          "was away are not imported until it can (Read Message History)",
+                          group.id, exc.status, exc.code)
             feed.blind = f"{exc.status} {exc.code}"
         finally:
             if count:
@@ -168,7 +171,8 @@ class Ingest:
             except StoreError as exc:
                 failures += 1
                 delay = self.bot.engine.retry.delay(failures)
-                log.warning("group=%s message %s not stored yet (%s); retrying in %.1fs", group.id, message.id, exc, delay)
+                log.warning("group=%s message %s not stored yet (%s); retrying in %.1fs",
+                            group.id, message.id, exc, delay)
                 await asyncio.sleep(delay)
             except Exception:
                 failures += 1
@@ -216,12 +220,12 @@ class Ingest:
         """A group's history starts at /roundtable setup."""
         return group.setup_message_id is None or message_id > int(group.setup_message_id)
 
-    async def _retrying(self, call, *args):  # type: ignore[no-untyped-def]
+    async def _retrying(self, call: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
         """`await call(*args)`, retried while the database is locked."""
         failures = 0
         while True:
             try:
-                return await call(*args)
+                return await call(*args, **kwargs)
             except StoreError as exc:
                 failures += 1
                 delay = self.bot.engine.retry.delay(failures)
