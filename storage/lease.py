@@ -36,7 +36,11 @@ def owner_alive(owner: str) -> bool:
         return False
     except PermissionError:
         return True  # it exists, under another user
-    return True
+    try:  # killed but not reaped yet (a zombie) is dead too
+        with open(f"/proc/{pid_text}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def describe_owner(owner: str, label: str) -> str:

@@ -64,8 +64,12 @@ class Outbox:
             try:
                 await self._drain()
                 failures = 0
-            except (asyncio.CancelledError, LeaseLost):
+            except asyncio.CancelledError:
                 raise
+            except LeaseLost:
+                log.warning("group=%s: another process runs this group now; stopping its outbox here", self.group_id)
+                self.engine.drop(self.group_id)
+                return
             except Exception:
                 failures += 1
                 delay = self.engine.retry.delay(failures)

@@ -34,6 +34,7 @@ class Ownership:
         self.owned: set[int] = set()
         self._seen: dict[int, int] = {}  # latest seq of each owned group at the last look
         self._claims: dict[int, asyncio.Task[object]] = {}
+        self._claiming: dict[int, asyncio.Lock] = {}
 
     async def start(self) -> None:
         for group in await self.engine.store.list_groups():
@@ -44,16 +45,17 @@ class Ownership:
     async def claim(self, group: Group) -> str | None:
         """Take the group's lease and resume it here. None when this process runs it
         now; otherwise who holds it (for people)."""
-        if group.id in self.owned:
+        async with self._claiming.setdefault(group.id, asyncio.Lock()):  # one claim of a group at a time
+            if group.id in self.owned:
+                return None
+            holder = await self.engine.store.acquire_lease(group.id, self.ttl)
+            if holder is not None:
+                log.debug("group=%s is run by %s", group.id, holder)
+                return holder
+            self.owned.add(group.id)
+            self._seen[group.id] = group.latest_seq
+            await self.engine.resume(group)
             return None
-        holder = await self.engine.store.acquire_lease(group.id, self.ttl)
-        if holder is not None:
-            log.debug("group=%s is run by %s", group.id, holder)
-            return holder
-        self.owned.add(group.id)
-        self._seen[group.id] = group.latest_seq
-        await self.engine.resume(group)
-        return None
 
     def claim_soon(self, group_id: int) -> None:
         """Claim a group this process does not run yet (one attempt at a time)."""

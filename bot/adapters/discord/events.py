@@ -113,15 +113,19 @@ class Ingest:
                 try:
                     await self._catch_up(feed)
                     failures = 0
-                except (discord.HTTPException, aiohttp.ClientError, OSError, asyncio.TimeoutError, StoreError) as exc:
+                except Exception as exc:  # Discord, the network or the database failed: live messages wait
                     feed.behind = True
                     failures += 1
                     delay = self.bot.engine.retry.delay(failures)
-                    log.warning("channel %s: catching up failed (%s); retrying in %.1fs",
-                                feed.channel_id, type(exc).__name__, delay)
+                    expected = (discord.HTTPException, aiohttp.ClientError, OSError, asyncio.TimeoutError, StoreError)
+                    log.warning("channel %s: catching up failed (%s); retrying in %.1fs", feed.channel_id,
+                                type(exc).__name__, delay, exc_info=not isinstance(exc, expected))
                     await asyncio.sleep(delay)
             if item is not None:
-                await self._take(feed, item)
+                try:
+                    await self._take(feed, item)
+                except Exception:  # a bug must not stop the channel's feed
+                    log.exception("channel %s: message %s could not be taken", feed.channel_id, item.id)
 
     async def _take(self, feed: Feed, message: discord.Message) -> None:
         group = await self._group(feed.channel_id)

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Coroutine
 
 import aiohttp
 import discord
@@ -72,6 +72,7 @@ class DiscordSurface:
         self._webhooks: dict[str, tuple[str, str]] = {}  # channel id -> (webhook id, token)
         self._session: aiohttp.ClientSession | None = None
         self._not_before: dict[str, float] = {}  # webhook id -> when its rate-limit bucket refills
+        self._tasks: set[asyncio.Task[None]] = set()  # reactions in flight
 
     @property
     def bot(self) -> discord.Client:
@@ -88,6 +89,9 @@ class DiscordSurface:
         return f"#{channel.name}" if channel is not None and hasattr(channel, "name") else "this channel"
 
     async def aclose(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -179,10 +183,14 @@ class DiscordSurface:
             await asyncio.sleep(TYPING_EVERY)
 
     async def episode_updated(self, group: Group, episode: Episode) -> None:
+        """The episode's state as a reaction on its task, set in the background: a slow
+        reactions endpoint never holds up ingest or the next run."""
         task = await self.store.get_message(group.id, episode.task_seq)
-        if not task.external_ids:
-            return
-        target = self.channel(group.channel_id or "0").get_partial_message(int(task.external_ids[0]))  # type: ignore[attr-defined]
+        if task.external_ids:
+            self._background(self._react(group, int(task.external_ids[0]), episode), f"react-{group.id}")
+
+    async def _react(self, group: Group, message_id: int, episode: Episode) -> None:
+        target = self.channel(group.channel_id or "0").get_partial_message(message_id)  # type: ignore[attr-defined]
         errors = (discord.HTTPException, *TRANSPORT_ERRORS)
         if not episode.running:
             with contextlib.suppress(*errors):
@@ -191,6 +199,16 @@ class DiscordSurface:
         if emoji:
             with contextlib.suppress(*errors):
                 await target.add_reaction(emoji)
+
+    def _background(self, coro: Coroutine[object, object, None], name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s failed", task.get_name(), exc_info=task.exception())
 
     # posting -------------------------------------------------------------
     async def _post_as_agent(self, group: Group, message: Message, agent: Agent | None, chunk: str) -> str:
