@@ -83,6 +83,8 @@ class Outbox:
     async def _drain(self) -> None:
         store = self.engine.store
         while True:
+            if not (await store.get_group(self.group_id)).enabled:
+                return  # turned off: what waits is shown when it is set up again
             rows = await store.unconfirmed_messages(self.group_id)
             if not rows:
                 return

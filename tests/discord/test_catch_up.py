@@ -90,3 +90,25 @@ async def test_a_gateway_session_that_cannot_resume_loses_nothing(harness, scrip
     assert texts == ["@planner first", "@planner during the outage", "@planner also during the outage"]
     await emu.wait_for(lambda: len([m for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id")]) >= 2,
                        timeout=15, what="the answers")
+
+
+async def test_a_cut_network_loses_nothing_and_posts_nothing_twice(harness, script):
+    emu = harness.emu
+    await harness.setup_group(("planner", "plans"), mode="tags")
+    script.set_agent("planner", [Reply("answer before the cut", delay=0.3), "answer after the cut"])
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner first")
+    await emu.wait_for(lambda: script.participant_order, timeout=10, what="the model call")
+    emu.fail_next("*", r"^/(webhooks|channels)/", 0, times=40)  # every REST call is reset ...
+    await emu.disconnect_all()  # ... and the gateway drops
+    await emu.user_post(emu.channel_id, emu.bob_id, "@planner during the cut")
+    await asyncio.sleep(1.5)
+    emu._faults.clear()
+    await wait_all_stored(harness, {1: emu.channel_id})
+    await emu.wait_for(lambda: len([m for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id")]) >= 2,
+                       timeout=20, what="both answers")
+    await harness.idle()
+    posted = [m["content"] for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id")]
+    assert posted == ["answer before the cut", "answer after the cut"]
+    rows = await harness.store.messages(1)
+    assert [r.text for r in rows][0::3] == ["@planner first", "answer after the cut"]
+    assert {r.text for r in rows[1:3]} == {"answer before the cut", "@planner during the cut"}  # either came first

@@ -99,7 +99,11 @@ class DiscordSurface:
     # webhooks ------------------------------------------------------------
     async def create_webhook(self, channel_id: str) -> tuple[str, str]:
         """Create and store the webhook of a channel (a thread's parent). UserFacingError when not allowed."""
-        channel = self.bot.get_channel(int(channel_id)) or await self.bot.fetch_channel(int(channel_id))
+        try:
+            channel = self.bot.get_channel(int(channel_id)) or await self.bot.fetch_channel(int(channel_id))
+        except (discord.NotFound, discord.Forbidden):
+            raise UserFacingError("I can't see this channel any more (it was deleted, or my access was "
+                                  "removed); run /roundtable setup in a channel I can post in.") from None
         if not isinstance(channel, discord.TextChannel):
             raise UserFacingError("Roundtable works in text channels and their threads.")
         try:
