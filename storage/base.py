@@ -19,7 +19,7 @@ import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any, AsyncIterator, Callable, Sequence, TypeVar
+from typing import Any, AsyncIterator, Callable, Literal, Sequence, TypeVar
 
 import aiosqlite
 
@@ -174,7 +174,7 @@ class StoreBase:
     # appending rows ---------------------------------------------------------------
     async def _append(
         self, db: aiosqlite.Connection, group_id: int, message: NewMessage, *, episode_id: int | None,
-        streak: str = "keep",
+        streak: Literal["reset", "count", "keep"] = "keep",
     ) -> Message:
         """The group's next seq for `message`, inside the caller's transaction.
 

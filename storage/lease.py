@@ -98,15 +98,15 @@ class LeaseMixin(StoreBase):
             for group_id in group_ids:
                 await self._exec(db, "DELETE FROM leases WHERE owner = ? AND group_id = ?", (self.owner, group_id))
 
-    async def holds_lease(self, group_id: int) -> bool:
-        """Whether no other owner holds the group's lease (the check writes make, as a read)."""
+    async def leased_elsewhere(self, group_id: int) -> bool:
+        """Whether another store holds the group's lease (the check writes make, as a read)."""
         async with self._read() as db:
-            return await self._lease_free_or_ours(db, group_id)
+            return await self._held_by_another(db, group_id)
 
     async def _require_lease(self, db: aiosqlite.Connection, group_id: int) -> None:
-        if not await self._lease_free_or_ours(db, group_id):
+        if await self._held_by_another(db, group_id):
             raise LeaseLost(f"group {group_id} is run by another process now")
 
-    async def _lease_free_or_ours(self, db: aiosqlite.Connection, group_id: int) -> bool:
+    async def _held_by_another(self, db: aiosqlite.Connection, group_id: int) -> bool:
         row = await self._one(db, "SELECT owner FROM leases WHERE group_id = ?", (group_id,))
-        return row is None or row["owner"] == self.owner
+        return row is not None and row["owner"] != self.owner

@@ -217,7 +217,7 @@ class SqliteStore(LedgerMixin):
     async def append_user_message(self, group_id: int, message: NewMessage) -> tuple[Message, Episode]:
         _require_author(message, "user")
         async with self._write() as db:
-            await self._group_row(db, group_id)
+            group = await self._group_row(db, group_id)
             now = self._now()
             await self._exec(
                 db,
@@ -225,7 +225,6 @@ class SqliteStore(LedgerMixin):
                 " WHERE group_id = ? AND status = 'running'",
                 (now, group_id),
             )
-            group = await self._group_row(db, group_id)
             episode_id = await self._insert(
                 db,
                 "INSERT INTO episodes (group_id, task_seq, status, started_at) VALUES (?, ?, 'running', ?)",

@@ -96,7 +96,7 @@ class Outbox:
         store, policy = self.engine.store, self.engine.retry
         failures = 0
         while True:
-            if not await store.holds_lease(self.group_id):
+            if await store.leased_elsewhere(self.group_id):
                 raise LeaseLost(f"group {self.group_id} is run by another process now")
             group = await store.get_group(self.group_id)
             row = await store.get_message(self.group_id, seq)  # with the parts recorded so far

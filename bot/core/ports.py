@@ -251,8 +251,6 @@ class Store(Protocol):
         is returned unchanged."""
         ...
 
-    async def get_run(self, run_id: int) -> Run: ...
-
     async def interrupt_running_runs(self, group_id: int) -> int:
         """After taking a group's lease: mark its runs left 'running' as 'interrupted'."""
         ...
@@ -283,8 +281,8 @@ class Store(Protocol):
 
     async def release_leases(self, group_ids: Iterable[int] | None = None) -> None: ...
 
-    async def holds_lease(self, group_id: int) -> bool:
-        """Whether no other process holds the group's lease."""
+    async def leased_elsewhere(self, group_id: int) -> bool:
+        """Whether another process holds the group's lease."""
         ...
 
     # read cursors -------------------------------------------------------

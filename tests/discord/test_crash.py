@@ -151,3 +151,5 @@ async def test_a_storm_of_kills_while_five_channels_keep_talking(bot, replies):
     await bot.wait_settled(timeout=90)
     totals = check_once(bot, channels)
     assert totals["people"] > 50
+    runs = dict(bot.query("SELECT status, COUNT(*) FROM runs GROUP BY status"))
+    print(f"storm: {totals['people']} people's messages, {totals['replies']} replies, runs {runs}")

@@ -514,7 +514,7 @@ async def test_one_owner_per_group_until_released_or_expired(db_path: Path) -> N
         assert await bot.acquire_lease(group.id, ttl=30) is None  # ours already
         holder = await console.acquire_lease(group.id, ttl=30)
         assert holder is not None and holder.startswith("discord bot (pid ")
-        assert await bot.holds_lease(group.id) and not await console.holds_lease(group.id)
+        assert await console.leased_elsewhere(group.id) and not await bot.leased_elsewhere(group.id)
         with pytest.raises(LeaseLost):
             await console.start_run(group.id, agent.id, "group", 1)
         run = await bot.start_run(group.id, agent.id, "group", 1)

@@ -89,9 +89,9 @@ class Ingest:
         """A person's reaction on a message moves their read cursor through it."""
         if self.bot.user is not None and payload.user_id == self.bot.user.id:
             return
-        found = await self.store.find_message_by_external_id(str(payload.message_id))
+        found = await self._retrying(self.store.find_message_by_external_id, str(payload.message_id))
         if found is not None:
-            await self.store.mark_seen(found.group_id, str(payload.user_id), found.seq)
+            await self._retrying(self.store.mark_seen, found.group_id, str(payload.user_id), found.seq)
 
     # the feed's worker ---------------------------------------------------------
     def _feed(self, channel_id: int) -> Feed:

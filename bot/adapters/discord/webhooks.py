@@ -73,6 +73,7 @@ class DiscordSurface:
         self._session: aiohttp.ClientSession | None = None
         self._not_before: dict[str, float] = {}  # webhook id -> when its rate-limit bucket refills
         self._tasks: set[asyncio.Task[None]] = set()  # reactions in flight
+        self._closed = False
 
     @property
     def bot(self) -> discord.Client:
@@ -89,6 +90,7 @@ class DiscordSurface:
         return f"#{channel.name}" if channel is not None and hasattr(channel, "name") else "this channel"
 
     async def aclose(self) -> None:
+        self._closed = True
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -245,6 +247,8 @@ class DiscordSurface:
     async def _execute(self, group: Group, hook_id: str, token: str, payload: dict[str, Any],
                        params: dict[str, str]) -> str:
         """One webhook execute (no retries of its own): the new message's id."""
+        if self._closed:
+            raise DeliveryError("the bot is shutting down")
         if self._session is None:
             self._session = aiohttp.ClientSession(headers={"User-Agent": "DiscordBot (roundtable, 0.1)"})
         wait = self._not_before.get(hook_id, 0.0) - time.monotonic()
