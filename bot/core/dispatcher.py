@@ -15,18 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from bot.core.context import load_thread
-from bot.core.errors import LeaseLost
 from bot.core.models import Agent, Decision, Group, Message, Usage
 from bot.core.routing import eligible_speakers, explicit_recipients, next_in_rotation, plan_batch
 from bot.core.selector import select_speaker
 from bot.core.stop import cap_notice, near_repeat
 from bot.core.turn import TurnOutcome
-
-if TYPE_CHECKING:
-    from bot.core.engine import Engine
+from bot.core.worker import GroupWorker
 
 log = logging.getLogger(__name__)
 
@@ -36,41 +33,8 @@ STALLED_NOTICE = ("Stopped: the last two agent messages repeat earlier ones (sta
                   "Post a message to continue.")
 
 
-class GroupDispatcher:
-    def __init__(self, engine: "Engine", group_id: int) -> None:
-        self.engine = engine
-        self.group_id = group_id
-        self._wake = asyncio.Event()
-        self.idle = asyncio.Event()
-        self.task: asyncio.Task[None] | None = None
-        self.failures = 0
-
-    def wake(self) -> None:
-        self.idle.clear()
-        self._wake.set()
-
-    async def loop(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            try:
-                await self.drain()
-                self.failures = 0
-            except asyncio.CancelledError:
-                raise
-            except LeaseLost:
-                log.warning("group=%s: another process runs this group now; stopping here", self.group_id)
-                self.engine.drop(self.group_id)
-                return
-            except Exception:
-                self.failures += 1
-                delay = self.engine.retry.delay(self.failures)
-                log.exception("group=%s dispatcher failed; retrying in %.1fs", self.group_id, delay)
-                await asyncio.sleep(delay)
-                self._wake.set()
-                continue
-            if not self._wake.is_set():
-                self.idle.set()
+class GroupDispatcher(GroupWorker):
+    kind = "dispatcher"
 
     # the loop body ------------------------------------------------------
     async def drain(self) -> None:
@@ -105,7 +69,7 @@ class GroupDispatcher:
                 await self._wait_for_a_lock([s[0] for s in selected])
                 continue
             # People see the conversation in step: no new run while earlier rows wait to be shown.
-            await self.engine.outbox(group.id).wait_drained()
+            await self.engine.outbox(group.id).idle.wait()
             agent, selector_usage, source = min(idle, key=lambda s: (s[0].delivered_through, s[0].created_at, s[0].id))
             outcome = await self.engine.deliver(group, agent, snapshot, selector_usage=selector_usage, source=source)
             await self._after_turn(outcome)

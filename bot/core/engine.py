@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine
-from typing import Iterable
+from typing import Callable, Iterable, TypeVar
 
 from bot.core.dispatcher import GroupDispatcher
 from bot.core.errors import Busy
@@ -24,8 +24,10 @@ from bot.core.prompts import SYSTEM_AUTHOR, thread_line
 from bot.core.stop import strip_terminate
 from bot.core.tags import parse_tags, with_agents
 from bot.core.turn import AgentTurn, TurnOutcome
+from bot.core.worker import GroupWorker
 
 log = logging.getLogger(__name__)
+W = TypeVar("W", bound=GroupWorker)
 
 
 async def _nothing(_external_id: str) -> None:
@@ -71,7 +73,7 @@ class Engine:
         unsure = {m.seq for m in await self.store.unconfirmed_messages(group.id)}
         if unsure:
             log.info("group=%s: %d row(s) not confirmed by the surface yet; showing them now", group.id, len(unsure))
-        self._outbox(group.id, unsure)
+        self.outbox(group.id).unsure |= unsure
         self.wake(group.id)
 
     async def close(self) -> None:
@@ -112,25 +114,20 @@ class Engine:
         return group_id in self.ownership.owned
 
     def dispatcher(self, group_id: int) -> GroupDispatcher:
-        dispatcher = self._dispatchers.get(group_id)
-        if dispatcher is None or dispatcher.task is None or dispatcher.task.done():
-            dispatcher = dispatcher or GroupDispatcher(self, group_id)
-            self._dispatchers[group_id] = dispatcher
-            dispatcher.task = self.spawn(dispatcher.loop(), f"dispatcher-{group_id}")  # type: ignore[assignment]
-        return dispatcher
+        return self._running(self._dispatchers, group_id, GroupDispatcher)
 
     def outbox(self, group_id: int) -> Outbox:
-        return self._outbox(group_id, set())
+        return self._running(self._outboxes, group_id, Outbox)
 
-    def _outbox(self, group_id: int, unsure: set[int]) -> Outbox:
-        outbox = self._outboxes.get(group_id)
-        if outbox is None or outbox.task is None or outbox.task.done():
-            outbox = outbox or Outbox(self, group_id)
-            outbox.unsure |= unsure
-            self._outboxes[group_id] = outbox
-            outbox.task = self.spawn(outbox.loop(), f"outbox-{group_id}")  # type: ignore[assignment]
-            outbox.kick()
-        return outbox
+    def _running(self, workers: dict[int, W], group_id: int, make: Callable[["Engine", int], W]) -> W:
+        """The group's worker of that kind, started (and woken once) when it is not running."""
+        worker = workers.get(group_id)
+        if worker is None or worker.task is None or worker.task.done():
+            worker = worker or make(self, group_id)
+            workers[group_id] = worker
+            worker.task = self.spawn(worker.loop(), f"{worker.kind}-{group_id}")
+            worker.wake()
+        return worker
 
     def wake(self, group_id: int) -> None:
         """Something changed in the group: route and deliver (claiming the group first
@@ -140,13 +137,13 @@ class Engine:
         if not self.owns(group_id):
             self.ownership.claim_soon(group_id)
             return
-        self.outbox(group_id).kick()
+        self.outbox(group_id).wake()
         self.dispatcher(group_id).wake()
 
     def shown(self, group_id: int) -> None:
         """New rows were committed: show them."""
         if not self._closed and self.owns(group_id):
-            self.outbox(group_id).kick()
+            self.outbox(group_id).wake()
 
     async def wait_idle(self, group_id: int, timeout: float | None = None) -> None:
         """Until the group has nothing left to route, run or show (or is paused, or run elsewhere)."""
@@ -155,8 +152,8 @@ class Engine:
             while self.owns(group_id) and not self._closed:
                 dispatcher, outbox = self.dispatcher(group_id), self.outbox(group_id)
                 await dispatcher.idle.wait()
-                await outbox.drained.wait()
-                if dispatcher.idle.is_set() and outbox.drained.is_set():
+                await outbox.idle.wait()
+                if dispatcher.idle.is_set() and outbox.idle.is_set():
                     return
         await asyncio.wait_for(idle(), timeout)
 

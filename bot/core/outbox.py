@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from bot.core.errors import DeliveryError, LeaseLost, NotFound
 from bot.core.models import Agent, Group, Message
+from bot.core.worker import GroupWorker
 
 if TYPE_CHECKING:
     from bot.core.engine import Engine
@@ -40,47 +41,14 @@ class RetryPolicy:
         return min(self.cap, max(base, hint or 0.0))
 
 
-class Outbox:
-    def __init__(self, engine: "Engine", group_id: int, *, unsure: set[int] | None = None) -> None:
-        self.engine = engine
-        self.group_id = group_id
-        self.unsure: set[int] = set(unsure or ())  # rows an earlier attempt may have shown
-        self.drained = asyncio.Event()
-        self._wake = asyncio.Event()
-        self.task: asyncio.Task[None] | None = None
+class Outbox(GroupWorker):
+    kind = "outbox"
 
-    def kick(self) -> None:
-        self.drained.clear()
-        self._wake.set()
+    def __init__(self, engine: "Engine", group_id: int) -> None:
+        super().__init__(engine, group_id)
+        self.unsure: set[int] = set()  # rows an earlier attempt may have shown
 
-    async def wait_drained(self) -> None:
-        await self.drained.wait()
-
-    async def loop(self) -> None:
-        failures = 0
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            try:
-                await self._drain()
-                failures = 0
-            except asyncio.CancelledError:
-                raise
-            except LeaseLost:
-                log.warning("group=%s: another process runs this group now; stopping its outbox here", self.group_id)
-                self.engine.drop(self.group_id)
-                return
-            except Exception:
-                failures += 1
-                delay = self.engine.retry.delay(failures)
-                log.exception("group=%s outbox failed; retrying in %.1fs", self.group_id, delay)
-                await asyncio.sleep(delay)
-                self._wake.set()
-                continue
-            if not self._wake.is_set():
-                self.drained.set()
-
-    async def _drain(self) -> None:
+    async def drain(self) -> None:
         store = self.engine.store
         while True:
             if not (await store.get_group(self.group_id)).enabled:

@@ -1,0 +1,63 @@
+"""A per-group background loop: woken, it drains until nothing is left, then rests.
+
+The dispatcher (routing and runs) and the outbox (showing committed rows) are
+both one of these. A failure is logged and retried with the engine's backoff;
+`LeaseLost` (another process runs the group now) stops the loop for good.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
+
+from bot.core.errors import LeaseLost
+
+if TYPE_CHECKING:
+    from bot.core.engine import Engine
+
+log = logging.getLogger(__name__)
+
+
+class GroupWorker(ABC):
+    kind = "worker"  # in task names and log lines
+
+    def __init__(self, engine: "Engine", group_id: int) -> None:
+        self.engine = engine
+        self.group_id = group_id
+        self.idle = asyncio.Event()  # set when a pass found nothing left and nobody woke it since
+        self.task: asyncio.Task[object] | None = None
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        self.idle.clear()
+        self._wake.set()
+
+    @abstractmethod
+    async def drain(self) -> None:
+        """Do everything there is to do now."""
+
+    async def loop(self) -> None:
+        failures = 0
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self.drain()
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except LeaseLost:
+                log.warning("group=%s: another process runs this group now; its %s stops here",
+                            self.group_id, self.kind)
+                self.engine.drop(self.group_id)
+                return
+            except Exception:
+                failures += 1
+                delay = self.engine.retry.delay(failures)
+                log.exception("group=%s %s failed; retrying in %.1fs", self.group_id, self.kind, delay)
+                await asyncio.sleep(delay)
+                self._wake.set()
+                continue
+            if not self._wake.is_set():
+                self.idle.set()
