@@ -112,3 +112,17 @@ async def test_a_cut_network_loses_nothing_and_posts_nothing_twice(harness, scri
     rows = await harness.store.messages(1)
     assert [r.text for r in rows][0::3] == ["@planner first", "answer after the cut"]
     assert {r.text for r in rows[1:3]} == {"answer before the cut", "@planner during the cut"}  # either came first
+
+
+async def test_a_message_posted_while_setup_is_still_running_is_not_lost(harness, script):
+    emu = harness.emu
+    creating = emu.hold("POST", r"^/channels/\d+/webhooks$")  # Discord is slow to create the webhook
+    setup = await emu.invoke_command(emu.guild_id, emu.channel_id, emu.alice_id, "roundtable setup", {"mode": "tags"})
+    await creating.wait_arrived()
+    early = await emu.user_post(emu.channel_id, emu.bob_id, "hello, is it on yet?")  # seen before the group exists
+    await asyncio.sleep(0.2)
+    creating.release()
+    assert "Roundtable is on" in (await setup.wait_response(5))["data"]["content"]
+    later = await emu.user_post(emu.channel_id, emu.alice_id, "now it is")
+    await wait_all_stored(harness, {1: emu.channel_id})
+    assert await stored_people(harness, 1) == [early["id"], later["id"]]

@@ -132,6 +132,7 @@ class Commands:
             channel_id=str(channel.id), parent_channel_id=str(parent) if parent else None,
             setup_message_id=str(interaction.id),
         )
+        self.bot.ingest.resync_channel(channel.id)  # what was posted since the command is the group's from now on
         if mode and existing is not None:
             await self.admin.config(group, {"mode": mode})
         group = await self.store.get_group(group.id)

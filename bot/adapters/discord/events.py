@@ -76,14 +76,20 @@ class Ingest:
 
     async def resync(self) -> None:
         """After a (re)connect: every group's channel catches up before its next live message."""
-        for feed in self.feeds.values():  # first, before any event of the new session is taken
-            feed.behind = True
-            feed.queue.put_nowait(None)
+        for channel_id in list(self.feeds):  # first, before any event of the new session is taken
+            self.resync_channel(channel_id)
         for group in await self._retrying(self.store.list_groups):
             if group.key.startswith("discord:") and group.channel_id is not None:
                 feed = self._feed(int(group.channel_id))
                 if feed.queue.empty():
                     feed.queue.put_nowait(None)
+
+    def resync_channel(self, channel_id: int) -> None:
+        """The channel catches up before its next live message (e.g. it just became a group:
+        messages taken in before the group existed were not for us then)."""
+        feed = self._feed(channel_id)
+        feed.behind = True
+        feed.queue.put_nowait(None)
 
     async def on_reaction(self, payload: discord.RawReactionActionEvent) -> None:
         """A person's reaction on a message moves their read cursor through it."""
