@@ -148,7 +148,7 @@ async def run_bot(settings: Settings, open_engine: OpenEngine, defaults: GroupSe
             await surface.aclose()
     if stopped_by:
         log.info("stopped by %s", signal.Signals(stopped_by[0]).name)
-    return 130 if stopped_by == [signal.SIGINT] else 0
+    return 130 if stopped_by and stopped_by[0] == signal.SIGINT else 0
 
 
 @contextlib.contextmanager
