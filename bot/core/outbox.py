@@ -68,7 +68,7 @@ class Outbox(GroupWorker):
                 raise LeaseLost(f"group {self.group_id} is run by another process now")
             group = await store.get_group(self.group_id)
             row = await store.get_message(self.group_id, seq)  # with the parts recorded so far
-            if row.confirmed:
+            if row.confirmed or not group.enabled:
                 return
             try:
                 await self._publish(group, row)

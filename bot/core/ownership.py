@@ -14,6 +14,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from bot.core.errors import StoreError
 from bot.core.models import Group
 
 if TYPE_CHECKING:
@@ -72,9 +73,12 @@ class Ownership:
             await asyncio.wait([task])
 
     async def _claim_by_id(self, group_id: int) -> None:
-        group = await self.engine.store.get_group(group_id)
-        if group.enabled and group.in_scope(self.scope):
-            await self.claim(group)
+        try:
+            group = await self.engine.store.get_group(group_id)
+            if group.enabled and group.in_scope(self.scope):
+                await self.claim(group)
+        except StoreError as exc:  # the keeper tries again on its next tick
+            log.warning("group=%s could not be claimed yet: %s", group_id, exc)
 
     def forget(self, group_id: int) -> None:
         self.owned.discard(group_id)
