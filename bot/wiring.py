@@ -55,7 +55,8 @@ async def run_console(settings: Settings, *, db: str | None, group: str, person:
 
     surface = ConsoleSurface(sys.stdout)
     async with open_engine(settings, lambda store: surface, scope=f"console:{group}", label="console", db=db) as engine:
-        console = Console(engine, surface, person=person, group_name=group, defaults=group_defaults(settings))
+        console = Console(engine, surface, person=person, group_name=group, defaults=group_defaults(settings),
+                          interactive=sys.stdin.isatty())
         await console.run(stdin_reader(), greet=sys.stdin.isatty())
     return 0
 

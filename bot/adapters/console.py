@@ -14,8 +14,10 @@ import logging
 import sys
 from typing import AsyncIterator, Awaitable, Callable, TextIO
 
-from bot.adapters.commandline import CommandLine, parse_command
-from bot.core.admin import CONFIG_OPTIONS, Admin
+from bot.adapters.commandline import parse_command
+from bot.core import commands
+from bot.core.admin import Admin
+from bot.core.card import reply_lines
 from bot.core.engine import Engine
 from bot.core.errors import Busy, InvalidInput, UserFacingError
 from bot.core.models import Agent, Episode, Group, GroupSettings, Message
@@ -25,23 +27,6 @@ from bot.core.stop import strip_terminate
 from bot.core.validation import message_text
 
 log = logging.getLogger(__name__)
-
-AGENT_OPTIONS = {
-    "add": ("name", "role", "prompt", "model", "avatar"),
-    "edit": ("name", "role", "prompt", "model", "avatar"),
-    "remove": ("name",), "enable": ("name",), "disable": ("name",), "show": ("name",), "list": (),
-}
-ROUNDTABLE_OPTIONS = {
-    "setup": ("mode",), "disable": (), "config": CONFIG_OPTIONS, "pause": (), "resume": (), "stop": (),
-    "status": (), "why": ("message",), "usage": ("days",),
-}
-HELP = """Commands (options as name:value, quote values with spaces):
-/roundtable setup [mode] | disable | config [option:value ...] | pause | resume | stop | status
-/roundtable why [message:SEQ] | usage [days:N]
-/agent add name role [prompt] [model] [avatar] | edit name [role] [prompt] [model] [avatar]
-/agent remove|enable|disable|show name | list
-Anything else is a message from you; tag agents with @name."""
-
 
 class ConsoleSurface:
     """Prints public messages as `[author] text`."""
@@ -74,22 +59,66 @@ class ConsoleSurface:
                        f"messages, {episode.total_tokens} tokens")
 
 
+class ConsoleCaller:
+    """What a command typed in the console may ask of its surface (`bot.core.commands.Caller`)."""
+
+    surface = "console"
+    is_operator = True  # it is your terminal
+
+    def __init__(self, console: "Console", read_line: Callable[[], Awaitable[str]]) -> None:
+        self.console = console
+        self.read_line = read_line
+
+    async def group(self) -> Group | None:
+        assert self.console.group is not None
+        return await self.console.engine.store.get_group(self.console.group.id)
+
+    async def setup(self, mode: str | None) -> Group:
+        console = self.console
+        group = await self.group()
+        assert group is not None
+        settings = group.settings.with_changes(mode=mode) if mode else group.settings
+        await console.engine.store.update_group(group.id, settings=settings)
+        console.group = await console.admin.setup(group.key, group.name, settings)
+        return console.group
+
+    async def ask_text(self, label: str, current: str | None) -> str | None:
+        if not self.console.interactive:
+            if current is not None:
+                return current
+            raise InvalidInput(f"{label} is missing: give it as prompt:\"...\" (the console asks for it only "
+                               "when its input is a terminal).")
+        keep = " (an empty first line keeps the current one)" if current is not None else ""
+        self.console.surface.write(f"{label}{keep}; end it with a line holding only a dot (.):")
+        lines: list[str] = []
+        while True:
+            line = await self.read_line()
+            if not line or line.rstrip("\n") == ".":
+                break
+            if not lines and not line.strip() and current is not None:
+                return current
+            lines.append(line.rstrip("\n"))
+        return "\n".join(lines)
+
+
 class Console:
     def __init__(self, engine: Engine, surface: ConsoleSurface, *, person: str, group_name: str,
-                 defaults: GroupSettings) -> None:
+                 defaults: GroupSettings, interactive: bool = False) -> None:
         self.engine = engine
         self.admin = Admin(engine)
         self.surface = surface
         self.person = person
         self.group_name = group_name
         self.defaults = defaults
+        self.interactive = interactive  # input is a terminal: the console may ask for what is missing
         self.group: Group | None = None
 
     async def open(self) -> Group:
-        """Open (or set up) this console's group and take it: one process at a time runs a group."""
+        """Open (or set up) this console's group and take it: one process at a time runs a group.
+        A group turned off stays off until /roundtable setup."""
         key = f"console:{self.group_name}"
         existing = await self.engine.store.find_group(key)
-        self.group = existing if existing and existing.enabled else await self.admin.setup(key, self.group_name, self.defaults)
+        self.group = existing or await self.admin.setup(key, self.group_name, self.defaults)
         await self.engine.start()
         holder = await self.engine.claim(self.group)
         if holder is not None:
@@ -116,9 +145,12 @@ class Console:
             return
         try:
             if line.lstrip().startswith("/"):
-                answer = await self.command(parse_command(line), read_line)
-                if answer:
-                    self.surface.write(answer)
+                typed = parse_command(line)
+                answer = await commands.run(commands.find(typed.path), self.admin, ConsoleCaller(self, read_line),
+                                             typed.options)
+                if answer is not None:
+                    for out in reply_lines(answer):
+                        self.surface.write(out)
             else:
                 self.group = await self.engine.store.get_group(self.group.id)
                 if not self.group.enabled:
@@ -127,69 +159,6 @@ class Console:
                                                     text=message_text(line))
         except UserFacingError as exc:
             self.surface.write(f"error: {exc}")
-
-    async def command(self, cmd: CommandLine, read_line: Callable[[], Awaitable[str]]) -> str:
-        assert self.group is not None
-        group = self.group = await self.engine.store.get_group(self.group.id)
-        if cmd.path in (("help",), ("roundtable", "help")):
-            return HELP
-        if len(cmd.path) != 2 or cmd.path[0] not in ("roundtable", "agent"):
-            raise InvalidInput(f"Unknown command /{' '.join(cmd.path)}; type /help for the list.")
-        table = ROUNDTABLE_OPTIONS if cmd.path[0] == "roundtable" else AGENT_OPTIONS
-        verb = cmd.path[1]
-        if verb not in table:
-            raise InvalidInput(f"Unknown command /{' '.join(cmd.path)}; type /help for the list.")
-        unknown = [k for k in cmd.options if k not in table[verb]]
-        if unknown:
-            allowed = ", ".join(table[verb]) or "none"
-            raise InvalidInput(f"/{' '.join(cmd.path)} has no option {unknown[0]!r} (options: {allowed}).")
-        o = cmd.options
-        if cmd.path[0] == "agent":
-            return await self._agent(group, verb, o, read_line)
-        if verb == "setup":
-            if "mode" in o:
-                await self.admin.config(group, {"mode": o["mode"]})
-            self.group = await self.admin.setup(group.key, group.name, group.settings)
-            return f"Roundtable is on in {group.name} (mode {self.group.settings.mode})."
-        if verb == "why":
-            return await self.admin.why(group, _seq(o.get("message")))
-        if verb == "usage":
-            return await self.admin.usage(group, o.get("days", "7"))  # type: ignore[arg-type]
-        if verb == "config":
-            return await self.admin.config(group, o)
-        return await getattr(self.admin, verb)(group)
-
-    async def _agent(self, group: Group, verb: str, o: dict[str, str], read_line: Callable[[], Awaitable[str]]) -> str:
-        if verb == "list":
-            return await self.admin.list_agents(group)
-        if "name" not in o:
-            raise InvalidInput(f"/agent {verb} needs name:NAME.")
-        name = o["name"]
-        if verb == "add":
-            if "role" not in o:
-                raise InvalidInput("/agent add needs role:\"one line about what it does\".")
-            prompt = o.get("prompt")
-            if prompt is None:
-                self.surface.write(f"system prompt for {name} (one line):")
-                prompt = (await read_line()).strip()
-            return await self.admin.add_agent(group, name, o["role"], prompt, o.get("model"), o.get("avatar"))
-        if verb == "edit":
-            return await self.admin.edit_agent(group, name, role=o.get("role"), prompt=o.get("prompt"),
-                                               model=o.get("model"), avatar=o.get("avatar"))
-        if verb == "remove":
-            return await self.admin.remove_agent(group, name)
-        if verb in ("enable", "disable"):
-            return await self.admin.set_enabled(group, name, verb == "enable")
-        return await self.admin.show_agent(group, name)
-
-
-def _seq(value: str | None) -> int | None:
-    if value is None:
-        return None
-    text = value.strip().lstrip("#")
-    if not text.isdigit():
-        raise InvalidInput(f"message must be a message number such as 12 (got {value!r}).")
-    return int(text)
 
 
 def stdin_reader(stream: TextIO = sys.stdin) -> Callable[[], Awaitable[str]]:

@@ -1,74 +1,74 @@
-"""The verbs behind the slash commands, shared by Discord and the console.
+"""The verbs behind the commands (`bot.core.commands` declares them), shared by every surface.
 
 Each verb validates its input (`bot.core.validation`), acts through the
-engine's store, and returns the answer's text. Refusals are `UserFacingError`s.
-Permission checks belong to the surface (it knows who is an operator).
+engine's store, and returns its answer: text, or a `Card` when the answer is
+a table of facts. Refusals are `UserFacingError`s. Who may run a verb is
+decided before it runs (`bot.core.commands.run`).
 """
 from __future__ import annotations
 
 import time
-from dataclasses import fields
 from typing import Mapping
 
 from bot.core import validation as v
+from bot.core.card import Card, Field
+from bot.core.context import choose_window, token_cost
 from bot.core.engine import Engine
 from bot.core.errors import InvalidInput, NotFound
-from bot.core.models import Agent, Group, GroupSettings
+from bot.core.models import Agent, Decision, Group, GroupSettings
 
-CONFIG_OPTIONS = (
-    "mode", "max_turns", "allow_repeat", "context_budget", "pace", "selector_model",
-    "operator_role", "allow_bots", "brief", "min_confidence",
-)
+CONFIG_FIELDS = {  # option name -> GroupSettings field
+    "mode": "mode", "max_turns": "max_agent_turns", "allow_repeat": "allow_repeat",
+    "context_budget": "context_budget", "pace": "pace", "selector_model": "selector_model",
+    "operator_role": "operator_role", "allow_bots": "allow_bots", "brief": "brief", "min_confidence": "min_confidence",
+}
 
 
 def parse_config(changes: Mapping[str, object]) -> dict[str, object]:
-    """Option values (typed or text) -> GroupSettings field values, each validated."""
+    """Option values (already typed by the command declaration) -> GroupSettings field values."""
     out: dict[str, object] = {}
     for key, value in changes.items():
+        if key not in CONFIG_FIELDS:
+            raise InvalidInput(f"Unknown option {key!r}: the options are {', '.join(CONFIG_FIELDS)}.")
         if key == "mode":
-            out["mode"] = v.mode(str(value))
-        elif key == "max_turns":
-            out["max_agent_turns"] = v.max_turns(value)
-        elif key in ("allow_repeat", "allow_bots"):
-            out[key] = v.boolean(key, value)
-        elif key == "context_budget":
-            out[key] = v.integer(key, value, *v.CONTEXT_BUDGET_RANGE)
-        elif key == "pace":
-            out[key] = v.number(key, value, *v.PACE_RANGE)
+            value = v.mode(str(value))
         elif key == "selector_model":
-            out[key] = v.model(str(value) if value is not None else None)
+            value = v.model(str(value))
         elif key == "operator_role":
-            out[key] = (str(value).strip() or None) if value is not None else None
+            value = str(value).strip() or None
         elif key == "brief":
-            out[key] = v.brief(str(value))
+            value = v.brief(str(value))
         elif key == "min_confidence":
-            text = str(value).strip().lower()
-            out[key] = None if text in ("", "off", "none") else v.number(key, value, 0.0, 1.0)
-        else:
-            raise InvalidInput(f"Unknown option {key!r}: the options are {', '.join(CONFIG_OPTIONS)}.")
+            value = float(value) or None  # type: ignore[arg-type]  # 0 turns it off
+        out[CONFIG_FIELDS[key]] = value
     return out
 
 
-def describe_settings(settings: GroupSettings) -> str:
-    shown = {f.name: getattr(settings, f.name) for f in fields(settings)}
-    shown["max_turns"] = shown.pop("max_agent_turns")
-    shown["brief"] = (settings.brief[:60] + "...") if len(settings.brief) > 60 else (settings.brief or "(none)")
-    return "\n".join(f"{k}: {'(default)' if val is None else val}" for k, val in shown.items())
+def settings_fields(settings: GroupSettings) -> tuple[Field, ...]:
+    brief = (settings.brief[:60] + "...") if len(settings.brief) > 60 else (settings.brief or "(none)")
+    shown = {
+        "mode": settings.mode, "max_turns": settings.max_agent_turns, "allow_repeat": settings.allow_repeat,
+        "context_budget": settings.context_budget, "pace": settings.pace,
+        "selector_model": settings.selector_model or "(default)",
+        "operator_role": settings.operator_role or "(Manage Server)", "allow_bots": settings.allow_bots,
+        "brief": brief, "min_confidence": settings.min_confidence or "off",
+    }
+    return tuple(Field(k, str(val)) for k, val in shown.items())
 
 
-def describe_agent(agent: Agent, *, full: bool = False) -> str:
-    state = "" if agent.enabled else " (disabled)"
-    line = f"{agent.name}{state}: {agent.role}"
-    if not full:
-        return line
-    return "\n".join([
-        line,
-        f"model: {agent.model or '(default)'}",
-        f"avatar: {agent.avatar_url or '(none)'}",
-        f"delivered through: #{agent.delivered_through}",
-        "system prompt:",
-        agent.system_prompt,
-    ])
+def agent_card(agent: Agent) -> Card:
+    return Card(
+        title=agent.name + ("" if agent.enabled else " (disabled)"),
+        description=agent.role,
+        fields=(
+            Field("model", agent.model or "(default)"),
+            Field("avatar", agent.avatar_url or "(none)"),
+            Field("delivered through", f"#{agent.delivered_through}"),
+            Field("system prompt", agent.system_prompt, inline=False),
+        ),
+        tone="neutral" if agent.enabled else "warning",
+        thumbnail_url=agent.avatar_url,
+    )
 
 
 class Admin:
@@ -84,15 +84,15 @@ class Admin:
     async def disable(self, group: Group) -> str:
         await self.engine.stop_episode(group)
         await self.store.update_group(group.id, enabled=False)
-        return "Roundtable is off in this channel. The history is kept; /roundtable setup turns it back on."
+        return "Roundtable is off here. The history is kept; /roundtable setup turns it back on."
 
-    async def config(self, group: Group, changes: Mapping[str, object]) -> str:
+    async def config(self, group: Group, changes: Mapping[str, object]) -> Card:
         if not changes:
-            return describe_settings(group.settings)
-        parsed = parse_config(changes)
-        updated = await self.store.update_group(group.id, settings=group.settings.with_changes(**parsed))
+            return Card("Settings", fields=settings_fields(group.settings))
+        updated = await self.store.update_group(
+            group.id, settings=group.settings.with_changes(**parse_config(changes)))
         self.engine.wake(group.id)
-        return "Updated.\n" + describe_settings(updated.settings)
+        return Card("Updated", fields=settings_fields(updated.settings), tone="good")
 
     async def pause(self, group: Group) -> str:
         await self.store.update_group(group.id, paused=True)
@@ -109,54 +109,87 @@ class Admin:
             return "No episode is running."
         return f"Stopped the episode after {episode.agent_turns} agent messages."
 
-    async def status(self, group: Group) -> str:
+    async def status(self, group: Group) -> Card:
         group = await self.store.get_group(group.id)
-        lines = [f"group: {group.name} ({'paused' if group.paused else 'on' if group.enabled else 'off'})",
-                 f"messages: {group.latest_seq}; consecutive agent messages: {group.agent_streak}"]
-        if group.delivery_problem:
-            lines.append(f"delivery problem: {group.delivery_problem}")
+        state = "paused" if group.paused else "on" if group.enabled else "off"
+        fields = [Field("messages", str(group.latest_seq)),
+                  Field("agent messages in a row", f"{group.agent_streak} of {group.settings.max_agent_turns}")]
         if group.episode_id is not None:
             ep = await self.store.get_episode(group.episode_id)
-            lines.append(f"episode: #{ep.id} {ep.status}, task #{ep.task_seq}, {ep.agent_turns} agent turns, "
-                         f"{ep.total_tokens} tokens ({ep.cached_tokens} cached)")
+            fields.append(Field("episode", f"#{ep.id} {ep.status}, task #{ep.task_seq}, {ep.agent_turns} agent "
+                                           f"messages, {ep.total_tokens} tokens ({ep.cached_tokens} cached)",
+                                inline=False))
         agents = await self.store.list_agents(group.id)
-        lines.append("agents: " + (", ".join(
-            f"{a.name}{'' if a.enabled else ' (disabled)'} @#{a.delivered_through}" for a in agents) or "(none)"))
+        fields.append(Field("agents", "\n".join(
+            f"{a.name}{'' if a.enabled else ' (disabled)'}: read through #{a.delivered_through}" for a in agents)
+            or "(none yet: /agent add)", inline=False))
         decision = await self.store.get_decision(group.id, group.latest_seq) if group.latest_seq else None
         if decision is not None:
-            lines.append(f"last decision: #{decision.seq} {decision.source} -> "
-                         f"{', '.join(decision.agent_names) or ('TERMINATE' if decision.terminate else 'nobody')}")
-        lines.append(describe_settings(group.settings))
-        return "\n".join(lines)
+            fields.append(Field("last decision", f"#{decision.seq} {decision.source} -> {chosen(decision)}"))
+        seen = await self.context_seen(group, group.latest_seq)
+        if seen:
+            fields.append(Field("context", seen, inline=False))
+        if group.delivery_problem:
+            fields.append(Field("delivery problem", group.delivery_problem, inline=False))
+        fields.extend(settings_fields(group.settings))
+        tone = "bad" if group.delivery_problem else "warning" if state != "on" else "good"
+        return Card(f"{group.name} ({state})", fields=tuple(fields), tone=tone)
 
-    async def why(self, group: Group, seq: int | None = None) -> str:
+    async def context_seen(self, group: Group, through: int) -> str:
+        """How much of the thread through `through` a prompt holds ('' when all of it)."""
+        counts = await self.store.token_counts(group.id, through=through)
+        window = choose_window([token_cost(t) for _, t in counts], group.settings.context_budget, None)
+        if not window.omitted:
+            return ""
+        return (f"prompts hold the newest {len(counts) - window.start} of {len(counts)} messages (plus the task); "
+                f"the oldest {window.omitted} were trimmed to fit context_budget {group.settings.context_budget}")
+
+    async def why(self, group: Group, ref: str | None = None) -> Card:
         group = await self.store.get_group(group.id)
-        seq = seq or group.latest_seq
+        seq = await self.message_seq(group, ref) if ref else group.latest_seq
         if not 1 <= seq <= group.latest_seq:
             raise NotFound(f"There is no message #{seq} in this group (it has {group.latest_seq}).")
         decision = await self.store.get_decision(group.id, seq)
+        message = await self.store.get_message(group.id, seq)
+        title = f"#{seq} by {message.author_name}"
         if decision is None:
-            return f"#{seq} is not routed yet."
-        chosen = ", ".join(decision.agent_names) or ("TERMINATE" if decision.terminate else "nobody")
-        parts = [f"#{seq}: {decision.source} -> {chosen}"]
+            return Card(title, "Not routed yet.")
+        fields = [Field("source", decision.source), Field("chosen", chosen(decision))]
         if decision.selector_raw:
-            parts.append(f"selector replies: {' | '.join(decision.selector_raw)} (attempts {decision.attempts})")
+            fields.append(Field("selector replies", " | ".join(decision.selector_raw), inline=False))
+            fields.append(Field("attempts", str(decision.attempts)))
         if decision.confidence is not None:
-            parts.append(f"confidence: {decision.confidence:.2f}")
+            fields.append(Field("confidence", f"{decision.confidence:.2f}"))
         if decision.usage.prompt_tokens:
             u = decision.usage
-            parts.append(f"selector tokens: {u.prompt_tokens} prompt, {u.completion_tokens} completion, {u.cached_tokens} cached")
-        if decision.note:
-            parts.append(decision.note)
-        return "\n".join(parts)
+            fields.append(Field("selector tokens", f"{u.prompt_tokens} prompt, {u.completion_tokens} completion, "
+                                                   f"{u.cached_tokens} cached"))
+        return Card(title, decision.note, tuple(fields), footer=await self._context_footer(group, seq))
 
-    async def usage(self, group: Group, days: int = 7) -> str:
+    async def _context_footer(self, group: Group, seq: int) -> str:
+        seen = await self.context_seen(group, seq)
+        return f"context at #{seq}: {seen}" if seen else ""
+
+    async def message_seq(self, group: Group, ref: str) -> int:
+        """A message link, a message id or a number such as 12 (or #12) -> its seq here."""
+        token = ref.strip().rstrip("/").split("/")[-1].lstrip("#")
+        if not token.isdigit():
+            raise InvalidInput("message must be a message link, a message id or a number such as 12.")
+        if len(token) < 15:
+            return int(token)
+        found = await self.store.find_message_by_external_id(token)
+        if found is None or found.group_id != group.id:
+            raise InvalidInput("That message is not part of this group chat.")
+        return found.seq
+
+    async def usage(self, group: Group, days: int = 7) -> Card | str:
         days = v.integer("days", days, 1, 365)
         totals = await self.store.usage_since(group.id, time.time() - days * 86400)
-        if not totals:
+        if not any(u.prompt_tokens or u.completion_tokens for u in totals.values()):
             return f"No model calls in the last {days} days."
-        return "\n".join(f"{who}: {u.prompt_tokens} prompt, {u.completion_tokens} completion, {u.cached_tokens} cached"
-                         for who, u in sorted(totals.items()))
+        fields = tuple(Field(who, f"{u.prompt_tokens} prompt, {u.completion_tokens} completion, "
+                                  f"{u.cached_tokens} cached") for who, u in sorted(totals.items()))
+        return Card(f"Tokens in the last {days} days", fields=fields)
 
     # agents --------------------------------------------------------------
     async def agent(self, group: Group, name: str) -> Agent:
@@ -165,6 +198,9 @@ class Admin:
             names = ", ".join(a.name for a in await self.store.list_agents(group.id)) or "none yet"
             raise NotFound(f"No agent named {name!r} in this group (agents: {names}).")
         return agent
+
+    async def check_name_free(self, group: Group, name: str) -> None:
+        v.check_name_free(name, [a.name for a in await self.store.list_agents(group.id)])
 
     async def add_agent(self, group: Group, name: str, role: str, prompt: str,
                         model: str | None = None, avatar: str | None = None) -> str:
@@ -179,16 +215,22 @@ class Admin:
         update: dict[str, object] = {}
         if changes.get("role") is not None:
             update["role"] = v.role(changes["role"] or "")
-        if changes.get("prompt") is not None:
+        if changes.get("prompt") is not None and changes["prompt"] != agent.system_prompt:
             update["system_prompt"] = v.system_prompt(changes["prompt"] or "")
         if changes.get("model") is not None:
             update["model"] = v.model(changes["model"])
         if changes.get("avatar") is not None:
             update["avatar_url"] = v.avatar_url(changes["avatar"])
         if not update:
-            return "Nothing to change: give role, prompt, model or avatar."
+            return f"Nothing to change for {agent.name}: give role, prompt, model or avatar."
         agent = await self.store.update_agent(agent.id, **update)
         return f"Updated {agent.name}."
+
+    async def rename_agent(self, group: Group, name: str, new_name: str) -> str:
+        agent = await self.agent(group, name)
+        renamed = await self.store.update_agent(agent.id, name=v.agent_name(new_name))
+        return (f"Renamed {agent.name} to {renamed.name}: tag it with @{renamed.name}. "
+                f"Its earlier messages keep the name {agent.name}.")
 
     async def remove_agent(self, group: Group, name: str) -> str:
         agent = await self.agent(group, name)
@@ -202,11 +244,16 @@ class Admin:
             self.engine.wake(group.id)
         return f"{agent.name} is {'enabled' if enabled else 'disabled'}."
 
-    async def list_agents(self, group: Group) -> str:
+    async def list_agents(self, group: Group) -> Card | str:
         agents = await self.store.list_agents(group.id)
         if not agents:
             return "No agents yet: add one with /agent add."
-        return "\n".join(describe_agent(a) for a in agents)
+        fields = tuple(Field(a.name + ("" if a.enabled else " (disabled)"), a.role, inline=False) for a in agents)
+        return Card(f"Agents of {group.name}", fields=fields)
 
-    async def show_agent(self, group: Group, name: str) -> str:
-        return describe_agent(await self.agent(group, name), full=True)
+    async def show_agent(self, group: Group, name: str) -> Card:
+        return agent_card(await self.agent(group, name))
+
+
+def chosen(decision: Decision) -> str:
+    return ", ".join(decision.agent_names) or ("TERMINATE" if decision.terminate else "nobody")

@@ -80,7 +80,12 @@ class BotHarness:
             assert reply["data"]["content"].startswith(f"Added {name}"), reply
         if config:
             reply = await self.command("roundtable config", config)
-            assert reply["data"]["content"].startswith("Updated"), reply
+            assert reply["data"]["embeds"][0]["title"] == "Updated", reply
+
+    @staticmethod
+    def embed_fields(reply: dict) -> dict[str, str]:
+        """The fields of an answer's first embed, by name."""
+        return {f["name"]: f["value"] for f in reply["data"]["embeds"][0]["fields"]}
 
     def webhook_posts(self) -> list[dict]:
         return [r.json for r in self.emu.requests_matching("POST", r"^/webhooks/\d+/[\w.\-]{60,}")

@@ -103,12 +103,12 @@ async def test_admin_checks_and_the_prompt_modal(harness):
     nonadmin_config = await harness.command("roundtable config", {"max_turns": 3}, user=emu.bob_id)
     assert "Manage Server" in nonadmin_config["data"]["content"]
     ok = await harness.command("roundtable config", {"max_turns": 3})
-    assert "max_turns: 3" in ok["data"]["content"]
+    assert harness.embed_fields(ok)["max_turns"] == "3"
     assert (await harness.store.get_group(1)).settings.max_agent_turns == 3
     shown = await harness.command("roundtable config", user=emu.bob_id)  # showing needs no admin
-    assert "max_turns: 3" in shown["data"]["content"]
+    assert harness.embed_fields(shown)["max_turns"] == "3"
     status = await harness.command("roundtable status", user=emu.bob_id)
-    assert "local @#" in status["data"]["content"]
+    assert "local: read through #" in harness.embed_fields(status)["agents"]
     auto = await emu.invoke_autocomplete(emu.guild_id, emu.channel_id, emu.alice_id, "agent show",
                                          {"name": "lo"}, "name")
     choices = (await auto.wait_response(5))["data"]["choices"]

@@ -63,7 +63,8 @@ async def test_a_lasting_refusal_is_told_once_shown_in_status_and_cleared_when_f
     assert len(alerts) == 1 and alerts[0]["author"]["id"] == str(emu.bot_user_id)
     assert "Manage Webhooks" in alerts[0]["content"]
     status = await harness.command("roundtable status")
-    assert "delivery problem:" in status["data"]["content"] and "Manage Webhooks" in status["data"]["content"]
+    assert "Manage Webhooks" in harness.embed_fields(status)["delivery problem"]
+    assert status["data"]["embeds"][0]["color"] == 0xE74C3C  # red
     await emu.user_post(emu.channel_id, emu.alice_id, "@planner two")  # waits behind the first reply
     await asyncio.sleep(0.5)
     assert script.participant_order == ["planner"]  # no new run while people cannot see the last one

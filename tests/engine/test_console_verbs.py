@@ -20,7 +20,7 @@ async def console(tmp_path):
     llm = ScriptedLLM(selector=["planner", "TERMINATE"], default_agent_reply=lambda name, n: f"{name} reply {n}")
     surface = ConsoleSurface(out)
     engine = Engine(store, llm, surface, make_token_counter())
-    con = Console(engine, surface, person="you", group_name="main", defaults=GroupSettings())
+    con = Console(engine, surface, person="you", group_name="main", defaults=GroupSettings(), interactive=True)
     await con.open()
     await engine.start()
     lines: list[str] = []
@@ -35,7 +35,11 @@ async def console(tmp_path):
         await engine.wait_idle(con.group.id, 10)
         return out.getvalue()[start:].splitlines()
 
+    async def store_agent(name: str):  # type: ignore[no-untyped-def]
+        return await store.find_agent(con.group.id, name)
+
     con.send = send  # type: ignore[attr-defined]
+    con.store_agent = store_agent  # type: ignore[attr-defined]
     con.pending_input = lines  # type: ignore[attr-defined]
     try:
         yield con
@@ -47,10 +51,17 @@ async def console(tmp_path):
 async def test_agent_verbs_and_errors(console):
     out = await console.send('/agent add name:planner role:"drafts the itinerary" prompt:"You plan."')
     assert out == ["Added planner: drafts the itinerary. Tag it with @planner."]
-    console.pending_input.append("You check costs.")
+    console.pending_input.extend(["You check costs.", "Every one of them.", "."])
     out = await console.send("/agent add name:budget role:costs")
-    assert out == ["system prompt for budget (one line):", "Added budget: costs. Tag it with @budget."]
-    assert (await console.send("/agent add name:PLANNER role:r prompt:p"))[0].startswith("error: ")
+    assert out == ["System prompt for budget; end it with a line holding only a dot (.):",
+                   "Added budget: costs. Tag it with @budget."]
+    assert (await console.store_agent("budget")).system_prompt == "You check costs.\nEvery one of them."
+    console.interactive = False  # input from a pipe: the next line is never taken as the prompt
+    out = await console.send("/agent add name:local role:knows")
+    assert out == ['error: System prompt for local is missing: give it as prompt:"..." (the console asks for it '
+                   'only when its input is a terminal).']
+    assert (await console.send("/agent add name:PLANNER role:r prompt:p")) == [
+        "error: An agent named 'planner' is already in this group; choose another name."]
     assert (await console.send("/agent add name:all role:r prompt:p"))[0].startswith("error: 'all' is reserved")
     assert "error: The agent name 'two words' contains a space" in (await console.send('/agent add name:"two words" role:r prompt:p'))[0]
     assert "contains '🙂'" in (await console.send("/agent add name:🙂 role:r prompt:p"))[0]
@@ -58,13 +69,22 @@ async def test_agent_verbs_and_errors(console):
     assert "U+200B (zero width space)" in zero_width[0]
     assert (await console.send("/agent show name:nobody"))[0].startswith("error: No agent named 'nobody'")
     assert await console.send("/agent disable name:budget") == ["budget is disabled."]
-    assert await console.send("/agent list") == ["planner: drafts the itinerary", "budget (disabled): costs"]
-    assert await console.send("/agent edit name:planner model:gpt-x") == ["Updated planner."]
-    assert "model: gpt-x" in await console.send("/agent show name:planner")
+    assert await console.send("/agent list") == ["Agents of main", "  planner: drafts the itinerary",
+                                                 "  budget (disabled): costs"]
+    assert await console.send("/agent edit name:planner model:gpt-x") == ["Updated planner."]  # the prompt is kept
+    assert "  model: gpt-x" in await console.send("/agent show name:planner")
+    assert (await console.store_agent("planner")).system_prompt == "You plan."
+    assert (await console.send("/agent rename name:planner new_name:Planner2"))[0].startswith(
+        "Renamed planner to Planner2: tag it with @Planner2.")
+    assert (await console.send("/agent rename name:Planner2 new_name:budget"))[0] == (
+        "error: An agent named 'budget' is already in this group; choose another name.")
+    await console.send("/agent rename name:Planner2 new_name:planner")
     assert await console.send("/agent remove name:budget") == ["Removed budget. Its messages stay in the history."]
     assert (await console.send("/agent frobnicate name:x"))[0].startswith("error: Unknown command")
     assert (await console.send("/agent add name:x role:r prompt:p colour:red"))[0] == (
         "error: /agent add has no option 'colour' (options: name, role, prompt, model, avatar).")
+    assert (await console.send("/agent add role:r"))[0] == (
+        "error: /agent add needs name: /agent add name role [prompt] [model] [avatar]")
 
 
 async def test_roundtable_verbs(console):
@@ -75,17 +95,18 @@ async def test_roundtable_verbs(console):
     out = await console.send("/roundtable resume")
     assert out[0].startswith("Resumed") and "[planner] planner reply 1" in out
     why = await console.send("/roundtable why message:1")
-    assert why == ["#1: tags -> planner"]
+    assert why == ["#1 by you", "  source: tags", "  chosen: planner"]
     assert (await console.send("/roundtable why message:99"))[0].startswith("error: There is no message #99")
     usage = await console.send("/roundtable usage days:1")
-    assert any(line.startswith("planner: 100 prompt, 20 completion, 10 cached") for line in usage)
+    assert "  planner: 100 prompt, 20 completion, 10 cached" in usage
     status = "\n".join(await console.send("/roundtable status"))
-    assert "agents: planner @#" in status and "mode: selector" in status
-    assert (await console.send("/roundtable config mode:chaos"))[0].startswith("error: Unknown mode 'chaos'")
+    assert "planner: read through #" in status and "  mode: selector" in status
+    assert (await console.send("/roundtable config mode:chaos"))[0] == (
+        "error: mode must be one of selector, round_robin, tags (got 'chaos').")
     assert (await console.send("/roundtable config pace:-1"))[0].startswith("error: pace must be a number")
-    assert "mode: tags" in await console.send("/roundtable config mode:tags")
+    assert "  mode: tags" in await console.send("/roundtable config mode:tags")
     assert await console.send("/roundtable stop") == ["No episode is running."]  # the selector said TERMINATE
     assert "\u200b" not in "".join(await console.send("/agent list"))
     assert (await console.send("/roundtable disable"))[0].startswith("Roundtable is off")
     assert (await console.send("hello?"))[0].startswith("error: Roundtable is off")
-    assert (await console.send("/roundtable setup"))[0].startswith("Roundtable is on in main (mode tags)")
+    assert (await console.send("/roundtable setup"))[0].startswith("Roundtable is on in main (mode tags, max_turns 12)")

@@ -18,7 +18,7 @@ import discord
 import yarl
 from discord import app_commands
 
-from bot.adapters.discord.commands import Commands, register
+from bot.adapters.discord.commands import SlashCommands
 from bot.adapters.discord.events import Ingest
 from bot.adapters.discord.webhooks import DiscordSurface
 from bot.config import Settings, redact_url
@@ -62,10 +62,10 @@ class RoundtableBot(discord.Client):
         self.group_defaults = group_defaults
         self.guild_id = guild_id
         self.tree = app_commands.CommandTree(self)
-        self.commands = Commands(self)
+        self.slash = SlashCommands(self)
         self.ingest = Ingest(self)
         self.ready_once = asyncio.Event()
-        register(self.tree, self.commands)
+        self.slash.register(self.tree)
         self.tree.on_error = self.on_app_command_error  # type: ignore[assignment]
 
     async def setup_hook(self) -> None:

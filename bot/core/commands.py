@@ -1,0 +1,288 @@
+"""Every command, declared once: its name, description, options, who may run it, its handler.
+
+Discord builds its slash-command tree from `COMMANDS`, the console parses its
+text form from them (`/agent add name:planner role:"drafts the itinerary"`),
+and `/help` lists them, so a verb added here appears everywhere. Option values
+are checked here too (`convert`), with one wording for both surfaces.
+
+A handler gets an `Invocation`: the engine's verbs (`Admin`), the group, who
+asks, the typed options, and a `Caller`, the few things only a surface can do
+(make its channel a group, ask for a long text such as a system prompt).
+It returns a `Reply`: text, or a `Card` (a table of facts) for the surface to show.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Literal, Mapping, Protocol, Sequence
+
+from bot.core import validation as v
+from bot.core.admin import Admin
+from bot.core.card import Reply
+from bot.core.errors import Forbidden, InvalidInput, UserFacingError
+from bot.core.models import MAX_TURNS_RANGE, MODES, Group
+
+Kind = Literal["text", "long_text", "integer", "number", "boolean", "choice", "role", "message", "agent", "image"]
+Who = Literal["everyone", "operators", "operators_to_change"]
+
+NOT_SET_UP = "Roundtable is not set up here: an admin can run /roundtable setup."
+OPERATORS_ONLY = "Only people with Manage Server (or this group's operator role) can do that."
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    description: str
+    kind: Kind = "text"
+    required: bool = False
+    low: float | None = None  # integer and number ranges
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+    max_length: int | None = None
+    surfaces: frozenset[str] = frozenset({"discord", "console"})
+
+
+class Caller(Protocol):
+    """What the surface a command came from knows and can do."""
+
+    surface: str  # "discord" | "console"
+    is_operator: bool
+
+    async def group(self) -> Group | None:
+        """The group of the place the command was used in (None: never set up)."""
+        ...
+
+    async def setup(self, mode: str | None) -> Group:
+        """Make this place a group (Discord: create its webhook), or turn it back on."""
+        ...
+
+    async def ask_text(self, label: str, current: str | None) -> str | None:
+        """A long text that was not given as an option (Discord: a form; a terminal: typed
+        lines). None: the surface answers later by itself (Discord's form); InvalidInput
+        when it cannot ask (input is not a terminal)."""
+        ...
+
+
+@dataclass
+class Invocation:
+    admin: Admin
+    caller: Caller
+    place: Group | None  # the group where the command was used; None before /roundtable setup
+    options: dict[str, object]
+
+    @property
+    def group(self) -> Group:
+        if self.place is None or not self.place.enabled:
+            raise UserFacingError(NOT_SET_UP)
+        return self.place
+
+    def get(self, name: str) -> object:
+        return self.options.get(name)
+
+    def text(self, name: str) -> str | None:
+        value = self.options.get(name)
+        return None if value is None else str(value)
+
+
+Handler = Callable[[Invocation], Awaitable[Reply | None]]
+
+
+@dataclass(frozen=True)
+class Command:
+    path: tuple[str, ...]
+    description: str
+    handler: Handler
+    options: tuple[Option, ...] = ()
+    who: Who = "everyone"
+    needs_group: bool = True
+
+    @property
+    def name(self) -> str:
+        return " ".join(self.path)
+
+    def options_for(self, surface: str) -> tuple[Option, ...]:
+        return tuple(o for o in self.options if surface in o.surfaces)
+
+    def usage(self, surface: str = "console") -> str:
+        """`/agent add name role [prompt] [model] [avatar]`."""
+        parts = [o.name if o.required else f"[{o.name}]" for o in self.options_for(surface)]
+        return " ".join([f"/{self.name}", *parts])
+
+
+# option values --------------------------------------------------------------
+def convert(option: Option, raw: object) -> object:
+    """A value typed on a surface (text in the console, a typed value from Discord) as the
+    handler wants it; InvalidInput, worded the same on both surfaces, when it does not fit."""
+    if option.kind == "integer":
+        return v.integer(option.name, raw, int(option.low or 0), int(option.high or 2**31))
+    if option.kind == "number":
+        return v.number(option.name, raw, option.low or 0.0, option.high if option.high is not None else 1e9)
+    if option.kind == "boolean":
+        return v.boolean(option.name, raw)
+    if option.kind == "choice":
+        wanted = str(raw).strip().lower().replace("-", "_")
+        if wanted not in option.choices:
+            raise InvalidInput(f"{option.name} must be one of {', '.join(option.choices)} (got {raw!r}).")
+        return wanted
+    text = str(raw)
+    if option.max_length is not None and len(text) > option.max_length:
+        raise InvalidInput(f"{option.name} is {len(text)} characters long; the limit is {option.max_length}.")
+    return text
+
+
+def check_options(command: Command, given: Mapping[str, object], surface: str) -> dict[str, object]:
+    """`given` checked against the declaration: unknown and missing options, then each value."""
+    declared = {o.name: o for o in command.options_for(surface)}
+    unknown = [k for k in given if k not in declared]
+    if unknown:
+        allowed = ", ".join(declared) or "none"
+        raise InvalidInput(f"/{command.name} has no option {unknown[0]!r} (options: {allowed}).")
+    missing = [o.name for o in declared.values() if o.required and given.get(o.name) is None]
+    if missing:
+        raise InvalidInput(f"/{command.name} needs {missing[0]}: {command.usage(surface)}")
+    return {k: convert(declared[k], raw) for k, raw in given.items() if raw is not None}
+
+
+async def run(command: Command, admin: Admin, caller: Caller, given: Mapping[str, object]) -> Reply | None:
+    """Check who asks and what they gave, then run the handler. UserFacingError for refusals."""
+    options = check_options(command, given, caller.surface)
+    invocation = Invocation(admin, caller, await caller.group(), options)
+    if command.needs_group:
+        invocation.group  # noqa: B018  (raises when the place is not a group)
+    changing = command.who == "operators" or (command.who == "operators_to_change" and bool(options))
+    if changing and not caller.is_operator:
+        raise Forbidden(OPERATORS_ONLY)
+    return await command.handler(invocation)
+
+
+def find(path: Sequence[str]) -> Command:
+    wanted = tuple(p.lower() for p in path)
+    for command in COMMANDS:
+        if command.path == wanted:
+            return command
+    raise InvalidInput(f"Unknown command /{' '.join(path)}; type /help for the list.")
+
+
+# handlers -------------------------------------------------------------------
+async def _setup(inv: Invocation) -> Reply:
+    group = await inv.caller.setup(inv.text("mode"))
+    return (f"Roundtable is on in {group.name} (mode {group.settings.mode}, max_turns "
+            f"{group.settings.max_agent_turns}). Add agents with /agent add.")
+
+
+async def _add(inv: Invocation) -> Reply | None:
+    name = v.agent_name(inv.text("name") or "")
+    role = v.role(inv.text("role") or "")
+    model, avatar = v.model(inv.text("model")), v.avatar_url(inv.text("avatar"))
+    await inv.admin.check_name_free(inv.group, name)  # before a form opens for the prompt
+    prompt = inv.text("prompt")
+    if prompt is None:
+        prompt = await inv.caller.ask_text(f"System prompt for {name}", None)
+        if prompt is None:
+            return None  # the surface's form finishes the command
+    return await inv.admin.add_agent(inv.group, name, role, prompt, model, avatar)
+
+
+async def _edit(inv: Invocation) -> Reply | None:
+    agent = await inv.admin.agent(inv.group, inv.text("name") or "")
+    changes = {"role": inv.text("role"), "model": inv.text("model"), "avatar": inv.text("avatar")}
+    if changes["role"] is not None:
+        v.role(changes["role"])  # checked before a form opens for the prompt
+    v.model(changes["model"])
+    v.avatar_url(changes["avatar"])
+    prompt = inv.text("prompt")
+    if prompt is None:
+        prompt = await inv.caller.ask_text(f"System prompt for {agent.name}", agent.system_prompt)
+        if prompt is None:
+            return None
+    return await inv.admin.edit_agent(inv.group, agent.name, prompt=prompt, **changes)
+
+
+def _agent_verb(verb: Callable[[Admin, Group, str], Awaitable[Reply]]) -> Handler:
+    async def handler(inv: Invocation) -> Reply:
+        return await verb(inv.admin, inv.group, inv.text("name") or "")
+    return handler
+
+
+async def _help(inv: Invocation) -> Reply:
+    return help_text(inv.caller.surface)
+
+
+def help_text(surface: str) -> str:
+    lines = ["Commands (options in brackets are optional):"]
+    for command in COMMANDS:
+        lines.append(f"{command.usage(surface)}  {command.description}")
+    if surface == "console":
+        lines.append('Options are name:value; quote values with spaces: role:"drafts the itinerary".')
+        lines.append("Anything else is a message from you; tag agents with @name.")
+    return "\n".join(lines)
+
+
+# the declaration ------------------------------------------------------------
+AGENT = Option("name", "the agent", "agent", required=True)
+PROMPT = Option("prompt", "its system prompt (without it, you are asked)", "long_text", max_length=v.PROMPT_MAX)
+MODE = Option("mode", "who speaks when nobody is tagged", "choice", choices=MODES)
+low_turns, high_turns = MAX_TURNS_RANGE
+
+COMMANDS: tuple[Command, ...] = (
+    Command(("roundtable", "setup"), "Make this channel a group chat (creates its webhook)", _setup,
+            (MODE,), who="operators", needs_group=False),
+    Command(("roundtable", "disable"), "Stop the group chat here; the history is kept",
+            lambda inv: inv.admin.disable(inv.group), who="operators"),
+    Command(("roundtable", "config"), "Change this group's settings (no options: show them)",
+            lambda inv: inv.admin.config(inv.group, inv.options), (
+                MODE,
+                Option("max_turns", f"cap on consecutive agent messages ({low_turns}-{high_turns})", "integer",
+                       low=low_turns, high=high_turns),
+                Option("allow_repeat", "let an agent speak twice in a row", "boolean"),
+                Option("context_budget", "tokens of thread in each prompt", "integer",
+                       low=v.CONTEXT_BUDGET_RANGE[0], high=v.CONTEXT_BUDGET_RANGE[1]),
+                Option("pace", "seconds between agent messages", "number", low=v.PACE_RANGE[0], high=v.PACE_RANGE[1]),
+                Option("selector_model", "the model that picks the next speaker", max_length=v.MODEL_MAX),
+                Option("operator_role", "the role whose members run the group", "role"),
+                Option("allow_bots", "take in messages of other bots and webhooks", "boolean"),
+                Option("brief", "text added to every agent's system prompt", "long_text", max_length=v.BRIEF_MAX),
+                Option("min_confidence", "below this selector confidence, the rotation picks (0: off)", "number",
+                       low=0.0, high=1.0),
+            ), who="operators_to_change"),
+    Command(("roundtable", "pause"), "Hold deliveries (messages are still recorded)",
+            lambda inv: inv.admin.pause(inv.group), who="operators"),
+    Command(("roundtable", "resume"), "Release held deliveries", lambda inv: inv.admin.resume(inv.group),
+            who="operators"),
+    Command(("roundtable", "stop"), "End the current episode", lambda inv: inv.admin.stop(inv.group),
+            who="operators"),
+    Command(("roundtable", "status"), "Settings, the episode, the agents' cursors, the last decision",
+            lambda inv: inv.admin.status(inv.group)),
+    Command(("roundtable", "why"), "Why a message went to whom (default: the latest)",
+            lambda inv: inv.admin.why(inv.group, inv.text("message")),
+            (Option("message", "a message link, id or number", "message"),)),
+    Command(("roundtable", "usage"), "Tokens per agent and selector",
+            lambda inv: inv.admin.usage(inv.group, int(inv.get("days") or 7)),
+            (Option("days", "how many days back (default 7)", "integer", low=1, high=365),)),
+    Command(("agent", "add"), "Add an agent (without a prompt, you are asked for it)", _add, (
+        Option("name", "1-32 letters, digits, _ - .", required=True, max_length=v.NAME_MAX),
+        Option("role", "one line: what it does", required=True, max_length=v.ROLE_MAX),
+        PROMPT,
+        Option("model", "its model (default: the bot's)", max_length=v.MODEL_MAX),
+        Option("avatar", "the URL of its picture", max_length=v.URL_MAX),
+    ), who="operators"),
+    Command(("agent", "edit"), "Change an agent (without a prompt, you are shown it to edit)", _edit, (
+        AGENT,
+        Option("role", "one line: what it does", max_length=v.ROLE_MAX),
+        PROMPT,
+        Option("model", "its model (empty: the bot's)", max_length=v.MODEL_MAX),
+        Option("avatar", "the URL of its picture", max_length=v.URL_MAX),
+    ), who="operators"),
+    Command(("agent", "rename"), "Give an agent a new name (its old messages keep the old one)",
+            lambda inv: inv.admin.rename_agent(inv.group, inv.text("name") or "", inv.text("new_name") or ""),
+            (AGENT, Option("new_name", "1-32 letters, digits, _ - .", required=True, max_length=v.NAME_MAX)),
+            who="operators"),
+    Command(("agent", "remove"), "Take an agent off the roster (its messages stay)",
+            _agent_verb(Admin.remove_agent), (AGENT,), who="operators"),
+    Command(("agent", "enable"), "Let an agent take part again",
+            _agent_verb(lambda a, g, n: a.set_enabled(g, n, True)), (AGENT,), who="operators"),
+    Command(("agent", "disable"), "Keep an agent on the roster but silent",
+            _agent_verb(lambda a, g, n: a.set_enabled(g, n, False)), (AGENT,), who="operators"),
+    Command(("agent", "show"), "An agent's settings and system prompt", _agent_verb(Admin.show_agent), (AGENT,)),
+    Command(("agent", "list"), "The roster", lambda inv: inv.admin.list_agents(inv.group)),
+    Command(("help",), "These commands", _help, needs_group=False),
+)
