@@ -101,6 +101,10 @@ class ConsoleCaller:
         return "\n".join(lines)
 
 
+    async def keep_image(self, image: object, label: str) -> str:
+        raise InvalidInput("The console takes pictures as URLs: give avatar:https://...")
+
+
 class Console:
     def __init__(self, engine: Engine, surface: ConsoleSurface, *, person: str, group_name: str,
                  defaults: GroupSettings, interactive: bool = False) -> None:

@@ -61,6 +61,10 @@ class Caller(Protocol):
         when it cannot ask (input is not a terminal)."""
         ...
 
+    async def keep_image(self, image: object, label: str) -> str:
+        """A lasting URL for an image given as an `image` option (Discord: an attachment)."""
+        ...
+
 
 @dataclass
 class Invocation:
@@ -118,6 +122,8 @@ def convert(option: Option, raw: object) -> object:
         return v.number(option.name, raw, option.low or 0.0, option.high if option.high is not None else 1e9)
     if option.kind == "boolean":
         return v.boolean(option.name, raw)
+    if option.kind == "image":
+        return raw  # the surface's own object: `Caller.keep_image` turns it into a URL
     if option.kind == "choice":
         wanted = str(raw).strip().lower().replace("-", "_")
         if wanted not in option.choices:
@@ -179,6 +185,9 @@ async def _add(inv: Invocation) -> Reply | None:
         prompt = await inv.caller.ask_text(f"System prompt for {name}", None)
         if prompt is None:
             return None  # the surface's form finishes the command
+    v.system_prompt(prompt)
+    if avatar is None and inv.get("avatar_image") is not None:
+        avatar = await inv.caller.keep_image(inv.get("avatar_image"), f"{name}'s picture")
     return await inv.admin.add_agent(inv.group, name, role, prompt, model, avatar)
 
 
@@ -194,6 +203,8 @@ async def _edit(inv: Invocation) -> Reply | None:
         prompt = await inv.caller.ask_text(f"System prompt for {agent.name}", agent.system_prompt)
         if prompt is None:
             return None
+    if changes["avatar"] is None and inv.get("avatar_image") is not None:
+        changes["avatar"] = await inv.caller.keep_image(inv.get("avatar_image"), f"{agent.name}'s picture")
     return await inv.admin.edit_agent(inv.group, agent.name, prompt=prompt, **changes)
 
 
@@ -221,6 +232,8 @@ def help_text(surface: str) -> str:
 AGENT = Option("name", "the agent", "agent", required=True)
 PROMPT = Option("prompt", "its system prompt (without it, you are asked)", "long_text", max_length=v.PROMPT_MAX)
 MODE = Option("mode", "who speaks when nobody is tagged", "choice", choices=MODES)
+AVATAR_IMAGE = Option("avatar_image", "an image to use as its picture (instead of a URL)", "image",
+                      surfaces=frozenset({"discord"}))
 low_turns, high_turns = MAX_TURNS_RANGE
 
 COMMANDS: tuple[Command, ...] = (
@@ -264,6 +277,7 @@ COMMANDS: tuple[Command, ...] = (
         PROMPT,
         Option("model", "its model (default: the bot's)", max_length=v.MODEL_MAX),
         Option("avatar", "the URL of its picture", max_length=v.URL_MAX),
+        AVATAR_IMAGE,
     ), who="operators"),
     Command(("agent", "edit"), "Change an agent (without a prompt, you are shown it to edit)", _edit, (
         AGENT,
@@ -271,6 +285,7 @@ COMMANDS: tuple[Command, ...] = (
         PROMPT,
         Option("model", "its model (empty: the bot's)", max_length=v.MODEL_MAX),
         Option("avatar", "the URL of its picture", max_length=v.URL_MAX),
+        AVATAR_IMAGE,
     ), who="operators"),
     Command(("agent", "rename"), "Give an agent a new name (its old messages keep the old one)",
             lambda inv: inv.admin.rename_agent(inv.group, inv.text("name") or "", inv.text("new_name") or ""),

@@ -88,8 +88,9 @@ class BotHarness:
         return {f["name"]: f["value"] for f in reply["data"]["embeds"][0]["fields"]}
 
     def webhook_posts(self) -> list[dict]:
+        """What the bot posted through channel webhooks (not interaction follow-ups)."""
         return [r.json for r in self.emu.requests_matching("POST", r"^/webhooks/\d+/[\w.\-]{60,}")
-                if r.status == 200 and r.json]
+                if r.status == 200 and r.json and not r.path.startswith(f"/webhooks/{self.emu.application_id}/")]
 
     async def idle(self) -> None:
         assert self.engine is not None and self.store is not None

@@ -136,6 +136,8 @@ class InteractionsMixin:
             resolved.setdefault("channels", {})[value] = ch
         elif opt_type in (8, 9) and value in self.guilds[guild_id].roles:
             resolved.setdefault("roles", {})[value] = self.guilds[guild_id].roles[value].to_json()
+        elif opt_type == 11 and value in self.uploads:
+            resolved.setdefault("attachments", {})[value] = copy.deepcopy(self.uploads[value])
 
     def _build_options(self, defs: List[dict], path: Sequence[str], values: Mapping[str, Any],
                        guild_id: str, resolved: dict, focused: Optional[str]) -> List[dict]:
@@ -195,6 +197,19 @@ class InteractionsMixin:
                              subcommand_path: Sequence[str] = ()) -> InteractionRecord:
         """Run a synced slash command as user_id (type 2). name may be "group sub"."""
         data = self._command_data(guild_id, name, options, subcommand_path)
+        return self._send_interaction(self._interaction_payload(2, guild_id, channel_id, user_id, data))
+
+    async def invoke_message_command(self, guild_id: str, channel_id: str, user_id: str, name: str,
+                                     message_id: str) -> InteractionRecord:
+        """A message context-menu command (type 3) run on a stored message."""
+        cmd = self.find_command(name, guild_id, cmd_type=3)
+        message = self.get_message(str(message_id))
+        if message is None:
+            raise KeyError(f"unknown message {message_id!r}")
+        data = {"id": cmd["id"], "name": cmd["name"], "type": 3, "target_id": str(message_id),
+                "resolved": {"messages": {str(message_id): copy.deepcopy(message)}}}
+        if cmd.get("guild_id"):
+            data["guild_id"] = cmd["guild_id"]
         return self._send_interaction(self._interaction_payload(2, guild_id, channel_id, user_id, data))
 
     async def invoke_autocomplete(self, guild_id: str, channel_id: str, user_id: str, name: str,

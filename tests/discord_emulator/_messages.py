@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import time
 from typing import Any, Dict, Iterable, List, Optional
 
 from . import _util as u
@@ -34,16 +35,33 @@ class MessagesMixin:
             "mention_everyone": everyone,
         }
 
-    def _attachment_json(self, att: Any) -> dict:
+    def _attachment_json(self, att: Any, channel_id: str = "0") -> dict:
+        """An attachment object. Uploaded bytes are kept and served at a signed, expiring URL
+        on this emulator (`/cdn/attachments/...?ex=<hex expiry>&hm=...`), like Discord's CDN."""
         if isinstance(att, str):
             att = {"filename": att}
         aid = self.snowflake()
         name = att.get("filename", "file.bin")
-        url = f"https://cdn.discordapp.com/attachments/0/{aid}/{name}"
-        data = {"id": aid, "filename": name, "size": att.get("size", 0), "url": url, "proxy_url": url,
+        blob = att.get("data", b"")
+        self.files[aid] = (att.get("content_type") or "application/octet-stream", blob)
+        url = self.cdn_url(channel_id, aid, name)
+        data = {"id": aid, "filename": name, "size": att.get("size", len(blob)), "url": url, "proxy_url": url,
                 "content_type": att.get("content_type"), "flags": 0}
-        data.update({k: v for k, v in att.items() if k not in ("id",)})
+        data.update({k: v for k, v in att.items() if k not in ("id", "data")})
         return data
+
+    def cdn_url(self, channel_id: str, aid: str, name: str) -> str:
+        expires = int(time.time() + self.attachment_ttl)
+        self.file_expiry[(aid, expires)] = expires
+        return (f"http://127.0.0.1:{self.port}/cdn/attachments/{channel_id}/{aid}/{name}"
+                f"?ex={expires:x}&is={int(time.time()):x}&hm={hashlib.md5(f'{aid}{expires}'.encode()).hexdigest()}")
+
+    def upload(self, filename: str, data: bytes, content_type: str = "image/png") -> dict:
+        """An attachment a person attaches to a slash command option: give its id as the value."""
+        att = self._attachment_json({"filename": filename, "data": data, "content_type": content_type,
+                                     "size": len(data)}, "0")
+        self.uploads[att["id"]] = att
+        return att
 
     def _build_message(self, channel_id: str, author: dict, content: str = "", *,
                        embeds: Optional[list] = None, allowed_mentions: Optional[dict] = None,
@@ -65,7 +83,7 @@ class MessagesMixin:
             "id": mid, "type": 19 if referenced is not None and msg_type == 0 else msg_type,
             "channel_id": channel.id, "author": author, "content": content or "",
             "timestamp": u.iso_from_snowflake(mid), "edited_timestamp": None, "tts": False,
-            "embeds": list(embeds or []), "attachments": [self._attachment_json(a) for a in attachments],
+            "embeds": list(embeds or []), "attachments": [self._attachment_json(a, channel.id) for a in attachments],
             "components": list(components or []), "reactions": [], "pinned": False, "flags": flags,
             "nonce": None,
         }

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -20,6 +21,7 @@ class RestMixin:
         self.synced_commands: Dict[Optional[str], List[dict]] = {}  # guild id (None = global) -> commands
         self.command_syncs: List[dict] = []   # history: {"guild_id", "commands"}
         self.nonce_window: float = NONCE_WINDOW
+        self.refreshed_urls: List[dict] = []  # every URL refresh answered
         # (channel id, author id, nonce) -> (message id, monotonic time created)
         self._nonces: Dict[Tuple[str, str, str], Tuple[str, float]] = {}
 
@@ -55,6 +57,7 @@ class RestMixin:
             g(A + "/guilds/{gid}/members/{uid}", self._h_get_member),
             g(A + "/guilds/{gid}/roles", self._h_roles),
             g(A + "/users/@me/guilds", self._h_my_guilds),
+            p(A + "/attachments/refresh-urls", self._h_refresh_urls),
         ]
 
     # ------------------------------------------------------------- identity
@@ -289,3 +292,27 @@ class RestMixin:
     async def _h_reaction_users(self, request: web.Request) -> web.Response:
         users = self._reaction_users.get((request.match_info["mid"], request.match_info["emoji"]), [])
         return u.json_response([self.user_json(x) for x in users])
+
+    # ------------------------------------------------------------- the CDN
+    async def _h_cdn(self, request: web.Request) -> web.Response:
+        """An attachment's bytes, while its signed URL has not expired (Discord: 404 after)."""
+        aid = request.match_info["aid"]
+        try:
+            expires = int(request.query.get("ex", ""), 16)
+        except ValueError:
+            expires = 0
+        if aid not in self.files or (aid, expires) not in self.file_expiry or expires < time.time():
+            return web.Response(status=404, text="This content is no longer available.")
+        content_type, data = self.files[aid]
+        return web.Response(body=data, content_type=content_type)
+
+    async def _h_refresh_urls(self, request: web.Request) -> web.Response:
+        """POST /attachments/refresh-urls: fresh signed URLs for attachment URLs."""
+        urls = (request[u.BODY] or {}).get("attachment_urls") or []
+        out = []
+        for url in urls:
+            m = re.search(r"/cdn/attachments/(\d+)/(\d+)/([^?]+)", str(url))
+            if m and m.group(2) in self.files:
+                out.append({"original": url, "refreshed": self.cdn_url(m.group(1), m.group(2), m.group(3))})
+        self.refreshed_urls.extend(out)
+        return u.json_response({"refreshed_urls": out})

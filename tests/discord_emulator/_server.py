@@ -165,6 +165,7 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
         self._closing = False
         app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024 * 1024)
         app.router.add_get("/gateway", self._gateway_handler)
+        app.router.add_get("/cdn/attachments/{cid}/{aid}/{name}", self._h_cdn)
         app.router.add_routes(self._core_routes() + self._webhook_routes())
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
@@ -273,7 +274,7 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
     # ------------------------------------------------------------- middleware
     @web.middleware
     async def _middleware(self, request: web.Request, handler) -> web.StreamResponse:
-        if request.path == "/gateway":
+        if request.path == "/gateway" or request.path.startswith("/cdn/"):
             return await handler(request)
         m = re.match(r"^/api/v\d+(/.*)$", request.path)
         rel = m.group(1) if m else request.path
@@ -361,7 +362,7 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
                     body = json.loads(raw.decode("utf-8"))
                 elif part.filename:
                     files.append({"filename": part.filename, "size": len(raw),
-                                  "content_type": part.headers.get("Content-Type")})
+                                  "content_type": part.headers.get("Content-Type"), "data": bytes(raw)})
             return body, files
         raw = await request.read()
         if not raw:

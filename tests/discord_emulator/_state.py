@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from . import _util as u
 
@@ -92,6 +92,10 @@ class StateMixin:
     """Builders and serialisers. Mixed into DiscordEmulator."""
 
     def _init_state(self, token: str, bot_name: str) -> None:
+        self.files: Dict[str, Tuple[str, bytes]] = {}  # attachment id -> (content type, bytes)
+        self.file_expiry: Dict[Tuple[str, int], int] = {}  # (attachment id, ex) of URLs handed out
+        self.uploads: Dict[str, dict] = {}  # attachments given to slash command options
+        self.attachment_ttl: float = 86400.0  # Discord's signed CDN URLs last about a day
         self.snowflake = u.SnowflakeFactory()
         self.token = token
         self.users: Dict[str, dict] = {}

@@ -12,7 +12,9 @@ Tables of facts are answered as embeds.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import io
 import logging
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 
@@ -37,6 +39,7 @@ GROUP_DESCRIPTIONS = {"roundtable": "Run this channel's group chat", "agent": "M
 TONE_COLOURS = {"neutral": discord.Colour.blurple(), "good": discord.Colour.green(),
                 "warning": discord.Colour.gold(), "bad": discord.Colour.red()}
 WHY_MENU = "Why this reply?"
+MAX_IMAGE_BYTES = 8 * 2**20
 
 
 def group_key(channel_id: int) -> str:
@@ -154,6 +157,26 @@ class DiscordCaller:
         await self.interaction.response.send_modal(PromptModal(label, current, submitted))
         return None
 
+    async def keep_image(self, image: object, label: str) -> str:
+        """Post the attachment in the channel as the bot, so Discord keeps it (an option's
+        attachment is deleted after a while), and answer that message's attachment URL.
+        Its signed URL expires; the surface refreshes it before use."""
+        if not isinstance(image, discord.Attachment):
+            raise UserFacingError("The picture must be an image attachment.")
+        if not (image.content_type or "").startswith("image/") or image.size > MAX_IMAGE_BYTES:
+            raise UserFacingError(f"{image.filename} is not a picture Discord can show (PNG, JPEG, GIF or WebP, "
+                                  f"at most {MAX_IMAGE_BYTES // 2**20} MB).")
+        if not self.interaction.response.is_done():  # copying the picture may take longer than Discord waits
+            await self.interaction.response.defer(ephemeral=True, thinking=True)
+        channel = self.interaction.channel
+        try:
+            data = await image.read()
+            sent = await channel.send(f"🖼️ {label}", file=discord.File(io.BytesIO(data), filename=image.filename),
+                                      allowed_mentions=discord.AllowedMentions.none())  # type: ignore[union-attr]
+        except discord.HTTPException as exc:
+            raise UserFacingError(f"Discord did not take the picture ({exc.status}); try again.") from None
+        return sent.attachments[0].url
+
 
 class SlashCommands:
     """Builds the app command tree from the declaration and runs each call."""
@@ -168,6 +191,8 @@ class SlashCommands:
             reply = await declared.run(command, self.admin, DiscordCaller(self, interaction, command, given), given)
         except UserFacingError as exc:
             reply = str(exc)
+        if isinstance(reply, Card) and reply.thumbnail_url:  # a stored picture's signed URL may have expired
+            reply = dataclasses.replace(reply, thumbnail_url=await self.bot.surface.fresh_url(reply.thumbnail_url))
         if reply is not None:
             await answer(interaction, reply)
 
@@ -251,6 +276,4 @@ def _plain(value: object) -> object:
         return value.value
     if isinstance(value, discord.Role):
         return str(value.id)
-    if isinstance(value, discord.Attachment):
-        return value.url
-    return value
+    return value  # an attachment stays itself: `DiscordCaller.keep_image` copies it

@@ -24,6 +24,7 @@ import contextlib
 import logging
 import time
 from typing import Any, AsyncIterator, Coroutine
+from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 import discord
@@ -42,6 +43,7 @@ UNKNOWN_WEBHOOK = 10015
 UNKNOWN_CHANNEL = 10003
 SCAN_LIMIT = 500  # channel messages read back when looking for chunks that arrived unrecorded
 POST_TIMEOUT = 30.0
+FRESH_MARGIN = 3600.0  # refresh a signed picture URL this long before it expires
 TYPING_EVERY = 8.0  # Discord shows typing for 10 s per request
 TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
 EPISODE_REACTIONS = {"running": "⏳", "terminated": "✅", "max_turns": "🛑", "stopped": "⏹️",
@@ -51,6 +53,15 @@ EPISODE_REACTIONS = {"running": "⏳", "terminated": "✅", "max_turns": "🛑",
 def allowed_mentions(text: str, tagged_user_ids: tuple[str, ...]) -> dict[str, Any]:
     """Discord's allowed_mentions for a post: only the tagged people it mentions, nobody else."""
     return {"parse": [], "users": list(mention_policy(text, tagged_user_ids).users), "replied_user": False}
+
+
+def signed_expiry(url: str) -> float | None:
+    """When one of Discord's signed attachment URLs expires (its `ex` parameter); None when unsigned."""
+    ex = parse_qs(urlsplit(url).query).get("ex")
+    try:
+        return float(int(ex[0], 16)) if ex else None
+    except ValueError:
+        return None
 
 
 def rendered(message: Message) -> str:
@@ -74,6 +85,7 @@ class DiscordSurface:
         self._not_before: dict[str, float] = {}  # webhook id -> when its rate-limit bucket refills
         self._tasks: set[asyncio.Task[None]] = set()  # reactions in flight
         self._closed = False
+        self._fresh: dict[str, str] = {}  # a stored signed URL -> its latest refreshed copy
 
     @property
     def bot(self) -> discord.Client:
@@ -97,6 +109,22 @@ class DiscordSurface:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    async def fresh_url(self, url: str) -> str:
+        """`url`, or a fresh copy when it is one of Discord's signed attachment URLs that has
+        expired or soon will (they last about a day: `?ex=<hex unix time>`)."""
+        if signed_expiry(url) is None:
+            return url
+        best = self._fresh.get(url, url)
+        if (signed_expiry(best) or 0) > time.time() + FRESH_MARGIN:
+            return best
+        try:
+            data = await self.bot.http.request(Route("POST", "/attachments/refresh-urls"),
+                                               json={"attachment_urls": [url]})
+            self._fresh[url] = str(data["refreshed_urls"][0]["refreshed"])
+        except (discord.HTTPException, *TRANSPORT_ERRORS, KeyError, IndexError, TypeError) as exc:
+            log.warning("could not refresh a picture's URL: %s", type(exc).__name__)
+        return self._fresh.get(url, url)
 
     # webhooks ------------------------------------------------------------
     async def create_webhook(self, channel_id: str) -> tuple[str, str]:
@@ -225,7 +253,7 @@ class DiscordSurface:
             "allowed_mentions": allowed_mentions(chunk, message.tags.user_ids),
         }
         if agent is not None and agent.avatar_url:
-            payload["avatar_url"] = agent.avatar_url
+            payload["avatar_url"] = await self.fresh_url(agent.avatar_url)
         params = {"wait": "true"}
         if group.parent_channel_id and group.channel_id:
             params["thread_id"] = group.channel_id

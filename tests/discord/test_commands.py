@@ -1,0 +1,152 @@
+"""The one command declaration, as Discord shows it: every command and option registered,
+tables of facts as embeds, the "Why this reply?" menu, /agent rename, pictures by attachment."""
+from __future__ import annotations
+
+import asyncio
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from bot.core import commands as declared
+from bot.core.commands import check_options
+from tests.fakes.openai_server import GroupChatScript
+
+DISCORD_TYPES = {"text": 3, "long_text": 3, "message": 3, "agent": 3, "choice": 3, "integer": 4, "boolean": 5,
+                 "role": 8, "number": 10, "image": 11}
+SAMPLES = {"text": "x", "long_text": "some text", "message": "1", "agent": "planner", "choice": None,
+           "integer": None, "boolean": "true", "role": "123", "number": None}
+PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000") + b"\x00" * 40
+
+
+@pytest.fixture
+def script() -> GroupChatScript:
+    return GroupChatScript(selector=["TERMINATE"], default_agent_reply=lambda name, n: f"{name} says {n}")
+
+
+def synced(emu) -> dict[tuple[str, ...], dict]:
+    """Every synced slash command by path, sub-commands included."""
+    found: dict[tuple[str, ...], dict] = {}
+    for cmd in emu.synced_commands[emu.guild_id]:
+        if cmd["type"] != 1:
+            continue
+        subs = [o for o in cmd["options"] if o["type"] == 1]
+        if not subs:
+            found[(cmd["name"],)] = cmd
+        for sub in subs:
+            found[(cmd["name"], sub["name"])] = sub
+    return found
+
+
+def sample(option: declared.Option) -> object:
+    if option.choices:
+        return option.choices[-1]
+    if option.kind in ("integer", "number"):
+        return option.high if option.high is not None else 1
+    return SAMPLES[option.kind]
+
+
+@pytest.mark.parametrize("command", declared.COMMANDS, ids=lambda c: c.name)
+async def test_every_declared_command_is_on_discord_and_in_the_console_with_the_same_options(harness, command):
+    registered = synced(harness.emu)[command.path]
+    assert registered["description"] == command.description[:100]
+    on_discord = {o["name"]: o for o in registered.get("options", [])}
+    assert list(on_discord) == [o.name for o in sorted(command.options_for("discord"), key=lambda o: not o.required)]
+    for option in command.options_for("discord"):
+        shown = on_discord[option.name]
+        assert (shown["type"], bool(shown.get("required")), shown["description"]) == (
+            DISCORD_TYPES[option.kind], option.required, option.description[:100])
+        if option.choices:
+            assert [c["value"] for c in shown["choices"]] == list(option.choices)
+        if option.kind in ("integer", "number"):
+            assert (shown["min_value"], shown["max_value"]) == (option.low, option.high)
+        assert shown.get("autocomplete", False) == (option.kind == "agent")
+    console = {o.name: sample(o) for o in command.options_for("console")}
+    assert set(check_options(command, console, "console")) == set(console)  # the console takes the same options
+    assert {o.name for o in command.options_for("console")} == set(on_discord) - {"avatar_image"}
+
+
+async def test_tables_are_embeds_with_colours_avatars_and_the_context_note(harness, script):
+    emu = harness.emu
+    await harness.setup_group(("planner", "drafts the itinerary"), mode="tags", context_budget=500)
+    await harness.command("agent edit", {"name": "planner", "prompt": "You plan.",
+                                         "avatar": "https://example.org/planner.png"})
+    for i in range(8):  # a thread longer than the budget: prompts hold only its newest part
+        await emu.user_post(emu.channel_id, emu.alice_id, f"@planner note {i}: " + "lorem ipsum dolor " * 30)
+        await emu.wait_for(lambda i=i: len(harness.webhook_posts()) > i, timeout=10)
+    await harness.idle()
+    status = await harness.command("roundtable status")
+    embed = status["data"]["embeds"][0]
+    assert embed["title"] == "#general (on)" and embed["color"] == 0x2ECC71  # green
+    context = harness.embed_fields(status)["context"]
+    assert "were trimmed to fit context_budget 500" in context
+    show = (await harness.command("agent show", {"name": "planner"}))["data"]["embeds"][0]
+    assert show["thumbnail"]["url"] == "https://example.org/planner.png" and show["description"] == "drafts the itinerary"
+    listed = (await harness.command("agent list"))["data"]["embeds"][0]
+    assert [f["name"] for f in listed["fields"]] == ["planner"]
+    usage = await harness.command("roundtable usage")
+    assert "prompt" in harness.embed_fields(usage)["planner"]
+    why = (await harness.command("roundtable why", {"message": "1"}))["data"]["embeds"][0]
+    assert why["title"] == "#1 by Alice" and {"name": "chosen", "value": "planner", "inline": True} in why["fields"]
+    assert "footer" not in why  # the thread fit the budget back then
+    late = (await harness.command("roundtable why"))["data"]["embeds"][0]
+    assert "trimmed" in late["footer"]["text"]
+
+
+async def test_why_this_reply_on_a_message(harness, script):
+    emu = harness.emu
+    await harness.setup_group(("planner", "plans"), ("budget", "costs"))
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner and @budget please")
+    await emu.wait_for(lambda: len(harness.webhook_posts()) >= 2, timeout=10)
+    await harness.idle()
+    reply = [m for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id")][0]
+    rec = await emu.invoke_message_command(emu.guild_id, emu.channel_id, emu.bob_id, "Why this reply?", reply["id"])
+    answer = await rec.wait_response(5)
+    assert answer["ephemeral"]
+    embed = answer["data"]["embeds"][0]
+    assert embed["title"] == f"#2 by {reply['author']['username']}"
+    task = emu.channel_messages(emu.channel_id)[0]
+    rec = await emu.invoke_message_command(emu.guild_id, emu.channel_id, emu.bob_id, "Why this reply?", task["id"])
+    fields = {f["name"]: f["value"] for f in (await rec.wait_response(5))["data"]["embeds"][0]["fields"]}
+    assert fields == {"source": "tags", "chosen": "planner, budget"}
+
+
+async def test_rename_and_refusals_say_why(harness, script):
+    emu = harness.emu
+    await harness.setup_group(("planner", "plans"), ("budget", "costs"))
+    renamed = await harness.command("agent rename", {"name": "planner", "new_name": "chef"})
+    assert renamed["data"]["content"].startswith("Renamed planner to chef: tag it with @chef.")
+    taken = await harness.command("agent rename", {"name": "chef", "new_name": "BUDGET"})
+    assert taken["data"]["content"] == "An agent named 'budget' is already in this group; choose another name."
+    refused = await harness.command("agent rename", {"name": "chef", "new_name": "x"}, user=emu.bob_id)
+    assert refused["ephemeral"] and "Manage Server" in refused["data"]["content"]
+    await emu.user_post(emu.channel_id, emu.alice_id, "@chef cook something")
+    await emu.wait_for(lambda: harness.webhook_posts(), timeout=10)
+    assert harness.webhook_posts()[0]["username"] == "chef"
+    helped = await harness.command("help", user=emu.bob_id)
+    assert "/agent rename name new_name" in helped["data"]["content"]
+
+
+async def test_a_picture_by_attachment_is_kept_and_its_url_refreshed(harness, script):
+    emu = harness.emu
+    await harness.setup_group()
+    upload = emu.upload("chef.png", PNG)
+    rec = await emu.invoke_command(emu.guild_id, emu.channel_id, emu.alice_id, "agent add",
+                                   {"name": "chef", "role": "cooks", "prompt": "You cook.", "avatar_image": upload["id"]})
+    assert (await rec.wait_response(5))["type"] == 5  # deferred while the picture is copied
+    followup = (await rec.wait_followups(1, 5))[0]
+    assert followup["content"].startswith("Added chef: cooks.")
+    kept = [m for m in emu.channel_messages(emu.channel_id) if m["attachments"]]
+    assert len(kept) == 1 and kept[0]["content"] == "🖼️ chef's picture"
+    agent = await harness.store.find_agent(1, "chef")
+    assert agent.avatar_url == kept[0]["attachments"][0]["url"]
+    emu.attachment_ttl = 60.0  # the next signed URLs expire within the refresh margin
+    expired = agent.avatar_url.replace(parse_qs(urlsplit(agent.avatar_url).query)["ex"][0], "1")
+    await harness.store.update_agent(agent.id, avatar_url=expired)
+    await emu.user_post(emu.channel_id, emu.alice_id, "@chef hungry")
+    await emu.wait_for(lambda: harness.webhook_posts(), timeout=10)
+    used = harness.webhook_posts()[0]["avatar_url"]
+    assert used != expired and emu.refreshed_urls and used == emu.refreshed_urls[0]["refreshed"]
+    bad = await harness.command("agent add", {"name": "doc", "role": "r", "prompt": "p",
+                                              "avatar_image": emu.upload("notes.txt", b"hi", "text/plain")["id"]})
+    assert "is not a picture Discord can show" in bad["data"]["content"]
+
