@@ -1,14 +1,18 @@
 """Settings from the environment (and `.env`), checked all at once.
 
-`load_settings(env)` returns a frozen `Settings` or raises one `ConfigError`
-whose text names every bad key and its fix, one line each. Every key is
-documented in `config.example.env`. A URL setting is never echoed back (it may
-carry credentials); `redact_url` gives the form that is safe to log.
+`load_env_file(path)` reads the settings file (`--env-file`, else `./.env`) into
+the environment; `load_settings(env)` returns a frozen `Settings` or raises one
+`ConfigError` whose text names every bad key and its fix, one line each. Every
+key is documented in `config.example.env`. A URL setting is never echoed back (it
+may carry credentials); `redact_url` gives the form that is safe to log.
+`configure_logging` keeps secrets and discord.py's voice warnings out of the log.
 """
 from __future__ import annotations
 
+import io
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Mapping, TypeVar
 from urllib.parse import urlsplit
 
@@ -18,6 +22,7 @@ from bot.core.models import DEFAULT_MAX_TURNS, MAX_TURNS_RANGE
 T = TypeVar("T")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 REDACTED_URL = "<redacted URL>"
+DEFAULT_ENV_FILE = ".env"
 
 
 @dataclass(frozen=True)
@@ -49,12 +54,14 @@ class _Reader:
     def __init__(self, env: Mapping[str, str]) -> None:
         self.env = env
         self.problems: list[str] = []
+        self.last_missing: int | None = None  # index in `problems` of the last "is missing" line
 
     def text(self, key: str, default: str | None = None, *, required: bool = False, fix: str = "") -> str | None:
         value = (self.env.get(key) or "").strip()
         if value:
             return value
         if required:
+            self.last_missing = len(self.problems)
             self.problems.append(f"{key} is missing: {fix or 'set it in .env (see config.example.env)'}")
         return default
 
@@ -129,7 +136,49 @@ def _level(raw: str) -> str:
     return raw.upper()
 
 
-def load_settings(env: Mapping[str, str], *, need_discord: bool) -> Settings:
+def load_env_file(path: str | None, *, cwd: Path | None = None) -> str | None:
+    """Read the settings file into `os.environ` (variables already set win).
+
+    `path` is `--env-file` as given: it must exist (`/dev/null`: no settings).
+    Without it `./.env` is read when there is one. Returns a note for the "is
+    missing" line when no file was read ("no .env file found in DIR; ..."), else
+    None. A file that cannot be read raises `ConfigError` naming it.
+    """
+    from dotenv import load_dotenv  # only here: bot.config stays importable without it
+    from dotenv.parser import parse_stream
+
+    cwd = cwd or Path.cwd()
+    if path is not None:
+        name = f"--env-file {path}"
+        file = cwd / Path(path).expanduser()
+        if not file.exists():
+            raise ConfigError(f"{name} does not exist")
+    else:
+        file = cwd / DEFAULT_ENV_FILE
+        name = str(file)
+        if not file.exists():
+            return f"no {DEFAULT_ENV_FILE} file found in {cwd}; copy config.example.env to {DEFAULT_ENV_FILE}"
+    if file.is_dir():
+        raise ConfigError(f"{name} is a directory, not a settings file")
+    try:
+        text = file.read_text(encoding="utf-8")  # once: it may be a pipe, e.g. --env-file <(...)
+    except OSError as exc:
+        raise ConfigError(f"{name} cannot be read ({exc.strerror or type(exc).__name__})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{name} is not UTF-8 text") from None
+    bad = next((b.original for b in parse_stream(io.StringIO(text)) if b.error), None)
+    if bad is not None:  # python-dotenv would only warn and skip it (a key silently lost)
+        blank = bad.string[: len(bad.string) - len(bad.string.lstrip())].count("\n")  # blank lines come with it
+        raise ConfigError(f"{name}: line {bad.line + blank} is not KEY=value; fix it, or make it a comment with #")
+    load_dotenv(stream=io.StringIO(text), override=False)
+    return None
+
+
+def load_settings(env: Mapping[str, str], *, need_discord: bool, missing_note: str | None = None) -> Settings:
+    """The settings in `env`, or one `ConfigError` naming every problem.
+
+    `missing_note` (why a key may be missing, e.g. no settings file was found) is
+    added to the last "is missing" line."""
     r = _Reader(env)
     key = r.text("OPENAI_API_KEY", required=True,
                  fix="set it to your provider's API key (any non-empty value for a local server that needs none)")
@@ -159,8 +208,15 @@ def load_settings(env: Mapping[str, str], *, need_discord: bool) -> Settings:
                                   "use the numeric id of your server (Developer Mode > Copy Server ID)"),
     )
     if r.problems:
+        if missing_note and r.last_missing is not None:
+            r.problems[r.last_missing] += f" ({missing_note})"
         raise ConfigError("; ".join(r.problems) + ".")
     return settings
+
+
+def _not_voice_warning(record: logging.LogRecord) -> bool:
+    """False for discord.py's "PyNaCl / davey is not installed, voice will NOT be supported": the bot has no voice."""
+    return not (isinstance(record.msg, str) and record.msg.endswith("voice will NOT be supported"))
 
 
 def configure_logging(level: str) -> None:
@@ -170,3 +226,4 @@ def configure_logging(level: str) -> None:
     for noisy in ("discord.gateway", "discord.http", "discord.webhook", "httpx", "httpx2", "httpcore", "openai",
                   "aiosqlite"):
         logging.getLogger(noisy).setLevel(max(logging.getLevelName(level), logging.WARNING))
+    logging.getLogger("discord.client").addFilter(_not_voice_warning)  # the same filter is added once

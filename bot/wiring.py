@@ -10,6 +10,7 @@ from bot.adapters.openai_llm import OpenAILLM
 from bot.adapters.tokens import make_token_counter
 from bot.config import Settings
 from bot.core.engine import Engine
+from bot.core.errors import StoreError
 from bot.core.models import GroupSettings
 from bot.core.ports import Store, Surface
 from storage.store import SqliteStore
@@ -27,27 +28,45 @@ async def open_engine(
 ) -> AsyncIterator[Engine]:
     """The engine over the SQLite file, the OpenAI client and a surface built on the store.
 
+    `db` (--db) or else `settings.db_path` (ROUNDTABLE_DB) names the file; its
+    directory must exist. The model server is checked (reachable, key accepted)
+    before the engine exists, so nothing is taken in when it fails: problems
+    raise `ConfigError` / `StoreError` (one line).
     `scope`: the groups this process runs (see `Engine`); `label` names the process
     to another one that finds a group taken ("console", "discord bot")."""
     counter = make_token_counter(allow_download=True)
-    store = await SqliteStore.open(db or settings.db_path)
-    store.owner_label = label
-    surface = make_surface(store)
-    llm = OpenAILLM(
-        api_key=settings.openai_api_key,
-        base_url=settings.openai_base_url,
-        default_model=settings.model,
-        timeout=settings.llm_timeout,
-        max_retries=settings.llm_max_retries,
-        counter=counter,
-    )
-    engine = Engine(store, llm, surface, counter, selector_model=settings.selector_model, scope=scope)
+    store = await open_store(db, settings.db_path)
     try:
-        yield engine
+        store.owner_label = label
+        llm = OpenAILLM(
+            api_key=settings.openai_api_key,
+            base_url=settings.openai_base_url,
+            default_model=settings.model,
+            timeout=settings.llm_timeout,
+            max_retries=settings.llm_max_retries,
+            counter=counter,
+        )
+        try:
+            await llm.check()
+            surface = make_surface(store)
+            engine = Engine(store, llm, surface, counter, selector_model=settings.selector_model, scope=scope)
+            try:
+                yield engine
+            finally:
+                await engine.close()
+        finally:
+            await llm.aclose()
     finally:
-        await engine.close()
-        await llm.aclose()
         await store.close()
+
+
+async def open_store(db: str | None, configured: str) -> SqliteStore:
+    """The store at `db` (--db) or else `configured` (ROUNDTABLE_DB); a failure names the setting."""
+    source = "--db" if db else "ROUNDTABLE_DB"
+    try:
+        return await SqliteStore.open(db or configured)
+    except StoreError as exc:
+        raise StoreError(f"{source}: {exc}") from None
 
 
 async def run_console(settings: Settings, *, db: str | None, group: str, person: str) -> int:

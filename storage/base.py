@@ -207,12 +207,12 @@ class StoreBase:
             "INSERT INTO messages (group_id, seq, author_type, author_name, author_user_id,"
             " author_agent_id, source_run_id, text, tags, external_ids, confirmed, token_count,"
             " reply_to_seq, episode_id, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
             (
                 group_id, seq, message.author_type, message.author_name, message.author_user_id,
                 message.author_agent_id, message.source_run_id, message.text,
                 tags_to_json(message.tags), dumps(list(external_ids)), int(confirmed),
-                message.token_count, message.reply_to_seq, episode_id, now,
+                message.token_count, episode_id, now,
             ),
         )
         await self._map_external_ids(db, group_id, seq, external_ids)  # after the row: a foreign key

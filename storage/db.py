@@ -39,18 +39,19 @@ def store_error(exc: sqlite3.Error) -> StoreError:
 async def open_db(
     path: str | Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
 ) -> aiosqlite.Connection:
-    """Open (creating if needed) the database at `path` and bring its schema up to date.
+    """Open (creating the file if needed) the database at `path` and bring its schema up to date.
 
-    The connection is in autocommit mode: the store issues its own `BEGIN
-    IMMEDIATE` / `COMMIT`. Any failure raises `StoreError` with one line naming
-    the path.
+    The file's directory must exist: no directory is ever made. The connection is
+    in autocommit mode: the store issues its own `BEGIN IMMEDIATE` / `COMMIT`. Any
+    failure raises `StoreError` with one line naming the path.
     """
     name = str(path)
     conn: aiosqlite.Connection | None = None
     try:
         if name != ":memory:":
-            Path(name).expanduser().parent.mkdir(parents=True, exist_ok=True)
-            name = str(Path(name).expanduser())
+            file = Path(name).expanduser()
+            _check_place(file)
+            name = str(file)
         conn = await aiosqlite.connect(
             name, isolation_level=None, timeout=busy_timeout_ms / 1000
         )
@@ -74,6 +75,17 @@ async def open_db(
         raise
     log.info("opened database %s (%d migration(s) applied)", name, len(applied))
     return conn
+
+
+def _check_place(file: Path) -> None:
+    """The directory `file` goes in exists, and `file` is not itself a directory."""
+    if file.is_dir():
+        raise StoreError(f"it is a directory; name a file in it, e.g. {file / 'roundtable.db'}")
+    parent = file.parent
+    if not parent.exists():
+        raise StoreError(f"the directory {parent} does not exist; create it first, or choose another file")
+    if not parent.is_dir():
+        raise StoreError(f"{parent} is not a directory")
 
 
 def _one_line(exc: BaseException) -> str:

@@ -91,3 +91,119 @@ def test_settings_repr_hides_base_url_credentials():
     s = load_settings(dict(BASE, OPENAI_BASE_URL="http://user:sk-secret@127.0.0.1:8000/v1"), need_discord=True)
     assert s.openai_base_url == "http://user:sk-secret@127.0.0.1:8000/v1"  # the client still gets it whole
     assert "sk-secret" not in repr(s) and "127.0.0.1:8000/v1" in repr(s)
+
+
+@pytest.mark.parametrize("env, need_discord, last", [
+    ({}, True, "DISCORD_TOKEN is missing"),
+    ({}, False, "OPENAI_API_KEY is missing"),
+    ({"DISCORD_TOKEN": "t", "ROUNDTABLE_MAX_TURNS": "0"}, True, "OPENAI_API_KEY is missing"),
+])
+def test_the_missing_note_is_said_once_on_the_last_missing_key(env, need_discord, last):
+    with pytest.raises(ConfigError) as info:
+        load_settings(env, need_discord=need_discord, missing_note="no .env file found in /here")
+    text = str(info.value)
+    assert text.count("(no .env file found in /here)") == 1
+    missing = [part for part in text.split("; ") if " is missing: " in part]
+    assert missing[-1].startswith(last) and missing[-1].rstrip(".").endswith("(no .env file found in /here)")
+
+
+def test_the_missing_note_is_not_said_when_nothing_is_missing():
+    with pytest.raises(ConfigError) as info:
+        load_settings(dict(BASE, ROUNDTABLE_MAX_TURNS="0"), need_discord=True, missing_note="no .env file found")
+    assert "no .env" not in str(info.value)
+
+
+@pytest.fixture
+def environ(monkeypatch):
+    """os.environ as load_env_file changes it, restored afterwards."""
+    import os
+
+    for key in ("RT_TEST_A", "RT_TEST_B"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("RT_TEST_B", "from the environment")
+    return os.environ
+
+
+def test_load_env_file_reads_the_default_and_real_variables_win(tmp_path, environ):
+    from bot.config import load_env_file
+
+    (tmp_path / ".env").write_text("RT_TEST_A=from the file\nRT_TEST_B=from the file\n")
+    assert load_env_file(None, cwd=tmp_path) is None
+    assert (environ["RT_TEST_A"], environ["RT_TEST_B"]) == ("from the file", "from the environment")
+
+
+def test_load_env_file_without_a_default_returns_the_note(tmp_path, environ):
+    from bot.config import load_env_file
+
+    assert load_env_file(None, cwd=tmp_path) == f"no .env file found in {tmp_path}; copy config.example.env to .env"
+    assert "RT_TEST_A" not in environ
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda tmp: None, "--env-file x.env does not exist"),
+    (lambda tmp: (tmp / "x.env").mkdir(), "--env-file x.env is a directory, not a settings file"),
+    (lambda tmp: (tmp / "x.env").write_bytes(b"RT_TEST_A=\xff\xfe\n"), "--env-file x.env is not UTF-8 text"),
+    (lambda tmp: (tmp / "x.env").write_text("# ok\nRT_TEST_A=1\n\n  \nnot a setting = x y\n"),
+     "--env-file x.env: line 5 is not KEY=value; fix it, or make it a comment with #"),
+])
+def test_load_env_file_problems_name_the_file(tmp_path, environ, make, message):
+    from bot.config import load_env_file
+
+    make(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        load_env_file("x.env", cwd=tmp_path)
+    assert str(info.value) == message and info.value.__cause__ is None
+    assert "RT_TEST_A" not in environ  # nothing of a bad file is taken
+
+
+@pytest.fixture
+def logging_restored():
+    """configure_logging changes process-wide logging: put it back."""
+    import logging
+
+    names = ["", "discord.client", "discord.gateway", "discord.http", "discord.webhook", "httpx", "httpx2",
+             "httpcore", "openai", "aiosqlite"]
+    saved = {n: (logging.getLogger(n).level, list(logging.getLogger(n).filters)) for n in names}
+    handlers = list(logging.getLogger().handlers)
+    yield
+    for n, (level, filters) in saved.items():
+        logger = logging.getLogger(n)
+        logger.setLevel(level)
+        logger.filters[:] = filters
+    root = logging.getLogger()
+    for handler in root.handlers[:]:
+        if handler not in handlers:
+            root.removeHandler(handler)
+
+
+def test_discord_voice_warnings_are_never_logged(logging_restored, caplog, monkeypatch):
+    """Whatever the surface (the console never builds a discord.Client, but the filter is the same)."""
+    import discord
+    from discord.voice_client import VoiceClient
+
+    from bot.config import configure_logging
+
+    configure_logging("DEBUG")
+    configure_logging("DEBUG")  # twice: still one filter
+    monkeypatch.setattr(VoiceClient, "warn_nacl", True)
+    monkeypatch.setattr(VoiceClient, "warn_dave", True)
+    caplog.set_level("DEBUG")
+    discord.Client(intents=discord.Intents.none())
+    discord.client._log.warning("another discord warning")
+    assert [r.getMessage() for r in caplog.records if r.name == "discord.client"] == ["another discord warning"]
+    assert len(discord.client._log.filters) == 1
+
+
+def test_config_example_env_loads_and_shows_the_defaults(monkeypatch):
+    import os
+    from pathlib import Path
+
+    from bot.config import load_env_file
+
+    example = Path(__file__).resolve().parents[1] / "config.example.env"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ROUNDTABLE_", "DISCORD_"))}
+    monkeypatch.setattr(os, "environ", env)  # load_env_file writes here; the real one is untouched
+    assert load_env_file(str(example)) is None
+    # "everything else has the default shown": the example's values are the defaults
+    assert load_settings(dict(env, OPENAI_API_KEY="k"), need_discord=False) == load_settings(
+        {"OPENAI_API_KEY": "k"}, need_discord=False)

@@ -29,7 +29,7 @@ def clean_env(tmp_path: Path, base_url: str) -> dict[str, str]:
 
 async def run_console(tmp_path: Path, base_url: str, stdin: str, *args: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        ROUNDTABLE, "--env-file", str(tmp_path / "none.env"), "console",
+        ROUNDTABLE, "--env-file", os.devnull, "console",
         "--db", str(tmp_path / "rt.db"), *args,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env=clean_env(tmp_path, base_url), cwd=tmp_path,
@@ -80,7 +80,7 @@ async def test_missing_api_key_is_one_line(tmp_path):
     env = clean_env(tmp_path, "http://127.0.0.1:9/v1")
     del env["OPENAI_API_KEY"]
     proc = await asyncio.create_subprocess_exec(
-        ROUNDTABLE, "--env-file", str(tmp_path / "none.env"), "console", "--db", str(tmp_path / "x.db"),
+        ROUNDTABLE, "--env-file", os.devnull, "console", "--db", str(tmp_path / "x.db"),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
         cwd=tmp_path,
     )
@@ -94,7 +94,7 @@ async def test_a_second_console_on_the_same_group_is_refused_in_one_line(tmp_pat
     script = GroupChatScript(agents={"planner": [Reply("Slowly.", delay=3.0)]})
     async with FakeOpenAI(script) as srv:
         first = await asyncio.create_subprocess_exec(
-            ROUNDTABLE, "--env-file", str(tmp_path / "none.env"), "console", "--db", str(tmp_path / "rt.db"),
+            ROUNDTABLE, "--env-file", os.devnull, "console", "--db", str(tmp_path / "rt.db"),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             env=clean_env(tmp_path, srv.base_url), cwd=tmp_path)
         assert first.stdin is not None

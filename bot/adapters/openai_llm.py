@@ -18,6 +18,14 @@ What this file owns:
 - `usage` -> `Usage`, estimating with the injected `TokenCounter` when the
   server sends none; the sum of token log-probabilities when asked for.
 
+`check()` is the start-up check: GET {base}/models (no tokens spent, served
+by OpenAI, llama.cpp, Ollama, vLLM, LM Studio, LiteLLM, ...) tells that the
+server answers and takes the key. A refused connection or a 401 stops start-up
+(`ConfigError`, one line naming OPENAI_BASE_URL or OPENAI_API_KEY); a 403 may
+only mean a restricted key may not list models, so one 1-token completion
+decides; anything else (404: no /models, 5xx, 429) is a warning and start-up
+goes on, the model calls will tell.
+
 `max_tokens` is sent as `max_tokens` (what llama.cpp, Ollama, vLLM, LM Studio
 and OpenAI's chat models all accept). OpenAI's reasoning models reject it with
 a 400 naming `max_completion_tokens`; then the call is repeated once with that
@@ -27,6 +35,8 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
+import ssl
 import time
 from typing import Any, Sequence
 from urllib.parse import urlsplit
@@ -34,17 +44,20 @@ from urllib.parse import urlsplit
 import openai
 
 from bot.adapters.tokens import make_token_counter
-from bot.core.errors import LLMError, LLMRateLimited, LLMRejected, LLMTimeout, LLMUnavailable
+from bot.config import redact_url
+from bot.core.errors import ConfigError, LLMError, LLMRateLimited, LLMRejected, LLMTimeout, LLMUnavailable
 from bot.core.models import ChatMessage, Completion, Usage
 from bot.core.ports import TokenCounter
 
 log = logging.getLogger(__name__)
 
 _DETAIL_CHARS = 160
-_TOKENISH = re.compile(r"(?i)\b(?:sk-|bearer\s+)\S+")
+# Keys and Authorization values (a Basic one is base64 with a digit, + or /: not an English word).
+_TOKENISH = re.compile(r"(?i:\b(?:sk-|bearer\s+)\S+)|\bBasic\s+(?=[A-Za-z]*[0-9+/])[A-Za-z0-9+/]{12,}=*")
 # Chat-format overhead when estimating: ~3 tokens framing each message, 3 priming the reply.
 _PER_MESSAGE = 3
 _PER_REPLY = 3
+_OPENAI_API = "https://api.openai.com/v1"  # the SDK's default base URL
 
 
 class OpenAILLM:
@@ -78,10 +91,50 @@ class OpenAILLM:
             api_key=api_key, base_url=base_url, timeout=self.timeout, max_retries=max_retries
         )
         self.host = _host(str(self._client.base_url))
+        # How start-up problems name the server: the setting when there is one (never its credentials).
+        url = redact_url(str(self._client.base_url).rstrip("/"))
+        self._server = f"{url} (OPENAI_BASE_URL is not set)" if url == _OPENAI_API else f"OPENAI_BASE_URL={url}"
         self._completion_tokens_models: set[str] = set()
 
     async def aclose(self) -> None:
         await self._client.close()
+
+    async def check(self) -> None:
+        """Start-up: the server answers and accepts the key. Raises `ConfigError` (one line) when it does not.
+
+        GET /models, with the client's timeout and retries. 401 is a refused key; 403
+        is asked again with a 1-token completion of the default model (a key limited
+        to chat may not list models). Other answers log a warning and return."""
+        try:
+            await self._client.models.list()
+        except openai.PermissionDeniedError:
+            await self._check_by_completion()
+        except openai.OpenAIError as exc:
+            self._check_failed(exc, "GET /models")
+        else:
+            log.info("model server %s answered and accepted the key", self.host)
+
+    async def _check_by_completion(self) -> None:
+        try:
+            await self._create([ChatMessage("user", "ping")], self.default_model, 1, False)
+        except openai.OpenAIError as exc:
+            self._check_failed(exc, f"a 1-token call of model {self.default_model}")
+        else:
+            log.info("model server %s accepted the key (it may not list models)", self.host)
+
+    def _check_failed(self, exc: openai.OpenAIError, what: str) -> None:
+        """Raise `ConfigError` for an unreachable server or a refused key; log anything else."""
+        if isinstance(exc, openai.APITimeoutError):
+            raise ConfigError(f"{self._server} did not answer (timed out after {self.timeout:g}s); "
+                              "check that the server runs") from None
+        if isinstance(exc, openai.APIConnectionError):
+            raise ConfigError(f"{self._server} did not answer ({_connection_problem(exc)}); "
+                              "check that the server runs") from None
+        if isinstance(exc, openai.APIStatusError) and exc.status_code in (401, 403):
+            raise ConfigError(f"OPENAI_API_KEY was refused by {self.host}: HTTP {exc.status_code}{self._detail(exc)}; "
+                              "set the right key") from None
+        status = f"HTTP {exc.status_code}" if isinstance(exc, openai.APIStatusError) else type(exc).__name__
+        log.warning("start-up check: %s at %s failed (%s); starting anyway", what, self.host, status)
 
     async def __aenter__(self) -> "OpenAILLM":
         return self
@@ -215,6 +268,26 @@ class OpenAILLM:
         if self._secret:
             text = text.replace(self._secret, "***")
         return _TOKENISH.sub("***", text)
+
+
+def _connection_problem(exc: BaseException) -> str:
+    """Why a connection failed, in a few words, from the exception's causes (never their text: it may hold the URL)."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(cause, socket.gaierror):
+            return "host not found"
+        if isinstance(cause, ssl.SSLError):
+            return "TLS handshake failed"
+        if isinstance(cause, TimeoutError):
+            return "connection timed out"
+        if isinstance(cause, ConnectionError):
+            return "connection failed"
+        cause = cause.__cause__ or cause.__context__
+    return "could not connect"
 
 
 def _host(url: str) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from bot.core.models import Message
-from bot.core.ports import Store, TokenCounter
+from bot.core.ports import Store
 from bot.core.prompts import render_thread
 
 BLOCKS_PER_BUDGET = 4
@@ -45,12 +45,6 @@ class Trimmed:
 def token_cost(token_count: int) -> int:
     """A thread line's cost: its counted tokens plus the newline."""
     return max(token_count, 1) + 1
-
-
-def line_cost(message: Message, counter: TokenCounter | None = None) -> int:
-    if message.token_count or counter is None:
-        return token_cost(message.token_count or (len(message.text) + len(message.author_name) + 3) // 4)
-    return token_cost(counter.count(f"[{message.author_name}] {message.text}"))
 
 
 def _block_starts(costs: Sequence[int], block_tokens: int) -> list[int]:
@@ -82,16 +76,6 @@ def choose_window(costs: Sequence[int], budget: int, task_index: int | None) -> 
         if cost <= budget or start == last:
             return Window(start, start - (1 if pulled else 0), task_index if pulled else None)
     raise AssertionError("unreachable: the newest row is always kept")
-
-
-def trim_thread(
-    messages: Sequence[Message], budget: int, *, task_seq: int | None = None, counter: TokenCounter | None = None
-) -> Trimmed:
-    """Keep what fits `budget` tokens: the task, then the newest; drop old blocks."""
-    task_index = next((i for i, m in enumerate(messages) if m.seq == task_seq), None)
-    window = choose_window([line_cost(m, counter) for m in messages], budget, task_index)
-    task = messages[window.task_index] if window.task_index is not None else None
-    return Trimmed(tuple(messages[window.start:]), window.omitted, task)
 
 
 async def load_thread(store: Store, group_id: int, *, through: int, budget: int, task_seq: int | None) -> Trimmed:

@@ -92,10 +92,6 @@ class Tags:
     operators: bool = False  # `@user`: every operator
     all_agents: bool = False  # `@all`
 
-    @property
-    def any_agent(self) -> bool:
-        return bool(self.agent_ids)
-
 
 @dataclass(frozen=True)
 class NewMessage:
@@ -110,7 +106,6 @@ class NewMessage:
     source_run_id: int | None = None
     external_ids: tuple[str, ...] = ()
     token_count: int = 0
-    reply_to_seq: int | None = None
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,11 @@ from typing import Any, Iterator
 import pytest
 
 from bot.adapters.openai_llm import OpenAILLM
-from bot.core.errors import LLMError, LLMRateLimited, LLMRejected, LLMTimeout, LLMUnavailable
+from bot.core.errors import ConfigError, LLMError, LLMRateLimited, LLMRejected, LLMTimeout, LLMUnavailable
 from bot.core.models import ChatMessage, Usage
 from bot.core.ports import LLM
 from tests.fakes.openai_server import FakeOpenAI, Reply, closed_base_url
+from tests.fakes.strict_openai import StrictOpenAI
 
 KEY = "sk-test-ZZ9-PLURAL-Z-ALPHA-7c1e"  # distinctive: must never leak
 MESSAGES = [ChatMessage("system", "You are terse."), ChatMessage("user", "Say hello to the group.")]
@@ -220,3 +221,76 @@ async def test_error_names_host_but_not_url_credentials() -> None:
             with pytest.raises(LLMRejected) as info:
                 await llm.complete(MESSAGES)
     assert f"127.0.0.1:{srv.port}" in str(info.value) and KEY not in str(info.value)
+
+
+# the start-up check --------------------------------------------------------------
+
+async def test_check_passes_on_a_server_that_lists_models() -> None:
+    async with StrictOpenAI(key=KEY) as srv:
+        async with make_llm(srv) as llm:
+            await llm.check()
+    assert srv.model_list_calls == 1 and srv.requests == []  # no tokens spent
+
+
+async def test_check_names_an_unreachable_base_url() -> None:
+    url = closed_base_url()
+    async with make_llm(url, max_retries=0) as llm:
+        with pytest.raises(ConfigError) as info:
+            await llm.check()
+    assert str(info.value) == f"OPENAI_BASE_URL={url} did not answer (connection refused); check that the server runs"
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+async def test_check_without_a_base_url_names_the_default() -> None:
+    llm = make_llm(closed_base_url(), max_retries=0)
+    async with OpenAILLM(api_key=KEY, base_url=None, default_model="m") as default:
+        default._client = llm._client  # the default's name, but a local closed port: no internet
+        with pytest.raises(ConfigError) as info:
+            await default.check()
+    assert str(info.value).startswith(
+        "https://api.openai.com/v1 (OPENAI_BASE_URL is not set) did not answer (connection refused)")
+
+
+async def test_check_times_out_as_not_answering() -> None:
+    async with StrictOpenAI(models_delay=30) as srv:
+        async with make_llm(srv, timeout=0.5, max_retries=0) as llm:
+            with pytest.raises(ConfigError) as info:
+                await llm.check()
+    assert str(info.value) == (f"OPENAI_BASE_URL={srv.base_url} did not answer (timed out after 0.5s); "
+                               "check that the server runs")
+
+
+async def test_check_names_a_refused_key_without_showing_it() -> None:
+    async with StrictOpenAI(key="sk-the-right-one") as srv:
+        url = srv.base_url.replace("http://", f"http://user:{KEY}@")
+        async with make_llm(url) as llm:
+            with pytest.raises(ConfigError) as info:
+                await llm.check()
+    text = str(info.value)
+    assert text == (f"OPENAI_API_KEY was refused by 127.0.0.1:{srv.port}: HTTP 401: Incorrect API key provided: ***. "
+                    "You can find your API key at https://platform.openai.com/account/api-keys.; set the right key")
+    assert KEY not in text and KEY[-8:] not in text and "\n" not in text
+    assert srv.model_list_calls == 1 and srv.requests == []  # a 401 is not retried, no completion tried
+
+
+async def test_check_asks_a_completion_when_models_are_forbidden() -> None:
+    """A key limited to chat may not list models (403): one 1-token completion decides."""
+    async with StrictOpenAI(["pong"], models_status=403) as srv:
+        async with make_llm(srv) as llm:
+            await llm.check()
+    assert [(r["model"], r.get("max_tokens")) for r in srv.requests] == [("agent-model", 1)]
+
+    async with StrictOpenAI([Reply(status=403)], models_status=403) as srv:
+        async with make_llm(srv) as llm:
+            with pytest.raises(ConfigError, match=rf"^OPENAI_API_KEY was refused by 127.0.0.1:{srv.port}: HTTP 403"):
+                await llm.check()
+
+
+@pytest.mark.parametrize("status", [404, 405, 500, 503])
+async def test_check_only_warns_on_other_answers(status: int, caplog: pytest.LogCaptureFixture) -> None:
+    async with StrictOpenAI(models_status=status) as srv:
+        async with make_llm(srv, max_retries=0) as llm:
+            await llm.check()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [f"start-up check: GET /models at 127.0.0.1:{srv.port} failed (HTTP {status}); starting anyway"]
+    assert srv.requests == []

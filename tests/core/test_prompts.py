@@ -1,3 +1,10 @@
+"""The two prompts of seed 000, verbatim.
+
+`tests/seed_prompts/` holds them byte for byte as the seed's fenced blocks
+(each line with its newline), so this runs in any checkout; when the shared
+seeds are beside this checkout (`../shared/seeds/000_*.txt`), the copy is
+checked against the seed too.
+"""
 import re
 from pathlib import Path
 
@@ -6,20 +13,32 @@ import pytest
 from bot.core.models import Agent
 from bot.core.prompts import PARTICIPANT_PROMPT, SPEAKER_SELECTOR_PROMPT, participant_prompt, selector_prompt
 
+COPY = Path(__file__).resolve().parents[1] / "seed_prompts"
+COPIES = {"speaker_selector.txt": SPEAKER_SELECTOR_PROMPT, "participant.txt": PARTICIPANT_PROMPT}
 SEEDS = Path(__file__).resolve().parents[3] / "shared" / "seeds"
 
 
-def seed_prompts() -> list[str]:
+def copied(name: str) -> str:
+    """The prompt as the code holds it: the fenced block without the newline before the closing fence."""
+    data = (COPY / name).read_bytes()
+    assert data.endswith(b"\n") and not data.endswith(b"\n\n") and b"\r" not in data
+    return data[:-1].decode("utf-8")
+
+
+@pytest.mark.parametrize("name", sorted(COPIES))
+def test_prompts_are_verbatim_from_seed_000(name):
+    assert COPIES[name] == copied(name)
+
+
+def test_the_copy_is_the_seed():
     files = sorted(SEEDS.glob("000_*.txt"))
     if not files:
-        pytest.skip("shared/seeds is not beside this checkout")
-    return re.findall(r"```markdown\n(.*?)\n```", files[0].read_text(), re.DOTALL)
-
-
-def test_prompts_are_verbatim_from_seed_000():
-    selector, participant = seed_prompts()
-    assert SPEAKER_SELECTOR_PROMPT == selector
-    assert PARTICIPANT_PROMPT == participant
+        pytest.skip("shared/seeds is not beside this checkout (the copy in tests/seed_prompts was checked)")
+    seed = files[0].read_bytes()
+    blocks = re.findall(rb"```markdown\n(.*?\n)```", seed, re.DOTALL)
+    assert blocks == [(COPY / "speaker_selector.txt").read_bytes(), (COPY / "participant.txt").read_bytes()]
+    for block in blocks:  # the seed repeats both prompts, bare, at its end
+        assert block.rstrip(b"\n") in seed[seed.index(b"## Requirements"):]
 
 
 def test_fill_is_safe_with_braces():

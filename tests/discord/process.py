@@ -97,7 +97,7 @@ class BotProcess:
             log.write(f"\n===== start {self.starts} =====\n")
             log.flush()
             self.proc = await asyncio.create_subprocess_exec(
-                ROUNDTABLE, "--env-file", str(self.tmp_path / "none.env"), "run",
+                ROUNDTABLE, "--env-file", os.devnull, "run",
                 stdout=log, stderr=log, env=env, cwd=self.tmp_path)
         await self.emu.wait_for(
             lambda: any(s.ready for k, s in self.emu.sessions.items() if k not in sessions) or self.exited(),

@@ -1,29 +1,100 @@
-"""load_thread (window from stored token counts) keeps exactly what trim_thread keeps."""
+"""load_thread over a real SQLite file keeps exactly the rows the trimming policy (SPEC §6) says.
+
+The expectation is computed here, by `reference_window`, a plain restatement of
+the policy (not the code under test): every line costs its tokens plus a
+newline; when the thread is over budget, the kept part starts at a block
+boundary, where the running total of the whole history crosses a multiple of
+budget // 4; the first boundary from which the newest rows, a 16-token marker
+and the task line (when its place is cut) fit is taken, else only the newest
+row. One case is also written out by hand, so the reference is pinned too.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
 import pytest
 
-from bot.core.context import load_thread, trim_thread
+from bot.core.context import load_thread
 from bot.core.models import GroupSettings, NewMessage
 from storage.store import SqliteStore
 from tests.fakes.rows import posted
 
+MARKER = 16  # "[roundtable] (N earlier messages omitted)" and its newline
 
-@pytest.mark.parametrize("n, budget, task_at", [(5, 1000, 1), (60, 300, 1), (60, 300, 30), (200, 500, 150)])
-async def test_load_thread_matches_trim_thread(tmp_path, n, budget, task_at):
-    store = await SqliteStore.open(tmp_path / "t.db")
-    try:
+
+def reference_window(tokens: list[int], budget: int, task: int | None) -> tuple[int, int, int | None]:
+    """(index of the first kept row, omitted count, index of the task shown first or None)."""
+    cost = [max(t, 1) + 1 for t in tokens]
+    n = len(cost)
+    if sum(cost) <= budget or n <= 1:
+        return 0, 0, None
+    block = max(1, budget // 4)
+    before = [sum(cost[:k]) for k in range(n + 1)]  # tokens of the rows before index k
+    boundaries = [k for k in range(1, n) if before[k] // block > before[k - 1] // block]
+    for start in boundaries + [n - 1]:
+        pulled = task is not None and task < start
+        need = sum(cost[start:]) + MARKER + (cost[task] if pulled and task is not None else 0)
+        if need <= budget or start == n - 1:
+            return start, start - (1 if pulled else 0), task if pulled else None
+    raise AssertionError("unreachable")
+
+
+async def fill(store: SqliteStore, n: int, task_at: int, tokens: Callable[[int], int]) -> tuple[int, int]:
+    """Rows 1..n: people's messages (the task and every third row) and the planner's replies."""
+    group = await store.create_group("k", "g", GroupSettings())
+    agent = await store.add_agent(group.id, "planner", "r", "p")
+    for i in range(1, n + 1):
+        if i == task_at or i % 3 == 0:
+            await store.append_user_message(group.id, NewMessage("user", "alice", f"m{i}", token_count=tokens(i)))
+        else:
+            await posted(store, group.id, agent.id, f"r{i}", token_count=tokens(i))
+    return group.id, agent.id
+
+
+def line(i: int, task_at: int) -> str:
+    return f"[alice] m{i}" if i == task_at or i % 3 == 0 else f"[planner] r{i}"
+
+
+@pytest.mark.parametrize("n, budget, task_at, through", [
+    (5, 1000, 1, 5), (60, 300, 1, 60), (60, 300, 30, 60), (200, 500, 150, 200), (200, 500, 150, 170),
+    (60, 300, 59, 60), (40, 120, 1, 40), (3, 20, 1, 3), (1, 10, 1, 1),
+])
+async def test_load_thread_keeps_what_the_policy_says(tmp_path, n, budget, task_at, through):
+    def tokens(i: int) -> int:
+        return 7 + i % 5 if i == task_at or i % 3 == 0 else 9 + i % 4
+
+    async with await SqliteStore.open(tmp_path / "t.db") as store:
+        group_id, agent_id = await fill(store, n, task_at, tokens)
+        got = await load_thread(store, group_id, through=through, budget=budget, task_seq=task_at)
+        start, omitted, task = reference_window([tokens(i) for i in range(1, through + 1)], budget, task_at - 1)
+        assert [m.seq for m in got.kept] == list(range(start + 1, through + 1))
+        assert got.omitted == omitted
+        assert (got.task_pulled_up.seq if got.task_pulled_up else None) == (task + 1 if task is not None else None)
+        lines = ([line(task + 1, task_at)] if task is not None else []) + (
+            [f"[roundtable] ({omitted} earlier messages omitted)"] if omitted else []) + [
+            line(i, task_at) for i in range(start + 1, through + 1)]
+        assert got.render() == "\n".join(lines)
+        if n > 1:
+            assert await store.last_agent_author(group_id, through=n) == agent_id
+        assert await store.last_agent_author(group_id, through=0) is None
+
+
+async def test_a_hand_computed_window(tmp_path):
+    """20 rows of 10 tokens (11 with the newline), budget 120: blocks of 30 tokens start at
+    rows 4, 7, 10, 12, 15 and 18 (1-based); from row 12 the rest costs 99 + 16 + 11 > 120,
+    from row 15 it costs 66 + 16 + 11 = 93. So rows 15-20 are kept, the task (row 1) is
+    shown first and 13 rows are omitted; the tightest fit (rows 13-20) is not a block start."""
+    async with await SqliteStore.open(tmp_path / "t.db") as store:
+        group_id, _ = await fill(store, 20, 1, lambda i: 10)
+        got = await load_thread(store, group_id, through=20, budget=120, task_seq=1)
+    assert [m.seq for m in got.kept] == [15, 16, 17, 18, 19, 20]
+    assert got.omitted == 13 and got.task_pulled_up is not None and got.task_pulled_up.seq == 1
+    assert got.render().splitlines()[:3] == ["[alice] m1", "[roundtable] (13 earlier messages omitted)", "[alice] m15"]
+    assert reference_window([10] * 20, 120, 0) == (14, 13, 0)
+
+
+async def test_an_empty_thread(tmp_path):
+    async with await SqliteStore.open(tmp_path / "t.db") as store:
         group = await store.create_group("k", "g", GroupSettings())
-        agent = await store.add_agent(group.id, "planner", "r", "p")
-        for i in range(1, n + 1):
-            if i == task_at or i % 3 == 0:
-                await store.append_user_message(group.id, NewMessage("user", "alice", f"m{i}", token_count=7 + i % 5))
-            else:
-                await posted(store, group.id, agent.id, f"r{i}", token_count=9 + i % 4)
-        everything = await store.messages(group.id)
-        expected = trim_thread(everything, budget, task_seq=task_at)
-        got = await load_thread(store, group.id, through=n, budget=budget, task_seq=task_at)
-        assert got.render() == expected.render()
-        assert [m.seq for m in got.kept] == [m.seq for m in expected.kept]
-        assert await store.last_agent_author(group.id, through=n) == agent.id
-        assert await store.last_agent_author(group.id, through=0) is None
-    finally:
-        await store.close()
+        got = await load_thread(store, group.id, through=0, budget=100, task_seq=None)
+    assert got.kept == () and got.omitted == 0 and got.task_pulled_up is None and got.render() == ""

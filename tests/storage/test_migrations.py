@@ -25,7 +25,7 @@ def table_names(path: Path) -> set[str]:
 
 
 async def test_fresh_database_gets_every_table_and_a_row_per_migration(tmp_path: Path) -> None:
-    path = tmp_path / "new" / "dir" / "rt.db"
+    path = tmp_path / "rt.db"
     conn = await open_db(path)
     try:
         rows = await conn.execute_fetchall("SELECT id, name, applied_at FROM _migrations ORDER BY id")
