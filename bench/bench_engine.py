@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/bench_engine.py [--sizes 1000,10000,50000]
 
-Each size runs in this one process, so max RSS only grows across sizes. Uses a real SQLite file in a temporary directory and the scripted LLM fake (no
+Each size runs in this one process, so max RSS only grows across sizes. Uses a real
+SQLite file in a temporary directory and the scripted LLM fake (no
 network), so the figures are the engine's and the store's own cost per turn.
 Figures only: nothing here passes or fails.
 """
@@ -10,10 +11,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import resource
 import sys
 import tempfile
 import time
-import resource
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -56,7 +57,8 @@ async def one_size(n: int) -> None:
         elapsed = time.perf_counter() - start
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
         turns = len(llm.participant_order)
-        print(f"history {n:>6}: append {n / seconds:6.0f} msg/s, route {n / routed:6.0f} msg/s | {turns} turns (+{turns} selector calls) "
+        print(f"history {n:>6}: append {n / seconds:6.0f} msg/s, route {n / routed:6.0f} msg/s | "
+              f"{turns} turns (+{turns} selector calls) "
               f"in {elapsed:6.2f}s = {1000 * elapsed / max(turns, 1):7.1f} ms/turn | max RSS {peak / 2**20:6.1f} MiB")
         await engine.close()
         await store.close()

@@ -11,7 +11,7 @@ import time
 from typing import Mapping
 
 from bot.core import validation as v
-from bot.core.card import Card, Field
+from bot.core.card import Card, Field, Tone
 from bot.core.context import choose_window, token_cost
 from bot.core.engine import Engine
 from bot.core.errors import InvalidInput, NotFound
@@ -132,7 +132,7 @@ class Admin:
         if group.delivery_problem:
             fields.append(Field("delivery problem", group.delivery_problem, inline=False))
         fields.extend(settings_fields(group.settings))
-        tone = "bad" if group.delivery_problem else "warning" if state != "on" else "good"
+        tone: Tone = "bad" if group.delivery_problem else "warning" if state != "on" else "good"
         return Card(f"{group.name} ({state})", fields=tuple(fields), tone=tone)
 
     async def context_seen(self, group: Group, through: int) -> str:

@@ -45,7 +45,11 @@ class Caller(Protocol):
     """What the surface a command came from knows and can do."""
 
     surface: str  # "discord" | "console"
-    is_operator: bool
+
+    @property
+    def is_operator(self) -> bool:
+        """May run operator commands here (Manage Server or the group's operator role)."""
+        ...
 
     async def group(self) -> Group | None:
         """The group of the place the command was used in (None: never set up)."""
@@ -269,7 +273,7 @@ COMMANDS: tuple[Command, ...] = (
             lambda inv: inv.admin.why(inv.group, inv.text("message")),
             (Option("message", "a message link, id or number", "message"),)),
     Command(("roundtable", "usage"), "Tokens per agent and selector",
-            lambda inv: inv.admin.usage(inv.group, int(inv.get("days") or 7)),
+            lambda inv: inv.admin.usage(inv.group, int(inv.text("days") or 7)),
             (Option("days", "how many days back (default 7)", "integer", low=1, high=365),)),
     Command(("agent", "add"), "Add an agent (without a prompt, you are asked for it)", _add, (
         Option("name", "1-32 letters, digits, _ - .", required=True, max_length=v.NAME_MAX),

@@ -7,7 +7,7 @@ episodes have integer ids given by the store.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 Mode = Literal["selector", "round_robin", "tags"]
 MODES: tuple[str, ...] = ("selector", "round_robin", "tags")
@@ -38,7 +38,7 @@ class GroupSettings:
     brief: str = ""
     min_confidence: float | None = None
 
-    def with_changes(self, **changes: object) -> "GroupSettings":
+    def with_changes(self, **changes: Any) -> "GroupSettings":
         return replace(self, **changes)
 
 

@@ -59,7 +59,8 @@ def parse_reply(reply: str, eligible: Sequence[str], known: Sequence[str] = ()) 
     named = [by_key[k] for k in by_key if k in words]
     says_terminate = TERMINATE.casefold() in words
     if len(named) + says_terminate > 1:
-        return Parsed(error=f"the reply named more than one choice ({', '.join(named + ([TERMINATE] if says_terminate else []))})")
+        choices = ", ".join(named + ([TERMINATE] if says_terminate else []))
+        return Parsed(error=f"the reply named more than one choice ({choices})")
     if named:
         return Parsed(name=named[0])
     if says_terminate:

@@ -50,7 +50,8 @@ def strip_added_fences(chunks: list[str], opener: str, close: str = "```") -> li
     """Undo split_message's close/reopen pairs (tests only use unambiguous inputs)."""
     out = list(chunks)
     for i in range(len(out) - 1):
-        if fence_lines(chunks[i]) % 2 == 0 and chunks[i].endswith("\n" + close) and chunks[i + 1].startswith(opener + "\n"):
+        closes_here = fence_lines(chunks[i]) % 2 == 0 and chunks[i].endswith("\n" + close)
+        if closes_here and chunks[i + 1].startswith(opener + "\n"):
             # chunk i closed a block that chunk i+1 reopens: was it added? only if the reopened
             # text is not itself a fresh block, which holds for the inputs used here.
             out[i] = out[i][: -len("\n" + close)]

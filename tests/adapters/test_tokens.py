@@ -110,7 +110,9 @@ def test_download_is_bounded_by_its_timeout(no_offline_plugin: None, monkeypatch
     assert time.monotonic() - started < 1.5
 
 
-def test_download_failure_falls_back(no_network: None, no_offline_plugin: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_download_failure_falls_back(
+    no_network: None, no_offline_plugin: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def fail(name: str) -> object:
         raise ConnectionError("no route to host")
 

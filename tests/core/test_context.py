@@ -29,7 +29,8 @@ class Thread:
 
 
 def thread(n: int, cost: int = 10, task_seq: int = 1) -> list[Message]:
-    return [Message(1, i, "user" if i == task_seq else "agent", "a", f"m{i}", token_count=cost) for i in range(1, n + 1)]
+    return [Message(1, i, "user" if i == task_seq else "agent", "a", f"m{i}", token_count=cost)
+            for i in range(1, n + 1)]
 
 
 async def trim(rows: list[Message], budget: int, task_seq: int | None) -> Trimmed:

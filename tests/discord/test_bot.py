@@ -81,7 +81,8 @@ async def test_cap_yields_exactly_max_turns_posts_and_one_notice(harness, script
 async def test_admin_checks_and_the_prompt_modal(harness):
     emu = harness.emu
     await harness.setup_group()
-    refused = await harness.command("agent add", {"name": "local", "role": "knows Tokyo", "prompt": "x"}, user=emu.bob_id)
+    refused = await harness.command("agent add", {"name": "local", "role": "knows Tokyo", "prompt": "x"},
+                                    user=emu.bob_id)
     assert refused["ephemeral"] and "Manage Server" in refused["data"]["content"]
     assert await harness.store.find_agent(1, "local") is None
     shown = await harness.command("agent add", {"name": "local", "role": "knows Tokyo"})

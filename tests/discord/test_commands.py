@@ -2,7 +2,6 @@
 tables of facts as embeds, the "Why this reply?" menu, /agent rename, pictures by attachment."""
 from __future__ import annotations
 
-import asyncio
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -80,7 +79,8 @@ async def test_tables_are_embeds_with_colours_avatars_and_the_context_note(harne
     context = harness.embed_fields(status)["context"]
     assert "were trimmed to fit context_budget 500" in context
     show = (await harness.command("agent show", {"name": "planner"}))["data"]["embeds"][0]
-    assert show["thumbnail"]["url"] == "https://example.org/planner.png" and show["description"] == "drafts the itinerary"
+    assert show["thumbnail"]["url"] == "https://example.org/planner.png"
+    assert show["description"] == "drafts the itinerary"
     listed = (await harness.command("agent list"))["data"]["embeds"][0]
     assert [f["name"] for f in listed["fields"]] == ["planner"]
     usage = await harness.command("roundtable usage")
@@ -131,7 +131,8 @@ async def test_a_picture_by_attachment_is_kept_and_its_url_refreshed(harness, sc
     await harness.setup_group()
     upload = emu.upload("chef.png", PNG)
     rec = await emu.invoke_command(emu.guild_id, emu.channel_id, emu.alice_id, "agent add",
-                                   {"name": "chef", "role": "cooks", "prompt": "You cook.", "avatar_image": upload["id"]})
+                                   {"name": "chef", "role": "cooks", "prompt": "You cook.",
+                                    "avatar_image": upload["id"]})
     assert (await rec.wait_response(5))["type"] == 5  # deferred while the picture is copied
     followup = (await rec.wait_followups(1, 5))[0]
     assert followup["content"].startswith("Added chef: cooks.")

@@ -38,7 +38,8 @@ async def run(tmp_path: Path, **env_overrides: str) -> tuple[int, list[str]]:
     finally:
         if proc.returncode is None:
             proc.kill()
-    lines = [line for line in (out + err).decode().splitlines() if line.startswith("roundtable:") or "Traceback" in line]
+    lines = [line for line in (out + err).decode().splitlines()
+             if line.startswith("roundtable:") or "Traceback" in line]
     return proc.returncode or 0, lines
 
 

@@ -9,11 +9,11 @@ the last GUILD_CREATE, whether or not it chunks. Tests go faster with
 ``emu.wait_until_ready()`` (server side: READY + GUILD_CREATE sent) plus
 ``client.get_guild(...)`` instead of on_ready.
 """
+from . import _util as perms
+from ._gateway import GatewaySession
 from ._interactions import InteractionRecord
 from ._server import DEFAULT_TOKEN, RATE_LIMIT_BODY, DiscordEmulator, Hold, RequestRecord
-from ._gateway import GatewaySession
 from ._webhooks import Webhook
-from . import _util as perms
 
 __all__ = [
     "DiscordEmulator", "Hold", "InteractionRecord", "RequestRecord", "GatewaySession", "Webhook",

@@ -22,7 +22,8 @@ async def test_seed_selector_order_and_thread_of_four(harness):
         assert len(thread) == 4
         assert thread[0] == "[alice] Plan a 3-day Tokyo trip for under $1,500"
         assert thread[2] == "[budget] That plan is over by $200."
-        result = await harness.engine.episode_result(harness.group.id and (await harness.store.get_group(harness.group.id)).episode_id)
+        episode_id = (await harness.store.get_group(harness.group.id)).episode_id
+        result = await harness.engine.episode_result(episode_id)
         assert result.status == "terminated"
         assert result.answer is not None and result.answer.text == "Swapped the hotel; now $1,450."
         assert result.agent_turns == 3 and len(result.thread) == 4

@@ -100,7 +100,8 @@ def _ran_out(message: str) -> Reply:
 
 def _error_type(status: int) -> str:
     return {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-            404: "not_found_error", 429: "rate_limit_error"}.get(status, "server_error" if status >= 500 else "api_error")
+            404: "not_found_error", 429: "rate_limit_error"}.get(
+        status, "server_error" if status >= 500 else "api_error")
 
 
 class FakeOpenAI:

@@ -7,7 +7,7 @@ from storage.store import SqliteStore
 
 async def agent_reply(
     store: SqliteStore, group_id: int, agent_id: int, text: str = "reply", *, snapshot: int | None = None,
-    cap: int = 1000, token_count: int = 0, usage: Usage = Usage(),
+    cap: int = 1000, token_count: int = 0, usage: Usage | None = None,
 ) -> FinishedRun:
     """A group run of the agent over `snapshot` (default: the latest row) that posts `text`."""
     if snapshot is None:
@@ -16,7 +16,7 @@ async def agent_reply(
     run = await store.start_run(group_id, agent_id, "group", snapshot)
     reply = NewMessage("agent", agent.name, text, author_agent_id=agent_id, source_run_id=run.id,
                        token_count=token_count)
-    return await store.finish_run(run.id, RunResult("posted", usage, reply=reply), cap=cap)
+    return await store.finish_run(run.id, RunResult("posted", usage or Usage(), reply=reply), cap=cap)
 
 
 async def posted(store: SqliteStore, group_id: int, agent_id: int, text: str = "reply", **kwargs: object) -> Message:

@@ -43,7 +43,8 @@ async def point_at(api_base_url: str) -> None:
     discord.http.Route.BASE = api_base_url.rstrip("/")
     try:
         async with aiohttp.ClientSession() as session:
-            async with session.get(f"{discord.http.Route.BASE}/gateway", timeout=aiohttp.ClientTimeout(total=10)) as resp:
+            url_of_gateway = f"{discord.http.Route.BASE}/gateway"
+            async with session.get(url_of_gateway, timeout=aiohttp.ClientTimeout(total=10)) as resp:
                 url = (await resp.json(content_type=None))["url"]
     except (aiohttp.ClientError, OSError, KeyError, ValueError, TimeoutError) as exc:
         raise ConfigError(f"DISCORD_API_BASE_URL={redact_url(api_base_url)} did not answer GET /gateway "
@@ -84,7 +85,8 @@ class RoundtableBot(discord.Client):
                                   "check the bot's applications.commands scope") from None
             raise ConfigError(f"DISCORD_GUILD_ID={self.guild_id}: the bot is not in that server (Discord answered "
                               f"{exc.status} Missing Access); invite it there, or clear DISCORD_GUILD_ID") from None
-        log.info("synced %d slash commands %s", len(synced), f"to guild {self.guild_id}" if self.guild_id else "globally")
+        where = f"to guild {self.guild_id}" if self.guild_id else "globally"
+        log.info("synced %d slash commands %s", len(synced), where)
         await self.engine.start()
 
     async def on_connect(self) -> None:

@@ -88,7 +88,8 @@ async def answer(interaction: discord.Interaction, reply: Reply) -> None:
 
 
 class PromptModal(discord.ui.Modal):
-    def __init__(self, title: str, default: str | None, on_prompt: Callable[[discord.Interaction, str], Awaitable[None]]):
+    def __init__(self, title: str, default: str | None,
+                 on_prompt: Callable[[discord.Interaction, str], Awaitable[None]]) -> None:
         super().__init__(title=title[:45], timeout=900)
         self.prompt: discord.ui.TextInput[PromptModal] = discord.ui.TextInput(
             label="System prompt", custom_id="prompt", style=discord.TextStyle.paragraph,
@@ -169,10 +170,12 @@ class DiscordCaller:
         if not self.interaction.response.is_done():  # copying the picture may take longer than Discord waits
             await self.interaction.response.defer(ephemeral=True, thinking=True)
         channel = self.interaction.channel
+        if not isinstance(channel, discord.abc.Messageable):
+            raise UserFacingError("Add pictures in a text channel of the group.")
         try:
             data = await image.read()
             sent = await channel.send(f"🖼️ {label}", file=discord.File(io.BytesIO(data), filename=image.filename),
-                                      allowed_mentions=discord.AllowedMentions.none())  # type: ignore[union-attr]
+                                      allowed_mentions=discord.AllowedMentions.none())
         except discord.HTTPException as exc:
             raise UserFacingError(f"Discord did not take the picture ({exc.status}); try again.") from None
         return sent.attachments[0].url
@@ -196,7 +199,9 @@ class SlashCommands:
         if reply is not None:
             await answer(interaction, reply)
 
-    async def autocomplete_agent(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
+    async def autocomplete_agent(
+        self, interaction: discord.Interaction, current: str
+    ) -> list[app_commands.Choice[str]]:
         channel = interaction.channel
         group = await self.store.find_group(group_key(channel.id)) if channel is not None else None
         if group is None:
@@ -215,8 +220,9 @@ class SlashCommands:
                   for name, text in GROUP_DESCRIPTIONS.items()}
         for command in declared.COMMANDS:
             parent = groups[command.path[0]] if len(command.path) > 1 else None
-            app = app_commands.Command(name=command.path[-1], description=command.description[:100],
-                                       callback=self._callback(command), parent=parent)
+            app: app_commands.Command[Any, ..., None] = app_commands.Command(
+                name=command.path[-1], description=command.description[:100],
+                callback=self._callback(command), parent=parent)
             app.guild_only = True
             for option in command.options_for("discord"):
                 if option.kind == "agent":
@@ -231,7 +237,8 @@ class SlashCommands:
         menu.guild_only = True
         tree.add_command(menu)
 
-    def _callback(self, command: Command) -> Callable[..., Awaitable[None]]:
+    def _callback(self, command: Command) -> Any:
+        """A callback whose signature is the command's options, for discord.py to read."""
         async def callback(interaction: discord.Interaction, **values: Any) -> None:
             given = {name: _plain(value) for name, value in values.items() if value is not None}
             await self.invoke(interaction, command, given)
