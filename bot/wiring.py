@@ -70,13 +70,20 @@ async def open_store(db: str | None, configured: str) -> SqliteStore:
 
 
 async def run_console(settings: Settings, *, db: str | None, group: str, person: str) -> int:
-    from bot.adapters.console import Console, ConsoleSurface, stdin_reader
+    """The console over stdin/stdout: on a terminal with a prompt, line editing, history beside
+    the database, a typing status and colour (`bot.adapters.terminal`). Ctrl-C cancels this
+    coroutine: the engine's close records the run in flight as interrupted (asyncio.run then
+    raises KeyboardInterrupt: exit 130); a second Ctrl-C meanwhile ends the process at once."""
+    from bot.adapters.console import Console, ConsoleSurface
+    from bot.adapters.terminal import history_path, open_terminal
 
-    surface = ConsoleSurface(sys.stdout)
-    async with open_engine(settings, lambda store: surface, scope=f"console:{group}", label="console", db=db) as engine:
-        console = Console(engine, surface, person=person, group_name=group, defaults=group_defaults(settings),
-                          interactive=sys.stdin.isatty())
-        await console.run(stdin_reader(), greet=sys.stdin.isatty())
+    with open_terminal(sys.stdin, sys.stdout, person=person, history=history_path(db or settings.db_path)) as term:
+        surface = ConsoleSurface(term.screen)
+        async with open_engine(settings, lambda store: surface, scope=f"console:{group}", label="console",
+                               db=db) as engine:
+            console = Console(engine, surface, person=person, group_name=group, defaults=group_defaults(settings),
+                              interactive=sys.stdin.isatty())
+            await console.run(term.read_line, greet=term.is_tty)
     return 0
 
 

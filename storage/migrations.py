@@ -178,9 +178,35 @@ ALTER TABLE groups ADD COLUMN delivery_problem TEXT;
 CREATE INDEX runs_group_running ON runs(group_id) WHERE status = 'running';
 """
 
+M003_PEOPLE_AND_SUMMARIES = """
+-- People's names, so `@alice` tags alice (as `<@id>` does): per Discord guild, or per console group.
+CREATE TABLE person_names (
+    scope TEXT NOT NULL,
+    name_key TEXT NOT NULL,
+    name TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (scope, name_key)
+) WITHOUT ROWID;
+-- /catchup summaries of a range of rows, so the same range is not summarised twice.
+CREATE TABLE summaries (
+    group_id INTEGER NOT NULL REFERENCES groups(id),
+    after_seq INTEGER NOT NULL,
+    through_seq INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    omitted INTEGER NOT NULL DEFAULT 0,
+    model TEXT NOT NULL DEFAULT '',
+    prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    completion_tokens INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (group_id, after_seq, through_seq)
+) WITHOUT ROWID;
+"""
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "create tables", M001_CREATE_TABLES),
     (2, "leases, ingest watermark, delivery problem", M002_OWNERSHIP_AND_CATCH_UP),
+    (3, "people's names, catch-up summaries", M003_PEOPLE_AND_SUMMARIES),
 ]
 
 _CREATE_LEDGER = """

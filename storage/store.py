@@ -22,7 +22,7 @@ import aiosqlite
 from bot.core.errors import InvalidInput
 from bot.core.models import Agent, Episode, Group, GroupSettings, Message, NewMessage
 from bot.core.validation import check_name_free
-from storage.ledger import LedgerMixin
+from storage.reading import ReadingMixin
 from storage.rows import dumps, settings_to_json, to_agent, to_group, to_message, unique
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 AGENT_FIELDS = ("name", "role", "system_prompt", "model", "avatar_url", "enabled", "position")
 
 
-class SqliteStore(LedgerMixin):
+class SqliteStore(ReadingMixin):
     """Implements `bot.core.ports.Store`. Open with `await SqliteStore.open(path)`."""
 
     # groups -------------------------------------------------------------

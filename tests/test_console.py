@@ -63,6 +63,7 @@ async def test_piped_session_prints_the_conversation(tmp_path):
     assert script.participant_order == ["planner", "budget", "planner"]
     assert "sk-test-console-key" not in out + err
     assert "Traceback" not in err
+    assert "\x1b" not in out and "you> " not in out and "typing" not in out  # a pipe gets plain lines
 
 
 async def test_second_run_on_the_same_file_keeps_history_and_roster(tmp_path):
@@ -84,7 +85,7 @@ async def test_missing_api_key_is_one_line(tmp_path):
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
         cwd=tmp_path,
     )
-    out, err = await asyncio.wait_for(proc.communicate(b""), 30)
+    _out, err = await asyncio.wait_for(proc.communicate(b""), 30)
     assert proc.returncode == 2
     lines = err.decode().strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("roundtable: OPENAI_API_KEY is missing")
@@ -106,7 +107,7 @@ async def test_a_second_console_on_the_same_group_is_refused_in_one_line(tmp_pat
             await asyncio.sleep(0.02)
         code, out, err = await run_console(tmp_path, srv.base_url, "@planner me too\n")
         first.stdin.close()
-        first_out, first_err = await asyncio.wait_for(first.communicate(), 30)
+        first_out, _first_err = await asyncio.wait_for(first.communicate(), 30)
     assert code == 2 and out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("roundtable: the group 'main' is open in another console (pid ")
@@ -144,3 +145,76 @@ async def test_a_console_beside_a_running_bot_never_touches_its_groups(tmp_path)
         finally:
             await bot.close()
             emu.release_all()
+
+
+async def test_piped_agent_add_without_prompt_is_an_error_and_the_next_line_a_message(tmp_path):
+    async with FakeOpenAI(GroupChatScript()) as srv:
+        code, out, err = await run_console(tmp_path, srv.base_url,
+                                           "/agent add name:planner role:plans\nYou plan trips.\n")
+    assert code == 0, err
+    assert out.splitlines()[:3] == [
+        ('error: System prompt for planner is missing: give it as prompt:"..." (the console asks for it only '
+         'when its input is a terminal).'),
+        "[you] You plan trips.",
+        ('No agents here yet: add one with /agent add name:planner role:"drafts the itinerary" '
+         'prompt:"You plan trips."'),
+    ]
+
+
+async def test_piped_hints_for_no_agents_and_unknown_tags(tmp_path):
+    script = GroupChatScript(agents={"budget": ["Fine by me."]})
+    session = ("hello?\nanyone?\n"
+               '/agent add name:planner role:plans prompt:"You plan."\n'
+               '/agent add name:budget role:costs prompt:"You count."\n'
+               "/agent disable name:planner\n"
+               "@plannr and @budget: `@code` is fine, so is bob@plannr.com\n")
+    async with FakeOpenAI(script) as srv:
+        code, out, err = await run_console(tmp_path, srv.base_url, session)
+    assert code == 0, err
+    lines = out.splitlines()
+    hint = ('No agents here yet: add one with /agent add name:planner role:"drafts the itinerary" '
+            'prompt:"You plan trips."')
+    assert lines[:3] == ["[you] hello?", hint, "[you] anyone?"]  # the hint once, not for every message
+    message = lines.index("[you] @plannr and @budget: `@code` is fine, so is bob@plannr.com")
+    assert lines[message + 1] == "@plannr is not an agent here (agents: budget)"
+    assert "[budget] Fine by me." in lines  # the message was posted and routed all the same
+    assert script.participant_order == ["budget"]
+
+
+async def test_piped_end_of_input_while_paused_says_what_waits_and_exits(tmp_path):
+    script = GroupChatScript(agents={"planner": ["Never asked."]})
+    session = ('/agent add name:planner role:plans prompt:"You plan."\n/roundtable pause\n'
+               "@planner one\ntwo\nthree\n")
+    async with FakeOpenAI(script) as srv:
+        code, out, err = await run_console(tmp_path, srv.base_url, session)
+    assert code == 0, err
+    assert out.splitlines()[-4:] == ["[you] @planner one", "[you] two", "[you] three",
+                                     "paused: 3 messages wait for /roundtable resume"]
+    assert script.calls == []
+
+
+async def test_sigint_stops_a_piped_console_at_once_and_interrupts_the_run(tmp_path):
+    import signal
+    import sqlite3
+    import time
+
+    script = GroupChatScript(agents={"planner": [Reply("Too late.", delay=60.0)]})
+    async with FakeOpenAI(script) as srv:
+        proc = await asyncio.create_subprocess_exec(
+            ROUNDTABLE, "--env-file", os.devnull, "console", "--db", str(tmp_path / "rt.db"),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env=clean_env(tmp_path, srv.base_url), cwd=tmp_path)
+        assert proc.stdin is not None
+        proc.stdin.write(b'/agent add name:planner role:plans prompt:"You plan."\n@planner go\n')
+        await proc.stdin.drain()  # and the input stays open: the reading thread is blocked on it
+        for _ in range(1500):
+            if script.participant_order:
+                break
+            await asyncio.sleep(0.02)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 130 and time.monotonic() - started < 15
+    assert "Traceback" not in err.decode() and "[you] @planner go" in out.decode()
+    with sqlite3.connect(tmp_path / "rt.db") as db:
+        assert db.execute("SELECT status FROM runs").fetchall() == [("interrupted",)]

@@ -4,17 +4,23 @@ Each input line is a slash command typed as text (`/agent add name:planner
 role:"drafts the itinerary" prompt:"You plan trips."`) or a message from the
 person (default `you`). Every public message is printed once as it is
 posted, as `[author] text`; notices as `[roundtable] text`; command answers as
-plain lines. At end of input the console waits until no agent is pending.
+plain lines. A message nobody can answer gets a hint (no agents yet, an @tag
+that names nobody). At end of input the console waits until no agent is
+pending (a paused group: it says how many messages wait, and ends).
+
+How lines are read and shown (prompt, line editing, the typing status, colour)
+is `bot.adapters.terminal`'s business; this module only says what to show.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-import sys
-from typing import AsyncIterator, Awaitable, Callable, TextIO
+from dataclasses import replace
+from typing import AsyncIterator, Protocol, TextIO
 
 from bot.adapters.commandline import parse_command
+from bot.adapters.terminal import ERROR_STYLE, Screen, and_list
 from bot.core import commands
 from bot.core.admin import Admin
 from bot.core.card import reply_lines
@@ -23,40 +29,67 @@ from bot.core.errors import Busy, InvalidInput, UserFacingError
 from bot.core.models import Agent, Episode, Group, GroupSettings, Message
 from bot.core.ports import Recorder
 from bot.core.prompts import SYSTEM_AUTHOR
+from bot.core.reading import Reader
 from bot.core.stop import strip_terminate
+from bot.core.tags import parse_tags, unknown_tags
 from bot.core.validation import message_text
 
 log = logging.getLogger(__name__)
 
-class ConsoleSurface:
-    """Prints public messages as `[author] text`."""
 
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
+class ConsoleSurface:
+    """Prints public messages as `[author] text`; shows `planner is typing…` while an agent works."""
+
+    def __init__(self, out: TextIO | Screen) -> None:
+        self.screen = out if isinstance(out, Screen) else Screen(out)
+        self.working_names: list[str] = []  # agents in a model call now, in the order they started
 
     def write(self, line: str) -> None:
-        self.out.write(line + "\n")
-        self.out.flush()
+        self.screen.print(self.screen.clean(line))
+
+    def error(self, text: str) -> None:
+        self.screen.print(f"{self.screen.paint('error:', ERROR_STYLE)} {self.screen.clean(text)}")
 
     async def publish(self, group: Group, message: Message, agent: Agent | None, *,
                       resume: bool = False, record: Recorder) -> None:
         if message.external_ids:
             return  # printed before (the terminal cannot be read back, so `resume` changes nothing)
         text = strip_terminate(message.text) if message.author_type == "agent" else message.text
-        self.write(f"[{message.author_name}] {text}")
+        author = self.screen.author(self.screen.clean(message.author_name), message.author_type)
+        self.screen.print(f"{author} {self.screen.clean(text)}", replaces_echo=message.author_type == "user")
         await record(f"console:{group.id}:{message.seq}")
 
     async def alert(self, group: Group, text: str) -> None:
-        self.write(f"[{SYSTEM_AUTHOR}] {text}")
+        self.screen.print(f"{self.screen.author(SYSTEM_AUTHOR, 'system')} {self.screen.clean(text)}")
 
     @contextlib.asynccontextmanager
     async def working(self, group: Group, agent: Agent) -> AsyncIterator[None]:
-        yield
+        self.working_names.append(agent.name)
+        self.screen.set_status(self.typing())
+        try:
+            yield
+        finally:
+            self.working_names.remove(agent.name)
+            self.screen.set_status(self.typing())
+
+    def typing(self) -> str | None:
+        """`planner is typing…`, `planner and budget are typing…`; None when nobody is."""
+        names = list(dict.fromkeys(self.working_names))
+        if not names:
+            return None
+        return f"{and_list(names)} {'is' if len(names) == 1 else 'are'} typing…"
 
     async def episode_updated(self, group: Group, episode: Episode) -> None:
         if not episode.running:
             self.write(f"episode #{episode.id} ended: {episode.status} after {episode.agent_turns} agent "
                        f"messages, {episode.total_tokens} tokens")
+
+
+class LineSource(Protocol):
+    async def __call__(self, *, more: bool = False) -> str:
+        """The next input line with its newline; "" at end of input. `more`: the line continues
+        an answer (on a terminal: the continuation prompt `...> `, not kept in the history)."""
+        ...
 
 
 class ConsoleCaller:
@@ -65,7 +98,7 @@ class ConsoleCaller:
     surface = "console"
     is_operator = True  # it is your terminal
 
-    def __init__(self, console: "Console", read_line: Callable[[], Awaitable[str]]) -> None:
+    def __init__(self, console: "Console", read_line: LineSource) -> None:
         self.console = console
         self.read_line = read_line
 
@@ -83,26 +116,49 @@ class ConsoleCaller:
         return console.group
 
     async def ask_text(self, label: str, current: str | None) -> str | None:
+        """Lines typed on the terminal up to a line holding only a dot, or Ctrl-D; an empty
+        answer keeps `current` (when there is one). From a pipe: an error, never the next line."""
         if not self.console.interactive:
             if current is not None:
                 return current
             raise InvalidInput(f"{label} is missing: give it as prompt:\"...\" (the console asks for it only "
                                "when its input is a terminal).")
-        keep = " (an empty first line keeps the current one)" if current is not None else ""
-        self.console.surface.write(f"{label}{keep}; end it with a line holding only a dot (.):")
+        write = self.console.surface.write
+        if current is None:
+            write(f"{label}: type it on one or more lines, then a line holding only a dot (.) or Ctrl-D to end it:")
+        else:
+            write(f"{label} now:")
+            for line in current.splitlines() or [""]:
+                write(f"  {line}")
+            write("Type a new one on one or more lines, then a line holding only a dot (.) or Ctrl-D to end it; "
+                  "an empty answer keeps the current one:")
         lines: list[str] = []
         while True:
-            line = await self.read_line()
+            line = await self.read_line(more=True)
             if not line or line.rstrip("\n") == ".":
-                break
-            if not lines and not line.strip() and current is not None:
-                return current
+                break  # Ctrl-D (end of input) or the dot
             lines.append(line.rstrip("\n"))
-        return "\n".join(lines)
-
+        answer = "\n".join(lines)
+        if current is not None and not answer.strip():
+            write("Kept the current system prompt.")
+            return current
+        return answer
 
     async def keep_image(self, image: object, label: str) -> str:
         raise InvalidInput("The console takes pictures as URLs: give avatar:https://...")
+
+    @property
+    def reader(self) -> Reader:
+        """The person at the terminal (--as), for their read cursors."""
+        return Reader(self.console.person, self.console.person)
+
+    def link(self, group: Group, message: Message) -> str:
+        return f"#{message.seq}"
+
+    async def reading_groups(self) -> list[tuple[Group, bool]]:
+        """/inbox in the console looks in its own group (where the person is an operator)."""
+        group = await self.group()
+        return [(group, True)] if group is not None else []
 
 
 class Console:
@@ -116,6 +172,7 @@ class Console:
         self.defaults = defaults
         self.interactive = interactive  # input is a terminal: the console may ask for what is missing
         self.group: Group | None = None
+        self._hinted_for: tuple[tuple[str, bool], ...] | None = None  # the roster the no-agents hint was for
 
     async def open(self) -> Group:
         """Open (or set up) this console's group and take it: one process at a time runs a group.
@@ -130,20 +187,84 @@ class Console:
                        "or open another group with --group NAME")
         return self.group
 
-    async def run(self, read_line: Callable[[], Awaitable[str]], *, greet: bool = False) -> None:
+    async def run(self, read_line: LineSource, *, greet: bool = False) -> None:
+        """Read and handle lines to the end of input, then wait for the agents (not while paused).
+        Cancelled (Ctrl-C): say which agents were interrupted; the engine's close records their runs."""
         group = await self.open()
-        if greet:
-            agents = await self.engine.store.list_agents(group.id)
-            self.surface.write(f"Roundtable console: group {group.name}, {len(agents)} agent(s), mode "
-                               f"{group.settings.mode}. Type a message, or /help for commands; Ctrl-D to quit.")
-        while True:
-            line = await read_line()
-            if not line:
-                break
-            await self.handle(line.rstrip("\n"), read_line)
-        await self.engine.wait_idle(group.id)
+        try:
+            if greet:
+                agents = await self.engine.store.list_agents(group.id)
+                self.surface.write(
+                    f"Roundtable console: group {group.name}, {_count(len(agents), 'agent')}, mode "
+                    f"{group.settings.mode}. Type a message, or /help for commands; Ctrl-D quits once the "
+                    "agents are done, Ctrl-C at once.")
+            while True:
+                line = await read_line()
+                if not line:
+                    break
+                await self.handle(line.rstrip("\n"), read_line)
+            await self.finish()
+        except asyncio.CancelledError:
+            self.stopped()
+            raise
 
-    async def handle(self, line: str, read_line: Callable[[], Awaitable[str]]) -> None:
+    async def finish(self) -> None:
+        """End of input: a paused group says what waits and ends now; else wait for the agents."""
+        assert self.group is not None
+        group = await self.engine.store.get_group(self.group.id)
+        if group.paused:
+            held = await self.held(group)
+            if held:
+                wait = "message waits" if held == 1 else "messages wait"
+                self.surface.write(f"paused: {held} {wait} for /roundtable resume")
+            return
+        idle = asyncio.ensure_future(self.engine.wait_idle(group.id))
+        try:
+            if self.interactive:
+                await self._say_what_it_waits_for(group, idle)
+            await idle
+        finally:
+            idle.cancel()
+
+    async def _say_what_it_waits_for(self, group: Group, idle: asyncio.Future[None]) -> None:
+        """`waiting for planner… (Ctrl-C to stop now)` unless the engine is idle (or soon is:
+        a speaker may still be being chosen, then named)."""
+        names = await self.waiting_for(group)
+        if not names:
+            done, _ = await asyncio.wait({idle}, timeout=0.5)
+            if done:
+                return
+            names = await self.waiting_for(await self.engine.store.get_group(group.id)) or ["the agents"]
+        self.surface.write(f"waiting for {and_list(names)}… (Ctrl-C to stop now)")
+
+    def stopped(self) -> None:
+        self.surface.screen.finish()
+        names = list(dict.fromkeys(self.surface.working_names))
+        if names and self.interactive:
+            were = "was" if len(names) == 1 else "were"
+            self.surface.write(f"stopped: {and_list(names)} {were} interrupted and will answer on the next start.")
+
+    async def held(self, group: Group) -> int:
+        """Messages (not notices) after the cursor of the enabled agent furthest behind."""
+        agents = await self.engine.store.list_agents(group.id, enabled_only=True)
+        if not agents:
+            return 0
+        rows = await self.engine.store.messages(group.id, after=min(a.delivered_through for a in agents))
+        return sum(1 for m in rows if m.author_type != "system")
+
+    async def waiting_for(self, group: Group) -> list[str]:
+        """The agents working now, then those a routed message still selects."""
+        names = list(dict.fromkeys(self.surface.working_names))
+        agents = await self.engine.store.list_agents(group.id, enabled_only=True)
+        behind = [a for a in agents if a.delivered_through < group.latest_seq and a.name not in names]
+        if behind:
+            decisions = await self.engine.store.decisions(
+                group.id, after=min(a.delivered_through for a in behind), through=group.latest_seq)
+            names += [a.name for a in behind
+                      if any(a.id in d.agent_ids for seq, d in decisions.items() if seq > a.delivered_through)]
+        return names
+
+    async def handle(self, line: str, read_line: LineSource) -> None:
         assert self.group is not None
         if not line.strip():
             return
@@ -156,19 +277,51 @@ class Console:
                     for out in reply_lines(answer):
                         self.surface.write(out)
             else:
-                self.group = await self.engine.store.get_group(self.group.id)
-                if not self.group.enabled:
-                    raise InvalidInput("Roundtable is off in this group: /roundtable setup turns it back on.")
-                await self.engine.post_user_message(self.group, author_name=self.person, user_id=self.person,
-                                                    text=message_text(line))
+                await self.post(line)
         except UserFacingError as exc:
-            self.surface.write(f"error: {exc}")
+            self.surface.error(str(exc))
+
+    async def post(self, line: str) -> None:
+        """A message from the person; a hint when no agent can answer it or a tag names nobody."""
+        assert self.group is not None
+        self.group = await self.engine.store.get_group(self.group.id)
+        if not self.group.enabled:
+            raise InvalidInput("Roundtable is off in this group: /roundtable setup turns it back on.")
+        text = message_text(line)
+        await self.engine.post_user_message(self.group, author_name=self.person, user_id=self.person, text=text)
+        for hint in await self.hints(text):
+            self.surface.write(hint)
+
+    async def hints(self, text: str) -> list[str]:
+        assert self.group is not None
+        roster = await self.engine.store.list_agents(self.group.id)
+        enabled = [a.name for a in roster if a.enabled]
+        if not enabled:
+            roster_now = tuple((a.name, a.enabled) for a in roster)
+            if roster_now == self._hinted_for:
+                return []  # said once for this roster
+            self._hinted_for = roster_now
+            if not roster:
+                return [NO_AGENTS]
+            off = [a.name for a in roster]
+            are = "is" if len(off) == 1 else "are"
+            return [f"No agent here is on ({and_list(off)} {are} disabled): /agent enable name:{off[0]} lets it answer."]
+        self._hinted_for = None
+        lines: list[str] = []
+        unknown = [f"@{name}" for name in unknown_tags(text, roster)]
+        if unknown:
+            are = "is not an agent" if len(unknown) == 1 else "are not agents"
+            lines.append(f"{and_list(unknown)} {are} here (agents: {', '.join(enabled)})")
+        everyone_on = [replace(a, enabled=True) for a in roster]
+        for name in parse_tags(text, everyone_on).agent_names:
+            if name not in enabled:
+                lines.append(f"@{name} is disabled: /agent enable name:{name} lets it answer.")
+        return lines
 
 
-def stdin_reader(stream: TextIO = sys.stdin) -> Callable[[], Awaitable[str]]:
-    loop = asyncio.get_running_loop()
+NO_AGENTS = ('No agents here yet: add one with /agent add name:planner role:"drafts the itinerary" '
+             'prompt:"You plan trips."')
 
-    async def read_line() -> str:
-        return await loop.run_in_executor(None, stream.readline)
 
-    return read_line
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -16,6 +16,7 @@ from bot.core.context import choose_window, token_cost
 from bot.core.engine import Engine
 from bot.core.errors import InvalidInput, NotFound
 from bot.core.models import Agent, Decision, Group, GroupSettings
+from bot.core.reading import Reader, Reading
 
 CONFIG_FIELDS = {  # option name -> GroupSettings field
     "mode": "mode", "max_turns": "max_agent_turns", "allow_repeat": "allow_repeat",
@@ -75,6 +76,8 @@ class Admin:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.store = engine.store
+        self.reading = Reading(engine.store, engine.llm,
+                               lambda group: group.settings.selector_model or engine.selector_model)
 
     async def setup(self, key: str, name: str, settings: GroupSettings, **ids: str | None) -> Group:
         group = await self.store.create_group(key, name, settings, **ids)
@@ -109,7 +112,7 @@ class Admin:
             return "No episode is running."
         return f"Stopped the episode after {episode.agent_turns} agent messages."
 
-    async def status(self, group: Group) -> Card:
+    async def status(self, group: Group, viewer: Reader | None = None) -> Card:
         group = await self.store.get_group(group.id)
         state = "paused" if group.paused else "on" if group.enabled else "off"
         fields = [Field("messages", str(group.latest_seq)),
@@ -131,6 +134,8 @@ class Admin:
             fields.append(Field("context", seen, inline=False))
         if group.delivery_problem:
             fields.append(Field("delivery problem", group.delivery_problem, inline=False))
+        if viewer is not None:
+            fields.append(Field("unread for you", str(await self.reading.unread_count(group, viewer))))
         fields.extend(settings_fields(group.settings))
         tone: Tone = "bad" if group.delivery_problem else "warning" if state != "on" else "good"
         return Card(f"{group.name} ({state})", fields=tuple(fields), tone=tone)

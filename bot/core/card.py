@@ -1,7 +1,8 @@
 """A command's answer when it is a table of facts (status, list, show, why, usage).
 
-Discord shows a `Card` as an embed (title, fields, colour, thumbnail, footer);
-the console prints `Card.lines()`. Plain answers stay plain text.
+Discord shows a `Card` as an embed (title, fields, colour, thumbnail, footer,
+and a Mark read button); the console prints `Card.lines()`. Plain answers stay
+plain text.
 """
 from __future__ import annotations
 
@@ -19,6 +20,14 @@ class Field:
 
 
 @dataclass(frozen=True)
+class MarkRead:
+    """An offer to mark rows read: each (group id, seq) moves the asker's cursor of that
+    group through seq. Discord shows it as a Mark read button; the console names /read."""
+
+    through: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
 class Card:
     title: str
     description: str = ""
@@ -26,6 +35,8 @@ class Card:
     tone: Tone = "neutral"
     thumbnail_url: str | None = None
     footer: str = ""
+    mark_read: MarkRead | None = None
+    page_size: int | None = None  # fields per page where a surface pages long cards
 
     def lines(self) -> list[str]:
         """The card as plain lines: the title, the description, one `name: value` per field."""
@@ -38,6 +49,8 @@ class Card:
             out.extend(f"    {more}" for more in value[1:])
         if self.footer:
             out.append(f"  ({self.footer})")
+        if self.mark_read is not None:
+            out.append("  (/read marks it read)")
         return out
 
 

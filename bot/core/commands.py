@@ -19,7 +19,8 @@ from bot.core import validation as v
 from bot.core.admin import Admin
 from bot.core.card import Reply
 from bot.core.errors import Forbidden, InvalidInput, UserFacingError
-from bot.core.models import MAX_TURNS_RANGE, MODES, Group
+from bot.core.models import MAX_TURNS_RANGE, MODES, Group, Message
+from bot.core.reading import Reader
 
 Kind = Literal["text", "long_text", "integer", "number", "boolean", "choice", "role", "message", "agent", "image"]
 Who = Literal["everyone", "operators", "operators_to_change"]
@@ -69,6 +70,20 @@ class Caller(Protocol):
         """A lasting URL for an image given as an `image` option (Discord: an attachment)."""
         ...
 
+    @property
+    def reader(self) -> Reader:
+        """Who asks, for their read cursors."""
+        ...
+
+    def link(self, group: Group, message: Message) -> str:
+        """Where a message can be seen (Discord: a jump link; the console: #seq)."""
+        ...
+
+    async def reading_groups(self) -> list[tuple[Group, bool]]:
+        """The groups /inbox looks in (Discord: this server's), each with whether the asker
+        is one of its operators (then `@user` tags them)."""
+        ...
+
 
 @dataclass
 class Invocation:
@@ -102,6 +117,7 @@ class Command:
     options: tuple[Option, ...] = ()
     who: Who = "everyone"
     needs_group: bool = True
+    slow: bool = False  # a model call: surfaces show that it works (Discord defers the answer)
 
     @property
     def name(self) -> str:
@@ -218,6 +234,18 @@ def _agent_verb(verb: Callable[[Admin, Group, str], Awaitable[Reply]]) -> Handle
     return handler
 
 
+async def _unread(inv: Invocation) -> Reply:
+    return await inv.admin.reading.unread(inv.group, inv.caller.reader, inv.caller.is_operator, inv.caller.link)
+
+
+async def _inbox(inv: Invocation) -> Reply:
+    return await inv.admin.reading.inbox(await inv.caller.reading_groups(), inv.caller.reader, inv.caller.link)
+
+
+async def _catchup(inv: Invocation) -> Reply:
+    return await inv.admin.reading.catchup(inv.group, inv.caller.reader, inv.caller.is_operator, inv.caller.link)
+
+
 async def _help(inv: Invocation) -> Reply:
     return help_text(inv.caller.surface)
 
@@ -268,7 +296,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(("roundtable", "stop"), "End the current episode", lambda inv: inv.admin.stop(inv.group),
             who="operators"),
     Command(("roundtable", "status"), "Settings, the episode, the agents' cursors, the last decision",
-            lambda inv: inv.admin.status(inv.group)),
+            lambda inv: inv.admin.status(inv.group, inv.caller.reader)),
     Command(("roundtable", "why"), "Why a message went to whom (default: the latest)",
             lambda inv: inv.admin.why(inv.group, inv.text("message")),
             (Option("message", "a message link, id or number", "message"),)),
@@ -303,5 +331,9 @@ COMMANDS: tuple[Command, ...] = (
             _agent_verb(lambda a, g, n: a.set_enabled(g, n, False)), (AGENT,), who="operators"),
     Command(("agent", "show"), "An agent's settings and system prompt", _agent_verb(Admin.show_agent), (AGENT,)),
     Command(("agent", "list"), "The roster", lambda inv: inv.admin.list_agents(inv.group)),
+    Command(("unread",), "How many messages you have not read here, and which of them tag you", _unread),
+    Command(("inbox",), "The messages that tag you, in every group of this server", _inbox, needs_group=False),
+    Command(("read",), "Mark everything here read", lambda inv: inv.admin.reading.read(inv.group, inv.caller.reader)),
+    Command(("catchup",), "A short summary of what you missed here", _catchup, slow=True),
     Command(("help",), "These commands", _help, needs_group=False),
 )

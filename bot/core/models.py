@@ -222,6 +222,18 @@ class FinishedRun:
 
 
 @dataclass(frozen=True)
+class Summary:
+    """A model-written summary of rows after..through of a group (for /catchup)."""
+
+    after: int
+    through: int
+    text: str
+    omitted: int = 0  # the oldest rows left out to fit the budget
+    model: str = ""
+    created_at: float = 0.0
+
+
+@dataclass(frozen=True)
 class ChatMessage:
     """One message sent to a chat model."""
 

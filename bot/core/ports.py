@@ -22,6 +22,7 @@ from bot.core.models import (
     NewMessage,
     Run,
     RunResult,
+    Summary,
     Usage,
 )
 
@@ -287,6 +288,23 @@ class Store(Protocol):
 
     # read cursors -------------------------------------------------------
     async def get_seen(self, group_id: int, user_id: str) -> int | None: ...
+
+    async def remember_person(self, scope: str, user_id: str, names: Iterable[str]) -> None:
+        """`names` tag this person in `scope` (a Discord guild id, or a console group key) from now on."""
+        ...
+
+    async def people(self, scope: str) -> dict[str, str]:
+        """Name -> user id of the people known in `scope`."""
+        ...
+
+    async def tagging(self, group_id: int, user_id: str, *, after: int, operators: bool, limit: int) -> list[Message]:
+        """Rows after `after` tagging `user_id` (or every operator, when `operators`), oldest first."""
+        ...
+
+    async def get_summary(self, group_id: int, after: int, through: int, *, newer_than: float) -> Summary | None: ...
+
+    async def save_summary(self, group_id: int, summary: Summary, *, prompt_tokens: int = 0,
+                           completion_tokens: int = 0) -> None: ...
 
     async def mark_seen(self, group_id: int, user_id: str, seq: int) -> int:
         """Clamp to latest seq, never backwards; return the stored value."""

@@ -120,3 +120,23 @@ def _unique(agents: Iterable[Agent]) -> list[Agent]:
     for agent in agents:
         seen.setdefault(agent.id, agent)
     return list(seen.values())
+
+
+def unknown_tags(text: str, roster: Sequence[Agent]) -> tuple[str, ...]:
+    """The `@name`s in `text` that name no agent of `roster` (enabled or not), as typed,
+    once each (the first spelling), in order; a trailing '.' or '-' is punctuation.
+
+    Everything `parse_tags` skips is skipped here too: code, e-mail addresses, URLs,
+    escaped `\\@name`, `@user`, `@all`, `@everyone`, `@here`, and real tags.
+    """
+    names = {_name_key(a.name): a for a in roster}
+    plain = strip_links(strip_code(unicodedata.normalize("NFC", text)))
+    unknown: dict[str, str] = {}
+    for match in _AT_NAME.finditer(plain):
+        if _escaped(plain, match.start()):
+            continue
+        key, _agent = _match_name(match.group(1), names)
+        name = match.group(1).rstrip(_TRAILING)
+        if not key and name:
+            unknown.setdefault(_name_key(name), name)
+    return tuple(unknown.values())

@@ -1,7 +1,7 @@
 import pytest
 
 from bot.core.models import Agent
-from bot.core.tags import parse_tags, with_agents
+from bot.core.tags import parse_tags, unknown_tags, with_agents
 
 ROSTER = [
     Agent(1, 1, "planner", "plans", "p"),
@@ -94,3 +94,28 @@ def test_parse_tags_urls_escapes_and_unicode(text, agents, users):
 def test_decomposed_roster_name_is_matched_too():
     roster = [Agent(7, 1, "Cafe\u0301", "brews", "p")]  # a name that somehow was not stored NFC
     assert parse_tags("@Café hi", roster).agent_ids == (7,)
+
+
+@pytest.mark.parametrize(
+    "text, unknown",
+    [
+        ("@plannr draft a trip", ("plannr",)),
+        ("@planner and @budget", ()),
+        ("@sleepy is disabled, not unknown", ()),
+        ("ask @local.guide. then @locl.", ("locl",)),
+        ("@Plannr, @PLANNR and @plannr", ("Plannr",)),
+        ("@plannr then @budgt", ("plannr", "budgt")),
+        ("@planner-ish", ("planner-ish",)),
+        ("@user @all @everyone @here @USER", ()),
+        ("mail bob@plannr.com please", ()),
+        ("`@plannr` and ```\n@budgt\n```", ()),
+        ("read https://medium.com/@plannr/x and <https://x.io/@budgt>", ()),
+        (r"\@plannr is literal", ()),
+        ("(@plannr)", ("plannr",)),
+        ("@Cafe\u0301 and @CAFÉ", ("Café",)),
+        ("@ alone, @. and @-", ()),
+        ("", ()),
+    ],
+)
+def test_unknown_tags(text, unknown):
+    assert unknown_tags(text, ROSTER) == unknown

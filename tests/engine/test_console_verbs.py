@@ -5,7 +5,7 @@ import io
 
 import pytest
 
-from bot.adapters.console import Console, ConsoleSurface
+from bot.adapters.console import NO_AGENTS, Console, ConsoleSurface
 from bot.adapters.tokens import make_token_counter
 from bot.core.engine import Engine
 from bot.core.models import GroupSettings
@@ -25,8 +25,8 @@ async def console(tmp_path):
     await engine.start()
     lines: list[str] = []
 
-    async def read_line() -> str:
-        return lines.pop(0) if lines else ""
+    async def read_line(*, more: bool = False) -> str:
+        return lines.pop(0) + "\n" if lines else ""
 
     async def send(*inputs: str) -> list[str]:
         start = len(out.getvalue())
@@ -53,13 +53,14 @@ async def test_agent_verbs_and_errors(console):
     assert out == ["Added planner: drafts the itinerary. Tag it with @planner."]
     console.pending_input.extend(["You check costs.", "Every one of them.", "."])
     out = await console.send("/agent add name:budget role:costs")
-    assert out == ["System prompt for budget; end it with a line holding only a dot (.):",
+    assert out == [("System prompt for budget: type it on one or more lines, then a line holding only a dot (.) "
+                    "or Ctrl-D to end it:"),
                    "Added budget: costs. Tag it with @budget."]
     assert (await console.store_agent("budget")).system_prompt == "You check costs.\nEvery one of them."
     console.interactive = False  # input from a pipe: the next line is never taken as the prompt
     out = await console.send("/agent add name:local role:knows")
-    assert out == ['error: System prompt for local is missing: give it as prompt:"..." (the console asks for it '
-                   'only when its input is a terminal).']
+    assert out == [('error: System prompt for local is missing: give it as prompt:"..." (the console asks for it '
+                    'only when its input is a terminal).')]
     assert (await console.send("/agent add name:PLANNER role:r prompt:p")) == [
         "error: An agent named 'planner' is already in this group; choose another name."]
     assert (await console.send("/agent add name:all role:r prompt:p"))[0].startswith("error: 'all' is reserved")
@@ -110,3 +111,32 @@ async def test_roundtable_verbs(console):
     assert (await console.send("/roundtable disable"))[0].startswith("Roundtable is off")
     assert (await console.send("hello?"))[0].startswith("error: Roundtable is off")
     assert (await console.send("/roundtable setup"))[0].startswith("Roundtable is on in main (mode tags, max_turns 12)")
+
+
+async def test_hints_when_nobody_can_answer_or_a_tag_names_nobody(console):
+    assert (await console.send("hi"))[:2] == ["[you] hi", NO_AGENTS]
+    assert NO_AGENTS not in await console.send("again?")  # once, while the roster stays the same
+    await console.send('/agent add name:planner role:plans prompt:"You plan."',
+                       '/agent add name:budget role:costs prompt:"You count."',
+                       "/agent disable name:planner", "/agent disable name:budget")
+    assert (await console.send("hello"))[:2] == [
+        "[you] hello", "No agent here is on (planner and budget are disabled): /agent enable name:planner lets it answer."]
+    await console.send("/agent enable name:planner")
+    out = await console.send("@budget, @plannr and @Plannr. @all @user @everyone `@x` a@b.c http://x.io/@y")
+    assert out[1:3] == ["@plannr is not an agent here (agents: planner)",
+                        "@budget is disabled: /agent enable name:budget lets it answer."]
+    out = await console.send("@zed @yan")
+    assert out[1] == "@zed and @yan are not agents here (agents: planner)"
+    assert not any(line.startswith("@") for line in await console.send("@planner fine"))
+
+
+async def test_end_of_input_while_paused_counts_what_waits(console):
+    await console.send('/agent add name:planner role:plans prompt:"You plan."', "/roundtable pause")
+    await console.send("one", "two")
+    start = len(console.surface.screen.out.getvalue())
+    await console.finish()
+    assert console.surface.screen.out.getvalue()[start:] == "paused: 2 messages wait for /roundtable resume\n"
+    await console.send("/roundtable resume")
+    start = len(console.surface.screen.out.getvalue())
+    await console.finish()
+    assert "paused" not in console.surface.screen.out.getvalue()[start:]

@@ -16,19 +16,22 @@ import dataclasses
 import inspect
 import io
 import logging
+import re
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 
 import discord
 from discord import app_commands
 
-from bot.adapters.discord.render import split_message
+from bot.adapters.discord.events import person_names
+from bot.adapters.discord.render import jump_link, split_message
 from bot.core import commands as declared
 from bot.core import validation as v
 from bot.core.admin import Admin
-from bot.core.card import Card, Reply
+from bot.core.card import Card, MarkRead, Reply
 from bot.core.commands import Command, Option
 from bot.core.errors import UserFacingError
-from bot.core.models import Group
+from bot.core.models import Group, Message
+from bot.core.reading import Reader
 
 if TYPE_CHECKING:
     from bot.adapters.discord.client import RoundtableBot
@@ -73,18 +76,88 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+def pages(card: Card) -> list[Card]:
+    """A card cut into pages of `card.page_size` fields (one page when it has no page size)."""
+    size = card.page_size or len(card.fields) or 1
+    chunks = [card.fields[i:i + size] for i in range(0, len(card.fields), size)] or [()]
+    if len(chunks) == 1:
+        return [card]
+    return [dataclasses.replace(card, fields=chunk, footer=" · ".join(
+        filter(None, [f"page {n} of {len(chunks)}", card.footer]))) for n, chunk in enumerate(chunks, 1)]
+
+
+class MarkReadButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"roundtable:read:(?P<marks>[0-9.,]+)"):
+    """Mark read: moves the clicker's cursor of each group through its seq. It works after a
+    restart too: its custom_id carries the marks (`roundtable:read:<group>.<seq>,...`)."""
+
+    def __init__(self, marks: str) -> None:
+        super().__init__(discord.ui.Button(label="Mark read", style=discord.ButtonStyle.primary, emoji="✅",
+                                           custom_id=f"roundtable:read:{marks}"))
+        self.marks = marks
+
+    @classmethod
+    def of(cls, mark: MarkRead) -> "MarkReadButton":
+        return cls(",".join(f"{group_id}.{seq}" for group_id, seq in mark.through))
+
+    @classmethod
+    async def from_custom_id(cls, interaction: discord.Interaction, item: discord.ui.Item[Any],
+                             match: re.Match[str]) -> "MarkReadButton":
+        return cls(match["marks"])
+
+    async def callback(self, interaction: discord.Interaction) -> None:  # type: ignore[override]
+        marks = [(int(g), int(q)) for g, q in (pair.split(".") for pair in self.marks.split(",") if pair)]
+        reading = interaction.client.slash.admin.reading  # type: ignore[attr-defined]
+        await reading.mark(marks, reader_of(interaction))
+        await interaction.response.edit_message(content="✅ Marked read.", embeds=[], view=None)
+
+
+class Pager(discord.ui.View):
+    """Newer/Older buttons over the pages of one answer (and its Mark read button)."""
+
+    def __init__(self, cards: list[Card], mark: MarkRead | None) -> None:
+        super().__init__(timeout=900)
+        self.cards, self.page = cards, 0
+        if len(cards) > 1:
+            self.newer.disabled = True
+        else:
+            self.remove_item(self.newer)
+            self.remove_item(self.older)
+        if mark is not None:
+            self.add_item(MarkReadButton.of(mark))
+
+    @discord.ui.button(label="◀ Newer", style=discord.ButtonStyle.secondary)
+    async def newer(self, interaction: discord.Interaction, button: discord.ui.Button[Any]) -> None:
+        await self.turn(interaction, -1)
+
+    @discord.ui.button(label="Older ▶", style=discord.ButtonStyle.secondary)
+    async def older(self, interaction: discord.Interaction, button: discord.ui.Button[Any]) -> None:
+        await self.turn(interaction, +1)
+
+    async def turn(self, interaction: discord.Interaction, step: int) -> None:
+        self.page = max(0, min(len(self.cards) - 1, self.page + step))
+        self.newer.disabled, self.older.disabled = self.page == 0, self.page == len(self.cards) - 1
+        await interaction.response.edit_message(embed=card_embed(self.cards[self.page]), view=self)
+
+
 async def answer(interaction: discord.Interaction, reply: Reply) -> None:
-    """An ephemeral answer: text (split when long) or embeds."""
+    """An ephemeral answer: text (split when long), or embeds with their buttons (pages, Mark read)."""
     if isinstance(reply, str):
         parts: list[dict[str, Any]] = [{"content": chunk} for chunk in split_message(reply) or ["(nothing to show)"]]
+    elif isinstance(reply, Card) and (reply.mark_read is not None or reply.page_size):
+        cards = pages(reply)
+        parts = [{"embed": card_embed(cards[0]), "view": Pager(cards, reply.mark_read)}]
     else:
-        cards = (reply,) if isinstance(reply, Card) else reply
+        cards = [reply] if isinstance(reply, Card) else list(reply)
         parts = [{"embeds": [card_embed(c) for c in cards[i:i + 10]]} for i in range(0, len(cards), 10)]
     for part in parts:
         if interaction.response.is_done():
             await interaction.followup.send(ephemeral=True, **part)
         else:
             await interaction.response.send_message(ephemeral=True, **part)
+
+
+def reader_of(interaction: discord.Interaction) -> Reader:
+    return Reader(str(interaction.user.id), interaction.user.display_name)
 
 
 class PromptModal(discord.ui.Modal):
@@ -158,6 +231,22 @@ class DiscordCaller:
         await self.interaction.response.send_modal(PromptModal(label, current, submitted))
         return None
 
+    @property
+    def reader(self) -> Reader:
+        return reader_of(self.interaction)
+
+    def link(self, group: Group, message: Message) -> str:
+        if group.guild_id and group.channel_id and message.external_ids and message.external_ids[0].isdigit():
+            return jump_link(group.guild_id, group.channel_id, message.external_ids[0])
+        return f"#{message.seq}"
+
+    async def reading_groups(self) -> list[tuple[Group, bool]]:
+        guild = self.interaction.guild
+        if guild is None:
+            return []
+        groups = await self.slash.store.list_groups(guild_id=str(guild.id))
+        return [(g, is_operator(self.interaction.user, g)) for g in groups if g.key.startswith("discord:")]
+
     async def keep_image(self, image: object, label: str) -> str:
         """Post the attachment in the channel as the bot, so Discord keeps it (an option's
         attachment is deleted after a while), and answer that message's attachment URL.
@@ -190,6 +279,11 @@ class SlashCommands:
         self.store = bot.engine.store
 
     async def invoke(self, interaction: discord.Interaction, command: Command, given: Mapping[str, object]) -> None:
+        if command.slow and not interaction.response.is_done():  # a model call: Discord waits only 3 s
+            await interaction.response.defer(ephemeral=True, thinking=True)
+        if interaction.guild is not None:  # `@name` tags this person from now on
+            await self.store.remember_person(str(interaction.guild.id), str(interaction.user.id),
+                                             person_names(interaction.user))
         try:
             reply = await declared.run(command, self.admin, DiscordCaller(self, interaction, command, given), given)
         except UserFacingError as exc:
@@ -216,6 +310,7 @@ class SlashCommands:
 
     # building the tree ----------------------------------------------------------
     def register(self, tree: app_commands.CommandTree) -> None:
+        self.bot.add_dynamic_items(MarkReadButton)
         groups = {name: app_commands.Group(name=name, description=text, guild_only=True)
                   for name, text in GROUP_DESCRIPTIONS.items()}
         for command in declared.COMMANDS:

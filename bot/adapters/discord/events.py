@@ -47,6 +47,11 @@ def message_text(message: discord.Message) -> str:
     return "\n".join(parts)
 
 
+def person_names(user: discord.abc.User) -> list[str]:
+    """How people tag this person: their username and their display name."""
+    return list(dict.fromkeys([user.name, user.display_name]))
+
+
 def later(a: str | None, b: str | None) -> str | None:
     """The larger of two Discord ids (None is smallest)."""
     if a is None or b is None:
@@ -196,6 +201,8 @@ class Ingest:
             return False
         if await self.store.find_message_by_external_id(str(message.id)) is not None:
             return False
+        if group.guild_id is not None:  # `@name` tags this person from now on
+            await self.store.remember_person(group.guild_id, str(message.author.id), person_names(message.author))
         replied: list[Agent] = []
         if message.reference is not None and message.reference.message_id is not None:
             target = await self.store.find_message_by_external_id(str(message.reference.message_id))

@@ -1,0 +1,76 @@
+"""Store methods for "what did I miss": people's names, the rows that tag a person,
+stored catch-up summaries. Read cursors themselves are in `storage.ledger`."""
+from __future__ import annotations
+
+import logging
+from typing import Iterable
+
+from bot.core.models import Message, Summary
+from bot.core.validation import name_key
+from storage.ledger import LedgerMixin
+from storage.rows import to_message
+
+log = logging.getLogger(__name__)
+
+
+class ReadingMixin(LedgerMixin):
+    # people ---------------------------------------------------------------
+    async def remember_person(self, scope: str, user_id: str, names: Iterable[str]) -> None:
+        """`names` are how the person is tagged in `scope` (a guild, a console group) from now on."""
+        usable = {name_key(n): n for n in names if n and n.strip()}
+        if not usable:
+            return
+        async with self._write() as db:
+            for key, name in usable.items():
+                await self._exec(
+                    db,
+                    "INSERT INTO person_names (scope, name_key, name, user_id, updated_at) VALUES (?, ?, ?, ?, ?)"
+                    " ON CONFLICT (scope, name_key) DO UPDATE SET name = excluded.name,"
+                    " user_id = excluded.user_id, updated_at = excluded.updated_at"
+                    " WHERE person_names.user_id != excluded.user_id OR person_names.name != excluded.name",
+                    (scope, key, name, user_id, self._now()),
+                )
+
+    async def people(self, scope: str) -> dict[str, str]:
+        """Name -> user id of the people known in `scope`."""
+        async with self._read() as db:
+            rows = await self._all(db, "SELECT name, user_id FROM person_names WHERE scope = ?", (scope,))
+        return {str(r[0]): str(r[1]) for r in rows}
+
+    # rows that tag a person ---------------------------------------------------
+    async def tagging(self, group_id: int, user_id: str, *, after: int, operators: bool, limit: int) -> list[Message]:
+        """Rows after `after` that tag `user_id` (or every operator, when `operators`), oldest first."""
+        sql = ("SELECT * FROM messages WHERE group_id = ? AND seq > ? AND (EXISTS"
+               " (SELECT 1 FROM json_each(messages.tags, '$.user_ids') WHERE json_each.value = ?)")
+        params: list[object] = [group_id, after, user_id]
+        if operators:
+            sql += " OR json_extract(messages.tags, '$.operators') = 1"
+        sql += ") ORDER BY seq LIMIT ?"
+        params.append(limit)
+        async with self._read() as db:
+            rows = await self._all(db, sql, params)
+        return [to_message(row) for row in rows]
+
+    # catch-up summaries ------------------------------------------------------
+    async def get_summary(self, group_id: int, after: int, through: int, *, newer_than: float) -> Summary | None:
+        async with self._read() as db:
+            row = await self._one(
+                db, "SELECT * FROM summaries WHERE group_id = ? AND after_seq = ? AND through_seq = ?"
+                    " AND created_at > ?", (group_id, after, through, newer_than))
+        if row is None:
+            return None
+        return Summary(int(row["after_seq"]), int(row["through_seq"]), row["text"], int(row["omitted"]),
+                       row["model"], float(row["created_at"]))
+
+    async def save_summary(self, group_id: int, summary: Summary, *, prompt_tokens: int = 0,
+                           completion_tokens: int = 0) -> None:
+        async with self._write() as db:
+            await self._exec(
+                db,
+                "INSERT INTO summaries (group_id, after_seq, through_seq, text, omitted, model, prompt_tokens,"
+                " completion_tokens, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (group_id, after_seq, through_seq) DO UPDATE SET text = excluded.text,"
+                " omitted = excluded.omitted, model = excluded.model, created_at = excluded.created_at",
+                (group_id, summary.after, summary.through, summary.text, summary.omitted, summary.model,
+                 prompt_tokens, completion_tokens, self._now()),
+            )
