@@ -85,7 +85,7 @@ class _Reader:
 def _in_range(low: float, high: float, cast: Callable[[str], T]) -> Callable[[str], T]:
     def parse(raw: str) -> T:
         value = cast(raw)
-        if not low <= value <= high:  # type: ignore[operator]
+        if not low <= value <= high:  # type: ignore[operator]  # values from _in_range's casts are ordered
             raise ValueError(raw)
         return value
     return parse

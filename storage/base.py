@@ -124,7 +124,7 @@ class StoreBase:
     @staticmethod
     async def _one(db: aiosqlite.Connection, sql: str, params: Params = ()) -> sqlite3.Row | None:
         rows = await db.execute_fetchall(sql, params)
-        return rows[0] if rows else None  # type: ignore[index]
+        return rows[0] if rows else None  # type: ignore[index]  # aiosqlite's rows are a list
 
     @staticmethod
     async def _all(db: aiosqlite.Connection, sql: str, params: Params = ()) -> list[sqlite3.Row]:

@@ -218,3 +218,26 @@ async def test_sigint_stops_a_piped_console_at_once_and_interrupts_the_run(tmp_p
     assert "Traceback" not in err.decode() and "[you] @planner go" in out.decode()
     with sqlite3.connect(tmp_path / "rt.db") as db:
         assert db.execute("SELECT status FROM runs").fetchall() == [("interrupted",)]
+
+
+async def test_the_four_reading_verbs_in_the_console(tmp_path):
+    script = GroupChatScript(selector=["TERMINATE"] * 10, default_agent_reply=lambda name, n: f"{name} note {n}",
+                             summary=["Bob asked the planner twice; it answered both."])
+    async with FakeOpenAI(script) as srv:
+        setup = '/agent add name:planner role:plans prompt:"You plan."\n/read\n'
+        code, out, err = await run_console(tmp_path, srv.base_url, setup, "--as", "alice")
+        assert code == 0, err
+        await run_console(tmp_path, srv.base_url, "@planner one\n@planner two, and @alice please look\n",
+                          "--as", "bob")
+        code, out, err = await run_console(tmp_path, srv.base_url,
+                                           "/unread\n/inbox\n/catchup\n/catchup\n/read\n/unread\n", "--as", "alice")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert "4 unread messages in main" in lines
+    assert "  start reading at: #1 by bob" in lines
+    assert "  tag you: #2 bob: @planner two, and @alice please look" in lines
+    assert "1 message tags you" in lines and "  bob in main (#2): @planner two, and @alice please look" in lines
+    assert lines.count("Bob asked the planner twice; it answered both.") == 2  # the second one is stored
+    assert len([c for c in script.calls if c[0] == "other"]) == 1
+    assert "Marked main read through #4." in lines
+    assert lines[-1] == "Nothing new in main: you have read everything."

@@ -191,7 +191,8 @@ async def test_typing_status_shows_and_clears_without_garbling_the_typed_line(tm
         await tty.shows("[planner] Done, slowly.")
         await tty.shows("episode #1 ended")
         await tty.shows(lambda rows: not any("typing" in row for row in rows))
-        await tty.shows(lambda rows: tty.prompt_row() == "you> half a li" and tty.screen.cursor.x == len("you> half a "))
+        await tty.shows(lambda rows: tty.prompt_row() == "you> half a li"
+                        and tty.screen.cursor.x == len("you> half a "))
         tty.type("ne")  # typed at the cursor readline still has
         await tty.shows(lambda rows: tty.prompt_row() == "you> half a neli")
         rows = [row for row in tty.rows() if row]

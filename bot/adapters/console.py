@@ -180,6 +180,7 @@ class Console:
         key = f"console:{self.group_name}"
         existing = await self.engine.store.find_group(key)
         self.group = existing or await self.admin.setup(key, self.group_name, self.defaults)
+        await self.engine.store.remember_person(self.group.people_scope, self.person, [self.person])  # @you tags you
         await self.engine.start()
         holder = await self.engine.claim(self.group)
         if holder is not None:
@@ -305,10 +306,12 @@ class Console:
                 return [NO_AGENTS]
             off = [a.name for a in roster]
             are = "is" if len(off) == 1 else "are"
-            return [f"No agent here is on ({and_list(off)} {are} disabled): /agent enable name:{off[0]} lets it answer."]
+            return [f"No agent here is on ({and_list(off)} {are} disabled): "
+                    f"/agent enable name:{off[0]} lets it answer."]
         self._hinted_for = None
         lines: list[str] = []
-        unknown = [f"@{name}" for name in unknown_tags(text, roster)]
+        people = await self.engine.store.people(self.group.people_scope) if self.group else {}
+        unknown = [f"@{name}" for name in unknown_tags(text, roster, people)]
         if unknown:
             are = "is not an agent" if len(unknown) == 1 else "are not agents"
             lines.append(f"{and_list(unknown)} {are} here (agents: {', '.join(enabled)})")

@@ -491,7 +491,7 @@ def _logs_through(screen: Screen, stderr: TextIO) -> Iterator[None]:
         for handler in logging.getLogger().handlers:
             if isinstance(handler, logging.StreamHandler) and handler.stream is stderr:
                 moved.append((handler, handler.stream))
-                handler.setStream(_ScreenStream(screen))  # type: ignore[arg-type]  # it has write and flush
+                handler.setStream(_ScreenStream(screen))
     try:
         yield
     finally:

@@ -196,7 +196,8 @@ class Engine:
         `external_ids` is already a row.
         """
         roster = await self.store.list_agents(group.id)
-        tags = with_agents(parse_tags(text, roster), [a for a in extra_agents if a.enabled])
+        people = await self.store.people(group.people_scope)
+        tags = with_agents(parse_tags(text, roster, people=people), [a for a in extra_agents if a.enabled])
         new = NewMessage(
             author_type="user",
             author_name=author_name,

@@ -61,6 +61,11 @@ class Group:
     watermark: str | None = None  # newest channel message id with every earlier one ingested (Discord)
     delivery_problem: str | None = None  # a lasting refusal of the surface, for people to fix
 
+    @property
+    def people_scope(self) -> str:
+        """Where people's names are known: the Discord guild, or the group itself (a console)."""
+        return self.guild_id or self.key
+
     def in_scope(self, scope: str) -> bool:
         """Whether a process serving `scope` runs this group: a key, a key prefix ending
         in ':', or "" for every group."""

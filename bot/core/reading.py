@@ -53,6 +53,11 @@ class Reader:
     name: str
 
 
+def elsewhere(link: str, message: Message, sep: str = " ") -> str:
+    """The link after its text, unless it only repeats the #seq already shown."""
+    return "" if link == f"#{message.seq}" else sep + link
+
+
 def excerpt(text: str, limit: int = EXCERPT) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[:limit - 1] + "…"
@@ -79,8 +84,8 @@ class Reading:
         first = await self.store.get_message(group.id, seen + 1)
         tagged = await self.store.tagging(group.id, reader.user_id, after=seen, operators=operator,
                                           limit=TAGGED_SHOWN + 1)
-        fields = [Field("start reading at", f"#{first.seq} by {first.author_name}: {link(group, first)}",
-                        inline=False)]
+        start = f"#{first.seq} by {first.author_name}{elsewhere(link(group, first), first, ': ')}"
+        fields = [Field("start reading at", start, inline=False)]
         if tagged:
             fields.append(Field("tag you", self._tag_lines(group, tagged, link), inline=False))
         s = "" if count == 1 else "s"
@@ -88,7 +93,8 @@ class Reading:
                     tone="warning" if tagged else "neutral", mark_read=MarkRead(((group.id, group.latest_seq),)))
 
     def _tag_lines(self, group: Group, tagged: Sequence[Message], link: Link) -> str:
-        lines = [f"#{m.seq} {m.author_name}: {excerpt(m.text, 60)} {link(group, m)}" for m in tagged[:TAGGED_SHOWN]]
+        lines = [f"#{m.seq} {m.author_name}: {excerpt(m.text, 60)}{elsewhere(link(group, m), m)}"
+                 for m in tagged[:TAGGED_SHOWN]]
         if len(tagged) > TAGGED_SHOWN:
             lines.append("… and more: /inbox lists them all")
         return "\n".join(lines)
@@ -109,10 +115,11 @@ class Reading:
         newest: dict[int, int] = {}
         for group, message in shown:
             newest[group.id] = max(newest.get(group.id, 0), message.seq)
-        fields = tuple(Field(f"{m.author_name} in {g.name} (#{m.seq})", f"{excerpt(m.text)}\n{link(g, m)}",
-                             inline=False) for g, m in shown)
+        fields = tuple(Field(f"{m.author_name} in {g.name} (#{m.seq})",
+                             excerpt(m.text) + elsewhere(link(g, m), m, "\n"), inline=False) for g, m in shown)
         more = len(found) - len(shown)
-        return Card(f"{len(shown)} message{'' if len(shown) == 1 else 's'} tag you", fields=fields, tone="warning",
+        title = "1 message tags you" if len(shown) == 1 else f"{len(shown)} messages tag you"
+        return Card(title, fields=fields, tone="warning",
                     footer=f"{more} older ones are not shown" if more else "",
                     mark_read=MarkRead(tuple(sorted(newest.items()))), page_size=INBOX_PAGE)
 

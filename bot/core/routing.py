@@ -53,7 +53,7 @@ def plan_batch(
 
 
 def next_in_rotation(
-    roster: Sequence[Agent], after_agent_id: int | None, *, exclude: set[int] = frozenset()  # type: ignore[assignment]
+    roster: Sequence[Agent], after_agent_id: int | None, *, exclude: set[int] = frozenset()  # type: ignore[assignment]  # a frozenset reads as a set here
 ) -> Agent | None:
     """The next enabled agent in roster order after `after_agent_id`, skipping `exclude`."""
     enabled = [a for a in roster if a.enabled]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from bot.core.models import Agent, Tags
 
@@ -66,13 +66,28 @@ def _match_name(token: str, names: dict[str, Agent]) -> tuple[str, Agent | None]
     return "", None
 
 
-def parse_tags(text: str, roster: Sequence[Agent], *, author_agent_id: int | None = None) -> Tags:
-    """Tags in `text` against the enabled agents of `roster`.
+def _match_person(token: str, people: Mapping[str, str]) -> str | None:
+    """The user id of the known person `token` names (trailing '.'/'-' trimmed), if any."""
+    candidate = token
+    while candidate:
+        found = people.get(_name_key(candidate))
+        if found is not None or candidate[-1] not in _TRAILING:
+            return found
+        candidate = candidate[:-1]
+    return None
+
+
+def parse_tags(text: str, roster: Sequence[Agent], *, people: Mapping[str, str] | None = None,
+               author_agent_id: int | None = None) -> Tags:
+    """Tags in `text` against the enabled agents of `roster` and the known `people`
+    (name -> user id: `@alice` tags alice as `<@id>` does; an agent's name wins).
 
     The author itself is never tagged by its own text.
     """
     enabled = [a for a in roster if a.enabled]
     names = {_name_key(a.name): a for a in enabled}
+    persons = {_name_key(n): uid for n, uid in (people or {}).items()}
+    named_people: list[str] = []
     plain = strip_links(strip_code(unicodedata.normalize("NFC", text)))
     agents: list[Agent] = []
     operators = False
@@ -88,9 +103,11 @@ def parse_tags(text: str, roster: Sequence[Agent], *, author_agent_id: int | Non
         elif key == EVERY_AGENT:
             all_agents = True
             agents.extend(enabled)
+        elif not key and (person := _match_person(match.group(1), persons)) is not None:
+            named_people.append(person)
     agents = [a for a in _unique(agents) if a.id != author_agent_id]
-    mentions = (m.group(1) for m in _USER_MENTION.finditer(plain) if not _escaped(plain, m.start()))
-    user_ids = tuple(dict.fromkeys(mentions))
+    mentions = [m.group(1) for m in _USER_MENTION.finditer(plain) if not _escaped(plain, m.start())]
+    user_ids = tuple(dict.fromkeys(mentions + named_people))
     return Tags(
         agent_ids=tuple(a.id for a in agents),
         agent_names=tuple(a.name for a in agents),
@@ -122,7 +139,7 @@ def _unique(agents: Iterable[Agent]) -> list[Agent]:
     return list(seen.values())
 
 
-def unknown_tags(text: str, roster: Sequence[Agent]) -> tuple[str, ...]:
+def unknown_tags(text: str, roster: Sequence[Agent], people: Mapping[str, str] | None = None) -> tuple[str, ...]:
     """The `@name`s in `text` that name no agent of `roster` (enabled or not), as typed,
     once each (the first spelling), in order; a trailing '.' or '-' is punctuation.
 
@@ -130,6 +147,7 @@ def unknown_tags(text: str, roster: Sequence[Agent]) -> tuple[str, ...]:
     escaped `\\@name`, `@user`, `@all`, `@everyone`, `@here`, and real tags.
     """
     names = {_name_key(a.name): a for a in roster}
+    persons = {_name_key(n): uid for n, uid in (people or {}).items()}
     plain = strip_links(strip_code(unicodedata.normalize("NFC", text)))
     unknown: dict[str, str] = {}
     for match in _AT_NAME.finditer(plain):
@@ -137,6 +155,6 @@ def unknown_tags(text: str, roster: Sequence[Agent]) -> tuple[str, ...]:
             continue
         key, _agent = _match_name(match.group(1), names)
         name = match.group(1).rstrip(_TRAILING)
-        if not key and name:
+        if not key and name and _match_person(match.group(1), persons) is None:
             unknown.setdefault(_name_key(name), name)
     return tuple(unknown.values())

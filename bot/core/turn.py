@@ -112,7 +112,7 @@ class AgentTurn:
             author_type="agent",
             author_name=agent.name,
             text=cleaned,
-            tags=parse_tags(cleaned, roster, author_agent_id=agent.id),
+            tags=parse_tags(cleaned, roster, people=await store.people(group.people_scope), author_agent_id=agent.id),
             author_agent_id=agent.id,
             source_run_id=run.id,
             token_count=engine.counter.count(thread_line(agent.name, cleaned)),

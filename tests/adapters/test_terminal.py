@@ -167,7 +167,8 @@ def test_colours_only_when_asked():
 def test_control_characters_never_reach_the_terminal():
     text = "ok\x1b[2J\rover\x07\x9b1m\ttab\nnext"
     assert Screen(io.StringIO()).clean(text) == text  # a pipe gets what was said
-    assert TtyScreen(io.StringIO(), Editor(), colour=True).clean(text) == "ok\ufffd[2J\ufffdover\ufffd\ufffd1m\ttab\nnext"
+    cleaned = TtyScreen(io.StringIO(), Editor(), colour=True).clean(text)
+    assert cleaned == "ok\ufffd[2J\ufffdover\ufffd\ufffd1m\ttab\nnext"
 
 
 def test_each_agent_keeps_its_colour():

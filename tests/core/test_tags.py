@@ -119,3 +119,21 @@ def test_decomposed_roster_name_is_matched_too():
 )
 def test_unknown_tags(text, unknown):
     assert unknown_tags(text, ROSTER) == unknown
+
+
+@pytest.mark.parametrize("text, user_ids", [
+    ("@alice can you approve?", ("1",)),
+    ("@Alice. thanks", ("1",)),
+    ("@bob_b and <@123456789012>", ("123456789012", "2")),
+    ("mail alice@example.org", ()),
+    ("`@alice` in code", ()),
+    ("@planner, not a person", ()),
+    ("@zed nobody", ()),
+])
+def test_known_people_are_tagged_by_name(text, user_ids):
+    people = {"alice": "1", "bob_b": "2", "planner": "3"}
+    roster = [Agent(9, 1, "planner", "plans", "p")]
+    tags = parse_tags(text, roster, people=people)
+    assert tags.user_ids == user_ids
+    assert "@zed" not in text or unknown_tags(text, roster, people) == ("zed",)
+    assert unknown_tags("@alice hi", roster, people) == ()

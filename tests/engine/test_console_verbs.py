@@ -64,7 +64,8 @@ async def test_agent_verbs_and_errors(console):
     assert (await console.send("/agent add name:PLANNER role:r prompt:p")) == [
         "error: An agent named 'planner' is already in this group; choose another name."]
     assert (await console.send("/agent add name:all role:r prompt:p"))[0].startswith("error: 'all' is reserved")
-    assert "error: The agent name 'two words' contains a space" in (await console.send('/agent add name:"two words" role:r prompt:p'))[0]
+    spaced = await console.send('/agent add name:"two words" role:r prompt:p')
+    assert "error: The agent name 'two words' contains a space" in spaced[0]
     assert "contains '🙂'" in (await console.send("/agent add name:🙂 role:r prompt:p"))[0]
     zero_width = await console.send("/agent add name:pla\u200bnner role:r prompt:p")
     assert "U+200B (zero width space)" in zero_width[0]
@@ -90,7 +91,8 @@ async def test_agent_verbs_and_errors(console):
 
 async def test_roundtable_verbs(console):
     await console.send('/agent add name:planner role:plans prompt:"You plan."')
-    assert await console.send("/roundtable pause") == ["Paused: messages are still recorded, agents wait until /roundtable resume."]
+    assert await console.send("/roundtable pause") == [
+        "Paused: messages are still recorded, agents wait until /roundtable resume."]
     out = await console.send("@planner are you there?")
     assert out == ["[you] @planner are you there?"]  # recorded, nobody answers while paused
     out = await console.send("/roundtable resume")
@@ -120,7 +122,8 @@ async def test_hints_when_nobody_can_answer_or_a_tag_names_nobody(console):
                        '/agent add name:budget role:costs prompt:"You count."',
                        "/agent disable name:planner", "/agent disable name:budget")
     assert (await console.send("hello"))[:2] == [
-        "[you] hello", "No agent here is on (planner and budget are disabled): /agent enable name:planner lets it answer."]
+        "[you] hello",
+        "No agent here is on (planner and budget are disabled): /agent enable name:planner lets it answer."]
     await console.send("/agent enable name:planner")
     out = await console.send("@budget, @plannr and @Plannr. @all @user @everyone `@x` a@b.c http://x.io/@y")
     assert out[1:3] == ["@plannr is not an agent here (agents: planner)",

@@ -67,7 +67,7 @@ class RoundtableBot(discord.Client):
         self.ingest = Ingest(self)
         self.ready_once = asyncio.Event()
         self.slash.register(self.tree)
-        self.tree.on_error = self.on_app_command_error  # type: ignore[assignment]
+        self.tree.on_error = self.on_app_command_error  # type: ignore[method-assign]  # the tree calls it with our bot as client
 
     async def setup_hook(self) -> None:
         """After login, before the gateway: sync the commands, take the groups, resume them

@@ -104,9 +104,9 @@ class MarkReadButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"
                              match: re.Match[str]) -> "MarkReadButton":
         return cls(match["marks"])
 
-    async def callback(self, interaction: discord.Interaction) -> None:  # type: ignore[override]
+    async def callback(self, interaction: discord.Interaction) -> None:
         marks = [(int(g), int(q)) for g, q in (pair.split(".") for pair in self.marks.split(",") if pair)]
-        reading = interaction.client.slash.admin.reading  # type: ignore[attr-defined]
+        reading = interaction.client.slash.admin.reading  # type: ignore[attr-defined]  # the client is our RoundtableBot
         await reading.mark(marks, reader_of(interaction))
         await interaction.response.edit_message(content="✅ Marked read.", embeds=[], view=None)
 
@@ -171,10 +171,10 @@ class PromptModal(discord.ui.Modal):
         self.add_item(self.prompt)
         self.on_prompt = on_prompt
 
-    async def on_submit(self, interaction: discord.Interaction) -> None:  # type: ignore[override]
+    async def on_submit(self, interaction: discord.Interaction) -> None:
         await self.on_prompt(interaction, self.prompt.value)
 
-    async def on_error(self, interaction: discord.Interaction, error: Exception) -> None:  # type: ignore[override]
+    async def on_error(self, interaction: discord.Interaction, error: Exception) -> None:  # type: ignore[override]  # discord.py's Modal types it more narrowly
         log.error("prompt form failed", exc_info=error)
         await answer(interaction, "Something went wrong; nothing was changed. The error is in the bot's log.")
 
@@ -343,12 +343,12 @@ class SlashCommands:
                                         annotation=discord.Interaction)]
         parameters += [inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, annotation=_annotation(o),
                                          default=inspect.Parameter.empty if o.required else None) for o in options]
-        callback.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
-        callback.__discord_app_commands_param_description__ = {  # type: ignore[attr-defined]
+        callback.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]  # discord.py reads the signature we give it
+        callback.__discord_app_commands_param_description__ = {  # type: ignore[attr-defined]  # what app_commands.describe would set
             o.name: o.description[:100] for o in options}
         choices = {o.name: [app_commands.Choice(name=c, value=c) for c in o.choices] for o in options if o.choices}
         if choices:
-            callback.__discord_app_commands_param_choices__ = choices  # type: ignore[attr-defined]
+            callback.__discord_app_commands_param_choices__ = choices  # type: ignore[attr-defined]  # what app_commands.choices would set
         return callback
 
 

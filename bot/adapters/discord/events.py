@@ -157,7 +157,7 @@ class Ingest:
         channel = self.bot.get_channel(feed.channel_id) or self.bot.get_partial_messageable(feed.channel_id)
         count = 0
         try:
-            async for message in channel.history(  # type: ignore[union-attr]
+            async for message in channel.history(  # type: ignore[union-attr]  # text channels, threads and partials all have it
                     limit=None, after=discord.Object(int(after)), oldest_first=True):
                 count += await self._store(group, message, wake=False)
                 await self._retrying(self.store.advance_watermark, group.id, str(message.id))

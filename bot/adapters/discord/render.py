@@ -104,7 +104,7 @@ def _reopen_line(opener: str | None, limit: int) -> str | None:
     """The opening line repeated in the next chunk; drop a long info string to save room."""
     if opener is None:
         return None
-    marker = _fence(opener)[0]  # type: ignore[index]
+    marker = _fence(opener)[0]  # type: ignore[index]  # the opener is a fence line
     return opener if 2 * (len(opener) + len(marker) + 2) <= limit else marker
 
 
@@ -158,7 +158,7 @@ def _raw_cut(text: str, pos: int, carry: str | None, limit: int) -> tuple[int, s
     stays inside the carried fence, if any, and closes it. It ends at the last newline, else
     the last blank, else anywhere in the window.
     """
-    marker = _fence(carry)[0] if carry else ""  # type: ignore[index]
+    marker = _fence(carry)[0] if carry else ""  # type: ignore[index]  # a carried line is a fence line
     for prefix in ([carry + "\n"] if carry and len(carry) + len(marker) + 3 <= limit else []) + [""]:
         suffix = "\n" + marker if prefix else ""  # the defused piece leaves only the carried fence open
         end = min(len(text), pos + max(limit - len(prefix) - len(suffix), 0))
@@ -187,7 +187,7 @@ def split_message(text: str, limit: int = DISCORD_LIMIT) -> list[str]:
     text = _fit_fence_lines(text, limit)
     layout = _Layout(text)
     chunks: list[str] = []
-    pos = _LEADING_BLANK_LINES_RE.match(text).end()  # type: ignore[union-attr]
+    pos = _LEADING_BLANK_LINES_RE.match(text).end()  # type: ignore[union-attr]  # the pattern matches the empty string
     carry: str | None = None  # opening line of the fence the remaining text starts inside
 
     def attempt(k: int, kind: str) -> str | None:
@@ -207,7 +207,7 @@ def split_message(text: str, limit: int = DISCORD_LIMIT) -> list[str]:
         if kind == "forced":  # a piece of a line cut at either end is text, even if it looks like a fence
             body = _defuse_ends(body, pos > 0 and text[pos - 1] != "\n", k < len(text) and text[k] != "\n")
         prefix = carry + "\n" if carry else ""
-        suffix = "\n" + _fence(opener)[0] if opener else ""  # type: ignore[index]
+        suffix = "\n" + _fence(opener)[0] if opener else ""  # type: ignore[index]  # the opener is a fence line
         chunk = prefix + body + suffix
         if len(chunk) > limit or _Layout(chunk).after[-1] is not None:
             return None  # too long, or a cut made a partial line look like a fence
@@ -249,8 +249,8 @@ def split_message(text: str, limit: int = DISCORD_LIMIT) -> list[str]:
             carry = _reopen_line(layout.state_at(k)[0], limit)
         pos = k
         if kind == "word":
-            pos = _SPACES_RE.match(text, pos).end()  # type: ignore[union-attr]
-        pos = _LEADING_BLANK_LINES_RE.match(text, pos).end()  # type: ignore[union-attr]
+            pos = _SPACES_RE.match(text, pos).end()  # type: ignore[union-attr]  # the pattern matches the empty string
+        pos = _LEADING_BLANK_LINES_RE.match(text, pos).end()  # type: ignore[union-attr]  # the pattern matches the empty string
     return chunks
 
 

@@ -95,7 +95,7 @@ class DiscordSurface:
 
     def channel(self, channel_id: str) -> discord.abc.Messageable:
         channel = self.bot.get_channel(int(channel_id))
-        return channel if channel is not None else self.bot.get_partial_messageable(int(channel_id))  # type: ignore[return-value]
+        return channel if channel is not None else self.bot.get_partial_messageable(int(channel_id))  # type: ignore[return-value]  # a partial messageable sends and reads history too
 
     def where(self, group: Group) -> str:
         channel = self.bot.get_channel(int(group.channel_id or 0))
@@ -224,11 +224,11 @@ class DiscordSurface:
             self._background(self._react(group, int(task.external_ids[0]), episode), f"react-{group.id}")
 
     async def _react(self, group: Group, message_id: int, episode: Episode) -> None:
-        target = self.channel(group.channel_id or "0").get_partial_message(message_id)  # type: ignore[attr-defined]
+        target = self.channel(group.channel_id or "0").get_partial_message(message_id)  # type: ignore[attr-defined]  # text channels, threads and partials all have it
         errors = (discord.HTTPException, *TRANSPORT_ERRORS)
         if not episode.running:
             with contextlib.suppress(*errors):
-                await target.remove_reaction(EPISODE_REACTIONS["running"], self.bot.user)  # type: ignore[arg-type]
+                await target.remove_reaction(EPISODE_REACTIONS["running"], self.bot.user)
         emoji = EPISODE_REACTIONS.get(episode.status)
         if emoji:
             with contextlib.suppress(*errors):
@@ -343,7 +343,7 @@ class DiscordSurface:
             discord.utils.time_snowflake(discord.utils.utcnow()) - (600_000 << 22))
         found: list[str] = []
         try:
-            async for seen in self.channel(group.channel_id or "0").history(  # type: ignore[attr-defined]
+            async for seen in self.channel(group.channel_id or "0").history(
                     limit=SCAN_LIMIT, after=after, oldest_first=True):
                 if len(found) == len(chunks):
                     break
