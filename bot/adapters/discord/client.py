@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from typing import Any, AsyncContextManager, Callable, Iterator
 
@@ -165,11 +166,11 @@ def stop_on_signals(bot: discord.Client, stopped_by: list[int]) -> Iterator[None
             closing.append(loop.create_task(bot.close()))
 
     installed = []
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in (signal.SIGTERM, signal.SIGINT) if os.name == "posix" else ():  # Unix loops take handlers
         try:
             loop.add_signal_handler(signum, stop, signum)
             installed.append(signum)
-        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
+        except (RuntimeError, ValueError):  # not the main thread: the caller stops the bot itself
             pass
     try:
         yield
