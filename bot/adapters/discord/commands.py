@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 import discord
 from discord import app_commands
 
-from bot.adapters.discord.events import person_names
 from bot.adapters.discord.render import jump_link, split_message
 from bot.core import commands as declared
 from bot.core import validation as v
@@ -281,9 +280,8 @@ class SlashCommands:
     async def invoke(self, interaction: discord.Interaction, command: Command, given: Mapping[str, object]) -> None:
         if command.slow and not interaction.response.is_done():  # a model call: Discord waits only 3 s
             await interaction.response.defer(ephemeral=True, thinking=True)
-        if interaction.guild is not None:  # `@name` tags this person from now on
-            await self.store.remember_person(str(interaction.guild.id), str(interaction.user.id),
-                                             person_names(interaction.user))
+        if interaction.guild is not None:
+            await self.bot.ingest.remember(str(interaction.guild.id), interaction.user)
         try:
             reply = await declared.run(command, self.admin, DiscordCaller(self, interaction, command, given), given)
         except UserFacingError as exc:

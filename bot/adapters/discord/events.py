@@ -72,6 +72,7 @@ class Ingest:
         self.bot = bot
         self.store = bot.engine.store
         self.feeds: dict[int, Feed] = {}
+        self._known: dict[tuple[str, int], list[str]] = {}  # (guild, user) -> names already stored
 
     # entry points (called from the client's events) ------------------------------
     def push(self, message: discord.Message) -> None:
@@ -95,6 +96,13 @@ class Ingest:
         feed = self._feed(channel_id)
         feed.behind = True
         feed.queue.put_nowait(None)
+
+    async def remember(self, guild_id: str, user: discord.abc.User) -> None:
+        """`@name` tags this person from now on (stored once per change of their names)."""
+        names = person_names(user)
+        if self._known.get((guild_id, user.id)) != names:
+            await self.store.remember_person(guild_id, str(user.id), names)
+            self._known[(guild_id, user.id)] = names
 
     async def on_reaction(self, payload: discord.RawReactionActionEvent) -> None:
         """A person's reaction on a message moves their read cursor through it."""
@@ -201,8 +209,8 @@ class Ingest:
             return False
         if await self.store.find_message_by_external_id(str(message.id)) is not None:
             return False
-        if group.guild_id is not None:  # `@name` tags this person from now on
-            await self.store.remember_person(group.guild_id, str(message.author.id), person_names(message.author))
+        if group.guild_id is not None:
+            await self.remember(group.guild_id, message.author)
         replied: list[Agent] = []
         if message.reference is not None and message.reference.message_id is not None:
             target = await self.store.find_message_by_external_id(str(message.reference.message_id))
