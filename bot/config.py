@@ -17,7 +17,8 @@ from typing import Callable, Mapping, TypeVar
 from urllib.parse import urlsplit
 
 from bot.core.errors import ConfigError
-from bot.core.models import DEFAULT_MAX_TURNS, MAX_TURNS_RANGE
+from bot.core.models import DEFAULT_CONTEXT_BUDGET, DEFAULT_MAX_TURNS, DEFAULT_SELECTOR_BUDGET, MAX_TURNS_RANGE
+from bot.core.validation import CONTEXT_BUDGET_RANGE
 
 T = TypeVar("T")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -33,7 +34,8 @@ class Settings:
     selector_model: str | None = None
     db_path: str = "roundtable.db"
     max_agent_turns: int = DEFAULT_MAX_TURNS
-    context_budget: int = 6000
+    context_budget: int = DEFAULT_CONTEXT_BUDGET
+    selector_budget: int = DEFAULT_SELECTOR_BUDGET
     llm_timeout: float = 60.0
     llm_max_retries: int = 2
     log_level: str = "INFO"
@@ -185,6 +187,8 @@ def load_settings(env: Mapping[str, str], *, need_discord: bool, missing_note: s
     token = r.text("DISCORD_TOKEN", required=need_discord,
                    fix="set it to your bot's token from the Discord developer portal (Bot > Reset Token)")
     low, high = MAX_TURNS_RANGE
+    budgets = CONTEXT_BUDGET_RANGE
+    budget_fix = f"use a whole number of tokens from {budgets[0]} to {budgets[1]}"
     settings = Settings(
         openai_api_key=key or "",
         openai_base_url=r.parsed("OPENAI_BASE_URL", None, _url, "use an http(s) URL such as http://127.0.0.1:8000/v1",
@@ -194,8 +198,10 @@ def load_settings(env: Mapping[str, str], *, need_discord: bool, missing_note: s
         db_path=r.text("ROUNDTABLE_DB", "roundtable.db") or "roundtable.db",
         max_agent_turns=r.parsed("ROUNDTABLE_MAX_TURNS", DEFAULT_MAX_TURNS, _in_range(low, high, int),
                                  f"use a whole number from {low} to {high}"),
-        context_budget=r.parsed("ROUNDTABLE_CONTEXT_BUDGET", 6000, _in_range(500, 200_000, int),
-                                "use a whole number of tokens from 500 to 200000"),
+        context_budget=r.parsed("ROUNDTABLE_CONTEXT_BUDGET", DEFAULT_CONTEXT_BUDGET, _in_range(*budgets, int),
+                                budget_fix),
+        selector_budget=r.parsed("ROUNDTABLE_SELECTOR_BUDGET", DEFAULT_SELECTOR_BUDGET, _in_range(*budgets, int),
+                                 budget_fix),
         llm_timeout=r.parsed("ROUNDTABLE_LLM_TIMEOUT", 60.0, _in_range(1, 600, float),
                              "use a number of seconds from 1 to 600"),
         llm_max_retries=r.parsed("ROUNDTABLE_LLM_RETRIES", 2, _in_range(0, 10, int), "use a whole number from 0 to 10"),

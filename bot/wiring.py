@@ -19,7 +19,8 @@ log = logging.getLogger(__name__)
 
 
 def group_defaults(settings: Settings) -> GroupSettings:
-    return GroupSettings(max_agent_turns=settings.max_agent_turns, context_budget=settings.context_budget)
+    return GroupSettings(max_agent_turns=settings.max_agent_turns, context_budget=settings.context_budget,
+                         selector_budget=settings.selector_budget)
 
 
 @contextlib.asynccontextmanager

@@ -24,7 +24,7 @@ from typing import Any, AsyncIterator, Callable, Literal, Sequence, TypeVar
 import aiosqlite
 
 from bot.core.errors import AlreadyStored, NotFound, StoreError
-from bot.core.models import Message, NewMessage
+from bot.core.models import Message, NewMessage, token_cost
 from storage.db import DEFAULT_BUSY_TIMEOUT_MS, open_db, store_error
 from storage.rows import dumps, tags_to_json, unique
 
@@ -183,11 +183,13 @@ class StoreBase:
         """
         group = await self._group_row(db, group_id)
         seq, now = int(group["latest_seq"]) + 1, self._now()
+        before = int(group["tokens_total"])
         confirmed = message.author_type == "user" or bool(message.external_ids)
-        stored = await self._insert_message(db, group_id, seq, message, episode_id, confirmed, now)
+        stored = await self._insert_message(db, group_id, seq, message, episode_id, confirmed, now, before)
         change = {"reset": "0", "count": "agent_streak + 1", "keep": "agent_streak"}[streak]
         await self._exec(
-            db, f"UPDATE groups SET latest_seq = ?, agent_streak = {change} WHERE id = ?", (seq, group_id)
+            db, f"UPDATE groups SET latest_seq = ?, tokens_total = ?, agent_streak = {change} WHERE id = ?",
+            (seq, before + token_cost(message.token_count), group_id),
         )
         return stored
 
@@ -200,19 +202,20 @@ class StoreBase:
         episode_id: int | None,
         confirmed: bool,
         now: float,
+        tokens_before: int,
     ) -> Message:
         external_ids = unique(message.external_ids)
         await self._exec(
             db,
             "INSERT INTO messages (group_id, seq, author_type, author_name, author_user_id,"
             " author_agent_id, source_run_id, text, tags, external_ids, confirmed, token_count,"
-            " reply_to_seq, episode_id, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
+            " reply_to_seq, episode_id, created_at, tokens_before)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?)",
             (
                 group_id, seq, message.author_type, message.author_name, message.author_user_id,
                 message.author_agent_id, message.source_run_id, message.text,
                 tags_to_json(message.tags), dumps(list(external_ids)), int(confirmed),
-                message.token_count, episode_id, now,
+                message.token_count, episode_id, now, tokens_before,
             ),
         )
         await self._map_external_ids(db, group_id, seq, external_ids)  # after the row: a foreign key
@@ -222,7 +225,7 @@ class StoreBase:
             author_user_id=message.author_user_id, author_agent_id=message.author_agent_id,
             source_run_id=message.source_run_id, external_ids=external_ids,
             confirmed=confirmed, token_count=message.token_count, episode_id=episode_id,
-            created_at=now,
+            created_at=now, tokens_before=tokens_before,
         )
 
     async def _map_external_ids(

@@ -17,6 +17,7 @@ from typing import Awaitable, Callable, Union
 import aiosqlite
 
 from bot.core.errors import StoreError
+from bot.core.models import token_cost
 
 log = logging.getLogger(__name__)
 
@@ -203,10 +204,36 @@ CREATE TABLE summaries (
 ) WITHOUT ROWID;
 """
 
+M004_TOKEN_POSITIONS = """
+-- Running token sums, so a prompt's window is found by an indexed lookup, not by reading every row:
+-- messages.tokens_before is the thread cost of the group's earlier rows; groups.tokens_total of all.
+ALTER TABLE messages ADD COLUMN tokens_before INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE groups ADD COLUMN tokens_total INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX messages_tokens ON messages(group_id, tokens_before);
+"""
+
+
+async def _m004_fill_token_positions(conn: aiosqlite.Connection) -> None:
+    """Schema, then the running sums of the rows already stored (one pass per group, in seq order)."""
+    for statement in split_statements(M004_TOKEN_POSITIONS):
+        await conn.execute(statement)
+    groups = await conn.execute_fetchall("SELECT id FROM groups")
+    for (group_id,) in groups:
+        rows = await conn.execute_fetchall(
+            "SELECT seq, token_count FROM messages WHERE group_id = ? ORDER BY seq", (group_id,))
+        total, updates = 0, []
+        for seq, token_count in rows:
+            updates.append((total, group_id, seq))
+            total += token_cost(int(token_count))
+        await conn.executemany("UPDATE messages SET tokens_before = ? WHERE group_id = ? AND seq = ?", updates)
+        await conn.execute("UPDATE groups SET tokens_total = ? WHERE id = ?", (total, group_id))
+
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "create tables", M001_CREATE_TABLES),
     (2, "leases, ingest watermark, delivery problem", M002_OWNERSHIP_AND_CATCH_UP),
     (3, "people's names, catch-up summaries", M003_PEOPLE_AND_SUMMARIES),
+    (4, "running token sums", _m004_fill_token_positions),
 ]
 
 _CREATE_LEDGER = """

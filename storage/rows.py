@@ -147,6 +147,7 @@ def to_message(row: Row) -> Message:
         token_count=int(row["token_count"]),
         episode_id=row["episode_id"],
         created_at=float(row["created_at"]),
+        tokens_before=int(row["tokens_before"]),
     )
 
 

@@ -20,7 +20,7 @@ from typing import Sequence
 import aiosqlite
 
 from bot.core.errors import InvalidInput
-from bot.core.models import Agent, Episode, Group, GroupSettings, Message, NewMessage
+from bot.core.models import Agent, Episode, Group, GroupSettings, Message, NewMessage, token_cost
 from bot.core.validation import check_name_free
 from storage.reading import ReadingMixin
 from storage.rows import dumps, settings_to_json, to_agent, to_group, to_message, unique
@@ -285,13 +285,21 @@ class SqliteStore(ReadingMixin):
             "group_id = ? AND seq > ? AND seq <= ?", (group_id, after, through)
         )
 
-    async def token_counts(self, group_id: int, *, through: int) -> list[tuple[int, int]]:
+    async def thread_tokens(self, group_id: int, *, through: int) -> int:
         async with self._read() as db:
-            rows = await self._all(
-                db, "SELECT seq, token_count FROM messages WHERE group_id = ? AND seq <= ? ORDER BY seq",
-                (group_id, through),
+            row = await self._one(
+                db, "SELECT tokens_before, token_count FROM messages WHERE group_id = ? AND seq <= ?"
+                " ORDER BY seq DESC LIMIT 1", (group_id, through),
             )
-        return [(int(r[0]), int(r[1])) for r in rows]
+        return 0 if row is None else int(row[0]) + token_cost(int(row[1]))
+
+    async def first_seq_at(self, group_id: int, *, tokens: int) -> int | None:
+        async with self._read() as db:
+            row = await self._one(
+                db, "SELECT seq FROM messages WHERE group_id = ? AND tokens_before >= ?"
+                " ORDER BY tokens_before LIMIT 1", (group_id, tokens),
+            )
+        return None if row is None else int(row[0])
 
     async def last_agent_author(self, group_id: int, *, through: int) -> int | None:
         async with self._read() as db:

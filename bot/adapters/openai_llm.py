@@ -95,6 +95,7 @@ class OpenAILLM:
         url = redact_url(str(self._client.base_url).rstrip("/"))
         self._server = f"{url} (OPENAI_BASE_URL is not set)" if url == _OPENAI_API else f"OPENAI_BASE_URL={url}"
         self._completion_tokens_models: set[str] = set()
+        self._no_cache_key_models: set[str] = set()
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -149,12 +150,13 @@ class OpenAILLM:
         model: str | None = None,
         max_tokens: int | None = None,
         logprobs: bool = False,
+        cache_key: str | None = None,
     ) -> Completion:
         """One chat completion. Raises `LLMError` subclasses; never other errors."""
         name = model or self.default_model
         started = time.monotonic()
         try:
-            response = await self._create(messages, name, max_tokens, logprobs)
+            response = await self._create(messages, name, max_tokens, logprobs, cache_key)
         except openai.OpenAIError as exc:
             err = self._translate(exc, name)
         except Exception as exc:  # the port promises LLMError only; keep the type, drop the text
@@ -177,26 +179,35 @@ class OpenAILLM:
         raise err
 
     async def _create(
-        self, messages: Sequence[ChatMessage], model: str, max_tokens: int | None, logprobs: bool
+        self, messages: Sequence[ChatMessage], model: str, max_tokens: int | None, logprobs: bool,
+        cache_key: str | None = None,
     ) -> Any:
+        """One request; a 400 naming `max_completion_tokens` or `prompt_cache_key` is repeated
+        adapted (each at most once), and the model remembered so later calls are sent right."""
         kwargs: dict[str, Any] = {
             "model": model,
             "messages": [{"role": m.role, "content": m.content} for m in messages],
         }
         if logprobs:
             kwargs["logprobs"] = True
-        if max_tokens is None:
-            return await self._client.chat.completions.create(**kwargs)
-        if model in self._completion_tokens_models:
-            return await self._client.chat.completions.create(**kwargs, max_completion_tokens=max_tokens)
-        try:
-            return await self._client.chat.completions.create(**kwargs, max_tokens=max_tokens)
-        except openai.BadRequestError as exc:
-            if not _wants_max_completion_tokens(exc):
-                raise
-        log.info("model %s rejects max_tokens; using max_completion_tokens from now on", model)
-        self._completion_tokens_models.add(model)
-        return await self._client.chat.completions.create(**kwargs, max_completion_tokens=max_tokens)
+        while True:
+            attempt = dict(kwargs)
+            if cache_key and model not in self._no_cache_key_models:
+                attempt["prompt_cache_key"] = cache_key
+            if max_tokens is not None:
+                limit = "max_completion_tokens" if model in self._completion_tokens_models else "max_tokens"
+                attempt[limit] = max_tokens
+            try:
+                return await self._client.chat.completions.create(**attempt)
+            except openai.BadRequestError as exc:
+                if "prompt_cache_key" in attempt and _names(exc, "prompt_cache_key"):
+                    log.info("model %s rejects prompt_cache_key; sending none from now on", model)
+                    self._no_cache_key_models.add(model)
+                elif "max_tokens" in attempt and _names(exc, "max_completion_tokens"):
+                    log.info("model %s rejects max_tokens; using max_completion_tokens from now on", model)
+                    self._completion_tokens_models.add(model)
+                else:
+                    raise
 
     def _completion(self, response: Any, messages: Sequence[ChatMessage], model: str) -> Completion:
         choices = getattr(response, "choices", None)
@@ -301,9 +312,10 @@ def _host(url: str) -> str:
     return f"{host}:{port}" if port else host
 
 
-def _wants_max_completion_tokens(exc: openai.BadRequestError) -> bool:
-    """OpenAI's 400 for reasoning models: "... Use 'max_completion_tokens' instead."."""
-    return "max_completion_tokens" in str(exc.body if exc.body is not None else exc)
+def _names(exc: openai.BadRequestError, parameter: str) -> bool:
+    """A 400 about `parameter`: OpenAI's for reasoning models ("... Use 'max_completion_tokens'
+    instead."), or a server's refusal of a field it does not know (`prompt_cache_key`)."""
+    return parameter in str(exc.body if exc.body is not None else exc)
 
 
 def _logprob_sum(choice: Any) -> float | None:

@@ -12,7 +12,7 @@ from typing import Mapping
 
 from bot.core import validation as v
 from bot.core.card import Card, Field, Tone
-from bot.core.context import choose_window, token_cost
+from bot.core.context import find_window
 from bot.core.engine import Engine
 from bot.core.errors import InvalidInput, NotFound
 from bot.core.models import Agent, Decision, Group, GroupSettings
@@ -20,7 +20,8 @@ from bot.core.reading import Reader, Reading
 
 CONFIG_FIELDS = {  # option name -> GroupSettings field
     "mode": "mode", "max_turns": "max_agent_turns", "allow_repeat": "allow_repeat",
-    "context_budget": "context_budget", "pace": "pace", "selector_model": "selector_model",
+    "context_budget": "context_budget", "selector_budget": "selector_budget", "pace": "pace",
+    "selector_model": "selector_model",
     "operator_role": "operator_role", "allow_bots": "allow_bots", "brief": "brief", "min_confidence": "min_confidence",
 }
 
@@ -49,7 +50,8 @@ def settings_fields(settings: GroupSettings) -> tuple[Field, ...]:
     brief = (settings.brief[:60] + "...") if len(settings.brief) > 60 else (settings.brief or "(none)")
     shown = {
         "mode": settings.mode, "max_turns": settings.max_agent_turns, "allow_repeat": settings.allow_repeat,
-        "context_budget": settings.context_budget, "pace": settings.pace,
+        "context_budget": settings.context_budget, "selector_budget": settings.selector_budget,
+        "pace": settings.pace,
         "selector_model": settings.selector_model or "(default)",
         "operator_role": settings.operator_role or "(Manage Server)", "allow_bots": settings.allow_bots,
         "brief": brief, "min_confidence": settings.min_confidence or "off",
@@ -142,11 +144,13 @@ class Admin:
 
     async def context_seen(self, group: Group, through: int) -> str:
         """How much of the thread through `through` a prompt holds ('' when all of it)."""
-        counts = await self.store.token_counts(group.id, through=through)
-        window = choose_window([token_cost(t) for _, t in counts], group.settings.context_budget, None)
+        if through <= 0:
+            return ""
+        window = await find_window(self.store, group.id, through=through, budget=group.settings.context_budget,
+                                   task_seq=None, task_apart=True)
         if not window.omitted:
             return ""
-        return (f"prompts hold the newest {len(counts) - window.start} of {len(counts)} messages (plus the task); "
+        return (f"prompts hold the newest {through - window.omitted} of {through} messages (plus the task); "
                 f"the oldest {window.omitted} were trimmed to fit context_budget {group.settings.context_budget}")
 
     async def why(self, group: Group, ref: str | None = None) -> Card:

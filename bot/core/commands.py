@@ -281,6 +281,8 @@ COMMANDS: tuple[Command, ...] = (
                 Option("allow_repeat", "let an agent speak twice in a row", "boolean"),
                 Option("context_budget", "tokens of thread in each prompt", "integer",
                        low=v.CONTEXT_BUDGET_RANGE[0], high=v.CONTEXT_BUDGET_RANGE[1]),
+                Option("selector_budget", "tokens of thread the selector reads", "integer",
+                       low=v.CONTEXT_BUDGET_RANGE[0], high=v.CONTEXT_BUDGET_RANGE[1]),
                 Option("pace", "seconds between agent messages", "number", low=v.PACE_RANGE[0], high=v.PACE_RANGE[1]),
                 Option("selector_model", "the model that picks the next speaker", max_length=v.MODEL_MAX),
                 Option("operator_role", "the role whose members run the group", "role"),

@@ -1,35 +1,35 @@
 """Fit the group's thread into a prompt under a token budget.
 
-Policy (SPEC §6): the task message and the newest messages are always kept;
-the oldest replies are dropped first, in blocks. Block boundaries are fixed
-points of the history (every `budget // BLOCKS_PER_BUDGET` tokens, counted from
-the first message), so as the thread grows the cut stays at the same place
-until the next boundary is crossed. The prompt's prefix therefore stays the
-same from call to call and the provider's prompt cache keeps hitting.
+Policy (SPEC §6): the task and the newest messages are always kept; the
+oldest rows are dropped first, in one big step with hysteresis. While the
+thread fits, all of it is sent. When it outgrows the budget, the window's
+start jumps to the next multiple of `budget // 2` tokens of the history (a
+fixed point of the history, not of the call), so the window falls back to at
+most half of what was over and then grows again for about half a budget of
+new messages before it moves. Between two moves every prompt extends the
+previous one, so the provider's prompt cache keeps hitting.
 
-Token counts come with each row (`Message.token_count`, counted once when it
-was stored). `load_thread` picks the window from the store's (seq, tokens)
-pairs and loads only the rows it keeps, so a long history costs a few integers
-per row per turn, not a full row.
+Each stored row carries `tokens_before`, the running sum of the thread cost
+of the group's earlier rows (`token_cost`, counted once when it was stored).
+Finding the window is therefore two indexed lookups (the end's position, the
+first row at or after the cut) and loading only the kept rows: the cost of a
+turn does not grow with the history.
+
+The participant prompt shows the task in its own `<task>` slot, so its thread
+leaves the task's text out (`task_apart`): a short reference line stands at
+the task's place when it falls inside the window. The selector's prompt has
+no task slot: when its place was cut, the task line is shown first.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
 
-from bot.core.models import Message
+from bot.core.models import Message, token_cost
 from bot.core.ports import Store
 from bot.core.prompts import render_thread
 
-BLOCKS_PER_BUDGET = 4
 MARKER_TOKENS = 16  # "[roundtable] (N earlier messages omitted)" and its newline
-
-
-@dataclass(frozen=True)
-class Window:
-    start: int  # index of the first kept row (after the task line, if pulled up)
-    omitted: int
-    task_index: int | None  # the task's index when it is shown first because its place was cut
+TASK_REFERENCE = "(posted the task above)"
 
 
 @dataclass(frozen=True)
@@ -37,55 +37,61 @@ class Trimmed:
     kept: tuple[Message, ...]  # what follows the task line (if it was pulled up)
     omitted: int
     task_pulled_up: Message | None  # the task, shown first because its place was cut
+    task_seq: int | None = None  # shown as a reference line only (its text is in the prompt's <task>)
 
     def render(self) -> str:
-        return render_thread(self.kept, self.omitted, self.task_pulled_up)
+        return render_thread(self.kept, self.omitted, self.task_pulled_up, reference=self.task_seq,
+                             reference_text=TASK_REFERENCE)
+
+    @property
+    def shown(self) -> tuple[Message, ...]:
+        return ((self.task_pulled_up,) if self.task_pulled_up else ()) + self.kept
 
 
-def token_cost(token_count: int) -> int:
-    """A thread line's cost: its counted tokens plus the newline."""
-    return max(token_count, 1) + 1
+def cut_point(total: int, budget: int, extra: int) -> int:
+    """Where the window starts, as a position in the thread (tokens before the first kept row).
+
+    `total` is the thread's cost through its newest row; `extra` what the window
+    adds when it is cut (the marker, a pulled-up task). 0 while all of it fits;
+    past the budget the smallest multiple of `budget // 2` that fits, so the
+    start stays put for about half a budget of new messages after each move.
+    """
+    over = total + extra - budget
+    if over <= 0:
+        return 0
+    step = max(1, budget // 2)
+    return -(-over // step) * step
 
 
-def _block_starts(costs: Sequence[int], block_tokens: int) -> list[int]:
-    """Indexes where a block starts: fixed by the history's prefix sums."""
-    starts = [0]
-    total = 0
-    next_edge = block_tokens
-    for i, cost in enumerate(costs):
-        total += cost
-        if total >= next_edge and i + 1 < len(costs):
-            starts.append(i + 1)
-            while next_edge <= total:
-                next_edge += block_tokens
-    return starts
+@dataclass(frozen=True)
+class Window:
+    start: int  # seq of the first row kept in place
+    omitted: int  # rows before it that are not shown (a pulled-up or apart task is shown)
+    task: Message | None  # the task, when it is shown first because its place was cut
 
 
-def choose_window(costs: Sequence[int], budget: int, task_index: int | None) -> Window:
-    """Which rows to keep: all when they fit; else the task, a marker and the newest from a block start."""
-    if sum(costs) <= budget or len(costs) <= 1:
-        return Window(0, 0, None)
-    suffix = [0] * (len(costs) + 1)
-    for i in range(len(costs) - 1, -1, -1):
-        suffix[i] = suffix[i + 1] + costs[i]
-    block_tokens = max(1, budget // BLOCKS_PER_BUDGET)
-    last = len(costs) - 1
-    for start in _block_starts(costs, block_tokens)[1:] + [last]:
-        pulled = task_index is not None and task_index < start
-        cost = suffix[start] + MARKER_TOKENS + (costs[task_index] if pulled and task_index is not None else 0)
-        if cost <= budget or start == last:
-            return Window(start, start - (1 if pulled else 0), task_index if pulled else None)
-    raise AssertionError("unreachable: the newest row is always kept")
+async def find_window(
+    store: Store, group_id: int, *, through: int, budget: int, task_seq: int | None, task_apart: bool = False
+) -> Window:
+    """Where the window over rows 1..`through` starts: two indexed lookups (three with a task to pull up)."""
+    total = await store.thread_tokens(group_id, through=through)
+    task: Message | None = None
+    if task_seq is not None and not task_apart and task_seq <= through:
+        task = await store.get_message(group_id, task_seq)
+    cut = cut_point(total, budget, MARKER_TOKENS + (token_cost(task.token_count) if task else 0))
+    start = 1 if cut == 0 else min(through, await store.first_seq_at(group_id, tokens=cut) or through)
+    task_cut = task_seq is not None and task_seq < start
+    return Window(start, start - 1 - task_cut, task if task_cut else None)
 
 
-async def load_thread(store: Store, group_id: int, *, through: int, budget: int, task_seq: int | None) -> Trimmed:
+async def load_thread(
+    store: Store, group_id: int, *, through: int, budget: int, task_seq: int | None, task_apart: bool = False
+) -> Trimmed:
     """The trimmed thread through `through`, loading only the rows that are kept."""
-    counts = await store.token_counts(group_id, through=through)
-    if not counts:
+    if through <= 0:
         return Trimmed((), 0, None)
-    seqs = [seq for seq, _ in counts]
-    task_index = seqs.index(task_seq) if task_seq in seqs else None
-    window = choose_window([token_cost(tokens) for _, tokens in counts], budget, task_index)
-    kept = await store.messages(group_id, after=seqs[window.start] - 1, through=through)
-    task = await store.get_message(group_id, seqs[window.task_index]) if window.task_index is not None else None
-    return Trimmed(tuple(kept), window.omitted, task)
+    window = await find_window(store, group_id, through=through, budget=budget, task_seq=task_seq,
+                               task_apart=task_apart)
+    kept = tuple(await store.messages(group_id, after=window.start - 1, through=through))
+    reference = task_seq if task_apart and task_seq is not None and window.start <= task_seq else None
+    return Trimmed(kept, window.omitted, window.task, reference)

@@ -22,12 +22,12 @@ from bot.core.models import Agent, Decision, Group, Message, Usage
 from bot.core.routing import eligible_speakers, explicit_recipients, next_in_rotation, plan_batch
 from bot.core.selector import select_speaker
 from bot.core.stop import cap_notice, near_repeat
-from bot.core.turn import TurnOutcome
+from bot.core.turn import TurnOutcome, cache_key
 from bot.core.worker import GroupWorker
 
 log = logging.getLogger(__name__)
 
-SELECTOR_SOURCES = ("selector", "fallback", "low_confidence")
+SELECTOR_SOURCES = ("selector", "fallback", "low_confidence")  # a selector call was made
 REPEAT_WINDOW = 24  # rows looked back at for near-repeats
 STALLED_NOTICE = ("Stopped: the last two agent messages repeat earlier ones (stalled). "
                   "Post a message to continue.")
@@ -147,18 +147,22 @@ class GroupDispatcher(GroupWorker):
             if agent is None:
                 return Decision(message.seq, "none", note="no agent is eligible")
             return Decision(message.seq, "rotation", (agent.id,), (agent.name,))
+        if len(eligible) == 1:
+            only = eligible[0]
+            return Decision(message.seq, "single", (only.id,), (only.name,),
+                            note="the only eligible agent: no selector call")
         task_seq = await self._task_seq(group)
-        trimmed = await load_thread(store, group.id, through=message.seq, budget=group.settings.context_budget,
+        trimmed = await load_thread(store, group.id, through=message.seq, budget=group.settings.selector_budget,
                                     task_seq=task_seq)
-        text = trimmed.render()
         selection = await select_speaker(
             self.engine.llm,
             roster=roster,
             eligible=eligible,
-            thread=text,
+            thread=trimmed.render(),
             rotate_after=last_agent,
             model=group.settings.selector_model or self.engine.selector_model,
             min_confidence=group.settings.min_confidence,
+            cache_key=cache_key(group, None),
         )
         ids = (selection.agent.id,) if selection.agent else ()
         names = (selection.agent.name,) if selection.agent else ()

@@ -14,13 +14,20 @@ MODES: tuple[str, ...] = ("selector", "round_robin", "tags")
 AuthorType = Literal["user", "agent", "system"]
 EpisodeStatus = Literal["running", "terminated", "max_turns", "stopped", "stalled", "superseded", "quiet"]
 DecisionSource = Literal[
-    "tags", "selector", "rotation", "fallback", "low_confidence", "superseded", "none"
+    "tags", "selector", "single", "rotation", "fallback", "low_confidence", "superseded", "none"
 ]
 RunKind = Literal["group", "direct"]
 RunStatus = Literal["running", "posted", "empty", "failed", "refused", "discarded", "interrupted"]
 
 DEFAULT_MAX_TURNS = 12
 MAX_TURNS_RANGE = (1, 100)
+DEFAULT_CONTEXT_BUDGET = 6000
+DEFAULT_SELECTOR_BUDGET = 1500
+
+
+def token_cost(token_count: int) -> int:
+    """A thread line's cost in a prompt: its counted tokens plus the newline."""
+    return max(token_count, 1) + 1
 
 
 @dataclass(frozen=True)
@@ -30,7 +37,8 @@ class GroupSettings:
     mode: str = "selector"
     max_agent_turns: int = DEFAULT_MAX_TURNS
     allow_repeat: bool = False
-    context_budget: int = 6000
+    context_budget: int = DEFAULT_CONTEXT_BUDGET
+    selector_budget: int = DEFAULT_SELECTOR_BUDGET
     pace: float = 0.0
     selector_model: str | None = None
     operator_role: str | None = None
@@ -129,6 +137,7 @@ class Message:
     token_count: int = 0
     episode_id: int | None = None
     created_at: float = 0.0
+    tokens_before: int = 0  # the thread cost of the group's earlier rows (running sum of token_cost)
 
 
 @dataclass(frozen=True)

@@ -41,10 +41,13 @@ class LLM(Protocol):
         model: str | None = None,
         max_tokens: int | None = None,
         logprobs: bool = False,
+        cache_key: str | None = None,
     ) -> Completion:
         """One chat completion. Raises `LLMError` subclasses; never other errors.
 
-        `model=None` means the adapter's default agent model.
+        `model=None` means the adapter's default agent model. `cache_key` names the
+        caller whose prompts share prefixes (sent as `prompt_cache_key` where the
+        endpoint takes it; ignored otherwise).
         """
         ...
 
@@ -192,11 +195,15 @@ class Store(Protocol):
         """Rows with after < seq <= through (through=None: latest), oldest first."""
         ...
 
-    async def token_counts(self, group_id: int, *, through: int) -> list[tuple[int, int]]:
-        """(seq, token_count) of every row through `through`, oldest first: cheap, no text.
+    async def thread_tokens(self, group_id: int, *, through: int) -> int:
+        """The thread cost of rows 1..`through` (the running sum of `token_cost`); 0 for none.
 
-        Lets the context budget pick its window without loading the whole history.
+        With `first_seq_at`, lets the context budget find its window by lookups, not by reading the history.
         """
+        ...
+
+    async def first_seq_at(self, group_id: int, *, tokens: int) -> int | None:
+        """The first row whose earlier rows cost at least `tokens` (its `tokens_before`); None past the end."""
         ...
 
     async def last_agent_author(self, group_id: int, *, through: int) -> int | None:

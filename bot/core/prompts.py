@@ -54,13 +54,17 @@ def thread_line(author_name: str, text: str) -> str:
     return f"[{author_name}] {text}"
 
 
-def render_thread(messages: Sequence[Message], omitted: int = 0, task_first: Message | None = None) -> str:
+def render_thread(
+    messages: Sequence[Message], omitted: int = 0, task_first: Message | None = None, *,
+    reference: int | None = None, reference_text: str = "",
+) -> str:
+    """Thread lines; the row whose seq is `reference` shows `reference_text` (its text is elsewhere)."""
     lines: list[str] = []
     if task_first is not None:
         lines.append(thread_line(task_first.author_name, task_first.text))
     if omitted:
         lines.append(thread_line(SYSTEM_AUTHOR, f"({omitted} earlier messages omitted)"))
-    lines.extend(thread_line(m.author_name, m.text) for m in messages)
+    lines.extend(thread_line(m.author_name, reference_text if m.seq == reference else m.text) for m in messages)
     return "\n".join(lines)
 
 

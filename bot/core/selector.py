@@ -86,6 +86,7 @@ async def select_speaker(
     rotate_after: int | None,
     model: str | None = None,
     min_confidence: float | None = None,
+    cache_key: str | None = None,
 ) -> Selection:
     """Ask the selector model who speaks next; never raises for bad replies.
 
@@ -104,7 +105,8 @@ async def select_speaker(
     error = ""
     for attempt in (1, 2):
         try:
-            completion = await llm.complete(messages, model=model, max_tokens=20, logprobs=min_confidence is not None)
+            completion = await llm.complete(messages, model=model, max_tokens=20, logprobs=min_confidence is not None,
+                                            cache_key=cache_key)
         except LLMError as exc:
             log.warning("selector call failed (attempt %d): %s", attempt, exc)
             raw.append(f"<error: {exc}>")

@@ -45,11 +45,15 @@ def others_in(thread: Sequence[Message], roster: Sequence[Agent], agent: Agent) 
 def build_messages(
     group: Group, agent: Agent, roster: Sequence[Agent], trimmed: Trimmed, task: Message | None
 ) -> tuple[list[ChatMessage], list[str]]:
-    shown = ([trimmed.task_pulled_up] if trimmed.task_pulled_up else []) + list(trimmed.kept)
-    others = others_in(shown, roster, agent)
+    others = others_in(trimmed.shown, roster, agent)
     task_text = task.text if task else "(no task yet: follow the conversation)"
     prompt = participant_prompt(agent, others, task_text, trimmed.render())
     return [ChatMessage("system", system_message(agent, group.settings.brief)), ChatMessage("user", prompt)], others
+
+
+def cache_key(group: Group, agent_id: int | None) -> str:
+    """The `prompt_cache_key` of a (group, agent) pair, or of the group's selector (agent None)."""
+    return f"roundtable-{group.id}-{'selector' if agent_id is None else agent_id}"
 
 
 class AgentTurn:
@@ -91,11 +95,12 @@ class AgentTurn:
         roster = await store.list_agents(group.id)
         task = await self._task(group, run)
         trimmed = await load_thread(store, group.id, through=run.snapshot_seq, budget=group.settings.context_budget,
-                                    task_seq=task.seq if task else None)
+                                    task_seq=task.seq if task else None, task_apart=task is not None)
         messages, others = build_messages(group, agent, roster, trimmed, task)
         try:
             async with engine.surface.working(group, agent):
-                completion = await engine.llm.complete(messages, model=agent.model)
+                completion = await engine.llm.complete(messages, model=agent.model,
+                                                       cache_key=cache_key(group, agent.id))
         except LLMError as exc:
             log.warning("group=%s agent=%s run=%s failed: %s", group.id, agent.name, run.id, exc)
             failure = engine.notice(f"{agent.name} could not answer: {exc.public}. Its turn was skipped.")

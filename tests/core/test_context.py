@@ -1,22 +1,31 @@
-"""The context budget: `load_thread` over an in-memory thread (no SQLite), and `choose_window` as a table."""
+"""The context budget: `load_thread` over an in-memory thread (no SQLite), and `cut_point` as a table."""
 from __future__ import annotations
 
 import pytest
 
-from bot.core.context import Trimmed, choose_window, load_thread
-from bot.core.models import Message
+from bot.core.context import TASK_REFERENCE, Trimmed, cut_point, load_thread
+from bot.core.models import Message, token_cost
 from bot.core.ports import Store
 
 
 class Thread:
-    """The three Store reads `load_thread` makes, over a list of rows of one group."""
+    """The four Store reads `load_thread` makes, over a list of rows of one group."""
 
     def __init__(self, rows: list[Message]) -> None:
         self.rows = rows
         self.loaded: list[int] = []  # seqs of every full row read
+        self.before: dict[int, int] = {}
+        total = 0
+        for m in rows:
+            self.before[m.seq] = total
+            total += token_cost(m.token_count)
 
-    async def token_counts(self, group_id: int, *, through: int) -> list[tuple[int, int]]:
-        return [(m.seq, m.token_count) for m in self.rows if m.seq <= through]
+    async def thread_tokens(self, group_id: int, *, through: int) -> int:
+        last = [m for m in self.rows if m.seq <= through]
+        return self.before[last[-1].seq] + token_cost(last[-1].token_count) if last else 0
+
+    async def first_seq_at(self, group_id: int, *, tokens: int) -> int | None:
+        return next((m.seq for m in self.rows if self.before[m.seq] >= tokens), None)
 
     async def messages(self, group_id: int, *, after: int = 0, through: int | None = None) -> list[Message]:
         kept = [m for m in self.rows if after < m.seq <= (through if through is not None else m.seq)]
@@ -33,9 +42,9 @@ def thread(n: int, cost: int = 10, task_seq: int = 1) -> list[Message]:
             for i in range(1, n + 1)]
 
 
-async def trim(rows: list[Message], budget: int, task_seq: int | None) -> Trimmed:
+async def trim(rows: list[Message], budget: int, task_seq: int | None, *, task_apart: bool = False) -> Trimmed:
     store: Store = Thread(rows)  # type: ignore[assignment]  # only the reads load_thread makes
-    return await load_thread(store, 1, through=rows[-1].seq, budget=budget, task_seq=task_seq)
+    return await load_thread(store, 1, through=rows[-1].seq, budget=budget, task_seq=task_seq, task_apart=task_apart)
 
 
 async def test_fits_untouched():
@@ -51,6 +60,7 @@ async def test_task_and_newest_kept_within_budget(n):
     assert t.kept[-1].seq == n
     used = sum(m.token_count + 1 for m in t.kept) + 11 + 16
     assert used <= budget
+    assert used > budget // 2 - 11  # cut back to half, not further
     assert t.omitted == n - len(t.kept) - 1
     rendered = t.render()
     assert rendered.startswith("[a] m1\n[roundtable] (")
@@ -70,19 +80,28 @@ async def test_task_in_the_middle_is_kept_when_cut():
     assert t.task_pulled_up is not None and t.task_pulled_up.seq == 10
 
 
-async def test_prefix_is_stable_between_trims_and_drops_in_blocks():
+async def test_task_apart_is_never_pulled_up_nor_repeated():
+    cut = await trim(thread(50, task_seq=10), 200, task_seq=10, task_apart=True)
+    assert cut.task_pulled_up is None and all(m.seq > 10 for m in cut.kept)
+    assert cut.omitted == cut.kept[0].seq - 2  # the task is in <task>, not omitted
+    assert "[a] m10" not in cut.render()
+    whole = await trim(thread(8, task_seq=3), 1000, task_seq=3, task_apart=True)
+    assert whole.render().splitlines()[2] == f"[a] {TASK_REFERENCE}"  # its place, without its text
+    assert "[a] m3" not in whole.render()
+
+
+async def test_the_window_moves_seldom_and_each_prompt_extends_the_previous():
     budget = 200
     cuts = []
     prefixes = []
-    for n in range(20, 60):
+    for n in range(20, 80):
         t = await trim(thread(n), budget, task_seq=1)
         cuts.append(t.kept[0].seq)
         prefixes.append(t.render().split(f"[a] m{n}")[0])
-    # the cut moves rarely and by more than one message at a time
     moves = [b - a for a, b in zip(cuts, cuts[1:]) if b != a]
-    assert moves and all(step > 1 for step in moves)
-    assert len(moves) < len(cuts) / 3
-    # while the cut stays, each prompt extends the previous one (same prefix)
+    # budget 200, 11 tokens a row: each move cuts half a budget (9 rows), so it moves every ~9 turns
+    assert moves and all(step >= 8 for step in moves)
+    assert len(moves) <= len(cuts) / 8
     for (c1, p1), (c2, p2) in zip(zip(cuts, prefixes), zip(cuts[1:], prefixes[1:])):
         if c1 == c2:
             assert p2.startswith(p1)
@@ -94,15 +113,15 @@ async def test_a_single_huge_newest_message_is_still_kept():
     assert t.kept[-1].seq == 6
 
 
-@pytest.mark.parametrize("costs, budget, task_index, window", [
-    ([11] * 5, 100, 0, (0, 0, None)),  # fits
-    ([11] * 20, 120, 0, (14, 13, 0)),  # blocks of 30 start at 3, 6, 9, 11, 14, 17; from 14: 66 + 16 + 11 fits
-    ([11] * 20, 120, None, (11, 11, None)),  # no task: from 11, 99 + 16 fits
-    ([11] * 20, 120, 12, (11, 11, None)),  # the task is in the kept part: not pulled up
-    ([11] * 20, 120, 5, (14, 13, 5)),  # a task in the middle, cut: pulled up, and it needs room
-    ([5, 500], 100, 0, (1, 0, 0)),  # only the newest, however big; the task shown first
-    ([500], 100, 0, (0, 0, None)),  # one row is always kept whole
+@pytest.mark.parametrize("total, budget, extra, cut", [
+    (100, 200, 16, 0),  # fits
+    (184, 200, 16, 0),  # exactly fits
+    (185, 200, 16, 100),  # one over: cut half a budget
+    (300, 200, 16, 200),  # 116 over: two halves
+    (285, 200, 16, 200),  # the cut stays put while the thread grows...
+    (384, 200, 16, 200),
+    (385, 200, 16, 300),  # ...then moves by half a budget
+    (50, 1, 0, 49),  # a budget of 1: steps of 1
 ])
-def test_choose_window(costs, budget, task_index, window):
-    w = choose_window(costs, budget, task_index)
-    assert (w.start, w.omitted, w.task_index) == window
+def test_cut_point(total, budget, extra, cut):
+    assert cut_point(total, budget, extra) == cut

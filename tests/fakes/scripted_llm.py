@@ -44,7 +44,8 @@ class ScriptedLLM:
         return [name or "" for kind, name, _ in self.history if kind == "participant"]
 
     async def complete(self, messages: Sequence[ChatMessage], *, model: str | None = None,
-                       max_tokens: int | None = None, logprobs: bool = False) -> Completion:
+                       max_tokens: int | None = None, logprobs: bool = False,
+                       cache_key: str | None = None) -> Completion:
         kind, name = kind_of(messages)
         self.history.append((kind, name, list(messages)))
         if kind == "selector":
