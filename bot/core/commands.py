@@ -288,6 +288,8 @@ COMMANDS: tuple[Command, ...] = (
                 Option("brief", "text added to every agent's system prompt", "long_text", max_length=v.BRIEF_MAX),
                 Option("min_confidence", "below this selector confidence, the rotation picks (0: off)", "number",
                        low=0.0, high=1.0),
+                Option("monthly_budget", "dollars of model calls a month; reached: the group pauses (0: no budget)",
+                       "number", low=0.0, high=1_000_000.0),
             ), who="operators_to_change"),
     Command(("roundtable", "pause"), "Hold deliveries (messages are still recorded)",
             lambda inv: inv.admin.pause(inv.group), who="operators"),
@@ -300,7 +302,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(("roundtable", "why"), "Why a message went to whom (default: the latest)",
             lambda inv: inv.admin.why(inv.group, inv.text("message")),
             (Option("message", "a message link, id or number", "message"),)),
-    Command(("roundtable", "usage"), "Tokens per agent and selector",
+    Command(("roundtable", "usage"), "Calls, tokens and cost per agent and selector",
             lambda inv: inv.admin.usage(inv.group, int(inv.text("days") or 7)),
             (Option("days", "how many days back (default 7)", "integer", low=1, high=365),)),
     Command(("agent", "add"), "Add an agent (without a prompt, you are asked for it)", _add, (

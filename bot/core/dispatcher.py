@@ -165,7 +165,7 @@ class GroupDispatcher(GroupWorker):
         source = selection.source if (ids or selection.terminate) else "none"
         return Decision(
             message.seq, source, ids, names, selection.raw, selection.attempts, selection.confidence,
-            selection.usage, selection.terminate, selection.note,
+            selection.usage, selection.terminate, selection.note, model=selection.model,
         )
 
     async def _task_seq(self, group: Group) -> int | None:

@@ -22,6 +22,7 @@ from bot.core.models import (
     NewMessage,
     Run,
     RunResult,
+    Spend,
     Summary,
     Usage,
 )
@@ -258,6 +259,11 @@ class Store(Protocol):
 
     async def usage_since(self, group_id: int, since: float) -> dict[str, Usage]:
         """Token totals per agent name, plus key 'selector', for runs/decisions since `since`."""
+        ...
+
+    async def spending(self, group_id: int, since: float) -> list[Spend]:
+        """Model calls since `since`: per (agent name, model) of runs, per model of the selector's
+        decisions (a call per attempt) and of catch-up summaries."""
         ...
 
     # webhooks (Discord) -------------------------------------------------

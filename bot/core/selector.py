@@ -42,6 +42,7 @@ class Selection:
     confidence: float | None
     usage: Usage
     note: str = ""
+    model: str = ""  # the model that answered (for its price)
 
 
 def parse_reply(reply: str, eligible: Sequence[str], known: Sequence[str] = ()) -> Parsed:
@@ -102,6 +103,7 @@ async def select_speaker(
     raw: list[str] = []
     usage = Usage()
     error = ""
+    answered = ""  # the model that answered, once one did
     for attempt in (1, 2):
         try:
             completion = await llm.complete(messages, model=model, max_tokens=20, logprobs=min_confidence is not None)
@@ -111,18 +113,20 @@ async def select_speaker(
             error = str(exc)
             continue
         usage = usage + completion.usage
+        answered = completion.model or model or ""
         raw.append(completion.text)
         parsed = parse_reply(completion.text, names, [a.name for a in enabled])
         if parsed.error is None:
             confidence = _confidence(completion.logprob)
             if parsed.terminate:
-                return Selection(None, True, "selector", tuple(raw), attempt, confidence, usage)
+                return Selection(None, True, "selector", tuple(raw), attempt, confidence, usage, model=answered)
             agent = next(a for a in eligible if a.name == parsed.name)
             if min_confidence is not None and confidence is not None and confidence < min_confidence:
                 fallback = _rotation(roster, eligible, rotate_after)
                 note = f"confidence {confidence:.2f} below {min_confidence:.2f}"
-                return Selection(fallback, False, "low_confidence", tuple(raw), attempt, confidence, usage, note)
-            return Selection(agent, False, "selector", tuple(raw), attempt, confidence, usage)
+                return Selection(fallback, False, "low_confidence", tuple(raw), attempt, confidence, usage, note,
+                                 answered)
+            return Selection(agent, False, "selector", tuple(raw), attempt, confidence, usage, model=answered)
         error = parsed.error
         log.debug("selector reply rejected (attempt %d): %s", attempt, error)
         messages = [
@@ -135,7 +139,7 @@ async def select_speaker(
             ),
         ]
     fallback = _rotation(roster, eligible, rotate_after)
-    return Selection(fallback, False, "fallback", tuple(raw), 2, None, usage, f"selector failed: {error}")
+    return Selection(fallback, False, "fallback", tuple(raw), 2, None, usage, f"selector failed: {error}", answered)
 
 
 def _rotation(roster: Sequence[Agent], eligible: Sequence[Agent], rotate_after: int | None) -> Agent | None:
