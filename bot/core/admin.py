@@ -7,13 +7,16 @@ decided before it runs (`bot.core.commands.run`).
 """
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import Mapping
 
 from bot.core import validation as v
-from bot.core.card import Card, Field, Tone
+from bot.core.card import Attachment, Card, Field, Tone
 from bot.core.context import choose_window, token_cost
 from bot.core.engine import Engine
 from bot.core.errors import InvalidInput, NotFound, UserFacingError
+from bot.core.export import file_name, plural, write_export
 from bot.core.models import Agent, Decision, Group, GroupSettings
 from bot.core.pricing import dollars
 from bot.core.reading import Reader, Reading
@@ -206,6 +209,20 @@ class Admin:
         """Calls, tokens and cost per agent and selector, and a total (`bot.core.spending`)."""
         days = v.integer("days", days, 1, 365)
         return await usage_card(self.store, await self.store.get_group(group.id), self.engine.prices, days)
+
+    async def export(self, group: Group, fmt: str = "html") -> Attachment:
+        """The whole thread as a file (html, json or md), built in a temporary file a page at a time."""
+        descriptor, path = tempfile.mkstemp(prefix="roundtable-export-", suffix=f".{fmt}")
+        try:
+            with os.fdopen(descriptor, "w", encoding="utf-8", newline="\n") as out:
+                totals = await write_export(self.store, group, fmt, out.write)
+        except BaseException:
+            os.unlink(path)
+            raise
+        label = {"html": "a page to read", "json": "JSON data", "md": "Markdown"}[fmt]
+        text = f"{group.name}: {plural(totals.messages, 'message')}, {plural(totals.episodes, 'episode')}, as {label}."
+        return Attachment(path, file_name(group, fmt), text,
+                          elsewhere=f"roundtable export --group {group.id} --format {fmt} --out FILE")
 
     # agents --------------------------------------------------------------
     async def agent(self, group: Group, name: str) -> Agent:

@@ -19,6 +19,7 @@ from bot.core import validation as v
 from bot.core.admin import Admin
 from bot.core.card import Reply
 from bot.core.errors import Forbidden, InvalidInput, UserFacingError
+from bot.core.export import FORMATS
 from bot.core.models import MAX_TURNS_RANGE, MODES, Group, Message
 from bot.core.reading import Reader
 
@@ -305,6 +306,9 @@ COMMANDS: tuple[Command, ...] = (
     Command(("roundtable", "usage"), "Calls, tokens and cost per agent and selector",
             lambda inv: inv.admin.usage(inv.group, int(inv.text("days") or 7)),
             (Option("days", "how many days back (default 7)", "integer", low=1, high=365),)),
+    Command(("roundtable", "export"), "The thread as a file: html (to read), json (data) or md (to paste)",
+            lambda inv: inv.admin.export(inv.group, inv.text("format") or "html"),
+            (Option("format", "html (default), json or md", "choice", choices=FORMATS),), who="operators", slow=True),
     Command(("agent", "add"), "Add an agent (without a prompt, you are asked for it)", _add, (
         Option("name", "1-32 letters, digits, _ - .", required=True, max_length=v.NAME_MAX),
         Option("role", "one line: what it does", required=True, max_length=v.ROLE_MAX),
