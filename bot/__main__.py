@@ -2,6 +2,8 @@
 
     roundtable run        the Discord bot
     roundtable console    the same engine in a terminal (no Discord needed)
+    roundtable export     a group's thread as html, json or md (reads only the database)
+    roundtable replay     ask the selector again about past messages; nothing stored changes
 
 Every start-up problem is one line on stderr (`roundtable: ...`) and exit code 2.
 """
@@ -12,13 +14,24 @@ import asyncio
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from bot.core.errors import Busy, ConfigError, StoreError
+from bot.core.errors import ConfigError, StoreError, UserFacingError
+
+if TYPE_CHECKING:
+    from bot.config import Settings
 
 DESCRIPTION = "Roundtable: one Discord channel as a group chat between people and several LLM agents."
 DISTRIBUTION = "roundtable"
 CONSOLE_LOG_LEVELS = ("WARNING", "INFO", "DEBUG")  # by the number of -v
+FORMATS = ("html", "json", "md")  # bot.core.export.FORMATS (not imported here: --help stays fast)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments are one line on stderr (`roundtable: ...`) and exit code 2, like every other problem."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]  # argparse's is NoReturn; so is this
+        self.exit(2, f"roundtable: {message} (see {self.prog} --help)\n")
 
 
 def version() -> str:
@@ -40,12 +53,12 @@ def version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="roundtable", description=DESCRIPTION)
+    parser = _Parser(prog="roundtable", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"roundtable {version()}",
                         help="print the version and exit")
     parser.add_argument("--env-file", metavar="FILE",
                         help="settings file to load first (default: .env here, when there is one)")
-    verbs = parser.add_subparsers(dest="verb", metavar="VERB")
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
     verbs.add_parser("run", help="start the Discord bot (needs DISCORD_TOKEN and the LLM settings; "
                                  "logs at ROUNDTABLE_LOG_LEVEL)")
     console = verbs.add_parser(
@@ -61,6 +74,29 @@ def build_parser() -> argparse.ArgumentParser:
     console.add_argument("-v", "--verbose", action="count", default=0,
                          help="log more: -v life-cycle and turns (INFO), -vv decisions (DEBUG); "
                               "by default only warnings and errors")
+    export = verbs.add_parser(
+        "export", help="write a group's thread as html (a page to read), json (data) or md (to paste); "
+                       "needs only the database",
+        description="Write a group's thread, with its episodes, runs and routing decisions, as one file. "
+                    "The JSON schema is docs/export-schema.json.")
+    export.add_argument("--group", required=True, metavar="NAME|ID", help="the group: its name, id or key")
+    export.add_argument("--format", required=True, metavar="FORMAT", help="html, json or md")
+    export.add_argument("--out", metavar="FILE", help="write here (default: stdout)")
+    export.add_argument("--from", dest="first", type=int, metavar="SEQ", help="first message number (default 1)")
+    export.add_argument("--to", dest="last", type=int, metavar="SEQ", help="last message number (default: newest)")
+    export.add_argument("--db", metavar="FILE", help="SQLite file (default: ROUNDTABLE_DB or roundtable.db)")
+    replay = verbs.add_parser(
+        "replay", help="ask the selector again about a past message (or every one of an episode) with today's "
+                       "roster and settings, beside the stored decision; nothing stored changes",
+        description="Re-run the speaker selector through the configured model server (OPENAI_BASE_URL) and print "
+                    "the stored and the new decision side by side.")
+    replay.add_argument("--group", required=True, metavar="NAME|ID", help="the group: its name, id or key")
+    which = replay.add_mutually_exclusive_group(required=True)
+    which.add_argument("--seq", type=int, metavar="N", help="the message whose decision to replay")
+    which.add_argument("--episode", type=int, metavar="E", help="replay every selector decision of episode E")
+    replay.add_argument("--model", metavar="M", help="the selector model to ask (default: the group's, else "
+                                                     "ROUNDTABLE_SELECTOR_MODEL, else ROUNDTABLE_MODEL)")
+    replay.add_argument("--db", metavar="FILE", help="SQLite file (default: ROUNDTABLE_DB or roundtable.db)")
     return parser
 
 
@@ -68,6 +104,8 @@ def log_level(args: argparse.Namespace, configured: str) -> str:
     """The console logs warnings unless -v asks for more; `run` logs at ROUNDTABLE_LOG_LEVEL."""
     if args.verb == "console":
         return CONSOLE_LOG_LEVELS[min(args.verbose, len(CONSOLE_LOG_LEVELS) - 1)]
+    if args.verb in ("export", "replay"):
+        return "WARNING"
     return configured
 
 
@@ -79,10 +117,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from bot.config import configure_logging, load_env_file, load_settings
 
+    if args.verb == "export" and args.format.lower() not in FORMATS:
+        print(f"roundtable: unknown format {args.format!r}: use html, json or md", file=sys.stderr)
+        return 2
     try:
         missing_note = load_env_file(args.env_file)
-        settings = load_settings(os.environ, need_discord=args.verb == "run", missing_note=missing_note)
+        settings = load_settings(os.environ, need_discord=args.verb == "run", missing_note=missing_note,
+                                 need_llm=args.verb != "export")
         configure_logging(log_level(args, settings.log_level))
+        if args.verb in ("export", "replay"):
+            return asyncio.run(record_verb(args, settings))
         if args.verb == "console":
             from bot.wiring import run_console
 
@@ -90,11 +134,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bot.wiring import run_discord
 
         return asyncio.run(run_discord(settings))
-    except (ConfigError, StoreError, Busy) as exc:
+    except (ConfigError, StoreError, UserFacingError) as exc:
         print(f"roundtable: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `roundtable export ... | head`: the reader left
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+async def record_verb(args: argparse.Namespace, settings: "Settings") -> int:
+    from bot import record
+
+    if args.verb == "export":
+        return await record.export(settings, db=args.db, group=args.group, fmt=args.format.lower(), out=args.out,
+                                   first=args.first, last=args.last)
+    return await record.replay(settings, db=args.db, group=args.group, seq=args.seq, episode=args.episode,
+                               model=args.model)
 
 
 if __name__ == "__main__":

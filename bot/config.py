@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import io
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, TypeVar
 from urllib.parse import urlsplit
 
 from bot.core.errors import ConfigError
 from bot.core.models import DEFAULT_CONTEXT_BUDGET, DEFAULT_MAX_TURNS, DEFAULT_SELECTOR_BUDGET, MAX_TURNS_RANGE
+from bot.core.pricing import Price, merged_prices, parse_prices
 from bot.core.validation import CONTEXT_BUDGET_RANGE
 
 T = TypeVar("T")
@@ -42,6 +43,12 @@ class Settings:
     discord_token: str | None = None
     discord_api_base_url: str | None = None
     discord_guild_id: int | None = None
+    price_overrides: dict[str, Price] = field(default_factory=dict)  # ROUNDTABLE_PRICES
+
+    @property
+    def prices(self) -> dict[str, Price]:
+        """The built-in prices with ROUNDTABLE_PRICES on top."""
+        return merged_prices(self.price_overrides)
 
     def __repr__(self) -> str:  # never print secrets
         base_url = redact_url(self.openai_base_url) if self.openai_base_url else None
@@ -176,13 +183,22 @@ def load_env_file(path: str | None, *, cwd: Path | None = None) -> str | None:
     return None
 
 
-def load_settings(env: Mapping[str, str], *, need_discord: bool, missing_note: str | None = None) -> Settings:
-    """The settings in `env`, or one `ConfigError` naming every problem.
+def _prices(raw: str) -> dict[str, Price]:
+    try:
+        return parse_prices(raw)
+    except ValueError as exc:
+        raise _Malformed(str(exc)) from None
+
+
+def load_settings(env: Mapping[str, str], *, need_discord: bool, missing_note: str | None = None,
+                  need_llm: bool = True) -> Settings:
+    """The settings in `env`, or one `ConfigError` naming every problem. `need_llm=False`
+    (verbs that only read the database, e.g. export) does not require OPENAI_API_KEY.
 
     `missing_note` (why a key may be missing, e.g. no settings file was found) is
     added to the last "is missing" line."""
     r = _Reader(env)
-    key = r.text("OPENAI_API_KEY", required=True,
+    key = r.text("OPENAI_API_KEY", required=need_llm,
                  fix="set it to your provider's API key (any non-empty value for a local server that needs none)")
     token = r.text("DISCORD_TOKEN", required=need_discord,
                    fix="set it to your bot's token from the Discord developer portal (Bot > Reset Token)")
@@ -212,6 +228,9 @@ def load_settings(env: Mapping[str, str], *, need_discord: bool, missing_note: s
                                       secret=True),
         discord_guild_id=r.parsed("DISCORD_GUILD_ID", None, _in_range(1, 2**64, int),
                                   "use the numeric id of your server (Developer Mode > Copy Server ID)"),
+        price_overrides=r.parsed("ROUNDTABLE_PRICES", {}, _prices,
+                                 "use model=input/cached/output;... in dollars per million tokens, "
+                                 "e.g. gpt-4o=2.50/1.25/10;llama3=0/0/0", secret=True),
     )
     if r.problems:
         if missing_note and r.last_missing is not None:

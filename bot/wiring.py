@@ -50,7 +50,8 @@ async def open_engine(
         try:
             await llm.check()
             surface = make_surface(store)
-            engine = Engine(store, llm, surface, counter, selector_model=settings.selector_model, scope=scope)
+            engine = Engine(store, llm, surface, counter, selector_model=settings.selector_model, scope=scope,
+                            prices=settings.prices)
             try:
                 yield engine
             finally:

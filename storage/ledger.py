@@ -3,12 +3,13 @@ read cursors. Mixed into `storage.store.SqliteStore`."""
 from __future__ import annotations
 
 import logging
+import sqlite3
 from typing import get_args
 
 import aiosqlite
 
 from bot.core.errors import InvalidInput, NotFound
-from bot.core.models import Decision, Episode, EpisodeStatus, Message, NewMessage, Usage
+from bot.core.models import Decision, Episode, EpisodeStatus, Message, NewMessage, Spend, SpendKind, Usage
 from storage.rows import dumps, to_decision, to_episode
 from storage.run import RunMixin
 
@@ -28,8 +29,8 @@ class LedgerMixin(RunMixin):
                 db,
                 "INSERT OR IGNORE INTO decisions (group_id, seq, source, agent_ids, agent_names,"
                 " selector_raw, attempts, confidence, prompt_tokens, completion_tokens,"
-                " cached_tokens, estimated, terminate, note, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " cached_tokens, estimated, terminate, note, created_at, model)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     group_id,
                     decision.seq,
@@ -46,6 +47,7 @@ class LedgerMixin(RunMixin):
                     int(decision.terminate),
                     decision.note,
                     decision.created_at or self._now(),
+                    decision.model or None,
                 ),
             )
             routed = int(group["routed_through"])
@@ -148,6 +150,39 @@ class LedgerMixin(RunMixin):
             int(sel[0]), int(sel[1]), int(sel[2]), bool(sel[3])
         )
         return totals
+
+    async def spending(self, group_id: int, since: float) -> list[Spend]:
+        """Model calls since `since`, per (agent name, model) of the runs started, per model of the
+        selector's decisions (one call per attempt) and of the catch-up summaries."""
+        async with self._read() as db:
+            runs = await self._all(
+                db,
+                "SELECT a.name, COALESCE(r.model, ''), COUNT(*), SUM(r.prompt_tokens), SUM(r.completion_tokens),"
+                " SUM(r.cached_tokens), MAX(r.estimated) FROM runs AS r JOIN agents AS a ON a.id = r.agent_id"
+                " WHERE r.group_id = ? AND r.started_at >= ? GROUP BY a.name, r.model ORDER BY a.name, r.model",
+                (group_id, since),
+            )
+            selector = await self._all(
+                db,
+                "SELECT 'selector', COALESCE(model, ''), SUM(attempts), SUM(prompt_tokens), SUM(completion_tokens),"
+                " SUM(cached_tokens), MAX(estimated) FROM decisions WHERE group_id = ? AND created_at >= ?"
+                " AND attempts > 0 GROUP BY model ORDER BY model",
+                (group_id, since),
+            )
+            catchup = await self._all(
+                db,
+                "SELECT 'catch-up', model, SUM(calls), SUM(prompt_tokens), SUM(completion_tokens), 0, 0"
+                " FROM summaries WHERE group_id = ? AND created_at >= ? GROUP BY model ORDER BY model",
+                (group_id, since),
+            )
+        out: list[Spend] = []
+        sources: tuple[tuple[SpendKind, list[sqlite3.Row]], ...] = (
+            ("agent", runs), ("selector", selector), ("catch-up", catchup))
+        for kind, rows in sources:
+            for r in rows:
+                usage = Usage(int(r[3] or 0), int(r[4] or 0), int(r[5] or 0), bool(r[6]))
+                out.append(Spend(str(r[0]), kind, str(r[1] or ""), int(r[2] or 0), usage))
+        return out
 
     # webhooks -----------------------------------------------------------
     async def get_webhook(self, channel_id: str) -> tuple[str, str] | None:

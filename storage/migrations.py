@@ -229,11 +229,24 @@ async def _m004_fill_token_positions(conn: aiosqlite.Connection) -> None:
         await conn.execute("UPDATE groups SET tokens_total = ? WHERE id = ?", (total, group_id))
 
 
+M005_MODELS_FOR_PRICES = """
+-- The model that answered each run and each selector decision, so its cost can be priced
+-- (NULL for rows written before: their cost shows as "no price known").
+ALTER TABLE runs ADD COLUMN model TEXT;
+ALTER TABLE decisions ADD COLUMN model TEXT;
+-- How many model calls a stored catch-up summary took (one more each time its rows are summarised again).
+ALTER TABLE summaries ADD COLUMN calls INTEGER NOT NULL DEFAULT 1;
+-- Exports and replay page through a group's runs and episodes in order.
+CREATE INDEX runs_group_snapshot ON runs(group_id, snapshot_seq);
+CREATE INDEX episodes_group_task ON episodes(group_id, task_seq);
+"""
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "create tables", M001_CREATE_TABLES),
     (2, "leases, ingest watermark, delivery problem", M002_OWNERSHIP_AND_CATCH_UP),
     (3, "people's names, catch-up summaries", M003_PEOPLE_AND_SUMMARIES),
     (4, "running token sums", _m004_fill_token_positions),
+    (5, "models of runs and decisions (prices), calls of summaries, record indexes", M005_MODELS_FOR_PRICES),
 ]
 
 _CREATE_LEDGER = """

@@ -70,7 +70,9 @@ class ReadingMixin(LedgerMixin):
                 "INSERT INTO summaries (group_id, after_seq, through_seq, text, omitted, model, prompt_tokens,"
                 " completion_tokens, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (group_id, after_seq, through_seq) DO UPDATE SET text = excluded.text,"
-                " omitted = excluded.omitted, model = excluded.model, created_at = excluded.created_at",
+                " omitted = excluded.omitted, model = excluded.model, created_at = excluded.created_at,"
+                " prompt_tokens = prompt_tokens + excluded.prompt_tokens,"  # what every call cost, for usage
+                " completion_tokens = completion_tokens + excluded.completion_tokens, calls = calls + 1",
                 (group_id, summary.after, summary.through, summary.text, summary.omitted, summary.model,
                  prompt_tokens, completion_tokens, self._now()),
             )

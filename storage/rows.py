@@ -179,6 +179,7 @@ def to_decision(row: Row) -> Decision:
         terminate=bool(row["terminate"]),
         note=row["note"],
         created_at=float(row["created_at"]),
+        model=row["model"] or "",
     )
 
 
@@ -197,4 +198,5 @@ def to_run(row: Row) -> Run:
         error=row["error"],
         started_at=float(row["started_at"]),
         finished_at=row["finished_at"],
+        model=row["model"] or "",
     )

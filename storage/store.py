@@ -4,7 +4,8 @@ This module owns groups, the roster and the message log (seq allocation,
 streak, episodes opened by user posts, agent cursors, what reached the
 surface, the ingest watermark). Decisions, episodes, usage, webhooks and read
 cursors live in `storage.ledger`; runs in `storage.run`; leases in
-`storage.lease`; the connection, lock, transactions and appends in `storage.base`.
+`storage.lease`; the record read in pages (exports) in `storage.record`; the
+connection, lock, transactions and appends in `storage.base`.
 
 Usage::
 
@@ -22,7 +23,7 @@ import aiosqlite
 from bot.core.errors import InvalidInput
 from bot.core.models import Agent, Episode, Group, GroupSettings, Message, NewMessage, token_cost
 from bot.core.validation import check_name_free
-from storage.reading import ReadingMixin
+from storage.record import RecordMixin
 from storage.rows import dumps, settings_to_json, to_agent, to_group, to_message, unique
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 AGENT_FIELDS = ("name", "role", "system_prompt", "model", "avatar_url", "enabled", "position")
 
 
-class SqliteStore(ReadingMixin):
+class SqliteStore(RecordMixin):
     """Implements `bot.core.ports.Store`. Open with `await SqliteStore.open(path)`."""
 
     # groups -------------------------------------------------------------

@@ -241,3 +241,22 @@ async def test_the_four_reading_verbs_in_the_console(tmp_path):
     assert len([c for c in script.calls if c[0] == "other"]) == 1
     assert "Marked main read through #4." in lines
     assert lines[-1] == "Nothing new in main: you have read everything."
+
+
+async def test_export_and_usage_typed_in_the_console(tmp_path):
+    script = GroupChatScript(selector=["planner", "TERMINATE"],
+                             agents={"planner": ["Day 1: **Asakusa** <script>x</script>"]})
+    async with FakeOpenAI(script, models=["gpt-4o-mini"]) as srv:
+        code, _, err = await run_console(tmp_path, srv.base_url, SESSION)
+        assert code == 0, err
+        code, out, err = await run_console(tmp_path, srv.base_url,
+                                           "/roundtable export format:md\n/roundtable export\n/roundtable usage\n")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == f"main: 2 messages, 1 episode, as Markdown. Written to {tmp_path}/main-transcript.md"
+    assert lines[1] == f"main: 2 messages, 1 episode, as a page to read. Written to {tmp_path}/main-transcript.html"
+    md = (tmp_path / "main-transcript.md").read_text()
+    assert "> Plan a 3-day Tokyo trip for under $1,500" in md and "> Day 1: **Asakusa** &lt;script>x&lt;/script>" in md
+    assert lines[2] == "Usage in the last 7 days"
+    planner = next(line for line in lines if line.startswith("  planner: "))
+    assert planner.startswith("  planner: 1 call · ") and "no price known" in planner  # fake-model has no price

@@ -16,14 +16,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 from dataclasses import replace
+from pathlib import Path
 from typing import AsyncIterator, Protocol, TextIO
 
 from bot.adapters.commandline import parse_command
 from bot.adapters.terminal import ERROR_STYLE, Screen, and_list
 from bot.core import commands
 from bot.core.admin import Admin
-from bot.core.card import reply_lines
+from bot.core.card import Attachment, reply_lines
 from bot.core.engine import Engine
 from bot.core.errors import Busy, InvalidInput, UserFacingError
 from bot.core.models import Agent, Episode, Group, GroupSettings, Message
@@ -274,6 +276,8 @@ class Console:
                 typed = parse_command(line)
                 answer = await commands.run(commands.find(typed.path), self.admin, ConsoleCaller(self, read_line),
                                              typed.options)
+                if isinstance(answer, Attachment):
+                    answer = keep_file(answer, Path.cwd())
                 if answer is not None:
                     for out in reply_lines(answer):
                         self.surface.write(out)
@@ -320,6 +324,20 @@ class Console:
             if name not in enabled:
                 lines.append(f"@{name} is disabled: /agent enable name:{name} lets it answer.")
         return lines
+
+
+def keep_file(attachment: Attachment, directory: Path) -> str:
+    """Move a command's file (an export) into `directory` under its name, never over another file."""
+    name = Path(attachment.filename)
+    target, n = directory / name.name, 1
+    while target.exists():
+        target, n = directory / f"{name.stem}-{n}{name.suffix}", n + 1
+    try:
+        shutil.move(attachment.path, target)
+    except OSError as exc:
+        Path(attachment.path).unlink(missing_ok=True)
+        raise UserFacingError(f"Could not write {target}: {exc.strerror or type(exc).__name__}.") from None
+    return f"{attachment.text} Written to {target}"
 
 
 NO_AGENTS = ('No agents here yet: add one with /agent add name:planner role:"drafts the itinerary" '

@@ -7,22 +7,27 @@ decided before it runs (`bot.core.commands.run`).
 """
 from __future__ import annotations
 
-import time
+import os
+import tempfile
 from typing import Mapping
 
 from bot.core import validation as v
-from bot.core.card import Card, Field, Tone
+from bot.core.card import Attachment, Card, Field, Tone
 from bot.core.context import find_window
 from bot.core.engine import Engine
-from bot.core.errors import InvalidInput, NotFound
+from bot.core.errors import InvalidInput, NotFound, UserFacingError
+from bot.core.export import file_name, plural, write_export
 from bot.core.models import Agent, Decision, Group, GroupSettings
+from bot.core.pricing import dollars
 from bot.core.reading import Reader, Reading
+from bot.core.spending import budget_refusal, month_cost, usage_card
 
 CONFIG_FIELDS = {  # option name -> GroupSettings field
     "mode": "mode", "max_turns": "max_agent_turns", "allow_repeat": "allow_repeat",
     "context_budget": "context_budget", "selector_budget": "selector_budget", "pace": "pace",
     "selector_model": "selector_model",
     "operator_role": "operator_role", "allow_bots": "allow_bots", "brief": "brief", "min_confidence": "min_confidence",
+    "monthly_budget": "monthly_budget",
 }
 
 
@@ -42,6 +47,8 @@ def parse_config(changes: Mapping[str, object]) -> dict[str, object]:
             value = v.brief(str(value))
         elif key == "min_confidence":
             value = float(value) or None  # type: ignore[arg-type]  # 0 turns it off
+        elif key == "monthly_budget":
+            value = round(float(value), 2) or None  # type: ignore[arg-type]  # dollars; 0 turns it off
         out[CONFIG_FIELDS[key]] = value
     return out
 
@@ -55,6 +62,7 @@ def settings_fields(settings: GroupSettings) -> tuple[Field, ...]:
         "selector_model": settings.selector_model or "(default)",
         "operator_role": settings.operator_role or "(Manage Server)", "allow_bots": settings.allow_bots,
         "brief": brief, "min_confidence": settings.min_confidence or "off",
+        "monthly_budget": dollars(settings.monthly_budget) if settings.monthly_budget else "off",
     }
     return tuple(Field(k, str(val)) for k, val in shown.items())
 
@@ -96,6 +104,11 @@ class Admin:
             return Card("Settings", fields=settings_fields(group.settings))
         updated = await self.store.update_group(
             group.id, settings=group.settings.with_changes(**parse_config(changes)))
+        if "monthly_budget" in changes and await self.engine.check_budget(group.id):
+            cost = await month_cost(self.store, updated, self.engine.prices)
+            note = (f"This month's model cost ({dollars(cost)}) has already reached monthly_budget: the group is "
+                    "paused until the budget is raised (or the month turns) and /roundtable resume.")
+            return Card("Updated", note, settings_fields(updated.settings), tone="warning")
         self.engine.wake(group.id)
         return Card("Updated", fields=settings_fields(updated.settings), tone="good")
 
@@ -104,6 +117,11 @@ class Admin:
         return "Paused: messages are still recorded, agents wait until /roundtable resume."
 
     async def resume(self, group: Group) -> str:
+        budget = group.settings.monthly_budget
+        if budget:
+            cost = await month_cost(self.store, group, self.engine.prices)
+            if cost >= budget:
+                raise UserFacingError(budget_refusal(cost, budget))
         await self.store.update_group(group.id, paused=False)
         self.engine.wake(group.id)
         return "Resumed: waiting deliveries go out now."
@@ -192,13 +210,23 @@ class Admin:
         return found.seq
 
     async def usage(self, group: Group, days: int = 7) -> Card | str:
+        """Calls, tokens and cost per agent and selector, and a total (`bot.core.spending`)."""
         days = v.integer("days", days, 1, 365)
-        totals = await self.store.usage_since(group.id, time.time() - days * 86400)
-        if not any(u.prompt_tokens or u.completion_tokens for u in totals.values()):
-            return f"No model calls in the last {days} days."
-        fields = tuple(Field(who, f"{u.prompt_tokens} prompt, {u.completion_tokens} completion, "
-                                  f"{u.cached_tokens} cached") for who, u in sorted(totals.items()))
-        return Card(f"Tokens in the last {days} days", fields=fields)
+        return await usage_card(self.store, await self.store.get_group(group.id), self.engine.prices, days)
+
+    async def export(self, group: Group, fmt: str = "html") -> Attachment:
+        """The whole thread as a file (html, json or md), built in a temporary file a page at a time."""
+        descriptor, path = tempfile.mkstemp(prefix="roundtable-export-", suffix=f".{fmt}")
+        try:
+            with os.fdopen(descriptor, "w", encoding="utf-8", newline="\n") as out:
+                totals = await write_export(self.store, group, fmt, out.write)
+        except BaseException:
+            os.unlink(path)
+            raise
+        label = {"html": "a page to read", "json": "JSON data", "md": "Markdown"}[fmt]
+        text = f"{group.name}: {plural(totals.messages, 'message')}, {plural(totals.episodes, 'episode')}, as {label}."
+        return Attachment(path, file_name(group, fmt), text,
+                          elsewhere=f"roundtable export --group {group.id} --format {fmt} --out FILE")
 
     # agents --------------------------------------------------------------
     async def agent(self, group: Group, name: str) -> Agent:

@@ -1,8 +1,9 @@
-"""A command's answer when it is a table of facts (status, list, show, why, usage).
+"""A command's answer when it is a table of facts (status, list, show, why, usage), or a file.
 
 Discord shows a `Card` as an embed (title, fields, colour, thumbnail, footer,
 and a Mark read button); the console prints `Card.lines()`. Plain answers stay
-plain text.
+plain text. An `Attachment` (an export) is a file: Discord sends it attached,
+the console writes it in its working directory.
 """
 from __future__ import annotations
 
@@ -54,13 +55,26 @@ class Card:
         return out
 
 
-Reply = str | Card | tuple[Card, ...]
+@dataclass(frozen=True)
+class Attachment:
+    """A file for the asker. `path` is a temporary file that the surface owns from now on:
+    it moves it where the asker gets it, or deletes it."""
+
+    path: str
+    filename: str
+    text: str  # what it is, in one line
+    elsewhere: str = ""  # how to get it another way, when it is too big for the surface
+
+
+Reply = str | Card | tuple[Card, ...] | Attachment
 
 
 def reply_lines(reply: Reply) -> list[str]:
     """Any reply as plain lines (the console, and Discord's plain-text fallback)."""
     if isinstance(reply, str):
         return reply.splitlines()
+    if isinstance(reply, Attachment):
+        return [f"{reply.text} ({reply.filename})"]
     cards = (reply,) if isinstance(reply, Card) else reply
     out: list[str] = []
     for card in cards:

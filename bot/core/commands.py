@@ -19,6 +19,7 @@ from bot.core import validation as v
 from bot.core.admin import Admin
 from bot.core.card import Reply
 from bot.core.errors import Forbidden, InvalidInput, UserFacingError
+from bot.core.export import FORMATS
 from bot.core.models import MAX_TURNS_RANGE, MODES, Group, Message
 from bot.core.reading import Reader
 
@@ -290,6 +291,8 @@ COMMANDS: tuple[Command, ...] = (
                 Option("brief", "text added to every agent's system prompt", "long_text", max_length=v.BRIEF_MAX),
                 Option("min_confidence", "below this selector confidence, the rotation picks (0: off)", "number",
                        low=0.0, high=1.0),
+                Option("monthly_budget", "dollars of model calls a month; reached: the group pauses (0: no budget)",
+                       "number", low=0.0, high=1_000_000.0),
             ), who="operators_to_change"),
     Command(("roundtable", "pause"), "Hold deliveries (messages are still recorded)",
             lambda inv: inv.admin.pause(inv.group), who="operators"),
@@ -302,9 +305,12 @@ COMMANDS: tuple[Command, ...] = (
     Command(("roundtable", "why"), "Why a message went to whom (default: the latest)",
             lambda inv: inv.admin.why(inv.group, inv.text("message")),
             (Option("message", "a message link, id or number", "message"),)),
-    Command(("roundtable", "usage"), "Tokens per agent and selector",
+    Command(("roundtable", "usage"), "Calls, tokens and cost per agent and selector",
             lambda inv: inv.admin.usage(inv.group, int(inv.text("days") or 7)),
             (Option("days", "how many days back (default 7)", "integer", low=1, high=365),)),
+    Command(("roundtable", "export"), "The thread as a file: html (to read), json (data) or md (to paste)",
+            lambda inv: inv.admin.export(inv.group, inv.text("format") or "html"),
+            (Option("format", "html (default), json or md", "choice", choices=FORMATS),), who="operators", slow=True),
     Command(("agent", "add"), "Add an agent (without a prompt, you are asked for it)", _add, (
         Option("name", "1-32 letters, digits, _ - .", required=True, max_length=v.NAME_MAX),
         Option("role", "one line: what it does", required=True, max_length=v.ROLE_MAX),

@@ -17,10 +17,9 @@ import asyncio
 import logging
 from typing import Sequence
 
-from bot.core.context import load_thread
 from bot.core.models import Agent, Decision, Group, Message, Usage
 from bot.core.routing import eligible_speakers, explicit_recipients, next_in_rotation, plan_batch
-from bot.core.selector import select_speaker
+from bot.core.selector import selector_decision
 from bot.core.stop import cap_notice, near_repeat
 from bot.core.turn import TurnOutcome, cache_key
 from bot.core.worker import GroupWorker
@@ -139,43 +138,17 @@ class GroupDispatcher(GroupWorker):
                 return Decision(message.seq, "none", note="tags mode: an agent message starts nobody")
             ids = tuple(a.id for a in roster if a.enabled)
             return Decision(message.seq, "tags", ids, self._names(roster, ids), note="tags mode: every enabled agent")
-        last_agent = await store.last_agent_author(group.id, through=message.seq)
-        eligible = eligible_speakers(roster, message, group.settings.allow_repeat)
         if mode == "round_robin":
+            eligible = eligible_speakers(roster, message, group.settings.allow_repeat)
             exclude = {a.id for a in roster if a not in eligible}
-            agent = next_in_rotation(roster, last_agent, exclude=exclude)
+            agent = next_in_rotation(roster, await store.last_agent_author(group.id, through=message.seq),
+                                     exclude=exclude)
             if agent is None:
                 return Decision(message.seq, "none", note="no agent is eligible")
             return Decision(message.seq, "rotation", (agent.id,), (agent.name,))
-        if len(eligible) == 1:
-            only = eligible[0]
-            return Decision(message.seq, "single", (only.id,), (only.name,),
-                            note="the only eligible agent: no selector call")
-        task_seq = await self._task_seq(group)
-        trimmed = await load_thread(store, group.id, through=message.seq, budget=group.settings.selector_budget,
-                                    task_seq=task_seq)
-        selection = await select_speaker(
-            self.engine.llm,
-            roster=roster,
-            eligible=eligible,
-            thread=trimmed.render(),
-            rotate_after=last_agent,
-            model=group.settings.selector_model or self.engine.selector_model,
-            min_confidence=group.settings.min_confidence,
-            cache_key=cache_key(group, None),
-        )
-        ids = (selection.agent.id,) if selection.agent else ()
-        names = (selection.agent.name,) if selection.agent else ()
-        source = selection.source if (ids or selection.terminate) else "none"
-        return Decision(
-            message.seq, source, ids, names, selection.raw, selection.attempts, selection.confidence,
-            selection.usage, selection.terminate, selection.note,
-        )
-
-    async def _task_seq(self, group: Group) -> int | None:
-        if group.episode_id is None:
-            return None
-        return (await self.engine.store.get_episode(group.episode_id)).task_seq
+        return await selector_decision(store, self.engine.llm, group, roster, message,
+                                       model=group.settings.selector_model or self.engine.selector_model,
+                                       cache_key=cache_key(group, None))
 
     # stop rules ---------------------------------------------------------
     async def _after_turn(self, outcome: TurnOutcome) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine
-from typing import Callable, Iterable, TypeVar
+from typing import Callable, Iterable, Mapping, TypeVar
 
 from bot.core.dispatcher import GroupDispatcher
 from bot.core.errors import Busy
@@ -20,7 +20,9 @@ from bot.core.models import Agent, Episode, EpisodeResult, Group, Message, NewMe
 from bot.core.outbox import Outbox, RetryPolicy
 from bot.core.ownership import LEASE_TTL, Ownership
 from bot.core.ports import LLM, Store, Surface, TokenCounter
+from bot.core.pricing import DEFAULT_PRICES, Price
 from bot.core.prompts import SYSTEM_AUTHOR, thread_line
+from bot.core.spending import budget_reached_notice, month_cost
 from bot.core.stop import strip_terminate
 from bot.core.tags import parse_tags, with_agents
 from bot.core.turn import AgentTurn, TurnOutcome
@@ -38,10 +40,13 @@ class Engine:
     def __init__(
         self, store: Store, llm: LLM, surface: Surface, counter: TokenCounter, *, selector_model: str | None = None,
         scope: str = "", retry: RetryPolicy | None = None, lease_ttl: float = LEASE_TTL,
+        prices: Mapping[str, Price] | None = None,
     ) -> None:
         """`scope`: the groups this process may run: a group key, or a key prefix ending
-        in ':' ("discord:"); "" means every group in the store."""
+        in ':' ("discord:"); "" means every group in the store. `prices`: per model, for
+        usage and budgets (default: `bot.core.pricing.DEFAULT_PRICES`)."""
         self.store = store
+        self.prices: Mapping[str, Price] = DEFAULT_PRICES if prices is None else prices
         self.llm = llm
         self.surface = surface
         self.counter = counter
@@ -173,9 +178,27 @@ class Engine:
             raise Busy(f"{agent.name} is busy with another run; try again when it has answered.")
         async with lock:
             try:
-                return await self._turn.run(group, agent, snapshot, selector_usage=selector_usage, source=source)
+                outcome = await self._turn.run(group, agent, snapshot, selector_usage=selector_usage, source=source)
             finally:
                 self._released.pop(agent.id, asyncio.Event()).set()
+        await self.check_budget(group.id)
+        return outcome
+
+    async def check_budget(self, group_id: int) -> bool:
+        """After a run settles (or the budget changes): when this month's cost has reached the
+        group's monthly_budget, pause it with one notice naming the budget. True when it paused."""
+        group = await self.store.get_group(group_id)
+        budget = group.settings.monthly_budget
+        if not budget or group.paused:
+            return False
+        cost = await month_cost(self.store, group, self.prices)
+        if cost < budget:
+            return False
+        await self.store.update_group(group.id, paused=True)
+        await self.store.append_system_message(group.id, self.notice(budget_reached_notice(cost, budget)))
+        log.warning("group=%s paused: this month's cost %.4f reached its monthly budget %.2f", group.id, cost, budget)
+        self.shown(group.id)
+        return True
 
     # posting -------------------------------------------------------------
     async def post_user_message(

@@ -17,6 +17,7 @@ DecisionSource = Literal[
     "tags", "selector", "single", "rotation", "fallback", "low_confidence", "superseded", "none"
 ]
 RunKind = Literal["group", "direct"]
+SpendKind = Literal["agent", "selector", "catch-up"]
 RunStatus = Literal["running", "posted", "empty", "failed", "refused", "discarded", "interrupted"]
 
 DEFAULT_MAX_TURNS = 12
@@ -45,6 +46,7 @@ class GroupSettings:
     allow_bots: bool = False
     brief: str = ""
     min_confidence: float | None = None
+    monthly_budget: float | None = None  # dollars a calendar month (UTC); reached: the group pauses
 
     def with_changes(self, **changes: Any) -> "GroupSettings":
         return replace(self, **changes)
@@ -179,6 +181,19 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class Spend:
+    """Model calls of one kind, by one spender, of one model, over a period (for usage and cost).
+
+    `who` is an agent's name, or 'selector' / 'catch-up'; `model` is "" when it was not recorded."""
+
+    who: str
+    kind: SpendKind
+    model: str
+    calls: int
+    usage: Usage
+
+
+@dataclass(frozen=True)
 class Decision:
     """How one message was routed: stored once when made, never recomputed."""
 
@@ -193,6 +208,7 @@ class Decision:
     terminate: bool = False
     note: str = ""
     created_at: float = 0.0
+    model: str = ""  # the selector model that answered ("" when no model was called, or not recorded)
 
 
 @dataclass(frozen=True)
@@ -210,6 +226,7 @@ class Run:
     error: str | None = None
     started_at: float = 0.0
     finished_at: float | None = None
+    model: str = ""  # the model that answered ("" when none did, or not recorded)
 
 
 @dataclass(frozen=True)
@@ -226,6 +243,7 @@ class RunResult:
     reply: NewMessage | None = None
     notice: NewMessage | None = None
     error: str | None = None
+    model: str = ""  # the model that answered, for its price
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ rather than issuing queries.
 """
 from __future__ import annotations
 
-from typing import AsyncContextManager, Awaitable, Callable, Iterable, Protocol, Sequence
+from typing import AsyncContextManager, AsyncIterator, Awaitable, Callable, Iterable, Protocol, Sequence
 
 from bot.core.models import (
     Agent,
@@ -22,6 +22,7 @@ from bot.core.models import (
     NewMessage,
     Run,
     RunResult,
+    Spend,
     Summary,
     Usage,
 )
@@ -265,6 +266,35 @@ class Store(Protocol):
 
     async def usage_since(self, group_id: int, since: float) -> dict[str, Usage]:
         """Token totals per agent name, plus key 'selector', for runs/decisions since `since`."""
+        ...
+
+    async def spending(self, group_id: int, since: float) -> list[Spend]:
+        """Model calls since `since`: per (agent name, model) of runs, per model of the selector's
+        decisions (a call per attempt) and of catch-up summaries."""
+        ...
+
+    # the record, in pages (exports) -------------------------------------
+    def message_pages(self, group_id: int, *, after: int = 0, through: int | None = None,
+                      size: int = 500) -> AsyncIterator[list[Message]]:
+        """Rows after < seq <= through (None: to the newest), oldest first, `size` at a time."""
+        ...
+
+    def run_pages(self, group_id: int, *, after: int = 0, through: int | None = None,
+                  size: int = 500) -> AsyncIterator[list[Run]]:
+        """Runs with after < snapshot_seq <= through, in the order they started, `size` at a time."""
+        ...
+
+    def episode_pages(self, group_id: int, *, after: int = 0, through: int | None = None,
+                      size: int = 500) -> AsyncIterator[list[Episode]]:
+        """The episodes of the rows after < seq <= through, in order, `size` at a time."""
+        ...
+
+    async def runs_by_id(self, run_ids: Iterable[int]) -> dict[int, Run]: ...
+
+    async def episodes_by_id(self, episode_ids: Iterable[int]) -> dict[int, Episode]: ...
+
+    async def roster_ever(self, group_id: int) -> list[tuple[Agent, float | None]]:
+        """Every agent the group ever had (removed ones last), each with when it was removed."""
         ...
 
     # webhooks (Discord) -------------------------------------------------

@@ -12,11 +12,12 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
+from bot.core.context import load_thread
 from bot.core.errors import LLMError
-from bot.core.models import Agent, ChatMessage, Usage
-from bot.core.ports import LLM
+from bot.core.models import Agent, ChatMessage, Decision, Group, Message, Usage
+from bot.core.ports import LLM, Store
 from bot.core.prompts import name_list, selector_prompt
-from bot.core.routing import next_in_rotation
+from bot.core.routing import eligible_speakers, next_in_rotation
 from bot.core.stop import TERMINATE
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ class Selection:
     confidence: float | None
     usage: Usage
     note: str = ""
+    model: str = ""  # the model that answered (for its price)
 
 
 def parse_reply(reply: str, eligible: Sequence[str], known: Sequence[str] = ()) -> Parsed:
@@ -103,6 +105,7 @@ async def select_speaker(
     raw: list[str] = []
     usage = Usage()
     error = ""
+    answered = ""  # the model that answered, once one did
     for attempt in (1, 2):
         try:
             completion = await llm.complete(messages, model=model, max_tokens=20, logprobs=min_confidence is not None,
@@ -113,18 +116,20 @@ async def select_speaker(
             error = str(exc)
             continue
         usage = usage + completion.usage
+        answered = completion.model or model or ""
         raw.append(completion.text)
         parsed = parse_reply(completion.text, names, [a.name for a in enabled])
         if parsed.error is None:
             confidence = _confidence(completion.logprob)
             if parsed.terminate:
-                return Selection(None, True, "selector", tuple(raw), attempt, confidence, usage)
+                return Selection(None, True, "selector", tuple(raw), attempt, confidence, usage, model=answered)
             agent = next(a for a in eligible if a.name == parsed.name)
             if min_confidence is not None and confidence is not None and confidence < min_confidence:
                 fallback = _rotation(roster, eligible, rotate_after)
                 note = f"confidence {confidence:.2f} below {min_confidence:.2f}"
-                return Selection(fallback, False, "low_confidence", tuple(raw), attempt, confidence, usage, note)
-            return Selection(agent, False, "selector", tuple(raw), attempt, confidence, usage)
+                return Selection(fallback, False, "low_confidence", tuple(raw), attempt, confidence, usage, note,
+                                 answered)
+            return Selection(agent, False, "selector", tuple(raw), attempt, confidence, usage, model=answered)
         error = parsed.error
         log.debug("selector reply rejected (attempt %d): %s", attempt, error)
         messages = [
@@ -137,10 +142,47 @@ async def select_speaker(
             ),
         ]
     fallback = _rotation(roster, eligible, rotate_after)
-    return Selection(fallback, False, "fallback", tuple(raw), 2, None, usage, f"selector failed: {error}")
+    return Selection(fallback, False, "fallback", tuple(raw), 2, None, usage, f"selector failed: {error}", answered)
 
 
 def _rotation(roster: Sequence[Agent], eligible: Sequence[Agent], rotate_after: int | None) -> Agent | None:
     allowed = {a.id for a in eligible}
     exclude = {a.id for a in roster if a.id not in allowed}
     return next_in_rotation(roster, rotate_after, exclude=exclude)
+
+
+async def selector_decision(
+    store: Store, llm: LLM, group: Group, roster: Sequence[Agent], message: Message, *,
+    model: str | None, cache_key: str | None = None,
+) -> Decision:
+    """Selector mode's routing of `message`, as the dispatcher makes it (and replay remakes it).
+
+    No call when one agent is eligible. Else the selector reads its own window
+    (`selector_budget`) of the thread through `message`, the message's episode
+    task shown first when its place was cut.
+    """
+    eligible = eligible_speakers(roster, message, group.settings.allow_repeat)
+    if len(eligible) == 1:
+        only = eligible[0]
+        return Decision(message.seq, "single", (only.id,), (only.name,),
+                        note="the only eligible agent: no selector call")
+    task_seq = (await store.get_episode(message.episode_id)).task_seq if message.episode_id is not None else None
+    trimmed = await load_thread(store, group.id, through=message.seq, budget=group.settings.selector_budget,
+                                task_seq=task_seq)
+    selection = await select_speaker(
+        llm,
+        roster=roster,
+        eligible=eligible,
+        thread=trimmed.render(),
+        rotate_after=await store.last_agent_author(group.id, through=message.seq),
+        model=model,
+        min_confidence=group.settings.min_confidence,
+        cache_key=cache_key,
+    )
+    ids = (selection.agent.id,) if selection.agent else ()
+    names = (selection.agent.name,) if selection.agent else ()
+    source = selection.source if (ids or selection.terminate) else "none"
+    return Decision(
+        message.seq, source, ids, names, selection.raw, selection.attempts, selection.confidence,
+        selection.usage, selection.terminate, selection.note, model=selection.model,
+    )

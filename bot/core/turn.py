@@ -112,7 +112,7 @@ class AgentTurn:
             log.info("group=%s agent=%s run=%s: empty reply after cleaning; nothing posted",
                      group.id, agent.name, run.id)
             notice = None if terminated else engine.notice(f"{agent.name} had nothing to add (its reply was empty).")
-            return RunResult("empty", usage, selector_usage, notice=notice), terminated
+            return RunResult("empty", usage, selector_usage, notice=notice, model=completion.model), terminated
         reply = NewMessage(
             author_type="agent",
             author_name=agent.name,
@@ -122,7 +122,7 @@ class AgentTurn:
             source_run_id=run.id,
             token_count=engine.counter.count(thread_line(agent.name, cleaned)),
         )
-        return RunResult("posted", usage, selector_usage, reply=reply), terminated
+        return RunResult("posted", usage, selector_usage, reply=reply, model=completion.model), terminated
 
     async def _interrupt(self, run: Run, selector_usage: Usage) -> None:
         try:

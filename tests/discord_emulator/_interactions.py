@@ -72,6 +72,7 @@ class InteractionsMixin:
     """Mixed into DiscordEmulator."""
 
     interaction_ack_deadline: Optional[float] = 3.0
+    attachment_size_limit: int = 10 * 1024 * 1024  # what the app may upload in answers (Discord: per guild tier)
 
     def _init_interactions(self) -> None:
         self.interactions: Dict[str, InteractionRecord] = {}
@@ -99,7 +100,7 @@ class InteractionsMixin:
             "app_permissions": str(self.bot_permissions(guild_id)),
             "locale": "en-US", "guild_locale": "en-US", "entitlements": [],
             "authorizing_integration_owners": {"0": guild_id}, "context": 0,
-            "attachment_size_limit": 10 * 1024 * 1024,
+            "attachment_size_limit": self.attachment_size_limit,
         }
         if data is not None:
             payload["data"] = data

@@ -280,9 +280,11 @@ class WebhookMixin:
         flags = int(body.get("flags") or 0)
         original = rec.original
         if original is not None and original["flags"] & 128 and not rec.followups:
-            # Discord: the first followup after a deferral edits the "thinking" message.
+            # Discord: the first followup after a deferral edits the "thinking" message (its files included).
             self._apply_edit(original, body)
             original["flags"] = original["flags"] & ~128
+            if request[u.FILES]:
+                original["attachments"] = [self._attachment_json(f, rec.channel_id) for f in request[u.FILES]]
             msg = original
             if self.get_message(msg["id"]) is not None:
                 self._dispatch_message("MESSAGE_UPDATE", msg, self.bot_user_id)

@@ -101,7 +101,9 @@ async def test_roundtable_verbs(console):
     assert why == ["#1 by you", "  source: tags", "  chosen: planner"]
     assert (await console.send("/roundtable why message:99"))[0].startswith("error: There is no message #99")
     usage = await console.send("/roundtable usage days:1")
-    assert "  planner: 100 prompt, 20 completion, 10 cached" in usage
+    assert ("  planner: 1 call · 100 prompt / 10 cached / 20 completion tokens · no price known for fake (1 call)"
+            in usage)
+    assert usage[0] == "Usage in the last day"
     status = "\n".join(await console.send("/roundtable status"))
     assert "planner: read through #" in status and "  mode: selector" in status
     assert (await console.send("/roundtable config mode:chaos"))[0] == (

@@ -12,10 +12,12 @@ Tables of facts are answered as embeds.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import io
 import logging
+import os
 import re
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 
@@ -26,7 +28,7 @@ from bot.adapters.discord.render import jump_link, split_message
 from bot.core import commands as declared
 from bot.core import validation as v
 from bot.core.admin import Admin
-from bot.core.card import Card, MarkRead, Reply
+from bot.core.card import Attachment, Card, MarkRead, Reply
 from bot.core.commands import Command, Option
 from bot.core.errors import UserFacingError
 from bot.core.models import Group, Message
@@ -139,7 +141,11 @@ class Pager(discord.ui.View):
 
 
 async def answer(interaction: discord.Interaction, reply: Reply) -> None:
-    """An ephemeral answer: text (split when long), or embeds with their buttons (pages, Mark read)."""
+    """An ephemeral answer: text (split when long), embeds with their buttons (pages, Mark read),
+    or a file (attached; deleted here once sent)."""
+    if isinstance(reply, Attachment):
+        await send_file(interaction, reply)
+        return
     if isinstance(reply, str):
         parts: list[dict[str, Any]] = [{"content": chunk} for chunk in split_message(reply) or ["(nothing to show)"]]
     elif isinstance(reply, Card) and (reply.mark_read is not None or reply.page_size):
@@ -149,10 +155,39 @@ async def answer(interaction: discord.Interaction, reply: Reply) -> None:
         cards = [reply] if isinstance(reply, Card) else list(reply)
         parts = [{"embeds": [card_embed(c) for c in cards[i:i + 10]]} for i in range(0, len(cards), 10)]
     for part in parts:
-        if interaction.response.is_done():
-            await interaction.followup.send(ephemeral=True, **part)
-        else:
-            await interaction.response.send_message(ephemeral=True, **part)
+        await _send(interaction, part)
+
+
+async def send_file(interaction: discord.Interaction, attachment: Attachment) -> None:
+    """The file as an attachment of the answer, unless it is over what Discord takes here (then
+    the answer says its size and how else to get it). The temporary file is deleted either way."""
+    try:
+        size, limit = os.path.getsize(attachment.path), interaction.filesize_limit
+        if size > limit:
+            text = (f"{attachment.text} The file is {_size(size)}, more than the {_size(limit)} Discord takes "
+                    f"here: where the bot runs, `{attachment.elsewhere}` writes it.")
+            await _send(interaction, {"content": text})
+            return
+        with open(attachment.path, "rb") as data:
+            await _send(interaction, {"content": attachment.text,
+                                      "file": discord.File(data, filename=attachment.filename)})
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(attachment.path)
+
+
+def _size(n: int) -> str:
+    """1.5 MB, 25 MB, 12 KB."""
+    if n < 2**20:
+        return f"{max(1, round(n / 2**10))} KB"
+    return f"{n / 2**20:.1f}".rstrip("0").rstrip(".") + " MB"
+
+
+async def _send(interaction: discord.Interaction, part: dict[str, Any]) -> None:
+    if interaction.response.is_done():
+        await interaction.followup.send(ephemeral=True, **part)
+    else:
+        await interaction.response.send_message(ephemeral=True, **part)
 
 
 def reader_of(interaction: discord.Interaction) -> Reader:

@@ -1,0 +1,235 @@
+"""The record as a file: a group's thread exported as HTML, JSON or Markdown.
+
+`write_export(store, group, fmt, write)` streams: it reads the rows of the
+range a page at a time (`Store.message_pages`), joins each row with its
+routing decision, the run that wrote it and the episode it opens, and hands
+each `Entry` to the format's writer, which writes it out at once. Memory
+stays bounded by a page, whatever the length of the history.
+
+The formats: `bot.core.export_json` (versioned, documented in
+docs/export-schema.json), `bot.core.export_html` (one self-contained page),
+and the Markdown writer here (for pasting into an issue or a doc).
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import AsyncIterator, Callable
+
+from bot.core.errors import InvalidInput
+from bot.core.markdown import escape_html_in_prose
+from bot.core.models import Agent, Decision, Episode, Group, Message, Run, Usage
+from bot.core.ports import Store
+
+FORMATS = ("html", "json", "md")
+PAGE = 500
+PICKS_KEPT = 8  # per agent: recent decisions that selected it, to name the one behind each reply
+
+Write = Callable[[str], object]
+
+
+def iso(ts: float | None) -> str | None:
+    """2025-01-02T10:11:12.345Z (UTC), or None."""
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def when(ts: float | None) -> str:
+    """2025-01-02 10:11 UTC, for people."""
+    if ts is None:
+        return ""
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One row of the thread with what explains it."""
+
+    message: Message
+    decision: Decision | None  # how this row was routed
+    run: Run | None  # the run that wrote it (agent rows)
+    episode: Episode | None  # set on the first row of each episode in the export
+    picked_by: Decision | None  # for agent rows: the decision that selected its author
+    earlier_task: int | None = None  # a reply to an older episode's task (a person posted during the run)
+
+
+@dataclass
+class Totals:
+    messages: int = 0
+    episodes: int = 0
+    runs: int = 0
+    usage: Usage = field(default_factory=Usage)
+    selector_usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(frozen=True)
+class Span:
+    """The rows exported: after < seq <= through."""
+
+    after: int
+    through: int
+
+    @property
+    def first(self) -> int:
+        return self.after + 1
+
+
+def span(group: Group, first: int | None = None, last: int | None = None) -> Span:
+    """The range to export (default: the whole thread); InvalidInput when it holds no row."""
+    latest = group.latest_seq
+    if latest == 0:
+        raise InvalidInput(f"There is nothing to export: {group.name} has no messages yet.")
+    start = 1 if first is None else first
+    end = latest if last is None else min(last, latest)
+    if start < 1:
+        raise InvalidInput(f"Messages are numbered from 1; #{start} is not one.")
+    if start > latest:
+        raise InvalidInput(f"{group.name} has {latest} messages; there is no #{start}.")
+    if start > end:
+        raise InvalidInput(f"The range #{start}-#{end} is empty: its start is after its end.")
+    return Span(start - 1, end)
+
+
+class Record:
+    """What an export reads: the group, its roster as it ever was, people's names, the rows."""
+
+    def __init__(self, store: Store, group: Group, rows: Span, *, page: int = PAGE) -> None:
+        self.store = store
+        self.group = group
+        self.span = rows
+        self.page = page
+        self.agents: dict[int, Agent] = {}
+        self.removed: dict[int, float | None] = {}
+        self.people: dict[str, str] = {}  # user id -> name
+
+    async def open(self) -> "Record":
+        for agent, removed_at in await self.store.roster_ever(self.group.id):
+            self.agents[agent.id] = agent
+            self.removed[agent.id] = removed_at
+        self.people = {uid: name for name, uid in (await self.store.people(self.group.people_scope)).items()}
+        return self
+
+    def agent_name(self, agent_id: int | None) -> str:
+        agent = self.agents.get(agent_id) if agent_id is not None else None
+        return agent.name if agent is not None else f"agent {agent_id}"
+
+    async def entries(self) -> AsyncIterator[Entry]:
+        store, gid = self.store, self.group.id
+        picks: dict[int, deque[tuple[int, Decision]]] = {}
+        current = 0  # the newest episode shown so far
+        async for page in store.message_pages(gid, after=self.span.after, through=self.span.through, size=self.page):
+            decisions = await store.decisions(gid, after=page[0].seq - 1, through=page[-1].seq)
+            runs = await store.runs_by_id(m.source_run_id for m in page if m.source_run_id is not None)
+            episodes = await store.episodes_by_id(m.episode_id for m in page if m.episode_id is not None)
+            for message in page:
+                run = runs.get(message.source_run_id) if message.source_run_id is not None else None
+                opens = None
+                if message.episode_id is not None and message.episode_id > current:
+                    current = message.episode_id  # ids grow with time; a reply to an older task opens nothing
+                    opens = episodes.get(current)
+                picked = _picked_by(picks, message, run)
+                decision = decisions.get(message.seq)
+                if decision is not None:
+                    for agent_id in decision.agent_ids:
+                        picks.setdefault(agent_id, deque(maxlen=PICKS_KEPT)).append((message.seq, decision))
+                earlier = None
+                if message.episode_id is not None and message.episode_id < current:
+                    older = episodes.get(message.episode_id)
+                    earlier = older.task_seq if older is not None else None
+                yield Entry(message, decision, run, opens, picked, earlier)
+
+
+def _picked_by(picks: dict[int, deque[tuple[int, Decision]]], message: Message, run: Run | None) -> Decision | None:
+    """The newest decision at or before the run's snapshot that selected the row's author."""
+    if message.author_type != "agent" or message.author_agent_id is None or run is None:
+        return None
+    for seq, decision in reversed(picks.get(message.author_agent_id, ())):
+        if seq <= run.snapshot_seq:
+            return decision
+    return None
+
+
+def plural(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def chosen(decision: Decision) -> str:
+    return ", ".join(decision.agent_names) or ("TERMINATE" if decision.terminate else "nobody")
+
+
+def tokens(usage: Usage) -> str:
+    return (f"{usage.prompt_tokens:,} prompt / {usage.cached_tokens:,} cached / {usage.completion_tokens:,} completion"
+            + (" (estimated)" if usage.estimated else ""))
+
+
+def episode_line(episode: Episode) -> str:
+    """`Episode 3 · task #12 · terminated · 4 agent messages · 1,234 tokens (200 cached)`."""
+    turns = plural(episode.agent_turns, "agent message")
+    return (f"Episode {episode.id} · task #{episode.task_seq} · {episode.status} · {turns} · "
+            f"{episode.total_tokens:,} tokens ({episode.cached_tokens:,} cached)")
+
+
+def author_label(message: Message) -> str:
+    return {"user": "", "agent": " (agent)", "system": " (notice)"}[message.author_type]
+
+
+# Markdown ---------------------------------------------------------------------------------------
+async def write_markdown(record: Record, write: Write, now: float) -> Totals:
+    group, rows = record.group, record.span
+    totals = Totals()
+    write(f"# {group.name}: Roundtable transcript\n\n")
+    roster = ", ".join(f"{a.name} ({a.role})" for a in record.agents.values() if record.removed[a.id] is None)
+    write(f"Messages #{rows.first}-#{rows.through} of {group.latest_seq}, exported {when(now)}. "
+          f"Agents: {roster or 'none'}.\n")
+    async for entry in record.entries():
+        m = entry.message
+        totals.messages += 1
+        if entry.episode is not None:
+            totals.episodes += 1
+            write(f"\n---\n\n### {episode_line(entry.episode)}\n")
+        head = f"**{_md_name(m.author_name)}**{author_label(m)} · #{m.seq} · {when(m.created_at)}"
+        if entry.earlier_task is not None:
+            head += f" · answers the earlier task #{entry.earlier_task}"
+        if entry.decision is not None and entry.decision.source not in ("none", "superseded"):
+            head += f" · → {chosen(entry.decision)} ({entry.decision.source})"
+        if entry.run is not None:
+            totals.runs += 1
+            totals.usage = totals.usage + entry.run.usage
+            head += f" · {entry.run.model or 'model not recorded'}, {tokens(entry.run.usage)} tokens"
+        quoted = "\n".join(f"> {line}" if line else ">" for line in
+                           escape_html_in_prose(m.text, record.people).split("\n"))
+        write(f"\n{head}\n{quoted}\n")
+    write(f"\n---\n\n{plural(totals.messages, 'message')}, {plural(totals.episodes, 'episode')}.\n")
+    return totals
+
+
+def _md_name(name: str) -> str:
+    return "".join("\\" + c if c in "\\`*_[]<>#|~" else c for c in name)
+
+
+# the entry point ----------------------------------------------------------------------------------
+async def write_export(store: Store, group: Group, fmt: str, write: Write, *, first: int | None = None,
+                       last: int | None = None, now: float | None = None, page: int = PAGE) -> Totals:
+    """Stream the group's rows first..last (default: all) to `write` in `fmt` (html, json or md)."""
+    if fmt not in FORMATS:
+        raise InvalidInput(f"Unknown export format {fmt!r}: use one of {', '.join(FORMATS)}.")
+    group = await store.get_group(group.id)
+    record = await Record(store, group, span(group, first, last), page=page).open()
+    moment = time.time() if now is None else now
+    if fmt == "json":
+        from bot.core.export_json import write_json
+        return await write_json(record, write, moment)
+    if fmt == "html":
+        from bot.core.export_html import write_html
+        return await write_html(record, write, moment)
+    return await write_markdown(record, write, moment)
+
+
+def file_name(group: Group, fmt: str, rows: Span | None = None) -> str:
+    """`general-transcript.html`, `general-transcript-12-40.md`: safe on every file system."""
+    stem = "".join(c if c.isalnum() or c in "-_" else "-" for c in group.name.lstrip("#")).strip("-") or "group"
+    suffix = f"-{rows.first}-{rows.through}" if rows is not None else ""
+    return f"{stem[:60]}-transcript{suffix}.{fmt}"

@@ -1,0 +1,196 @@
+"""The HTML export: one self-contained page a person enjoys reading.
+
+Everything is inline (styles, avatars drawn as a coloured initial), and a
+Content-Security-Policy forbids loading anything, so opening the file
+fetches nothing. Message text is rendered from Markdown by
+`bot.core.markdown` (every character escaped); code blocks keep their
+layout. Episodes are sections with their status, turns and tokens; every
+message carries its routing decision (and, for an agent, the run behind it)
+in a `<details>` to expand, with a summary on hover. Light and dark follow
+the reader's setting. No script.
+"""
+from __future__ import annotations
+
+import zlib
+
+from bot.core.export import (
+    Entry,
+    Record,
+    Totals,
+    Write,
+    author_label,
+    chosen,
+    episode_line,
+    iso,
+    plural,
+    tokens,
+    when,
+)
+from bot.core.markdown import escape, to_html
+from bot.core.models import Decision, Message
+
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'none'; base-uri 'none'"
+
+STYLE = """
+:root{color-scheme:light dark;--bg:#f6f7f9;--card:#fff;--text:#1d2330;--muted:#667085;--line:#e4e7ec;
+--code:#f0f2f5;--accent:#4f46e5;--notice:#fff8e6;--notice-line:#f2d48a}
+@media (prefers-color-scheme:dark){:root{--bg:#15171c;--card:#1e2128;--text:#e6e8ee;--muted:#9aa3b2;
+--line:#2e333d;--code:#272b34;--accent:#a5b4fc;--notice:#2b2617;--notice-line:#5c4d22}}
+*{box-sizing:border-box}
+body{margin:0;background:var(--bg);color:var(--text);font:15px/1.55 system-ui,-apple-system,"Segoe UI",Roboto,
+"Helvetica Neue",Arial,sans-serif}
+main{max-width:860px;margin:0 auto;padding:24px 16px 64px}
+header.top{margin-bottom:20px}
+header.top h1{font-size:1.5rem;margin:0 0 4px}
+.meta,.muted{color:var(--muted);font-size:.85rem}
+.roster{display:flex;flex-wrap:wrap;gap:8px 16px;margin:12px 0 0;padding:0;list-style:none}
+.roster li{display:flex;align-items:center;gap:8px;font-size:.9rem}
+.roster .avatar{width:26px;height:26px;font-size:.8rem}
+section.episode{margin:28px 0 8px}
+.episode>h2{font-size:.8rem;font-weight:600;letter-spacing:.02em;color:var(--muted);margin:0 0 10px;
+display:flex;align-items:center;gap:10px}
+.episode>h2::after{content:"";flex:1;border-top:1px solid var(--line)}
+.status{display:inline-block;padding:1px 8px;border-radius:999px;border:1px solid var(--line);
+font-weight:600;color:var(--text)}
+.status.terminated{border-color:#16a34a;color:#16a34a}.status.max_turns,.status.stalled{border-color:#d97706;
+color:#d97706}.status.stopped{border-color:#dc2626;color:#dc2626}
+article.msg{display:flex;gap:12px;background:var(--card);border:1px solid var(--line);border-radius:12px;
+padding:12px 14px;margin:8px 0}
+article.msg.user{border-left:3px solid var(--accent)}
+article.notice{background:var(--notice);border-color:var(--notice-line);font-size:.9rem}
+.avatar{flex:none;width:38px;height:38px;border-radius:50%;display:flex;align-items:center;justify-content:center;
+color:#fff;font-weight:700;font-size:1rem;background:hsl(var(--hue) 50% 40%)}
+.user .avatar{background:hsl(var(--hue) 25% 50%)}
+.notice .avatar{background:#a16207}
+.body{min-width:0;flex:1}
+.who{display:flex;flex-wrap:wrap;align-items:baseline;gap:4px 10px}
+.who .name{font-weight:700}
+.who .kind{font-size:.75rem;color:var(--muted);border:1px solid var(--line);border-radius:6px;padding:0 6px}
+.who a.seq{color:var(--muted);text-decoration:none;font-size:.8rem}
+.who time{color:var(--muted);font-size:.8rem}
+.text{overflow-wrap:anywhere}
+.text p{margin:.35em 0}.text h3,.text h4,.text h5,.text h6{margin:.6em 0 .3em}
+.text blockquote{margin:.4em 0;padding:0 12px;border-left:3px solid var(--line);color:var(--muted)}
+.text ul,.text ol{margin:.35em 0;padding-left:1.4em}
+.text code{font:0.88em/1.5 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;background:var(--code);
+padding:1px 5px;border-radius:5px}
+.text pre{position:relative;background:var(--code);border-radius:8px;padding:12px 14px;overflow-x:auto;margin:.5em 0}
+.text pre code{background:none;padding:0;white-space:pre}
+.text pre .lang{position:absolute;top:4px;right:10px;font-size:.7rem;color:var(--muted)}
+.text a{color:var(--accent)}
+.mention{color:var(--accent);font-weight:600}
+.spoiler{background:var(--text);color:transparent;border-radius:4px}.spoiler:hover{color:var(--bg)}
+details.why{margin-top:6px;font-size:.82rem;color:var(--muted)}
+details.why summary{cursor:pointer;list-style:none;display:inline}
+details.why summary::-webkit-details-marker{display:none}
+details.why summary::before{content:"\\25B8\\00a0";}
+details.why[open] summary::before{content:"\\25BE\\00a0";}
+details.why dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;margin:6px 0 0;
+padding:8px 10px;background:var(--code);border-radius:8px}
+details.why dt{font-weight:600}details.why dd{margin:0;overflow-wrap:anywhere}
+footer.end{margin-top:32px;color:var(--muted);font-size:.85rem;text-align:center}
+"""
+
+
+def hue(name: str) -> int:
+    """A stable colour per name."""
+    return zlib.crc32(name.casefold().encode("utf-8")) % 360
+
+
+def initial(name: str) -> str:
+    letter = next((c for c in name if c.isalnum()), "?")
+    return escape(letter.upper())
+
+
+def avatar(name: str) -> str:
+    return f'<div class="avatar" style="--hue:{hue(name)}" aria-hidden="true">{initial(name)}</div>'
+
+
+def _facts(pairs: list[tuple[str, str]]) -> str:
+    return "<dl>" + "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in pairs if v) + "</dl>"
+
+
+def decision_facts(decision: Decision) -> list[tuple[str, str]]:
+    facts = [("routed", f"{decision.source} → {chosen(decision)}")]
+    if decision.selector_raw:
+        facts.append(("selector said", " | ".join(decision.selector_raw)))
+        facts.append(("attempts", str(decision.attempts)))
+    if decision.confidence is not None:
+        facts.append(("confidence", f"{decision.confidence:.2f}"))
+    if decision.usage.prompt_tokens or decision.usage.completion_tokens:
+        facts.append(("selector tokens", tokens(decision.usage) + (f" ({decision.model})" if decision.model else "")))
+    if decision.note:
+        facts.append(("note", decision.note))
+    return facts
+
+
+def why(entry: Entry) -> str:
+    """The routing decision (and the run) behind a message, folded; its summary shows on hover."""
+    facts: list[tuple[str, str]] = []
+    summary: list[str] = []
+    if entry.run is not None:
+        run = entry.run
+        facts.append(("run", f"#{run.id} {run.status} · {run.model or 'model not recorded'}"))
+        facts.append(("tokens", tokens(run.usage)))
+    if entry.earlier_task is not None:
+        facts.append(("answers", f"the earlier task #{entry.earlier_task} (a person posted during the run)"))
+        summary.append(f"answers #{entry.earlier_task}")
+    if entry.picked_by is not None:
+        picked = entry.picked_by
+        facts.append(("picked by", f"#{picked.seq} ({picked.source})"))
+        summary.append(f"picked by #{picked.seq} ({picked.source})")
+    if entry.decision is not None:
+        facts += decision_facts(entry.decision)
+        summary.append(f"→ {chosen(entry.decision)} ({entry.decision.source})")
+    if not facts:
+        return ""
+    text = escape(" · ".join(summary) or "routing")
+    return f'<details class="why"><summary title="{text}">{text}</summary>{_facts(facts)}</details>'
+
+
+def message_html(entry: Entry, people: dict[str, str]) -> str:
+    m: Message = entry.message
+    kind = {"user": "user", "agent": "agent", "system": "notice"}[m.author_type]
+    label = author_label(m).strip(" ()")
+    badge = f'<span class="kind">{escape(label)}</span>' if label else ""
+    return (f'<article class="msg {kind}" id="m{m.seq}" data-seq="{m.seq}" data-author="{escape(m.author_name)}">'
+            f"{avatar(m.author_name)}<div class=\"body\"><div class=\"who\"><span class=\"name\">"
+            f"{escape(m.author_name)}</span>{badge}<a class=\"seq\" href=\"#m{m.seq}\">#{m.seq}</a>"
+            f"<time datetime=\"{iso(m.created_at)}\">{escape(when(m.created_at))}</time></div>"
+            f"<div class=\"text\">{to_html(m.text, people)}</div>{why(entry)}</div></article>\n")
+
+
+async def write_html(record: Record, write: Write, now: float) -> Totals:
+    group, rows = record.group, record.span
+    totals = Totals()
+    title = f"{group.name}: Roundtable transcript"
+    roster = "".join(f'<li>{avatar(a.name)}<span><strong>{escape(a.name)}</strong> <span class="muted">'
+                     f"{escape(a.role)}</span></span></li>"
+                     for a in record.agents.values() if record.removed[a.id] is None)
+    write(f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+          f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+          f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+          f'<meta name="generator" content="Roundtable"><title>{escape(title)}</title>'
+          f"<style>{STYLE}</style></head><body><main>\n"
+          f'<header class="top"><h1>{escape(group.name)}</h1><div class="meta">Messages #{rows.first}–'
+          f"#{rows.through} of {group.latest_seq} · exported {escape(when(now))}</div>"
+          f'<ul class="roster">{roster}</ul></header>\n')
+    in_section = False
+    async for entry in record.entries():
+        totals.messages += 1
+        if entry.episode is not None:
+            totals.episodes += 1
+            ep = entry.episode
+            status = f'<span class="status {escape(ep.status)}">{escape(ep.status)}</span>'
+            line = escape(episode_line(ep)).replace(f" · {escape(ep.status)} · ", f" · {status} · ", 1)
+            write(("</section>\n" if in_section else "") + f'<section class="episode" id="episode-{ep.id}">'
+                  f"<h2>{line}</h2>\n")
+            in_section = True
+        if entry.run is not None:
+            totals.runs += 1
+            totals.usage = totals.usage + entry.run.usage
+        write(message_html(entry, record.people))
+    counts = f'{plural(totals.messages, "message")} · {plural(totals.episodes, "episode")}'
+    write(("</section>\n" if in_section else "") + f'<footer class="end">{counts} · agent tokens '
+          f"{escape(tokens(totals.usage))}</footer>\n</main></body></html>\n")
+    return totals

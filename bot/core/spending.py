@@ -1,0 +1,128 @@
+"""Cost in money: the usage report and the monthly budget.
+
+`/roundtable usage [days]` shows, per agent and for the selector (and catch-up
+summaries, when there were any): calls, prompt / cached / completion tokens and
+their cost at the configured prices (`bot.core.pricing`), then a total line.
+Calls of a model with no known price are counted and named, never priced.
+
+A group's optional `monthly_budget` (dollars per calendar month, UTC) is
+checked after each run settles: when the month's priced cost reaches it, the
+group pauses with one notice naming the budget, and `/roundtable resume`
+refuses until the budget is raised (or the month turns).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Iterable, Mapping
+
+from bot.core.card import Card, Field
+from bot.core.models import Group, Spend, Usage
+from bot.core.ports import Store
+from bot.core.pricing import PRICES_AS_OF, Price, dollars, price_of
+
+NO_PRICE = "no price known"
+KIND_ORDER = {"agent": 0, "selector": 1, "catch-up": 2}
+
+
+@dataclass(frozen=True)
+class Line:
+    """One row of the usage report: every call of one spender (or the total)."""
+
+    who: str
+    calls: int
+    usage: Usage
+    cost: float  # dollars, of the priced calls
+    unpriced: tuple[str, ...] = ()  # models with no price known ("" = not recorded)
+    unpriced_calls: int = 0
+
+    def describe(self) -> str:
+        u = self.usage
+        tokens = (f"{self.calls:,} call{'' if self.calls == 1 else 's'} · {u.prompt_tokens:,} prompt / "
+                  f"{u.cached_tokens:,} cached / {u.completion_tokens:,} completion tokens"
+                  + (" (estimated)" if u.estimated else ""))
+        if not self.unpriced:
+            return f"{tokens} · {dollars(self.cost)}"
+        models = ", ".join(m or "model not recorded" for m in self.unpriced)
+        missing = f"{NO_PRICE} for {models} ({self.unpriced_calls:,} call{'' if self.unpriced_calls == 1 else 's'})"
+        if self.unpriced_calls == self.calls:
+            return f"{tokens} · {missing}"
+        return f"{tokens} · {dollars(self.cost)} + {missing}"
+
+
+def tally(spends: Iterable[Spend], prices: Mapping[str, Price]) -> list[Line]:
+    """One line per spender (agents by name, then the selector, then catch-up), costs at `prices`."""
+    grouped: dict[tuple[int, str], list[Spend]] = {}
+    for spend in spends:
+        if spend.calls or spend.usage.prompt_tokens or spend.usage.completion_tokens:
+            grouped.setdefault((KIND_ORDER[spend.kind], spend.who), []).append(spend)
+    lines = []
+    for (_, who), parts in sorted(grouped.items(), key=lambda item: (item[0][0], item[0][1].casefold())):
+        lines.append(_line(who, parts, prices))
+    return lines
+
+
+def _line(who: str, parts: list[Spend], prices: Mapping[str, Price]) -> Line:
+    usage, cost, unpriced, unpriced_calls = Usage(), 0.0, [], 0
+    for part in parts:
+        usage = usage + part.usage
+        price = price_of(part.model, prices)
+        if price is None:
+            if part.usage.prompt_tokens or part.usage.completion_tokens:
+                unpriced.append(part.model)
+                unpriced_calls += part.calls
+        else:
+            cost += price.cost(part.usage)
+    return Line(who, sum(p.calls for p in parts), usage, cost, tuple(dict.fromkeys(unpriced)), unpriced_calls)
+
+
+def total(lines: Iterable[Line]) -> Line:
+    lines = list(lines)
+    usage = Usage()
+    for line in lines:
+        usage = usage + line.usage
+    unpriced = tuple(dict.fromkeys(m for line in lines for m in line.unpriced))
+    return Line("total", sum(x.calls for x in lines), usage, sum(x.cost for x in lines), unpriced,
+                sum(x.unpriced_calls for x in lines))
+
+
+def month_start(now: float) -> float:
+    """The first moment of `now`'s calendar month, UTC."""
+    moment = datetime.fromtimestamp(now, timezone.utc)
+    return moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp()
+
+
+async def month_cost(store: Store, group: Group, prices: Mapping[str, Price], now: float | None = None) -> float:
+    """The priced cost of the group's model calls this calendar month (UTC)."""
+    since = month_start(time.time() if now is None else now)
+    return total(tally(await store.spending(group.id, since), prices)).cost
+
+
+def budget_reached_notice(cost: float, budget: float) -> str:
+    return (f"Paused: this month's model cost ({dollars(cost)}) reached this group's monthly budget of "
+            f"{dollars(budget)} (monthly_budget). Messages are still recorded; an operator can raise the budget "
+            "with /roundtable config monthly_budget:N and then /roundtable resume.")
+
+
+def budget_refusal(cost: float, budget: float) -> str:
+    return (f"This month's model cost ({dollars(cost)}) has reached the monthly budget of {dollars(budget)}: "
+            "raise it with /roundtable config monthly_budget:N (0 removes it), then /roundtable resume.")
+
+
+async def usage_card(store: Store, group: Group, prices: Mapping[str, Price], days: int,
+                     now: float | None = None) -> Card | str:
+    now = time.time() if now is None else now
+    lines = tally(await store.spending(group.id, now - days * 86400), prices)
+    period = "the last day" if days == 1 else f"the last {days} days"
+    if not lines:
+        return f"No model calls in {period}."
+    fields = [Field(line.who, line.describe(), inline=False) for line in lines]
+    fields.append(Field("total", total(lines).describe(), inline=False))
+    budget, spent = group.settings.monthly_budget, 0.0
+    if budget:
+        spent = await month_cost(store, group, prices, now)
+        fields.append(Field("this month", f"{dollars(spent)} of the {dollars(budget)} monthly_budget"))
+    return Card(f"Usage in {period}", fields=tuple(fields),
+                footer=f"Prices per 1M tokens: ROUNDTABLE_PRICES, else OpenAI's list of {PRICES_AS_OF}",
+                tone="warning" if budget and spent >= budget else "neutral")

@@ -1,0 +1,76 @@
+"""The record read in pages (exports) and spending per model, over a real SQLite file."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from bot.core.models import Decision, GroupSettings, NewMessage, RunResult, Summary, Usage
+from storage import SqliteStore
+from tests.fakes.rows import agent_reply
+
+
+def user(text: str = "hi") -> NewMessage:
+    return NewMessage("user", "alice", text, author_user_id="alice")
+
+
+async def collect(pages) -> list[list[int]]:
+    out = []
+    async for page in pages:
+        out.append([getattr(item, "seq", None) or item.id for item in page])
+    return out
+
+
+async def test_pages_cover_a_range_in_order(tmp_path: Path) -> None:
+    async with await SqliteStore.open(tmp_path / "rt.db") as store:
+        group = await store.create_group("k", "n", GroupSettings())
+        other = await store.create_group("k2", "n2", GroupSettings())
+        a = await store.add_agent(group.id, "a", "r", "p")
+        for i in range(3):  # episodes 1..3: a task (#1, #3, #5) and a reply each
+            await store.append_user_message(group.id, user(f"task {i}"))
+            await agent_reply(store, group.id, a.id, f"reply {i}", usage=Usage(10 * (i + 1), 1, 0))
+        await store.append_user_message(other.id, user())
+        assert await collect(store.message_pages(group.id, size=4)) == [[1, 2, 3, 4], [5, 6]]
+        assert await collect(store.message_pages(group.id, after=1, through=4, size=2)) == [[2, 3], [4]]
+        assert await collect(store.message_pages(group.id, after=6)) == []
+        runs = [run for page in [p async for p in store.run_pages(group.id, size=2)] for run in page]
+        assert [r.snapshot_seq for r in runs] == [1, 3, 5] and [r.usage.prompt_tokens for r in runs] == [10, 20, 30]
+        assert await collect(store.run_pages(group.id, after=2, through=4)) == [[runs[1].id]]
+        # rows #4..#5: the episode #4 belongs to (opened by #3) and the one #5 opens
+        episodes = [e for page in [p async for p in store.episode_pages(group.id, after=3, through=5, size=1)]
+                    for e in page]
+        assert [e.task_seq for e in episodes] == [3, 5]
+        assert set(await store.runs_by_id([runs[0].id, runs[2].id, 999])) == {runs[0].id, runs[2].id}
+        assert [e.task_seq for e in (await store.episodes_by_id([1, 3])).values()] == [1, 5]
+        await store.remove_agent(a.id)
+        b = await store.add_agent(group.id, "b", "r", "p")
+        roster = await store.roster_ever(group.id)
+        assert [(agent.name, removed is None) for agent, removed in roster] == [("b", True), ("a", False)]
+        assert b.id in {agent.id for agent, _ in roster}
+
+
+async def test_spending_per_model_with_calls(tmp_path: Path) -> None:
+    async with await SqliteStore.open(tmp_path / "rt.db") as store:
+        group = await store.create_group("k", "n", GroupSettings())
+        a = await store.add_agent(group.id, "a", "r", "p")
+        await store.append_user_message(group.id, user())
+        await store.record_decision(group.id, Decision(1, "fallback", (a.id,), ("a",), ("x", "y"), 2,
+                                                       usage=Usage(7, 2, 1), model="sel-model"))
+        decision = await store.get_decision(group.id, 1)
+        assert decision is not None and decision.model == "sel-model"
+        for model in ("m1", "m1", "m2"):
+            run = await store.start_run(group.id, a.id, "group", 1)
+            await store.finish_run(run.id, RunResult("empty", Usage(100, 10, 50), model=model), cap=5)
+        assert (await store.get_run(run.id)).model == "m2"
+        old = await store.start_run(group.id, a.id, "group", 1)  # a failed call: no model answered
+        await store.finish_run(old.id, RunResult("failed", error="timeout"), cap=5)
+        for _ in range(2):  # the same rows summarised twice: two calls, both paid
+            await store.save_summary(group.id, Summary(0, 1, "text", model="cheap"), prompt_tokens=40,
+                                     completion_tokens=4)
+        spent = {(s.who, s.model): (s.kind, s.calls, s.usage) for s in await store.spending(group.id, 0)}
+        assert spent == {
+            ("a", ""): ("agent", 1, Usage()),
+            ("a", "m1"): ("agent", 2, Usage(200, 20, 100)),
+            ("a", "m2"): ("agent", 1, Usage(100, 10, 50)),
+            ("selector", "sel-model"): ("selector", 2, Usage(7, 2, 1)),
+            ("catch-up", "cheap"): ("catch-up", 2, Usage(80, 8, 0)),
+        }
+        assert await store.spending(group.id, 10**12) == []
