@@ -1,75 +1,36 @@
 """Print engine figures: append throughput, per-turn overhead at several history sizes, memory.
 
-    .venv/bin/python bench/bench_engine.py [--sizes 1000,10000,50000]
+    .venv/bin/python bench/bench_engine.py [--sizes 1000,10000,50000] [--turns 50]
 
-Each size runs in this one process, so max RSS only grows across sizes. Uses a real
-SQLite file in a temporary directory and the scripted LLM fake (no
-network), so the figures are the engine's and the store's own cost per turn.
-Figures only: nothing here passes or fails.
+The engine part of `python -m bench` (see bench/engine_figures.py for what is timed),
+one line per size. Uses a real SQLite file in a temporary directory and an instant
+in-process LLM (no network), so the figures are the engine's and the store's own cost
+per turn. Figures only: nothing here passes or fails.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
-import resource
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bot.adapters.tokens import make_token_counter  # noqa: E402
-from bot.core.engine import Engine  # noqa: E402
-from bot.core.models import GroupSettings, NewMessage  # noqa: E402
-from storage.store import SqliteStore  # noqa: E402
-from tests.fakes.scripted_llm import ScriptedLLM  # noqa: E402
-from tests.fakes.surface import RecordingSurface  # noqa: E402
-
-
-async def fill(store: SqliteStore, group_id: int, n: int) -> float:
-    start = time.perf_counter()
-    for i in range(n):
-        text = f"message {i}: " + "words " * 20
-        await store.append_user_message(group_id, NewMessage("user", "alice", text, author_user_id="alice",
-                                                             token_count=30))
-    return time.perf_counter() - start
-
-
-async def one_size(n: int) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        store = await SqliteStore.open(Path(tmp) / "bench.db")
-        llm = ScriptedLLM(selector_default="planner", default_agent_reply=lambda name, k: f"{name} reply {k}")
-        engine = Engine(store, llm, RecordingSurface(), make_token_counter())
-        group = await store.create_group("bench", "bench", GroupSettings(max_agent_turns=10))
-        for name in ("planner", "budget", "local"):
-            await store.add_agent(group.id, name, "role", "prompt")
-        seconds = await fill(store, group.id, n)
-        start = time.perf_counter()
-        engine.wake(group.id)  # route the filled history once (all superseded), like a long-lived channel
-        await engine.wait_idle(group.id, 600)
-        routed = time.perf_counter() - start
-        llm.history.clear()
-        start = time.perf_counter()
-        await engine.post_user_message(await store.get_group(group.id), author_name="alice", user_id="alice",
-                                       text="go")
-        await engine.wait_idle(group.id, 600)
-        elapsed = time.perf_counter() - start
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
-        turns = len(llm.participant_order)
-        print(f"history {n:>6}: append {n / seconds:6.0f} msg/s, route {n / routed:6.0f} msg/s | "
-              f"{turns} turns (+{turns} selector calls) "
-              f"in {elapsed:6.2f}s = {1000 * elapsed / max(turns, 1):7.1f} ms/turn | max RSS {peak / 2**20:6.1f} MiB")
-        await engine.close()
-        await store.close()
+from bench.engine_figures import DEFAULT_SIZES, REPEATS, TURNS, measure_size  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="1000,10000,50000")
-    sizes = [int(s) for s in parser.parse_args().sizes.split(",")]
-    for n in sizes:
-        asyncio.run(one_size(n))
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--sizes", default=",".join(str(n) for n in DEFAULT_SIZES))
+    parser.add_argument("--turns", type=int, default=TURNS)
+    parser.add_argument("--repeats", type=int, default=REPEATS)
+    args = parser.parse_args()
+    for n in (int(s) for s in args.sizes.split(",")):
+        f = asyncio.run(measure_size(n, args.turns, args.repeats))
+        print(f"history {n:>6}: append {f.append_per_s:6.0f} msg/s, route {f.route_per_s:6.0f} msg/s | "
+              f"overhead/turn p50 {f.percentile(50):6.1f} ms, p99 {f.percentile(99):6.1f} ms, "
+              f"1st after start {f.first:6.1f} ms, 10th {f.tenth:6.1f} ms | {f.posts_per_s:5.1f} posts/s | "
+              f"max RSS {f.rss_mib:6.1f} MiB{' | ' + f.note if f.note else ''}", flush=True)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
     roundtable console    the same engine in a terminal (no Discord needed)
     roundtable export     a group's thread as html, json or md (reads only the database)
     roundtable replay     ask the selector again about past messages; nothing stored changes
+    roundtable bench      issue 9's benchmark (tokens vs AutoGen, prompt cache, engine overhead)
 
 Every start-up problem is one line on stderr (`roundtable: ...`) and exit code 2.
 """
@@ -97,6 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--model", metavar="M", help="the selector model to ask (default: the group's, else "
                                                      "ROUNDTABLE_SELECTOR_MODEL, else ROUNDTABLE_MODEL)")
     replay.add_argument("--db", metavar="FILE", help="SQLite file (default: ROUNDTABLE_DB or roundtable.db)")
+    from bench.cli import DESCRIPTION as BENCH_DESCRIPTION
+    from bench.cli import add_arguments as bench_arguments
+
+    bench_arguments(verbs.add_parser(
+        "bench", help="issue 9's benchmark on this machine: prompt tokens and cache vs AutoGen, engine overhead "
+                      "(needs no settings; nothing leaves 127.0.0.1)",
+        description=BENCH_DESCRIPTION))
     return parser
 
 
@@ -115,6 +123,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.verb is None:
         parser.print_help()
         return 2
+    if args.verb == "bench":  # no settings, no .env: a local server and temporary databases only
+        from bench.cli import run as run_bench
+
+        return run_bench(args)
     from bot.config import configure_logging, load_env_file, load_settings
 
     if args.verb == "export" and args.format.lower() not in FORMATS:

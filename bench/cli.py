@@ -1,0 +1,122 @@
+"""`python -m bench` / `roundtable bench`: run the scenarios, print one table and issue 9's targets.
+
+Progress goes to stderr; the table to stdout. Figures only apart from the target lines:
+no unit test asserts a time (tests/bench checks the cache rule and the wiring, fast).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import time
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from bench.report import Results
+
+DESCRIPTION = ("Issue 9's benchmark: prompt tokens, cache and prefix on the Tokyo task (Roundtable vs AutoGen's "
+               "SelectorGroupChat) against a local server that bills cached tokens like a provider, and the "
+               "engine's overhead per turn at several history sizes.")
+FULL_TURNS = (30, 200)
+QUICK_TURNS = (30,)
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(v.replace("_", "")) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected whole numbers >= 1, got {text!r}")
+    return values
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true",
+                        help="smaller run: Tokyo 30 turns only, history sizes 1k/5k, 30 engine turns")
+    parser.add_argument("--turns", type=_ints, metavar="N[,N]",
+                        help="Tokyo task turn counts (default 30,200; --quick 30)")
+    parser.add_argument("--sizes", type=_ints, metavar="N[,N]",
+                        help="history sizes for the engine figures (default 1000,10000,50000; --quick 1000,5000)")
+    parser.add_argument("--engine-turns", type=int, metavar="N",
+                        help="timed turns per fresh engine start (default 50; --quick 30)")
+    parser.add_argument("--repeats", type=int, default=3, metavar="N",
+                        help="fresh engine starts per history size (default 3)")
+    parser.add_argument("--no-autogen", action="store_true", help="do not run AutoGen even when it is installed")
+    parser.add_argument("--no-engine", action="store_true", help="skip the engine figures (tokens only)")
+    parser.add_argument("--no-tokens", action="store_true", help="skip the Tokyo task (engine figures only)")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="log the engine's warnings (-v) or more")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=DESCRIPTION)
+    add_arguments(parser)
+    return parser
+
+
+def _progress(text: str) -> None:
+    print(f"bench: {text}", file=sys.stderr, flush=True)
+
+
+async def collect(args: argparse.Namespace) -> Results:
+    from bench import engine_figures
+    from bench.cache_server import BLOCK_TOKENS, MIN_CACHED_PROMPT, Tokenizer
+    from bench.report import Results
+    from bench.scenario import REPLY_TOKENS, TASK
+    from bench.tokyo import AUTOGEN_MISSING, autogen_available, run_pair
+
+    turns = args.turns or list(QUICK_TURNS if args.quick else FULL_TURNS)
+    sizes = args.sizes or list(engine_figures.QUICK_SIZES if args.quick else engine_figures.DEFAULT_SIZES)
+    engine_turns = args.engine_turns or (engine_figures.QUICK_TURNS if args.quick else engine_figures.TURNS)
+    tokenizer = Tokenizer()
+    results = Results()
+    use_autogen = not args.no_autogen and autogen_available()
+    ag_version = ""
+    if use_autogen:
+        from importlib.metadata import version
+
+        ag_version = f" (autogen-agentchat {version('autogen-agentchat')})"
+    results.header = [
+        "Roundtable bench (issue 9)",
+        f"task: {TASK!r}; agents planner, budget, local; replies ~{REPLY_TOKENS} tokens, all distinct; "
+        "the selector rotates planner->budget->local",
+        f"server: tokens by {tokenizer.name}; cached = {BLOCK_TOKENS}-token blocks shared with any earlier "
+        f"prompt's leading blocks, 0 under {MIN_CACHED_PROMPT:,} tokens",
+        f"AutoGen: SelectorGroupChat{ag_version}, default selector prompt, allow_repeated_speaker=False"
+        if use_autogen else "AutoGen: not run",
+    ]
+    if not use_autogen:
+        results.autogen_line = AUTOGEN_MISSING if not args.no_autogen else "AutoGen: skipped (--no-autogen)"
+    if not args.no_tokens:
+        for n in turns:
+            _progress(f"Tokyo task, {n} turns (Roundtable{', AutoGen' if use_autogen else ''})")
+            results.pairs.append(await run_pair(n, tokenizer, autogen=use_autogen))
+    if not args.no_engine:
+        _progress("engine: 100 messages during a run")
+        results.mid_run = await engine_figures.runs_mid_run()
+        for n in sizes:
+            _progress(f"engine: history {n:,}, {args.repeats} fresh starts x {engine_turns} turns")
+            results.sizes.append(await engine_figures.measure_size(n, engine_turns, args.repeats))
+    return results
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run with parsed options; print the table. 0, or 2 for a bad option."""
+    if args.repeats < 1 or (args.engine_turns is not None and args.engine_turns < 10):
+        print("bench: --repeats must be >= 1 and --engine-turns >= 10 (the tenth turn is a figure)", file=sys.stderr)
+        return 2
+    levels = ("ERROR", "WARNING", "INFO", "DEBUG")
+    logging.basicConfig(level=levels[min(args.verbose, len(levels) - 1)], stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s")
+    from bench.report import render
+
+    started = time.perf_counter()
+    results = asyncio.run(collect(args))
+    print(render(results))
+    _progress(f"done in {time.perf_counter() - started:.0f}s")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv))

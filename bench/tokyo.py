@@ -1,0 +1,281 @@
+"""The Tokyo task over HTTP: Roundtable's real engine, and AutoGen's SelectorGroupChat, against `CacheServer`.
+
+Each run gets a fresh server (an empty prompt cache) and a fresh `Script`, so
+both frameworks see the same replies in the same order: the k-th reply of an
+agent is the same text on both sides.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import statistics
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from bench.cache_server import CacheServer, CallRecord, Tokenizer
+from bench.fakes import RecordingSurface
+from bench.scenario import AGENTS, PERSON, TASK, Script, classify
+
+MODEL = "bench-model"
+LAST_TURNS = 10
+AUTOGEN_MISSING = "AutoGen: skipped (pip install -e '.[bench]' to compare)"
+
+
+@dataclass
+class Turn:
+    """One agent turn: the selector call(s) that chose the speaker, then its participant call."""
+
+    agent: str
+    prompt_tokens: int
+    cached_tokens: int
+    thread_tokens: int  # tokens of the task and every earlier reply (plain text), when the turn started
+
+
+@dataclass
+class RunReport:
+    framework: str
+    turns_asked: int
+    records: list[CallRecord] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    note: str = ""  # how the run ended when not as asked, or why it did not run
+
+    def calls(self, kind: str) -> list[CallRecord]:
+        return [r for r in self.records if r.kind == kind]
+
+    @property
+    def prompt(self) -> int:
+        return sum(r.prompt_tokens for r in self.records)
+
+    @property
+    def cached(self) -> int:
+        return sum(r.cached_tokens for r in self.records)
+
+    @property
+    def uncached(self) -> int:
+        return self.prompt - self.cached
+
+    @property
+    def completion(self) -> int:
+        return sum(r.completion_tokens for r in self.records)
+
+    @property
+    def cached_share(self) -> float:
+        return self.cached / self.prompt if self.prompt else 0.0
+
+    def cached_share_of(self, kind: str) -> float | None:
+        calls = self.calls(kind)
+        prompt = sum(r.prompt_tokens for r in calls)
+        return sum(r.cached_tokens for r in calls) / prompt if prompt else None
+
+    def last_turns(self, n: int = LAST_TURNS) -> tuple[float, int]:
+        """(mean prompt tokens per turn over the last n turns, the thread's tokens at the last turn)."""
+        tail = self.turns[-n:]
+        if not tail:
+            return 0.0, 0
+        return statistics.fmean(t.prompt_tokens for t in tail), tail[-1].thread_tokens
+
+    @property
+    def prefix_kept(self) -> float | None:
+        """Mean share of the same agent's previous prompt kept as prefix (each agent's first call excluded)."""
+        kept = [r.prefix_kept for r in self.calls("participant") if r.prefix_kept is not None]
+        return statistics.fmean(kept) if kept else None
+
+    @property
+    def under_half_cached(self) -> float | None:
+        """Share of participant calls with less than half of their prompt cached."""
+        calls = self.calls("participant")
+        if not calls:
+            return None
+        return sum(1 for r in calls if r.cached_tokens * 2 < r.prompt_tokens) / len(calls)
+
+    @property
+    def cache_keys(self) -> int:
+        return len({r.cache_key for r in self.records if r.cache_key is not None})
+
+
+def split_turns(records: Sequence[CallRecord], count: Any) -> list[Turn]:
+    """Group calls into turns: each participant call closes a turn with the calls before it."""
+    turns: list[Turn] = []
+    prompt = cached = 0
+    thread = count(TASK)
+    for r in records:
+        prompt += r.prompt_tokens
+        cached += r.cached_tokens
+        if r.kind == "participant" and r.agent is not None:
+            turns.append(Turn(r.agent, prompt, cached, thread))
+            thread += count(r.reply)
+            prompt = cached = 0
+    return turns
+
+
+def _server(tokenizer: Tokenizer) -> CacheServer:
+    script = Script(tokenizer.count)
+
+    def respond(record: CallRecord, body: dict[str, Any]) -> str:
+        texts = [m.get("content") if isinstance(m.get("content"), str) else "" for m in body["messages"]]
+        return script.answer(record.kind, record.agent, texts)
+
+    return CacheServer(respond, classify, tokenizer=tokenizer, models=(MODEL,))
+
+
+# network guard --------------------------------------------------------------
+_LOOPBACK = ("127.", "::1", "localhost", "0:0:0:0:0:0:0:1")
+
+
+def _loopback(host: object) -> bool:
+    return isinstance(host, str) and (host.startswith(_LOOPBACK) or host == "")
+
+
+@contextlib.contextmanager
+def loopback_only() -> Iterator[list[str]]:
+    """Refuse (and list) every name lookup or connection to a non-loopback address meanwhile,
+    so a hidden download (e.g. a tiktoken encoding) fails loudly instead of leaving the machine."""
+    refused: list[str] = []
+    real_getaddrinfo = socket.getaddrinfo
+    real_connect = socket.socket.connect
+    real_connect_ex = socket.socket.connect_ex
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host is not None and not _loopback(host if isinstance(host, str) else str(host)):
+            refused.append(f"lookup {host}")
+            raise socket.gaierror(socket.EAI_NONAME, f"bench: no network ({host})")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    def check(address: Any) -> None:
+        host = address[0] if isinstance(address, tuple) and address else address
+        if not isinstance(host, str) or not (_loopback(host) or host.startswith("/")):
+            refused.append(f"connect {host}")
+            raise ConnectionRefusedError(f"bench: no network ({host})")
+
+    def connect(self: Any, address: Any) -> None:
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            check(address)
+        return real_connect(self, address)
+
+    def connect_ex(self: Any, address: Any) -> int:
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            check(address)
+        return real_connect_ex(self, address)
+
+    socket.getaddrinfo = getaddrinfo
+    socket.socket.connect = connect  # type: ignore[method-assign]  # a guard with the same call shape
+    socket.socket.connect_ex = connect_ex  # type: ignore[method-assign]  # a guard with the same call shape
+    try:
+        yield refused
+    finally:
+        socket.getaddrinfo = real_getaddrinfo
+        socket.socket.connect = real_connect  # type: ignore[method-assign]  # restoring the original
+        socket.socket.connect_ex = real_connect_ex  # type: ignore[method-assign]  # restoring the original
+
+
+# Roundtable -----------------------------------------------------------------
+async def run_roundtable(turns: int, tokenizer: Tokenizer) -> RunReport:
+    """The real engine in this process: SQLite in a temporary file, the OpenAI adapter over HTTP."""
+    from bot.adapters.openai_llm import OpenAILLM
+    from bot.adapters.tokens import make_token_counter
+    from bot.core.engine import Engine
+    from bot.core.models import GroupSettings
+    from storage.store import SqliteStore
+
+    report = RunReport("Roundtable", turns)
+    server = _server(tokenizer)
+    with tempfile.TemporaryDirectory(prefix="roundtable-bench-") as tmp:
+        async with server:
+            store = await SqliteStore.open(str(Path(tmp) / "bench.db"))
+            llm = OpenAILLM(api_key="bench", base_url=server.base_url, default_model=MODEL, max_retries=0)
+            surface = RecordingSurface()
+            engine = Engine(store, llm, surface, make_token_counter(), selector_model=MODEL)
+            try:
+                group = await store.create_group("bench:tokyo", "tokyo", GroupSettings(max_agent_turns=turns))
+                for spec in AGENTS:
+                    await store.add_agent(group.id, spec.name, spec.role, spec.system_prompt)
+                await engine.post_user_message(await store.get_group(group.id), author_name=PERSON,
+                                               user_id=PERSON, text=TASK)
+                await engine.wait_idle(group.id, timeout=max(600.0, 3.0 * turns))
+                ended = [e.status for e in surface.episodes if e.status != "running"]
+                posted = len(surface.agent_posts())
+                if posted != turns or server.errors:
+                    report.note = f"{posted} agent posts; episode {ended[-1] if ended else 'running'}"
+                    if server.errors:
+                        report.note += f"; server: {server.errors[0]}"
+            finally:
+                await engine.close()
+                await llm.aclose()
+                await store.close()
+    report.records = list(server.records)
+    report.turns = split_turns(report.records, tokenizer.count)
+    return report
+
+
+# AutoGen --------------------------------------------------------------------
+def autogen_available() -> bool:
+    try:
+        import autogen_agentchat  # noqa: F401
+        import autogen_ext.models.openai  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+async def run_autogen(turns: int, tokenizer: Tokenizer) -> RunReport:
+    """SelectorGroupChat with three AssistantAgents, the default selector prompt, no repeated speaker."""
+    report = RunReport("AutoGen", turns)
+    if not autogen_available():
+        report.note = AUTOGEN_MISSING
+        return report
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_agentchat.base import ChatAgent, Team
+    from autogen_agentchat.conditions import MaxMessageTermination
+    from autogen_agentchat.teams import SelectorGroupChat
+    from autogen_ext.models.openai import OpenAIChatCompletionClient
+
+    server = _server(tokenizer)
+    async with server:
+        model_info: Any = {"vision": False, "function_calling": True, "json_output": False, "family": "unknown",
+                           "structured_output": False}
+        client = OpenAIChatCompletionClient(model=MODEL, base_url=server.base_url, api_key="bench",
+                                            model_info=model_info, max_retries=0)
+        try:
+            agents: list[ChatAgent | Team] = [AssistantAgent(spec.name, model_client=client, description=spec.role,
+                                     system_message=spec.system_prompt) for spec in AGENTS]
+            team = SelectorGroupChat(agents, model_client=client, allow_repeated_speaker=False,
+                                     termination_condition=MaxMessageTermination(turns + 1))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                result = await team.run(task=TASK)
+            said = sum(1 for m in result.messages if getattr(m, "source", "") != "user")
+            if said != turns or server.errors:
+                report.note = f"{said} agent messages; stop: {result.stop_reason}"
+                if server.errors:
+                    report.note += f"; server: {server.errors[0]}"
+        finally:
+            await client.close()
+    report.records = list(server.records)
+    report.turns = split_turns(report.records, tokenizer.count)
+    return report
+
+
+async def run_pair(turns: int, tokenizer: Tokenizer, *, autogen: bool = True) -> tuple[RunReport, RunReport]:
+    """Roundtable, then AutoGen, on the same task and replies; no connection leaves the machine."""
+    quiet = [logging.getLogger(n) for n in ("autogen_core", "autogen_agentchat", "autogen_ext", "httpx")]
+    levels = [q.level for q in quiet]
+    for q in quiet:
+        q.setLevel(logging.ERROR)
+    try:
+        with loopback_only() as refused:
+            rt = await run_roundtable(turns, tokenizer)
+            ag = await run_autogen(turns, tokenizer) if autogen else RunReport("AutoGen", turns, note=AUTOGEN_MISSING)
+        if refused:
+            note = f"network refused: {', '.join(sorted(set(refused)))}"
+            for r in (rt, ag):
+                r.note = f"{r.note}; {note}" if r.note else note
+    finally:
+        for q, level in zip(quiet, levels):
+            q.setLevel(level)
+    await asyncio.sleep(0)
+    return rt, ag

@@ -1,0 +1,120 @@
+"""The bench server's cache rule (pure, fast) and its wire format through the real openai client."""
+from __future__ import annotations
+
+from array import array
+from typing import Any, Sequence
+
+import openai
+
+from bench.cache_server import (
+    BLOCK_TOKENS,
+    MIN_CACHED_PROMPT,
+    CacheServer,
+    CallRecord,
+    PromptCache,
+    PromptTokenizer,
+    Tokenizer,
+    block_hashes,
+    common_prefix,
+)
+
+
+def ids(start: int, n: int) -> list[int]:
+    return list(range(start, start + n))
+
+
+def test_a_prompt_under_1024_tokens_has_nothing_cached() -> None:
+    cache = PromptCache()
+    prompt = ids(0, MIN_CACHED_PROMPT - 1)
+    assert cache.bill(prompt) == 0
+    assert cache.bill(prompt) == 0  # the very same prompt again: still too short
+
+
+def test_cached_tokens_are_whole_128_token_blocks() -> None:
+    cache = PromptCache()
+    first = ids(0, 1100)  # 8 full blocks and 76 tokens
+    assert cache.bill(first) == 0  # nothing seen before
+    assert cache.bill(first + ids(5000, 50)) == 1024  # the partial 9th block is never cached
+    assert cache.bill(first + ids(5000, 50)) == 1024  # 1150 tokens: still 8 full blocks
+
+
+def test_a_prefix_of_an_earlier_different_prompt_is_cached() -> None:
+    cache = PromptCache()
+    cache.bill(ids(0, 3000))
+    cache.bill(ids(90000, 2000))  # something else in between
+    prompt = ids(0, 1500) + ids(70000, 600)  # shares 1500 tokens with the first prompt
+    assert cache.bill(prompt) == (1500 // BLOCK_TOKENS) * BLOCK_TOKENS == 1408
+
+
+def test_a_change_in_the_first_block_caches_nothing() -> None:
+    cache = PromptCache()
+    cache.bill(ids(0, 4000))
+    changed = ids(0, 4000)
+    changed[5] = 999_999
+    assert cache.bill(changed) == 0
+    changed_later = ids(0, 4000)
+    changed_later[BLOCK_TOKENS * 10 + 3] = 999_999  # block 10 differs: blocks 0..9 still hit
+    assert cache.bill(changed_later) == 10 * BLOCK_TOKENS
+
+
+def test_blocks_are_chained_and_models_do_not_share() -> None:
+    cache = PromptCache()
+    base = ids(0, 2048)
+    cache.bill(base, "model-a")
+    assert cache.bill(base, "model-b") == 0
+    moved = ids(0, 128) + ids(50000, 128) + base[256:]  # blocks 2.. equal, block 1 not: only block 0 hits
+    assert cache.bill(moved, "model-a") == 128
+    assert block_hashes(base)[:3] == block_hashes(base[:400])
+
+
+def test_common_prefix() -> None:
+    a, b = array("I", ids(0, 1000)), array("I", ids(0, 700) + [7] * 10)
+    assert common_prefix(a, b) == 700
+    assert common_prefix(a, a) == 1000
+    assert common_prefix(a, array("I")) == 0
+
+
+def test_the_serialization_keeps_a_grown_conversation_as_its_prefix() -> None:
+    tokens = PromptTokenizer(Tokenizer())
+    head = [{"role": "system", "content": "You plan."}, {"role": "user", "name": "alice", "content": "Tokyo, 3 days"}]
+    grown = head + [{"role": "user", "name": "budget", "content": "Keep it under $1,500."}]
+    short, long = tokens.prompt(head), tokens.prompt(grown)
+    assert long[: len(short)] == short and len(long) > len(short)
+    assert tokens.prompt([{"role": "user", "content": "x"}]) != tokens.prompt([{"role": "system", "content": "x"}])
+
+
+def classify(texts: Sequence[str]) -> tuple[str, str | None]:
+    if any("choose who speaks" in t for t in texts):
+        return "selector", None
+    return ("participant", "planner") if any("You plan." in t for t in texts) else ("other", None)
+
+
+async def test_usage_cached_tokens_and_records_through_the_openai_client() -> None:
+    def respond(record: CallRecord, body: dict) -> str:
+        return "budget" if record.kind == "selector" else f"reply {record.index}"
+
+    long_text = " ".join(f"word{i}" for i in range(1500))  # well over 1,024 tokens
+    async with CacheServer(respond, classify) as server:
+        client = openai.AsyncOpenAI(api_key="bench", base_url=server.base_url, max_retries=0)
+        try:
+            messages: list[Any] = [{"role": "system", "content": "You plan."}, {"role": "user", "content": long_text}]
+            first = await client.chat.completions.create(model="bench-model", messages=messages)
+            second = await client.chat.completions.create(
+                model="bench-model", messages=messages + [{"role": "user", "content": "more"}],
+                extra_body={"prompt_cache_key": "group-1"})
+            pick = await client.chat.completions.create(
+                model="bench-model", messages=[{"role": "user", "content": "choose who speaks"}], max_tokens=20)
+            models = await client.models.list()
+        finally:
+            await client.close()
+    assert first.choices[0].message.content == "reply 0" and pick.choices[0].message.content == "budget"
+    assert first.usage is not None and second.usage is not None
+    assert first.usage.prompt_tokens > MIN_CACHED_PROMPT
+    assert first.usage.prompt_tokens_details is not None and first.usage.prompt_tokens_details.cached_tokens == 0
+    cached = second.usage.prompt_tokens_details.cached_tokens if second.usage.prompt_tokens_details else None
+    assert cached == (first.usage.prompt_tokens // BLOCK_TOKENS) * BLOCK_TOKENS
+    assert [m.id for m in models.data] == ["bench-model"]
+    r0, r1, r2 = server.records
+    assert (r0.kind, r0.agent, r0.prefix_kept, r0.cache_key) == ("participant", "planner", None, None)
+    assert (r1.prefix_kept, r1.cache_key, r1.completion_tokens) == (1.0, "group-1", first.usage.completion_tokens)
+    assert (r2.kind, r2.max_tokens, r2.cached_tokens) == ("selector", 20, 0)
