@@ -43,6 +43,11 @@ class Trimmed:
         return render_thread(self.kept, self.omitted, self.task_pulled_up, reference=self.task_seq,
                              reference_text=TASK_REFERENCE)
 
+    def split(self, seq: int) -> tuple["Trimmed", tuple[Message, ...]]:
+        """The thread through row `seq` (with the marker and any pulled-up task), and the rows after it."""
+        head = tuple(m for m in self.kept if m.seq <= seq)
+        return Trimmed(head, self.omitted, self.task_pulled_up, self.task_seq), self.kept[len(head):]
+
     @property
     def shown(self) -> tuple[Message, ...]:
         return ((self.task_pulled_up,) if self.task_pulled_up else ()) + self.kept

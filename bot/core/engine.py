@@ -63,7 +63,10 @@ class Engine:
 
     # life cycle ----------------------------------------------------------
     async def start(self) -> None:
-        """Take the leases of the groups in scope and resume each from the database."""
+        """Load the token counter, then take the leases of the groups in scope and resume each from the database.
+
+        The counter loads its encoding (~0.1 s) here, off the event loop, not on the first message."""
+        await asyncio.to_thread(self.counter.count, "warm up")
         await self.ownership.start()
 
     async def claim(self, group: Group) -> str | None:

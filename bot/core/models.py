@@ -14,7 +14,7 @@ MODES: tuple[str, ...] = ("selector", "round_robin", "tags")
 AuthorType = Literal["user", "agent", "system"]
 EpisodeStatus = Literal["running", "terminated", "max_turns", "stopped", "stalled", "superseded", "quiet"]
 DecisionSource = Literal[
-    "tags", "selector", "single", "rotation", "fallback", "low_confidence", "superseded", "none"
+    "tags", "selector", "rotation", "fallback", "low_confidence", "superseded", "none"
 ]
 RunKind = Literal["group", "direct"]
 SpendKind = Literal["agent", "selector", "catch-up"]

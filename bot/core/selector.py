@@ -157,15 +157,11 @@ async def selector_decision(
 ) -> Decision:
     """Selector mode's routing of `message`, as the dispatcher makes it (and replay remakes it).
 
-    No call when one agent is eligible. Else the selector reads its own window
-    (`selector_budget`) of the thread through `message`, the message's episode
-    task shown first when its place was cut.
+    The selector reads its own window (`selector_budget`) of the thread through
+    `message`, the message's episode task shown first when its place was cut.
+    It is asked even when one agent is eligible: its answer may be TERMINATE.
     """
     eligible = eligible_speakers(roster, message, group.settings.allow_repeat)
-    if len(eligible) == 1:
-        only = eligible[0]
-        return Decision(message.seq, "single", (only.id,), (only.name,),
-                        note="the only eligible agent: no selector call")
     task_seq = (await store.get_episode(message.episode_id)).task_seq if message.episode_id is not None else None
     trimmed = await load_thread(store, group.id, through=message.seq, budget=group.settings.selector_budget,
                                 task_seq=task_seq)

@@ -42,13 +42,29 @@ def others_in(thread: Sequence[Message], roster: Sequence[Agent], agent: Agent) 
     return names
 
 
+CONTINUED = "(the conversation since then)"
+
+
 def build_messages(
     group: Group, agent: Agent, roster: Sequence[Agent], trimmed: Trimmed, task: Message | None
 ) -> tuple[list[ChatMessage], list[str]]:
+    """System message, the Participant prompt, and the episode's newer rows after it.
+
+    The prompt's thread holds the window's rows up to the episode's task (fixed
+    for the whole episode); the rows after the task follow in one more user
+    message. So within an episode each call's messages extend the previous
+    call's (until the window moves) and the provider's prompt cache keeps all
+    of it: only the rows since the agent's last turn are new.
+    """
     others = others_in(trimmed.shown, roster, agent)
     task_text = task.text if task else "(no task yet: follow the conversation)"
-    prompt = participant_prompt(agent, others, task_text, trimmed.render())
-    return [ChatMessage("system", system_message(agent, group.settings.brief)), ChatMessage("user", prompt)], others
+    before, after = trimmed.split(task.seq) if task else (trimmed, ())
+    prompt = participant_prompt(agent, others, task_text, before.render())
+    messages = [ChatMessage("system", system_message(agent, group.settings.brief)), ChatMessage("user", prompt)]
+    if after:
+        lines = "\n".join(thread_line(m.author_name, m.text) for m in after)
+        messages.append(ChatMessage("user", f"{CONTINUED}\n{lines}"))
+    return messages, others
 
 
 def cache_key(group: Group, agent_id: int | None) -> str:

@@ -28,7 +28,7 @@ async def test_seed_selector_order_and_thread_of_four(harness):
         assert result.answer is not None and result.answer.text == "Swapped the hotel; now $1,450."
         assert result.agent_turns == 3 and len(result.thread) == 4
         # every participant call carried the whole thread so far, tagged with speakers
-        last_prompt = llm.history[-2][2][1].content
+        last_prompt = "\n".join(m.content for m in llm.history[-2][2][1:])  # the prompt and the rows after it
         assert "[budget] That plan is over by $200." in last_prompt
         assert "<task>Plan a 3-day Tokyo trip for under $1,500</task>" in last_prompt
 
@@ -88,9 +88,12 @@ async def test_coalescing_five_messages_during_a_run_make_one_more_run(harness):
         llm.gate.set()
         await harness.idle()
         assert llm.participant_order == ["planner", "planner"]
-        second_prompt = llm.history[-1][2][1].content
-        for i in range(1, 6):
+        second_prompt = "\n".join(m.content for m in llm.history[-1][2][1:])
+        for i in range(1, 5):
             assert f"[alice] @planner follow-up {i}" in second_prompt
+        # the newest is the run's task: in <task>, and only referred to in the thread
+        assert "<task>@planner follow-up 5</task>" in second_prompt
+        assert "[alice] (posted the task above)" in second_prompt
         runs = await harness.store._conn.execute_fetchall("SELECT snapshot_seq, status FROM runs ORDER BY id")  # type: ignore[attr-defined]
         # 5 follow-ups are seqs 2-6 and the first reply is seq 7: one more run, over all of them
         assert [tuple(r) for r in runs] == [(1, "posted"), (7, "posted")]
@@ -185,3 +188,26 @@ async def test_parroting_agents_stop_as_stalled(harness):
         assert len(agents) == 3  # the first is new; the 2nd and 3rd repeat earlier ones
         assert msgs[-1].author_type == "system" and "(stalled)" in msgs[-1].text
         assert harness.surface.episodes[-1].status == "stalled"
+
+
+async def test_each_participant_call_extends_the_same_agents_previous_one(harness):
+    """Within an episode (and while the window stays put) an agent's messages only grow at the end,
+    so a provider's prompt cache keeps all of the previous call; the task is sent once, in <task>."""
+    def reply(name: str, n: int) -> str:
+        return f"{name} point {n}: " + " ".join(f"w{n}x{i}" for i in range(30))
+
+    llm = ScriptedLLM(default_agent_reply=reply)
+    async with harness.running(llm, mode="round_robin", max_agent_turns=8):
+        await harness.say("Plan the offsite for twelve people")
+        await harness.idle()
+    calls: dict[str, list[list[str]]] = {}
+    for kind, name, messages in llm.history:
+        if kind == "participant":
+            calls.setdefault(name or "", []).append([m.content for m in messages])
+    assert sum(len(c) for c in calls.values()) == 8
+    for name, seen in calls.items():
+        for previous, current in zip(seen, seen[1:]):
+            assert current[:2] == previous[:2], name  # system message and the Participant prompt: unchanged
+            assert len(current) == 3
+            assert len(previous) == 2 or current[2].startswith(previous[2]), name
+        assert all("\n".join(c).count("Plan the offsite for twelve people") == 1 for c in seen)

@@ -2,11 +2,11 @@
 
 The expectation is computed here, by `reference_window`, a plain restatement of
 the policy (not the code under test): every line costs its tokens plus a
-newline; when the thread is over budget, the kept part starts at a block
-boundary, where the running total of the whole history crosses a multiple of
-budget // 4; the first boundary from which the newest rows, a 16-token marker
-and the task line (when its place is cut) fit is taken, else only the newest
-row. One case is also written out by hand, so the reference is pinned too.
+newline; when the thread with a 16-token marker and the task line is over
+budget, the cut is the smallest multiple of budget // 2 that brings it under,
+and the kept part starts at the first row whose earlier rows cost at least the
+cut (else only the newest row). One case is also written out by hand, so the
+reference is pinned too.
 """
 from __future__ import annotations
 
@@ -26,17 +26,17 @@ def reference_window(tokens: list[int], budget: int, task: int | None) -> tuple[
     """(index of the first kept row, omitted count, index of the task shown first or None)."""
     cost = [max(t, 1) + 1 for t in tokens]
     n = len(cost)
-    if sum(cost) <= budget or n <= 1:
-        return 0, 0, None
-    block = max(1, budget // 4)
     before = [sum(cost[:k]) for k in range(n + 1)]  # tokens of the rows before index k
-    boundaries = [k for k in range(1, n) if before[k] // block > before[k - 1] // block]
-    for start in boundaries + [n - 1]:
-        pulled = task is not None and task < start
-        need = sum(cost[start:]) + MARKER + (cost[task] if pulled and task is not None else 0)
-        if need <= budget or start == n - 1:
-            return start, start - (1 if pulled else 0), task if pulled else None
-    raise AssertionError("unreachable")
+    extra = MARKER + (cost[task] if task is not None else 0)
+    step = max(1, budget // 2)
+    cut = 0
+    while before[n] + extra - cut > budget:
+        cut += step
+    if cut == 0:
+        return 0, 0, None
+    start = next((k for k in range(n) if before[k] >= cut), n - 1)
+    pulled = task is not None and task < start
+    return start, start - (1 if pulled else 0), task if pulled else None
 
 
 async def fill(store: SqliteStore, n: int, task_at: int, tokens: Callable[[int], int]) -> tuple[int, int]:
@@ -80,17 +80,18 @@ async def test_load_thread_keeps_what_the_policy_says(tmp_path, n, budget, task_
 
 
 async def test_a_hand_computed_window(tmp_path):
-    """20 rows of 10 tokens (11 with the newline), budget 120: blocks of 30 tokens start at
-    rows 4, 7, 10, 12, 15 and 18 (1-based); from row 12 the rest costs 99 + 16 + 11 > 120,
-    from row 15 it costs 66 + 16 + 11 = 93. So rows 15-20 are kept, the task (row 1) is
-    shown first and 13 rows are omitted; the tightest fit (rows 13-20) is not a block start."""
+    """20 rows of 10 tokens (11 with the newline), budget 120: 220 + 16 + 11 is 127 over, so the
+    cut is 180 (three steps of 60); row 18 is the first whose earlier rows cost 180 or more
+    (17 x 11 = 187). So rows 18-20 are kept (half the budget with the marker and the task),
+    the task (row 1) is shown first and 16 rows are omitted: the window then grows for half a
+    budget before it moves again."""
     async with await SqliteStore.open(tmp_path / "t.db") as store:
         group_id, _ = await fill(store, 20, 1, lambda i: 10)
         got = await load_thread(store, group_id, through=20, budget=120, task_seq=1)
-    assert [m.seq for m in got.kept] == [15, 16, 17, 18, 19, 20]
-    assert got.omitted == 13 and got.task_pulled_up is not None and got.task_pulled_up.seq == 1
-    assert got.render().splitlines()[:3] == ["[alice] m1", "[roundtable] (13 earlier messages omitted)", "[alice] m15"]
-    assert reference_window([10] * 20, 120, 0) == (14, 13, 0)
+    assert [m.seq for m in got.kept] == [18, 19, 20]
+    assert got.omitted == 16 and got.task_pulled_up is not None and got.task_pulled_up.seq == 1
+    assert got.render().splitlines()[:3] == ["[alice] m1", "[roundtable] (16 earlier messages omitted)", "[alice] m18"]
+    assert reference_window([10] * 20, 120, 0) == (17, 16, 0)
 
 
 async def test_an_empty_thread(tmp_path):
