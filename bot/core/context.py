@@ -4,16 +4,16 @@ Policy (SPEC §6): the task and the newest messages are always kept; the
 oldest rows are dropped first, in one big step with hysteresis. While the
 thread fits, all of it is sent. When it outgrows the budget, the window's
 start jumps to the next multiple of `budget // 2` tokens of the history (a
-fixed point of the history, not of the call), so the window falls back to at
-most half of what was over and then grows again for about half a budget of
-new messages before it moves. Between two moves every prompt extends the
+fixed point of the history, not of the call), so the window falls back to
+between half the budget and the budget and then grows again for about half a
+budget of new messages before it moves. Between two moves every prompt extends the
 previous one, so the provider's prompt cache keeps hitting.
 
 Each stored row carries `tokens_before`, the running sum of the thread cost
 of the group's earlier rows (`token_cost`, counted once when it was stored).
 Finding the window is therefore two indexed lookups (the end's position, the
-first row at or after the cut) and loading only the kept rows: the cost of a
-turn does not grow with the history.
+first row at or after the cut) and loading only the kept rows: finding the
+window does not grow with the history.
 
 The participant prompt shows the task in its own `<task>` slot, so its thread
 leaves the task's text out (`task_apart`): a short reference line stands at

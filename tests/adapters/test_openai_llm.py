@@ -186,6 +186,27 @@ async def test_falls_back_to_max_completion_tokens() -> None:
         (True, None), (False, 64), (False, 32)]
 
 
+async def test_prompt_cache_key_is_sent_and_dropped_where_refused() -> None:
+    error = {"error": {"message": "Unrecognized request argument supplied: prompt_cache_key",
+                       "type": "invalid_request_error"}}
+    refuse = {"strict-model"}
+
+    def responder(body: dict[str, Any]) -> Reply:
+        if body["model"] in refuse and "prompt_cache_key" in body:
+            return Reply(status=400, error_body=error)
+        return Reply(text="fine")
+
+    async with FakeOpenAI(responder) as srv:
+        async with make_llm(srv) as llm:
+            assert (await llm.complete(MESSAGES, cache_key="roundtable-1-2")).text == "fine"
+            assert (await llm.complete(MESSAGES, model="strict-model", cache_key="roundtable-1-2")).text == "fine"
+            assert (await llm.complete(MESSAGES, model="strict-model", cache_key="roundtable-1-2")).text == "fine"
+            assert (await llm.complete(MESSAGES)).text == "fine"
+    assert [(r["model"], r.get("prompt_cache_key")) for r in srv.requests] == [
+        ("agent-model", "roundtable-1-2"), ("strict-model", "roundtable-1-2"), ("strict-model", None),
+        ("strict-model", None), ("agent-model", None)]
+
+
 async def test_api_key_never_leaks(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     echo = {"error": {"message": f"Incorrect API key provided: {KEY}. Bearer {KEY}", "type": "invalid_request_error"}}
