@@ -5,6 +5,7 @@ sqlite3 type escapes `storage/`.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
 from pathlib import Path
@@ -36,6 +37,16 @@ def store_error(exc: sqlite3.Error) -> StoreError:
     return StoreError(f"database error: {first_line}")
 
 
+async def _thread_ended(pending: aiosqlite.Connection) -> None:
+    """Wait for the worker thread of a connection that failed to open. aiosqlite stops it by
+    posting its last answer to the event loop; a loop closed before that (the process exiting
+    on the one-line error) made the thread print a traceback."""
+    thread = getattr(pending, "_thread", None)  # aiosqlite keeps no public handle on it
+    if thread is not None and thread.is_alive():
+        await asyncio.to_thread(thread.join, 5)
+    await asyncio.sleep(0)  # let the posted answer run while the loop is open
+
+
 async def open_db(
     path: str | Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
 ) -> aiosqlite.Connection:
@@ -52,9 +63,12 @@ async def open_db(
             file = Path(name).expanduser()
             _check_place(file)
             name = str(file)
-        conn = await aiosqlite.connect(
-            name, isolation_level=None, timeout=busy_timeout_ms / 1000
-        )
+        pending = aiosqlite.connect(name, isolation_level=None, timeout=busy_timeout_ms / 1000)
+        try:
+            conn = await pending
+        except BaseException:
+            await _thread_ended(pending)
+            raise
         conn.row_factory = aiosqlite.Row
         await conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         rows = list(await conn.execute_fetchall("PRAGMA journal_mode = WAL"))
