@@ -8,7 +8,7 @@ import aiosqlite
 import pytest
 
 from bot.core.errors import StoreError
-from bot.core.models import GroupSettings
+from bot.core.models import GroupSettings, NewMessage
 from storage import MIGRATIONS, SqliteStore, apply_migrations, open_db
 from storage.migrations import split_statements
 
@@ -120,3 +120,23 @@ async def test_an_unusable_path_is_one_store_error_naming_it(tmp_path: Path, mak
 def test_split_statements_keeps_whole_statements() -> None:
     script = "-- a comment\nCREATE TABLE a (x TEXT DEFAULT ';');\n\nCREATE INDEX i ON a(x);\n"
     assert split_statements(script) == ["CREATE TABLE a (x TEXT DEFAULT ';');", "CREATE INDEX i ON a(x);"]
+
+
+async def test_running_token_sums_are_filled_for_rows_written_before_migration_4(tmp_path: Path) -> None:
+    """A file written by a version without migration 4: its rows get their running sums, and rows
+    appended afterwards continue them."""
+    path = tmp_path / "old.db"
+    async with aiosqlite.connect(path, isolation_level=None) as conn:
+        await apply_migrations(conn, [m for m in MIGRATIONS if m[0] < 4])
+        await conn.execute("INSERT INTO groups (id, key, name, created_at, latest_seq) VALUES (1, 'k', 'g', 0, 3)")
+        for seq, tokens in ((1, 10), (2, 0), (3, 5)):
+            await conn.execute("INSERT INTO messages (group_id, seq, author_type, author_name, text, token_count,"
+                               " created_at) VALUES (1, ?, 'user', 'a', 't', ?, 0)", (seq, tokens))
+    async with await SqliteStore.open(path) as store:
+        rows = await store.messages(1)
+        assert [m.tokens_before for m in rows] == [0, 11, 13]  # costs: 10+1, max(0,1)+1, 5+1
+        assert await store.thread_tokens(1, through=3) == 19
+        assert await store.first_seq_at(1, tokens=12) == 3
+        added, _ = await store.append_user_message(1, NewMessage("user", "a", "more", token_count=3))
+        assert added.seq == 4 and added.tokens_before == 19
+        assert await store.thread_tokens(1, through=4) == 23
