@@ -53,6 +53,12 @@ def version() -> str:
         return "unknown"
 
 
+def _database_group(verb: argparse.ArgumentParser) -> None:
+    """--group and --db, as the verbs that read a database take them."""
+    verb.add_argument("--group", required=True, metavar="NAME|ID", help="the group: its name, id or key")
+    verb.add_argument("--db", metavar="FILE", help="SQLite file (default: ROUNDTABLE_DB or roundtable.db)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="roundtable", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"roundtable {version()}",
@@ -80,24 +86,22 @@ def build_parser() -> argparse.ArgumentParser:
                        "needs only the database",
         description="Write a group's thread, with its episodes, runs and routing decisions, as one file. "
                     "The JSON schema is docs/export-schema.json.")
-    export.add_argument("--group", required=True, metavar="NAME|ID", help="the group: its name, id or key")
+    _database_group(export)
     export.add_argument("--format", required=True, metavar="FORMAT", help="html, json or md")
     export.add_argument("--out", metavar="FILE", help="write here (default: stdout)")
     export.add_argument("--from", dest="first", type=int, metavar="SEQ", help="first message number (default 1)")
     export.add_argument("--to", dest="last", type=int, metavar="SEQ", help="last message number (default: newest)")
-    export.add_argument("--db", metavar="FILE", help="SQLite file (default: ROUNDTABLE_DB or roundtable.db)")
     replay = verbs.add_parser(
         "replay", help="ask the selector again about a past message (or every one of an episode) with today's "
                        "roster and settings, beside the stored decision; nothing stored changes",
         description="Re-run the speaker selector through the configured model server (OPENAI_BASE_URL) and print "
                     "the stored and the new decision side by side.")
-    replay.add_argument("--group", required=True, metavar="NAME|ID", help="the group: its name, id or key")
+    _database_group(replay)
     which = replay.add_mutually_exclusive_group(required=True)
     which.add_argument("--seq", type=int, metavar="N", help="the message whose decision to replay")
     which.add_argument("--episode", type=int, metavar="E", help="replay every selector decision of episode E")
     replay.add_argument("--model", metavar="M", help="the selector model to ask (default: the group's, else "
                                                      "ROUNDTABLE_SELECTOR_MODEL, else ROUNDTABLE_MODEL)")
-    replay.add_argument("--db", metavar="FILE", help="SQLite file (default: ROUNDTABLE_DB or roundtable.db)")
     from bench.cli import DESCRIPTION as BENCH_DESCRIPTION
     from bench.cli import add_arguments as bench_arguments
 
