@@ -344,10 +344,10 @@ class SlashCommands:
     # building the tree ----------------------------------------------------------
     def register(self, tree: app_commands.CommandTree) -> None:
         self.bot.add_dynamic_items(MarkReadButton)
-        groups = {name: app_commands.Group(name=name, description=text, guild_only=True)
+        groups = {(name,): app_commands.Group(name=name, description=text, guild_only=True)
                   for name, text in GROUP_DESCRIPTIONS.items()}
         for command in declared.COMMANDS:
-            parent = groups[command.path[0]] if len(command.path) > 1 else None
+            parent = self._group_of(groups, command.path[:-1])
             app: app_commands.Command[Any, ..., None] = app_commands.Command(
                 name=command.path[-1], description=command.description[:100],
                 callback=self._callback(command), parent=parent)
@@ -359,11 +359,24 @@ class SlashCommands:
                 tree.add_command(app)
             else:
                 parent.add_command(app)
-        for group in groups.values():
-            tree.add_command(group)
+        for path, group in groups.items():
+            if len(path) == 1:
+                tree.add_command(group)
         menu = app_commands.ContextMenu(name=WHY_MENU, callback=self.why_this_reply)
         menu.guild_only = True
         tree.add_command(menu)
+
+    @staticmethod
+    def _group_of(groups: dict[tuple[str, ...], app_commands.Group],
+                  path: tuple[str, ...]) -> app_commands.Group | None:
+        """The command group for `path` (`/agent memory show` lives in agent > memory), made when first needed."""
+        if not path:
+            return None
+        if path not in groups:
+            parent = groups[path[:1]]
+            groups[path] = app_commands.Group(name=path[-1], description=f"/{' '.join(path)} commands",
+                                              parent=parent, guild_only=True)
+        return groups[path]
 
     def _callback(self, command: Command) -> Any:
         """A callback whose signature is the command's options, for discord.py to read."""
