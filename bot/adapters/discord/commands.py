@@ -344,8 +344,9 @@ class SlashCommands:
     # building the tree ----------------------------------------------------------
     def register(self, tree: app_commands.CommandTree) -> None:
         self.bot.add_dynamic_items(MarkReadButton)
-        groups = {(name,): app_commands.Group(name=name, description=text, guild_only=True)
-                  for name, text in GROUP_DESCRIPTIONS.items()}
+        groups: dict[tuple[str, ...], app_commands.Group] = {
+            (name,): app_commands.Group(name=name, description=text, guild_only=True)
+            for name, text in GROUP_DESCRIPTIONS.items()}
         for command in declared.COMMANDS:
             parent = self._group_of(groups, command.path[:-1])
             app: app_commands.Command[Any, ..., None] = app_commands.Command(
