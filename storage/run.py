@@ -4,7 +4,8 @@ A run is settled in one transaction: its status and tokens, its reply (unless
 the cap refuses it), its notice, the episode's totals and the agent's cursor.
 So a crash leaves either a run still 'running' (re-run on start-up, nothing
 posted) or a settled run whose reply is in the log: never a reply without its
-cursor move, which would be answered twice.
+cursor move, which would be answered twice. A direct run (`/ask`) never moves
+the cursor: the group's deliveries to its agent still wait for it.
 """
 from __future__ import annotations
 
@@ -39,12 +40,14 @@ class RunMixin(LeaseMixin):
         """A 'running' run over rows 1..snapshot_seq. Its episode is the one current at
         the snapshot, opened by its newest person's row (SPEC §4: a run belongs to the
         episode it answers).
-        LeaseLost when another process runs the group."""
+        LeaseLost when another process runs the group (a group run; a direct run needs the
+        lease only to post, when it is settled)."""
         if kind not in RUN_KINDS:
             raise InvalidInput(f"unknown run kind {kind!r}; use one of {', '.join(sorted(RUN_KINDS))}")
         async with self._write() as db:
             group = await self._group_row(db, group_id)
-            await self._require_lease(db, group_id)
+            if kind == "group":
+                await self._require_lease(db, group_id)
             agent = await self._agent_row(db, agent_id)
             if agent["group_id"] != group_id:
                 raise NotFound(f"no agent with id {agent_id} in group {group_id}")
@@ -80,13 +83,14 @@ class RunMixin(LeaseMixin):
             if run.status != "running":
                 return FinishedRun(run)
             group = await self._group_row(db, run.group_id)
-            if result.status != "interrupted":
+            posts = result.reply is not None and result.status == "posted"
+            if result.status != "interrupted" and (run.kind == "group" or posts):
                 await self._require_lease(db, run.group_id)
             status, error = result.status, result.error
             reply: Message | None = None
-            if result.reply is not None and status == "posted":
+            if posts:
                 status, error, reply = await self._post_reply(db, run, group, result, cap)
-            if status != "interrupted":
+            if status != "interrupted" and run.kind == "group":  # a direct run leaves the group's queue alone
                 # Through the reply too when nothing else arrived after the snapshot: its own words are not news.
                 through = reply.seq if reply is not None and reply.seq == run.snapshot_seq + 1 else run.snapshot_seq
                 await self._exec(
@@ -94,7 +98,8 @@ class RunMixin(LeaseMixin):
                     (through, run.agent_id),
                 )
             spent = result.usage + result.selector_usage
-            if run.episode_id is not None and (spent.prompt_tokens or spent.completion_tokens):
+            counts = run.kind == "group" or reply is not None  # a private answer is not the episode's
+            if counts and run.episode_id is not None and (spent.prompt_tokens or spent.completion_tokens):
                 await self._exec(
                     db,
                     "UPDATE episodes SET prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?,"

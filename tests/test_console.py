@@ -260,3 +260,27 @@ async def test_export_and_usage_typed_in_the_console(tmp_path):
     assert lines[2] == "Usage in the last 7 days"
     planner = next(line for line in lines if line.startswith("  planner: "))
     assert planner.startswith("  planner: 1 call · ") and "no price known" in planner  # fake-model has no price
+
+
+async def test_ask_in_the_console_privately_then_posted(tmp_path):
+    script = GroupChatScript(selector=lambda body: "TERMINATE")
+    script.set_direct("planner", ["Start in Asakusa.", "Posted plan: Asakusa, Ueno."])
+    session = (
+        '/agent add name:planner role:plans prompt:"You plan trips."\n'
+        '/ask agent:planner prompt:"where do we start?"\n'
+        '/ask agent:nobody prompt:hi\n'
+        '/ask agent:planner\n'
+        '/ask agent:planner prompt:"post it" post:true\n'
+    )
+    async with FakeOpenAI(script) as srv:
+        code, out, err = await run_console(tmp_path, srv.base_url, session, "--as", "alice")
+    assert code == 0, err
+    lines = out.splitlines()
+    at = lines.index("planner (only you see this):")
+    assert lines[at + 1] == "Start in Asakusa."
+    assert any(line.startswith("error: No agent named 'nobody' in this group") for line in lines)
+    assert "error: /ask needs prompt: /ask agent prompt [post]" in lines
+    assert "[planner] Posted plan: Asakusa, Ueno." in lines  # once, as any public message
+    assert lines.count("[planner] Posted plan: Asakusa, Ueno.") == 1
+    assert "planner's answer is posted in the group: #1" in lines
+    assert "alice asks you (planner) directly" in srv.requests[0]["messages"][-1]["content"]

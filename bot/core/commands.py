@@ -12,12 +12,14 @@ It returns a `Reply`: text, or a `Card` (a table of facts) for the surface to sh
 """
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Literal, Mapping, Protocol, Sequence
 
 from bot.core import validation as v
 from bot.core.admin import Admin
-from bot.core.card import Reply
+from bot.core.card import Attachment, Reply
 from bot.core.errors import Forbidden, InvalidInput, UserFacingError
 from bot.core.export import FORMATS
 from bot.core.models import MAX_TURNS_RANGE, MODES, Group, Message
@@ -28,6 +30,7 @@ Who = Literal["everyone", "operators", "operators_to_change"]
 
 NOT_SET_UP = "Roundtable is not set up here: an admin can run /roundtable setup."
 OPERATORS_ONLY = "Only people with Manage Server (or this group's operator role) can do that."
+LONG_ANSWER = 3800  # characters of an /ask answer shown as messages (two); longer ones are attached
 
 
 @dataclass(frozen=True)
@@ -247,6 +250,32 @@ async def _catchup(inv: Invocation) -> Reply:
     return await inv.admin.reading.catchup(inv.group, inv.caller.reader, inv.caller.is_operator, inv.caller.link)
 
 
+async def _ask(inv: Invocation) -> Reply:
+    agent = await inv.admin.agent(inv.group, inv.text("agent") or "")
+    prompt = (inv.text("prompt") or "").strip()
+    if not prompt:
+        raise InvalidInput("/ask needs a prompt: what do you want to ask?")
+    post = bool(inv.get("post"))
+    answer = await inv.admin.engine.ask(inv.group, agent, prompt, asker=inv.caller.reader.name, post=post)
+    if answer.posted is not None:
+        return f"{agent.name}'s answer is posted in the group: {inv.caller.link(inv.group, answer.posted)}"
+    if not answer.text:
+        return f"{agent.name} had nothing to say to that (its answer was empty)."
+    note = f"only you see this; not posted: {answer.not_posted}" if answer.not_posted else "only you see this"
+    if inv.caller.surface == "discord" and len(answer.text) > LONG_ANSWER:
+        return long_answer(agent.name, answer.text, note)
+    return f"{agent.name} ({note}):\n{answer.text}"
+
+
+def long_answer(name: str, text: str, note: str) -> Attachment:
+    """An answer too long for a few messages, as a Markdown file."""
+    handle, path = tempfile.mkstemp(prefix="roundtable-ask-", suffix=".md")
+    with os.fdopen(handle, "w", encoding="utf-8") as out:
+        out.write(text + "\n")
+    return Attachment(path, f"{name}-answer.md",
+                      f"{name}'s answer is {len(text):,} characters long, so it is attached ({note}).")
+
+
 async def _help(inv: Invocation) -> Reply:
     return help_text(inv.caller.surface)
 
@@ -343,5 +372,10 @@ COMMANDS: tuple[Command, ...] = (
     Command(("inbox",), "The messages that tag you, in every group of this server", _inbox, needs_group=False),
     Command(("read",), "Mark everything here read", lambda inv: inv.admin.reading.read(inv.group, inv.caller.reader)),
     Command(("catchup",), "A short summary of what you missed here", _catchup, slow=True),
+    Command(("ask",), "Ask an agent privately (post:true also posts its answer here)", _ask, (
+        Option("agent", "the agent to ask", "agent", required=True),
+        Option("prompt", "your question or request", required=True, max_length=v.ASK_MAX),
+        Option("post", "also post the answer in the group (default: only you see it)", "boolean"),
+    ), slow=True),
     Command(("help",), "These commands", _help, needs_group=False),
 )

@@ -17,6 +17,7 @@ import asyncio
 import logging
 from typing import Sequence
 
+from bot.core.errors import Busy
 from bot.core.models import Agent, Decision, Group, Message, Usage
 from bot.core.routing import eligible_speakers, explicit_recipients, next_in_rotation, plan_batch
 from bot.core.selector import selector_decision
@@ -70,8 +71,12 @@ class GroupDispatcher(GroupWorker):
             # People see the conversation in step: no new run while earlier rows wait to be shown.
             await self.engine.outbox(group.id).idle.wait()
             agent, selector_usage, source = min(idle, key=lambda s: (s[0].delivered_through, s[0].created_at, s[0].id))
-            outcome = await self.engine.deliver(group, agent, snapshot, selector_usage=selector_usage, source=source)
-            await self._after_turn(outcome)
+            try:
+                outcome = await self.engine.deliver(group, agent, snapshot, selector_usage=selector_usage,
+                                                    source=source)
+            except Busy:
+                continue  # a direct run took the agent meanwhile: wait for it on the next pass
+            await self.after_turn(outcome)
             if group.settings.pace > 0 and outcome.message is not None:
                 await asyncio.sleep(group.settings.pace)
 
@@ -151,7 +156,7 @@ class GroupDispatcher(GroupWorker):
                                        cache_key=cache_key(group, None))
 
     # stop rules ---------------------------------------------------------
-    async def _after_turn(self, outcome: TurnOutcome) -> None:
+    async def after_turn(self, outcome: TurnOutcome) -> None:
         """Stop rules after a run. They judge the run's own episode: a reply to an older
         task (a person posted during the run) never ends the newer one."""
         engine, run, message = self.engine, outcome.run, outcome.message

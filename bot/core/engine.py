@@ -10,10 +10,12 @@ Background tasks are kept in a set with a done-callback that logs failures.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from typing import Callable, Iterable, Mapping, TypeVar
 
+from bot.core.direct import DirectAnswer, DirectRuns
 from bot.core.dispatcher import GroupDispatcher
 from bot.core.errors import Busy
 from bot.core.models import Agent, Episode, EpisodeResult, Group, Message, NewMessage, Usage
@@ -57,8 +59,10 @@ class Engine:
         self._outboxes: dict[int, Outbox] = {}
         self._locks: dict[int, asyncio.Lock] = {}
         self._released: dict[int, asyncio.Event] = {}
+        self._holders: dict[int, str] = {}  # agent id -> what holds its lock ("a group run")
         self._tasks: set[asyncio.Task[object]] = set()
         self._turn = AgentTurn(self)
+        self._direct = DirectRuns(self)
         self._closed = False
 
     # life cycle ----------------------------------------------------------
@@ -173,19 +177,35 @@ class Engine:
             event = self._released.setdefault(agent_id, asyncio.Event())
             await event.wait()
 
+    @contextlib.asynccontextmanager
+    async def holding(self, agent: Agent, what: str) -> AsyncIterator[None]:
+        """The agent's one lock, for any run kind (`what`: "a group run", "a direct run"); Busy at
+        once when another run holds it (nothing waits hidden in a queue)."""
+        lock = self.agent_lock(agent.id)
+        if lock.locked():
+            raise Busy(f"{agent.name} is busy with {self._holders.get(agent.id, 'another run')}; "
+                       "try again when it has answered.")
+        async with lock:
+            self._holders[agent.id] = what
+            try:
+                yield
+            finally:
+                self._holders.pop(agent.id, None)
+                self._released.pop(agent.id, asyncio.Event()).set()
+
     async def deliver(
         self, group: Group, agent: Agent, snapshot: int, *, selector_usage: Usage, source: str
     ) -> TurnOutcome:
-        lock = self.agent_lock(agent.id)
-        if lock.locked():
-            raise Busy(f"{agent.name} is busy with another run; try again when it has answered.")
-        async with lock:
-            try:
-                outcome = await self._turn.run(group, agent, snapshot, selector_usage=selector_usage, source=source)
-            finally:
-                self._released.pop(agent.id, asyncio.Event()).set()
+        async with self.holding(agent, "a group run"):
+            outcome = await self._turn.run(group, agent, snapshot, selector_usage=selector_usage, source=source)
         await self.check_budget(group.id)
         return outcome
+
+    async def ask(self, group: Group, agent: Agent, prompt: str, *, asker: str, post: bool = False) -> DirectAnswer:
+        """A direct run (`/ask`): `agent` answers `asker` privately (and in the group, with `post`)."""
+        answer = await self._direct.ask(group, agent, prompt, asker=asker, post=post)
+        await self.check_budget(group.id)
+        return answer
 
     async def check_budget(self, group_id: int) -> bool:
         """After a run settles (or the budget changes): when this month's cost has reached the

@@ -18,7 +18,7 @@ DecisionSource = Literal[
 ]
 RunKind = Literal["group", "direct"]
 SpendKind = Literal["agent", "selector", "catch-up"]
-RunStatus = Literal["running", "posted", "empty", "failed", "refused", "discarded", "interrupted"]
+RunStatus = Literal["running", "posted", "answered", "empty", "failed", "refused", "discarded", "interrupted"]
 
 DEFAULT_MAX_TURNS = 12
 MAX_TURNS_RANGE = (1, 100)
@@ -234,7 +234,7 @@ class RunResult:
     """How a run ended, settled by the store in one transaction with what it posts.
 
     `reply` (status 'posted') is appended unless the cap refuses it; `notice` is
-    appended after it. Every status but 'interrupted' moves the agent's cursor.
+    appended after it. Every status but 'interrupted' moves the agent's cursor (group runs only).
     """
 
     status: str

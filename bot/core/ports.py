@@ -256,7 +256,7 @@ class Store(Protocol):
     async def finish_run(self, run_id: int, result: RunResult, *, cap: int) -> FinishedRun:
         """Settle a run in one transaction: status and tokens, the reply (unless the cap
         refuses it, or its episode was stopped), the notice, the episode's totals and
-        the agent's cursor (every status but 'interrupted'). A run no longer running
+        the agent's cursor (every status but 'interrupted'; group runs only). A run no longer running
         is returned unchanged."""
         ...
 

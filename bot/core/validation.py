@@ -19,6 +19,7 @@ BRIEF_MAX = 4000
 MODEL_MAX = 100
 URL_MAX = 2048
 MESSAGE_MAX = 8000
+ASK_MAX = 4000  # an /ask prompt (Discord takes up to 6,000 characters in an option)
 RESERVED_NAMES = frozenset({"user", "all", "everyone", "here", "roundtable", "selector"})
 WEBHOOK_FORBIDDEN = ("discord", "clyde")
 CONTEXT_BUDGET_RANGE = (500, 200_000)

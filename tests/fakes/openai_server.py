@@ -248,6 +248,7 @@ def _logprobs(text: str, values: list[float]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------
 SELECTOR_MARK = "You are coordinating a group chat. Choose who speaks next."
+DIRECT_LINE = re.compile(r"asks you \((?P<name>[^)]+)\) directly \(")  # an /ask (bot.core.direct)
 PARTICIPANT_LINE = re.compile(
     r"^You are (?P<name>.+?), the (?P<role>.+?) in a group chat working on the task below\.", re.MULTILINE
 )
@@ -259,7 +260,8 @@ class GroupChatScript:
 
     A request is a SELECTOR call when any message holds `SELECTOR_MARK`, a
     PARTICIPANT call when a line reads "You are NAME, the ROLE in a group chat
-    working on the task below.", else an OTHER call (a summary, ...). Queues pop
+    working on the task below.", a DIRECT call (/ask) when the last message reads "... asks
+    you (NAME) directly (...)", else an OTHER call (a summary, ...). Queues pop
     in order; entries are str or `Reply` (to script faults). An exhausted
     selector answers "TERMINATE"; an exhausted agent answers `default_agent_reply`
     (a str, or `(name, n) -> str` with n the agent's 1-based call count) or else a
@@ -280,6 +282,7 @@ class GroupChatScript:
         self._agents: dict[str, deque[ReplyLike]] = {k: deque(v) for k, v in (agents or {}).items()}
         self.default_agent_reply = default_agent_reply
         self._summary: deque[ReplyLike] = deque(summary)
+        self._direct: dict[str, deque[ReplyLike]] = {}
         self.other_default = other_default
         self.calls: list[tuple[str, str | None]] = []  # ("selector" | "participant" | "other", name)
         self.participant_order: list[str] = []
@@ -288,6 +291,10 @@ class GroupChatScript:
     def set_agent(self, name: str, replies: Sequence[ReplyLike]) -> None:
         """Replace an agent's queue of replies."""
         self._agents[name] = deque(replies)
+
+    def set_direct(self, name: str, replies: Sequence[ReplyLike]) -> None:
+        """Replace the queue of an agent's direct (/ask) answers."""
+        self._direct[name] = deque(replies)
 
     def set_selector(self, selector: Sequence[ReplyLike] | Callable[[dict[str, Any]], ReplyLike]) -> None:
         """Replace the selector's queue (or make it a function of the request body)."""
@@ -303,6 +310,9 @@ class GroupChatScript:
             match = PARTICIPANT_LINE.search(t)
             if match:
                 return "participant", match.group("name").strip()
+        direct = DIRECT_LINE.search(texts[-1]) if texts else None
+        if direct:
+            return "direct", direct.group("name")
         return "other", None
 
     def __call__(self, body: dict[str, Any]) -> ReplyLike:
@@ -315,6 +325,10 @@ class GroupChatScript:
         if kind == "participant":
             assert name is not None
             return self._participant(name)
+        if kind == "direct":
+            assert name is not None
+            queue = self._direct.get(name)
+            return queue.popleft() if queue else _ran_out(f"GroupChatScript: no direct answer for {name!r}")
         return self._summary.popleft() if self._summary else self.other_default
 
     def _participant(self, name: str) -> ReplyLike:

@@ -14,6 +14,7 @@ from bot.core.errors import LLMError
 from bot.core.models import ChatMessage, Completion, Usage
 
 SELECTOR_MARK = "You are coordinating a group chat. Choose who speaks next."
+DIRECT = re.compile(r"asks you \((?P<name>[^)]+)\) directly \(")
 _PARTICIPANT = re.compile(r"^You are (\S+), the .* in a group chat working on the task below\.$", re.MULTILINE)
 
 Reply = str | Completion | LLMError | Callable[[Sequence[ChatMessage]], str]
@@ -26,6 +27,9 @@ def kind_of(messages: Sequence[ChatMessage]) -> tuple[str, str | None]:
     match = _PARTICIPANT.search(text)
     if match:
         return "participant", match.group(1).rstrip(",")
+    direct = DIRECT.search(messages[-1].content) if messages else None
+    if direct:
+        return "direct", direct.group("name")
     return "other", None
 
 
@@ -38,6 +42,8 @@ class ScriptedLLM:
     usage: Usage = field(default_factory=lambda: Usage(100, 20, 10))
     history: list[tuple[str, str | None, list[ChatMessage]]] = field(default_factory=list)
     gate: asyncio.Event | None = None  # when set, participant calls wait for it
+    direct: dict[str, list[Reply]] = field(default_factory=dict)  # /ask answers per agent
+    direct_gate: asyncio.Event | None = None  # when set, direct calls wait for it
 
     @property
     def participant_order(self) -> list[str]:
@@ -60,6 +66,13 @@ class ScriptedLLM:
                 reply = self.default_agent_reply(name or "", len(self.participant_order))
             else:
                 raise AssertionError(f"the script has no reply left for {name}")
+        elif kind == "direct":
+            if self.direct_gate is not None:
+                await self.direct_gate.wait()
+            queue = self.direct.get(name or "", [])
+            if not queue:
+                raise AssertionError(f"the script has no direct answer left for {name}")
+            reply = queue.pop(0)
         else:
             reply = "summary"
         await asyncio.sleep(0)

@@ -1,0 +1,132 @@
+"""Direct runs (`/ask`): one agent answers one person, privately, over the group's recent rows.
+
+Seed 002: a direct run is a private session whose opening context is the
+agent's system prompt and the last 10 public rows of the group, then the
+person's prompt. It takes the agent's one lock (`Engine.holding`): an agent
+in a group run is reported busy at once (nothing is queued), and the group's
+deliveries to that agent wait until the direct run ends. With `post`, the
+answer is also posted in the group as an ordinary agent message: the cap,
+the stop rules and the routing of whom it tags apply as to any reply.
+
+The run is recorded (kind 'direct': its tokens count in usage and budgets);
+its private answer is given to the asker, not stored. A private run never
+moves the agent's cursor: what waits for the agent in the group still does.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+from bot.core.errors import LeaseLost, LLMError, UserFacingError
+from bot.core.models import Agent, ChatMessage, Group, Message, NewMessage, RunResult, Usage
+from bot.core.prompts import system_message, thread_line
+from bot.core.stop import ends_with_terminate, guard_impersonation, strip_terminate
+from bot.core.tags import parse_tags
+from bot.core.turn import TurnOutcome, cache_key, others_in
+
+if TYPE_CHECKING:
+    from bot.core.engine import Engine
+
+log = logging.getLogger(__name__)
+
+RECENT_ROWS = 10  # seed 002: the opening snapshot holds the last 10 public rows
+RECENT_HEADER = "(the latest messages of the group chat, for context)"
+NO_RECENT = "(the group chat has no messages yet)"
+SHOWN_WAIT = 10.0  # seconds a posted answer may take to reach the surface before the asker is told
+
+
+@dataclass(frozen=True)
+class DirectAnswer:
+    agent: Agent
+    text: str  # as shown to people (TERMINATE removed); "" when the agent had nothing to say
+    usage: Usage
+    posted: Message | None = None  # with post: the row it became
+    not_posted: str | None = None  # with post: why it was not posted
+
+
+def direct_messages(group: Group, agent: Agent, recent: Sequence[Message], asker: str, prompt: str, *,
+                    post: bool) -> list[ChatMessage]:
+    """The system message, the group's recent rows, then the person's prompt."""
+    lines = "\n".join(thread_line(m.author_name, m.text) for m in recent) or NO_RECENT
+    where = ("your answer will also be posted in the group chat" if post
+             else "only they will see your answer")
+    return [
+        ChatMessage("system", system_message(agent, group.settings.brief)),
+        ChatMessage("user", f"{RECENT_HEADER}\n{lines}"),
+        ChatMessage("user", f"{asker} asks you ({agent.name}) directly ({where}):\n{prompt}"),
+    ]
+
+
+class DirectRuns:
+    def __init__(self, engine: "Engine") -> None:
+        self.engine = engine
+
+    async def ask(self, group: Group, agent: Agent, prompt: str, *, asker: str, post: bool = False) -> DirectAnswer:
+        """Run `agent` for `asker` now. Busy when the agent is in another run; UserFacingError
+        when the model fails (the run is recorded as failed)."""
+        engine = self.engine
+        store = engine.store
+        if not agent.enabled:
+            raise UserFacingError(f"{agent.name} is disabled; an admin can turn it back on with /agent enable.")
+        async with engine.holding(agent, "a direct run"):
+            group = await store.get_group(group.id)
+            snapshot = group.latest_seq
+            recent = await store.messages(group.id, after=max(0, snapshot - RECENT_ROWS), through=snapshot)
+            roster = await store.list_agents(group.id)
+            run = await store.start_run(group.id, agent.id, "direct", snapshot)
+            messages = direct_messages(group, agent, recent, asker, prompt, post=post)
+            try:
+                completion = await engine.llm.complete(messages, model=agent.model,
+                                                       cache_key=cache_key(group, agent.id) + "-direct")
+            except LLMError as exc:
+                log.warning("group=%s agent=%s direct run=%s failed: %s", group.id, agent.name, run.id, exc)
+                await store.finish_run(run.id, RunResult("failed", error=str(exc)), cap=0)
+                raise UserFacingError(f"{agent.name} could not answer: {exc.public}. Try again later.") from None
+            except asyncio.CancelledError:
+                await store.finish_run(run.id, RunResult("interrupted"), cap=0)
+                raise
+            others = others_in(recent, roster, agent)
+            cleaned = guard_impersonation(completion.text, agent.name, others)
+            text = strip_terminate(cleaned)
+            if not text:
+                await store.finish_run(run.id, RunResult("empty", completion.usage, model=completion.model), cap=0)
+                return DirectAnswer(agent, "", completion.usage,
+                                    not_posted="the answer was empty" if post else None)
+            if not post:
+                await store.finish_run(run.id, RunResult("answered", completion.usage, model=completion.model),
+                                       cap=0)
+                log.info("group=%s agent=%s direct run=%s answered %s privately", group.id, agent.name, run.id, asker)
+                return DirectAnswer(agent, text, completion.usage)
+            return await self._post(group, agent, run.id, cleaned, text, completion.usage, completion.model, roster)
+
+    async def _post(self, group: Group, agent: Agent, run_id: int, cleaned: str, text: str, usage: Usage,
+                    model: str, roster: Sequence[Agent]) -> DirectAnswer:
+        """Settle the run with its answer as a group reply, under the rules of any reply."""
+        engine = self.engine
+        store = engine.store
+        reply = NewMessage(
+            author_type="agent", author_name=agent.name, text=cleaned,
+            tags=parse_tags(cleaned, roster, people=await store.people(group.people_scope), author_agent_id=agent.id),
+            author_agent_id=agent.id, source_run_id=run_id,
+            token_count=engine.counter.count(thread_line(agent.name, cleaned)),
+        )
+        fresh = await store.get_group(group.id)
+        try:
+            finished = await store.finish_run(run_id, RunResult("posted", usage, reply=reply, model=model),
+                                              cap=fresh.settings.max_agent_turns)
+        except LeaseLost:
+            await store.finish_run(run_id, RunResult("answered", usage, model=model,
+                                                     error="another process runs the group"), cap=0)
+            return DirectAnswer(agent, text, usage, not_posted="another process runs this group right now")
+        if finished.reply is None:
+            return DirectAnswer(agent, text, usage, not_posted=finished.run.error or finished.run.status)
+        log.info("group=%s agent=%s direct run=%s posted #%s", group.id, agent.name, run_id, finished.reply.seq)
+        outcome = TurnOutcome(finished.run, finished.reply, ends_with_terminate(cleaned), finished.notice)
+        await engine.dispatcher(group.id).after_turn(outcome)
+        engine.wake(group.id)
+        with contextlib.suppress(asyncio.TimeoutError):  # shown: the asker gets a link that works
+            await asyncio.wait_for(engine.outbox(group.id).idle.wait(), SHOWN_WAIT)
+        return DirectAnswer(agent, text, usage, posted=await store.get_message(group.id, finished.reply.seq))
