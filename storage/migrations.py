@@ -241,12 +241,18 @@ CREATE INDEX runs_group_snapshot ON runs(group_id, snapshot_seq);
 CREATE INDEX episodes_group_task ON episodes(group_id, task_seq);
 """
 
+M008_AGENT_ROWS = """
+-- The newest agent row before a point (the rotation's last speaker) without walking back over people's rows.
+CREATE INDEX messages_agent_rows ON messages(group_id, seq) WHERE author_type = 'agent';
+"""
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "create tables", M001_CREATE_TABLES),
     (2, "leases, ingest watermark, delivery problem", M002_OWNERSHIP_AND_CATCH_UP),
     (3, "people's names, catch-up summaries", M003_PEOPLE_AND_SUMMARIES),
     (4, "running token sums", _m004_fill_token_positions),
     (5, "models of runs and decisions (prices), calls of summaries, record indexes", M005_MODELS_FOR_PRICES),
+    (8, "index of agent rows", M008_AGENT_ROWS),  # 6 and 7 were taken by work in flight (memory, schedules)
 ]
 
 _CREATE_LEDGER = """

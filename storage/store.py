@@ -264,8 +264,10 @@ class SqliteStore(RecordMixin):
             )
 
     async def unconfirmed_messages(self, group_id: int) -> list[Message]:
+        # The partial index names the few unconfirmed rows; without statistics SQLite would walk
+        # the primary key through the whole history instead (5 ms a call at 20,000 rows).
         return await self._messages_where(
-            "group_id = ? AND confirmed = 0 AND author_type != 'user'", (group_id,)
+            "group_id = ? AND confirmed = 0 AND author_type != 'user'", (group_id,), index="messages_unconfirmed"
         )
 
     async def get_message(self, group_id: int, seq: int) -> Message:
@@ -305,7 +307,8 @@ class SqliteStore(RecordMixin):
     async def last_agent_author(self, group_id: int, *, through: int) -> int | None:
         async with self._read() as db:
             row = await self._one(
-                db, "SELECT author_agent_id FROM messages WHERE group_id = ? AND seq <= ? AND author_type = 'agent'"
+                db, "SELECT author_agent_id FROM messages INDEXED BY messages_agent_rows"
+                " WHERE group_id = ? AND seq <= ? AND author_type = 'agent'"
                 " ORDER BY seq DESC LIMIT 1", (group_id, through),
             )
         return None if row is None else int(row[0])
@@ -347,9 +350,10 @@ class SqliteStore(RecordMixin):
                 (problem, group_id, problem),
             ))
 
-    async def _messages_where(self, where: str, params: Sequence[object]) -> list[Message]:
+    async def _messages_where(self, where: str, params: Sequence[object], *, index: str | None = None) -> list[Message]:
+        indexed = f" INDEXED BY {index}" if index else ""
         async with self._read() as db:
-            rows = await self._all(db, f"SELECT * FROM messages WHERE {where} ORDER BY seq", params)
+            rows = await self._all(db, f"SELECT * FROM messages{indexed} WHERE {where} ORDER BY seq", params)
         return [to_message(row) for row in rows]
 
 
