@@ -1,72 +1,76 @@
-"""The store's plumbing: one connection, one lock, one transaction at a time.
+"""The store's plumbing: transactions over a backend, error translation, shared lookups.
 
-aiosqlite runs a connection on one thread, so two coroutines sharing it must
-never interleave their transactions: every operation (reads too, so a read
-never sees a half-written transaction of its own connection) holds
-`self._lock`. Writes run inside `BEGIN IMMEDIATE`, which also serialises them
-against other processes on the same file (the bot and the console); a lock
-that outlasts the busy timeout becomes `StoreError` after a rollback.
+A backend (`storage.db.SqliteBackend`, `storage.pg.PostgresBackend`) owns the
+connections and gives out one `Db` per write transaction or read. Writes are
+serialised across processes: SQLite by `BEGIN IMMEDIATE`, PostgreSQL by a
+transaction-scoped advisory lock; either way a write sees every write committed
+before it, so seq allocation, leases and the checks inside a write are as safe as
+a single process's. Reads see committed data.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import socket
-import sqlite3
 import time
 import uuid
-from contextlib import asynccontextmanager
-from pathlib import Path
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
-from typing import Any, AsyncIterator, Callable, Literal, Sequence, TypeVar
-
-import aiosqlite
+from typing import AsyncIterator, Callable, Literal, Protocol, Sequence, TypeVar
 
 from bot.core.errors import AlreadyStored, NotFound, StoreError
 from bot.core.models import Message, NewMessage, token_cost
-from storage.db import DEFAULT_BUSY_TIMEOUT_MS, open_db, store_error
 from storage.rows import dumps, tags_to_json, unique
+from storage.sql import Db, Dialect, Params, Row
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
-Params = Sequence[Any]
 S = TypeVar("S", bound="StoreBase")
 
 
-class StoreBase:
-    """Connection ownership, transactions, error translation, shared lookups."""
+class Backend(Protocol):
+    """Connections of one database, for one store."""
 
-    def __init__(self, conn: aiosqlite.Connection, *, clock: Clock = time.time) -> None:
-        self._conn = conn
+    dialect: Dialect
+    label: str  # the database for messages: a path, or a URL without its password
+
+    def write(self) -> AbstractAsyncContextManager[Db]:
+        """One write transaction, serialised against every other writer of the database;
+        rolled back when the block raises (a database failure becomes `StoreError`)."""
+        ...
+
+    def read(self) -> AbstractAsyncContextManager[Db]:
+        """A connection for reads that see committed data."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class StoreBase:
+    """Transactions, error translation, shared lookups."""
+
+    def __init__(self, backend: Backend, *, clock: Clock = time.time) -> None:
+        self._backend = backend
+        self._sql = backend.dialect
         self._clock = clock
-        self._lock = asyncio.Lock()
         self._closed = False
         # Who holds this store's leases: host and pid (so a dead holder on this host is
         # recognised at once) and a random part (two stores in one process differ).
         self.owner = f"{socket.gethostname()}|{os.getpid()}|{uuid.uuid4().hex[:12]}"
         self.owner_label = "roundtable"
 
-    @classmethod
-    async def open(
-        cls: type[S],
-        path: str | Path,
-        *,
-        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
-        clock: Clock = time.time,
-    ) -> S:
-        """Open the file at `path` (migrating it) and wrap it in a store."""
-        conn = await open_db(path, busy_timeout_ms=busy_timeout_ms)
-        return cls(conn, clock=clock)
+    @property
+    def database(self) -> str:
+        """The database, for messages (a URL's password masked)."""
+        return self._backend.label
 
     async def close(self) -> None:
-        """Close the connection; later calls raise `StoreError`. Idempotent."""
+        """Close the connections; later calls raise `StoreError`. Idempotent."""
         if self._closed:
             return
-        async with self._lock:
-            self._closed = True
-            await self._conn.close()
+        self._closed = True
+        await self._backend.close()
 
     async def __aenter__(self: S) -> S:
         return self
@@ -84,37 +88,18 @@ class StoreBase:
 
     # transactions -----------------------------------------------------------
     @asynccontextmanager
-    async def _write(self) -> AsyncIterator[aiosqlite.Connection]:
-        """One write transaction (`BEGIN IMMEDIATE` ... `COMMIT`), or nothing at all."""
-        async with self._lock:
-            self._check_open()
-            try:
-                await self._conn.execute("BEGIN IMMEDIATE")
-                yield self._conn
-                await self._conn.execute("COMMIT")
-            except BaseException as exc:
-                # Shielded: a cancelled caller must still leave no open transaction.
-                await asyncio.shield(self._rollback())
-                if isinstance(exc, sqlite3.Error):
-                    raise store_error(exc) from exc
-                raise
+    async def _write(self) -> AsyncIterator[Db]:
+        """One write transaction, or nothing at all."""
+        self._check_open()
+        async with self._backend.write() as db:
+            yield db
 
     @asynccontextmanager
-    async def _read(self) -> AsyncIterator[aiosqlite.Connection]:
-        """Hold the connection for reads (autocommit: each statement sees committed data)."""
-        async with self._lock:
-            self._check_open()
-            try:
-                yield self._conn
-            except sqlite3.Error as exc:
-                raise store_error(exc) from exc
-
-    async def _rollback(self) -> None:
-        try:
-            await self._conn.execute("ROLLBACK")
-        except (sqlite3.Error, ValueError):
-            # No transaction active (COMMIT got through) or the connection is gone.
-            log.debug("rollback found nothing to undo", exc_info=True)
+    async def _read(self) -> AsyncIterator[Db]:
+        """A connection for reads (each statement sees committed data)."""
+        self._check_open()
+        async with self._backend.read() as db:
+            yield db
 
     def _check_open(self) -> None:
         if self._closed:
@@ -122,34 +107,25 @@ class StoreBase:
 
     # queries ------------------------------------------------------------------
     @staticmethod
-    async def _one(db: aiosqlite.Connection, sql: str, params: Params = ()) -> sqlite3.Row | None:
-        rows = await db.execute_fetchall(sql, params)
-        return rows[0] if rows else None  # type: ignore[index]  # aiosqlite's rows are a list
+    async def _one(db: Db, sql: str, params: Params = ()) -> Row | None:
+        return await db.one(sql, params)
 
     @staticmethod
-    async def _all(db: aiosqlite.Connection, sql: str, params: Params = ()) -> list[sqlite3.Row]:
-        return list(await db.execute_fetchall(sql, params))
+    async def _all(db: Db, sql: str, params: Params = ()) -> list[Row]:
+        return await db.all(sql, params)
 
     @staticmethod
-    async def _exec(db: aiosqlite.Connection, sql: str, params: Params = ()) -> int:
+    async def _exec(db: Db, sql: str, params: Params = ()) -> int:
         """Run a write statement; return the number of rows it changed."""
-        cursor = await db.execute(sql, params)
-        count = cursor.rowcount
-        await cursor.close()
-        return count
+        return await db.exec(sql, params)
 
     @staticmethod
-    async def _insert(db: aiosqlite.Connection, sql: str, params: Params = ()) -> int:
-        """Run an INSERT; return the new rowid."""
-        cursor = await db.execute(sql, params)
-        rowid = cursor.lastrowid
-        await cursor.close()
-        if rowid is None:
-            raise StoreError("database error: insert returned no row id")
-        return int(rowid)
+    async def _insert(db: Db, sql: str, params: Params = ()) -> int:
+        """Run an INSERT; return the new row's id."""
+        return await db.insert(sql, params)
 
     async def _update(
-        self, db: aiosqlite.Connection, table: str, row_id: int, changes: dict[str, object]
+        self, db: Db, table: str, row_id: int, changes: dict[str, object]
     ) -> None:
         """UPDATE `table` SET the given columns (column names come from code, never input)."""
         if not changes:
@@ -157,15 +133,15 @@ class StoreBase:
         assignments = ", ".join(f"{column} = ?" for column in changes)
         await self._exec(db, f"UPDATE {table} SET {assignments} WHERE id = ?", (*changes.values(), row_id))
 
-    async def _group_row(self, db: aiosqlite.Connection, group_id: int) -> sqlite3.Row:
+    async def _group_row(self, db: Db, group_id: int) -> Row:
         row = await self._one(db, "SELECT * FROM groups WHERE id = ?", (group_id,))
         if row is None:
             raise NotFound(f"no group with id {group_id}")
         return row
 
     async def _agent_row(
-        self, db: aiosqlite.Connection, agent_id: int, *, include_removed: bool = False
-    ) -> sqlite3.Row:
+        self, db: Db, agent_id: int, *, include_removed: bool = False
+    ) -> Row:
         row = await self._one(db, "SELECT * FROM agents WHERE id = ?", (agent_id,))
         if row is None or (row["removed_at"] is not None and not include_removed):
             raise NotFound(f"no agent with id {agent_id}")
@@ -173,7 +149,7 @@ class StoreBase:
 
     # appending rows ---------------------------------------------------------------
     async def _append(
-        self, db: aiosqlite.Connection, group_id: int, message: NewMessage, *, episode_id: int | None,
+        self, db: Db, group_id: int, message: NewMessage, *, episode_id: int | None,
         streak: Literal["reset", "count", "keep"] = "keep",
     ) -> Message:
         """The group's next seq for `message`, inside the caller's transaction.
@@ -195,7 +171,7 @@ class StoreBase:
 
     async def _insert_message(
         self,
-        db: aiosqlite.Connection,
+        db: Db,
         group_id: int,
         seq: int,
         message: NewMessage,
@@ -229,7 +205,7 @@ class StoreBase:
         )
 
     async def _map_external_ids(
-        self, db: aiosqlite.Connection, group_id: int, seq: int, external_ids: Sequence[str]
+        self, db: Db, group_id: int, seq: int, external_ids: Sequence[str]
     ) -> None:
         """Map each external id to (group, seq); one already mapped elsewhere raises AlreadyStored."""
         for external_id in external_ids:
@@ -242,11 +218,11 @@ class StoreBase:
                 )
             await self._exec(
                 db,
-                "INSERT OR IGNORE INTO message_external_ids (external_id, group_id, seq) VALUES (?, ?, ?)",
+                "INSERT INTO message_external_ids (external_id, group_id, seq) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                 (external_id, group_id, seq),
             )
 
-    async def _message_row(self, db: aiosqlite.Connection, group_id: int, seq: int) -> sqlite3.Row:
+    async def _message_row(self, db: Db, group_id: int, seq: int) -> Row:
         row = await self._one(
             db, "SELECT * FROM messages WHERE group_id = ? AND seq = ?", (group_id, seq)
         )

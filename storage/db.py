@@ -1,19 +1,30 @@
-"""Opening the SQLite file: WAL, busy timeout, foreign keys, migrations.
+"""SQLite: opening the file (WAL, busy timeout, foreign keys, migrations) and the
+store's backend over it (`SqliteBackend`).
 
 Also the one place where sqlite3 exceptions become `StoreError`, so no
 sqlite3 type escapes `storage/`.
+
+aiosqlite runs a connection on one thread, so two coroutines sharing it must
+never interleave their transactions: every operation (reads too, so a read
+never sees a half-written transaction of its own connection) holds the
+backend's lock. Writes run inside `BEGIN IMMEDIATE`, which also serialises them
+against other processes on the same file (the bot and the console); a lock
+that outlasts the busy timeout becomes `StoreError` after a rollback.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import sqlite3
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import AsyncIterator
 
 import aiosqlite
 
 from bot.core.errors import StoreError
 from storage.migrations import apply_migrations
+from storage.sql import SQLITE, Params, Row
 
 log = logging.getLogger(__name__)
 
@@ -112,3 +123,91 @@ async def _close_quietly(conn: aiosqlite.Connection) -> None:
         await conn.close()
     except Exception:  # closing a half-opened connection: nothing more to do
         log.debug("closing a failed connection raised", exc_info=True)
+
+
+class SqliteDb:
+    """`storage.sql.Db` over an aiosqlite connection."""
+
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        self.conn = conn
+
+    async def one(self, sql: str, params: Params = ()) -> Row | None:
+        rows = await self.conn.execute_fetchall(sql, params)
+        return rows[0] if rows else None  # type: ignore[index]  # aiosqlite's rows are a list
+
+    async def all(self, sql: str, params: Params = ()) -> list[Row]:
+        return list(await self.conn.execute_fetchall(sql, params))
+
+    async def exec(self, sql: str, params: Params = ()) -> int:
+        cursor = await self.conn.execute(sql, params)
+        count = cursor.rowcount
+        await cursor.close()
+        return count
+
+    async def insert(self, sql: str, params: Params = ()) -> int:
+        cursor = await self.conn.execute(sql, params)
+        rowid = cursor.lastrowid
+        await cursor.close()
+        if rowid is None:
+            raise StoreError("database error: insert returned no row id")
+        return int(rowid)
+
+
+class SqliteBackend:
+    """One connection, one lock, one transaction at a time (see the module docstring)."""
+
+    dialect = SQLITE
+
+    def __init__(self, conn: aiosqlite.Connection, label: str = "") -> None:
+        self.conn = conn
+        self.label = label
+        self._db = SqliteDb(conn)
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    @classmethod
+    async def open(cls, path: str | Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> "SqliteBackend":
+        return cls(await open_db(path, busy_timeout_ms=busy_timeout_ms), str(path))
+
+    async def close(self) -> None:
+        async with self._lock:
+            if not self._closed:
+                self._closed = True
+                await self.conn.close()
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[SqliteDb]:
+        """One write transaction (`BEGIN IMMEDIATE` ... `COMMIT`), or nothing at all."""
+        async with self._lock:
+            self._check_open()
+            try:
+                await self.conn.execute("BEGIN IMMEDIATE")
+                yield self._db
+                await self.conn.execute("COMMIT")
+            except BaseException as exc:
+                # Shielded: a cancelled caller must still leave no open transaction.
+                await asyncio.shield(self._rollback())
+                if isinstance(exc, sqlite3.Error):
+                    raise store_error(exc) from exc
+                raise
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[SqliteDb]:
+        """Hold the connection for reads (autocommit: each statement sees committed data)."""
+        async with self._lock:
+            self._check_open()
+            try:
+                yield self._db
+            except sqlite3.Error as exc:
+                raise store_error(exc) from exc
+
+    async def _rollback(self) -> None:
+        try:
+            await self.conn.execute("ROLLBACK")
+        except (sqlite3.Error, ValueError):
+            # No transaction active (COMMIT got through) or the connection is gone.
+            log.debug("rollback found nothing to undo", exc_info=True)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("the store is closed")

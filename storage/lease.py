@@ -16,10 +16,9 @@ import os
 import socket
 from typing import Iterable
 
-import aiosqlite
-
 from bot.core.errors import LeaseLost
 from storage.base import StoreBase
+from storage.sql import Db
 
 log = logging.getLogger(__name__)
 
@@ -103,10 +102,10 @@ class LeaseMixin(StoreBase):
         async with self._read() as db:
             return await self._held_by_another(db, group_id)
 
-    async def _require_lease(self, db: aiosqlite.Connection, group_id: int) -> None:
+    async def _require_lease(self, db: Db, group_id: int) -> None:
         if await self._held_by_another(db, group_id):
             raise LeaseLost(f"group {group_id} is run by another process now")
 
-    async def _held_by_another(self, db: aiosqlite.Connection, group_id: int) -> bool:
+    async def _held_by_another(self, db: Db, group_id: int) -> bool:
         row = await self._one(db, "SELECT owner FROM leases WHERE group_id = ?", (group_id,))
         return row is not None and row["owner"] != self.owner

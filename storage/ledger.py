@@ -3,15 +3,13 @@ read cursors. Mixed into `storage.store.SqliteStore`."""
 from __future__ import annotations
 
 import logging
-import sqlite3
 from typing import get_args
-
-import aiosqlite
 
 from bot.core.errors import InvalidInput, NotFound
 from bot.core.models import Decision, Episode, EpisodeStatus, Message, NewMessage, Spend, SpendKind, Usage
 from storage.rows import dumps, to_decision, to_episode
 from storage.run import RunMixin
+from storage.sql import Db, Row
 
 log = logging.getLogger(__name__)
 
@@ -27,10 +25,10 @@ class LedgerMixin(RunMixin):
             await self._message_row(db, group_id, decision.seq)
             inserted = await self._exec(
                 db,
-                "INSERT OR IGNORE INTO decisions (group_id, seq, source, agent_ids, agent_names,"
+                "INSERT INTO decisions (group_id, seq, source, agent_ids, agent_names,"
                 " selector_raw, attempts, confidence, prompt_tokens, completion_tokens,"
                 " cached_tokens, estimated, terminate, note, created_at, model)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 (
                     group_id,
                     decision.seq,
@@ -55,7 +53,7 @@ class LedgerMixin(RunMixin):
                 await self._advance_routed_through(db, group_id, routed)
         log.debug("group %s: decision for %s: %s", group_id, decision.seq, decision.source)
 
-    async def _advance_routed_through(self, db: aiosqlite.Connection, group_id: int, routed: int) -> None:
+    async def _advance_routed_through(self, db: Db, group_id: int, routed: int) -> None:
         # Decisions routed+1 .. end form a contiguous run: end is the first one without a successor.
         row = await self._one(
             db,
@@ -90,7 +88,7 @@ class LedgerMixin(RunMixin):
             return int((await self._group_row(db, group_id))["routed_through"])
 
     # episodes -----------------------------------------------------------
-    async def _episode_row(self, db: aiosqlite.Connection, episode_id: int) -> Episode:
+    async def _episode_row(self, db: Db, episode_id: int) -> Episode:
         row = await self._one(db, "SELECT * FROM episodes WHERE id = ?", (episode_id,))
         if row is None:
             raise NotFound(f"no episode with id {episode_id}")
@@ -176,7 +174,7 @@ class LedgerMixin(RunMixin):
                 (group_id, since),
             )
         out: list[Spend] = []
-        sources: tuple[tuple[SpendKind, list[sqlite3.Row]], ...] = (
+        sources: tuple[tuple[SpendKind, list[Row]], ...] = (
             ("agent", runs), ("selector", selector), ("catch-up", catchup))
         for kind, rows in sources:
             for r in rows:
@@ -230,12 +228,12 @@ class LedgerMixin(RunMixin):
             assert row is not None
             return int(row[0])
 
-    async def _advance_seen(self, db: aiosqlite.Connection, group_id: int, user_id: str, seq: int) -> None:
+    async def _advance_seen(self, db: Db, group_id: int, user_id: str, seq: int) -> None:
         await self._exec(
             db,
             "INSERT INTO read_cursors (group_id, user_id, seen_through, updated_at) VALUES (?, ?, ?, ?)"
             " ON CONFLICT (group_id, user_id) DO UPDATE"
-            " SET seen_through = MAX(seen_through, excluded.seen_through),"
+            f" SET seen_through = {self._sql.greatest}(read_cursors.seen_through, excluded.seen_through),"
             " updated_at = excluded.updated_at",
             (group_id, user_id, seq, self._now()),
         )

@@ -40,11 +40,10 @@ class ReadingMixin(LedgerMixin):
     # rows that tag a person ---------------------------------------------------
     async def tagging(self, group_id: int, user_id: str, *, after: int, operators: bool, limit: int) -> list[Message]:
         """Rows after `after` that tag `user_id` (or every operator, when `operators`), oldest first."""
-        sql = ("SELECT * FROM messages WHERE group_id = ? AND seq > ? AND (EXISTS"
-               " (SELECT 1 FROM json_each(messages.tags, '$.user_ids') WHERE json_each.value = ?)")
+        sql = f"SELECT * FROM messages WHERE group_id = ? AND seq > ? AND ({self._sql.tags_user('messages.tags')}"
         params: list[object] = [group_id, after, user_id]
         if operators:
-            sql += " OR json_extract(messages.tags, '$.operators') = 1"
+            sql += f" OR {self._sql.tags_operators('messages.tags')}"
         sql += ") ORDER BY seq LIMIT ?"
         params.append(limit)
         async with self._read() as db:
@@ -71,8 +70,9 @@ class ReadingMixin(LedgerMixin):
                 " completion_tokens, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (group_id, after_seq, through_seq) DO UPDATE SET text = excluded.text,"
                 " omitted = excluded.omitted, model = excluded.model, created_at = excluded.created_at,"
-                " prompt_tokens = prompt_tokens + excluded.prompt_tokens,"  # what every call cost, for usage
-                " completion_tokens = completion_tokens + excluded.completion_tokens, calls = calls + 1",
+                " prompt_tokens = summaries.prompt_tokens + excluded.prompt_tokens,"  # what every call cost
+                " completion_tokens = summaries.completion_tokens + excluded.completion_tokens,"
+                " calls = summaries.calls + 1",
                 (group_id, summary.after, summary.through, summary.text, summary.omitted, summary.model,
                  prompt_tokens, completion_tokens, self._now()),
             )

@@ -1,13 +1,12 @@
 """Row <-> model conversion: JSON columns, booleans, settings.
 
-Pure functions over `sqlite3.Row`; no I/O.
+Pure functions over result rows (sqlite3.Row, asyncpg.Record); no I/O.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import logging
-import sqlite3
 from typing import Sequence
 
 from bot.core.models import (
@@ -21,10 +20,10 @@ from bot.core.models import (
     Tags,
     Usage,
 )
+from storage.sql import Row
 
 log = logging.getLogger(__name__)
 
-Row = sqlite3.Row
 
 _SETTINGS_FIELDS = {f.name for f in dataclasses.fields(GroupSettings)}
 

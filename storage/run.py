@@ -12,12 +12,11 @@ from __future__ import annotations
 import logging
 from typing import get_args
 
-import aiosqlite
-
 from bot.core.errors import CapReached, InvalidInput, NotFound
 from bot.core.models import FinishedRun, Message, Run, RunKind, RunResult, RunStatus, Usage
 from storage.lease import LeaseMixin
 from storage.rows import to_run
+from storage.sql import Db, Row
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +25,7 @@ RUN_END_STATUSES = frozenset(get_args(RunStatus)) - {"running"}
 
 
 class RunMixin(LeaseMixin):
-    async def _run_row(self, db: aiosqlite.Connection, run_id: int) -> Run:
+    async def _run_row(self, db: Db, run_id: int) -> Run:
         row = await self._one(db, "SELECT * FROM runs WHERE id = ?", (run_id,))
         if row is None:
             raise NotFound(f"no run with id {run_id}")
@@ -94,7 +93,8 @@ class RunMixin(LeaseMixin):
                 # Through the reply too when nothing else arrived after the snapshot: its own words are not news.
                 through = reply.seq if reply is not None and reply.seq == run.snapshot_seq + 1 else run.snapshot_seq
                 await self._exec(
-                    db, "UPDATE agents SET delivered_through = MAX(delivered_through, ?) WHERE id = ?",
+                    db, f"UPDATE agents SET delivered_through = {self._sql.greatest}(delivered_through, ?)"
+                        " WHERE id = ?",
                     (through, run.agent_id),
                 )
             spent = result.usage + result.selector_usage
@@ -114,7 +114,7 @@ class RunMixin(LeaseMixin):
             return FinishedRun(await self._run_row(db, run.id), reply, notice)
 
     async def _post_reply(
-        self, db: aiosqlite.Connection, run: Run, group: aiosqlite.Row, result: RunResult, cap: int
+        self, db: Db, run: Run, group: Row, result: RunResult, cap: int
     ) -> tuple[str, str | None, Message | None]:
         assert result.reply is not None
         if run.episode_id is not None:
@@ -131,7 +131,7 @@ class RunMixin(LeaseMixin):
         return "posted", result.error, reply
 
     async def _settle(
-        self, db: aiosqlite.Connection, run_id: int, status: str, usage: Usage, sel: Usage,
+        self, db: Db, run_id: int, status: str, usage: Usage, sel: Usage,
         posted_seq: int | None, error: str | None, model: str = "",
     ) -> None:
         await self._exec(

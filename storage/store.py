@@ -1,4 +1,4 @@
-"""`SqliteStore`: the `bot.core.ports.Store` port over one SQLite file.
+"""`SqlStore`: the `bot.core.ports.Store` port over SQL; `SqliteStore` over one SQLite file.
 
 This module owns groups, the roster and the message log (seq allocation,
 streak, episodes opened by user posts, agent cursors, what reached the
@@ -15,7 +15,9 @@ Usage::
 from __future__ import annotations
 
 import logging
+import time
 import unicodedata
+from pathlib import Path
 from typing import Sequence
 
 import aiosqlite
@@ -23,16 +25,20 @@ import aiosqlite
 from bot.core.errors import InvalidInput
 from bot.core.models import Agent, Episode, Group, GroupSettings, Message, NewMessage, token_cost
 from bot.core.validation import check_name_free
+from storage.base import Clock
+from storage.db import DEFAULT_BUSY_TIMEOUT_MS, SqliteBackend
 from storage.record import RecordMixin
 from storage.rows import dumps, settings_to_json, to_agent, to_group, to_message, unique
+from storage.sql import Db
 
 log = logging.getLogger(__name__)
 
 AGENT_FIELDS = ("name", "role", "system_prompt", "model", "avatar_url", "enabled", "position")
 
 
-class SqliteStore(RecordMixin):
-    """Implements `bot.core.ports.Store`. Open with `await SqliteStore.open(path)`."""
+class SqlStore(RecordMixin):
+    """Implements `bot.core.ports.Store` over a backend: `SqliteStore` or `storage.pg.PostgresStore`
+    (or `storage.open_store(target)`, which picks one)."""
 
     # groups -------------------------------------------------------------
     async def create_group(
@@ -200,12 +206,12 @@ class SqliteStore(RecordMixin):
             target = min(int(seq), int(group["latest_seq"]))
             await self._exec(
                 db,
-                "UPDATE agents SET delivered_through = MAX(delivered_through, ?) WHERE id = ?",
+                f"UPDATE agents SET delivered_through = {self._sql.greatest}(delivered_through, ?) WHERE id = ?",
                 (target, agent_id),
             )
 
     async def _check_name_free(
-        self, db: aiosqlite.Connection, group_id: int, name: str, agent_id: int | None = None
+        self, db: Db, group_id: int, name: str, agent_id: int | None = None
     ) -> None:
         """InvalidInput when `name` reads the same as another agent's on the roster
         (case, accents and look-alike letters aside): decided here, inside the write."""
@@ -307,7 +313,7 @@ class SqliteStore(RecordMixin):
     async def last_agent_author(self, group_id: int, *, through: int) -> int | None:
         async with self._read() as db:
             row = await self._one(
-                db, "SELECT author_agent_id FROM messages INDEXED BY messages_agent_rows"
+                db, f"SELECT author_agent_id FROM messages{self._sql.indexed_by('messages_agent_rows')}"
                 " WHERE group_id = ? AND seq <= ? AND author_type = 'agent'"
                 " ORDER BY seq DESC LIMIT 1", (group_id, through),
             )
@@ -317,7 +323,7 @@ class SqliteStore(RecordMixin):
         """The numerically largest all-digit external id of the group's rows (of rows
         before `before_seq` when given)."""
         sql = ("SELECT external_id FROM message_external_ids WHERE group_id = ?"
-               " AND external_id != '' AND external_id NOT GLOB '*[^0-9]*'")
+               f" AND external_id != '' AND {self._sql.all_digits('external_id')}")
         params: list[object] = [group_id]
         if before_seq is not None:
             sql += " AND seq < ?"
@@ -338,7 +344,8 @@ class SqliteStore(RecordMixin):
             await self._exec(
                 db,
                 "UPDATE groups SET watermark = ? WHERE id = ? AND (watermark IS NULL"
-                " OR length(watermark) < length(?) OR (length(watermark) = length(?) AND watermark < ?))",
+                " OR length(watermark) < length(CAST(? AS TEXT))"
+                " OR (length(watermark) = length(CAST(? AS TEXT)) AND watermark < ?))",
                 (key, group_id, key, key, key),
             )
 
@@ -346,12 +353,13 @@ class SqliteStore(RecordMixin):
         """Record (or clear, with None) a lasting refusal of the surface; True when it changed."""
         async with self._write() as db:
             return bool(await self._exec(
-                db, "UPDATE groups SET delivery_problem = ? WHERE id = ? AND delivery_problem IS NOT ?",
+                db, "UPDATE groups SET delivery_problem = ? WHERE id = ?"
+                    f" AND delivery_problem {self._sql.is_distinct} ?",
                 (problem, group_id, problem),
             ))
 
     async def _messages_where(self, where: str, params: Sequence[object], *, index: str | None = None) -> list[Message]:
-        indexed = f" INDEXED BY {index}" if index else ""
+        indexed = self._sql.indexed_by(index)
         async with self._read() as db:
             rows = await self._all(db, f"SELECT * FROM messages{indexed} WHERE {where} ORDER BY seq", params)
         return [to_message(row) for row in rows]
@@ -369,4 +377,21 @@ def _require_author(message: NewMessage, author_type: str) -> None:
         raise InvalidInput(f"expected a {author_type} message, got author_type {message.author_type!r}")
 
 
-__all__ = ["SqliteStore"]
+class SqliteStore(SqlStore):
+    """The store over one SQLite file. Open with `await SqliteStore.open(path)`."""
+
+    @classmethod
+    async def open(
+        cls, path: str | Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS, clock: Clock = time.time
+    ) -> "SqliteStore":
+        """Open the file at `path` (migrating it) and wrap it in a store."""
+        return cls(await SqliteBackend.open(path, busy_timeout_ms=busy_timeout_ms), clock=clock)
+
+    @property
+    def _conn(self) -> aiosqlite.Connection:
+        """The connection (for tests that look at the file the way the store sees it)."""
+        assert isinstance(self._backend, SqliteBackend)
+        return self._backend.conn
+
+
+__all__ = ["SqlStore", "SqliteStore"]
