@@ -1,0 +1,220 @@
+"""PostgreSQL: the store's backend over an asyncpg pool (`PostgresStore`).
+
+Writes are serialised the way SQLite's `BEGIN IMMEDIATE` serialises them: each
+write transaction first takes one transaction-scoped advisory lock for the
+whole schema (`pg_advisory_xact_lock`), so seq allocation, "append serialised
+per group", lease checks and everything else a write reads and then changes
+hold across processes exactly as on SQLite. In a process, writers queue on an
+asyncio lock first, so one pool connection (not one per waiting writer) waits
+for the database's lock. Reads run on the pool's other connections, outside
+transactions: each statement sees committed data, and never queues behind a
+write. A wait for the lock longer than the lock timeout is `StoreError`
+(`LOCKED_MESSAGE`), like SQLite's busy timeout.
+
+Also the one place where asyncpg's exceptions become `StoreError`, so no asyncpg
+type escapes `storage/`. A URL's password never appears in a message.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+from bot.core.errors import StoreError
+from storage.base import Clock
+from storage.db import DEFAULT_BUSY_TIMEOUT_MS, LOCKED_MESSAGE
+from storage.pg_migrations import apply_pg_migrations, schema_of
+from storage.sql import POSTGRESQL, Params, Row, numbered
+from storage.store import SqlStore
+
+log = logging.getLogger(__name__)
+
+POOL_SIZE = 8
+CONNECT_TIMEOUT = 10.0
+CLOSE_TIMEOUT = 10.0
+_CONNECTION_ERRORS = (OSError, asyncio.TimeoutError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError)
+
+
+def is_postgres_url(target: str) -> bool:
+    return target.startswith(("postgresql://", "postgres://"))
+
+
+def mask_url(url: str) -> str:
+    """`url` with its password (if any) as `***`; anything unparsable is shown as its scheme only."""
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if parts.password is not None:
+            user, _, host = netloc.rpartition("@")
+            netloc = f"{user.partition(':')[0]}:***@{host}"
+        query = "&".join(
+            f"{k}=***" if k.lower() == "password" else f"{k}={v}" if sep else k
+            for k, sep, v in (item.partition("=") for item in parts.query.split("&") if item)
+        )
+        return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+    except ValueError:
+        return url.partition(":")[0] + "://..."
+
+
+def _secrets(url: str) -> list[str]:
+    found: list[str] = []
+    try:
+        parts = urlsplit(url)
+        if parts.password:
+            found.append(parts.password)
+        for item in parts.query.split("&"):
+            key, _, value = item.partition("=")
+            if key.lower() == "password" and value:
+                found.append(value)
+    except ValueError:
+        pass
+    return found
+
+
+def _one_line(exc: BaseException, secrets: list[str] = []) -> str:  # noqa: B006  # never mutated
+    text = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
+
+
+def pg_store_error(exc: BaseException) -> StoreError:
+    """Translate an asyncpg failure (or a lost connection) into a one-line `StoreError`."""
+    if isinstance(exc, asyncpg.LockNotAvailableError):
+        return StoreError(LOCKED_MESSAGE)
+    if isinstance(exc, _CONNECTION_ERRORS):
+        return StoreError(f"database error: the connection to PostgreSQL failed: {_one_line(exc)}")
+    return StoreError(f"database error: {_one_line(exc)}")
+
+
+@functools.lru_cache(maxsize=2048)
+def _pg_sql(sql: str) -> str:
+    return numbered(sql)
+
+
+class PgDb:
+    """`storage.sql.Db` over an asyncpg connection; `?` placeholders become `$n`."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    async def one(self, sql: str, params: Params = ()) -> Row | None:
+        row: Row | None = await self.conn.fetchrow(_pg_sql(sql), *params)
+        return row
+
+    async def all(self, sql: str, params: Params = ()) -> list[Row]:
+        return list(await self.conn.fetch(_pg_sql(sql), *params))
+
+    async def exec(self, sql: str, params: Params = ()) -> int:
+        status = await self.conn.execute(_pg_sql(sql), *params)  # e.g. "UPDATE 3", "INSERT 0 1"
+        last = str(status).rpartition(" ")[2]
+        return int(last) if last.isdigit() else 0
+
+    async def insert(self, sql: str, params: Params = ()) -> int:
+        new_id = await self.conn.fetchval(_pg_sql(sql) + " RETURNING id", *params)
+        if new_id is None:
+            raise StoreError("database error: insert returned no row id")
+        return int(new_id)
+
+
+class PostgresBackend:
+    """A pool of connections to one schema of one PostgreSQL database."""
+
+    dialect = POSTGRESQL
+
+    def __init__(self, pool: Any, label: str, write_key: str) -> None:
+        self.pool = pool
+        self.label = label
+        self._write_key = write_key
+        self._write_lock = asyncio.Lock()
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls, url: str, *, lock_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS, schema: str | None = None,
+        pool_size: int = POOL_SIZE, migrate: bool = True,
+    ) -> "PostgresBackend":
+        """Connect to `url` (a pool), apply the migrations, and check the schema is usable.
+        `schema`: the schema to use (default: the server's search_path, i.e. `public`).
+        Any failure raises `StoreError` with one line naming the URL without its password."""
+        label = mask_url(url)
+        settings = {"lock_timeout": f"{int(lock_timeout_ms)}ms", "application_name": "roundtable"}
+        if schema is not None:
+            settings["search_path"] = schema
+        pool = None
+        try:
+            pool = await asyncpg.create_pool(
+                url, min_size=1, max_size=pool_size, timeout=CONNECT_TIMEOUT, server_settings=settings,
+                command_timeout=None,
+            )
+            async with pool.acquire() as conn:
+                applied = await apply_pg_migrations(conn) if migrate else []
+                write_key = f"roundtable.write:{await schema_of(conn)}"
+        except BaseException as exc:
+            if pool is not None:
+                pool.terminate()
+            if isinstance(exc, StoreError):
+                raise StoreError(f"cannot open the database {label}: {_one_line(exc, _secrets(url))}") from None
+            if isinstance(exc, (asyncpg.PostgresError, ValueError, *_CONNECTION_ERRORS)):
+                reason = _one_line(exc, _secrets(url))
+                raise StoreError(f"cannot open the database {label}: {reason}") from None
+            raise
+        log.info("opened database %s (%d migration(s) applied)", label, len(applied))
+        return cls(pool, label, write_key)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await asyncio.wait_for(self.pool.close(), CLOSE_TIMEOUT)
+        except (asyncio.TimeoutError, *_CONNECTION_ERRORS, asyncpg.PostgresError):
+            log.warning("closing the PostgreSQL pool took too long; connections ended", exc_info=True)
+            self.pool.terminate()
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[PgDb]:
+        """One write transaction holding the schema's write lock, or nothing at all."""
+        async with self._write_lock:
+            self._check_open()
+            try:
+                async with self.pool.acquire() as conn:
+                    async with conn.transaction():
+                        await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", self._write_key)
+                        yield PgDb(conn)
+            except (asyncpg.PostgresError, *_CONNECTION_ERRORS) as exc:
+                raise pg_store_error(exc) from exc
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[PgDb]:
+        """A pooled connection outside any transaction: each statement sees committed data."""
+        self._check_open()
+        try:
+            async with self.pool.acquire() as conn:
+                yield PgDb(conn)
+        except (asyncpg.PostgresError, *_CONNECTION_ERRORS) as exc:
+            raise pg_store_error(exc) from exc
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("the store is closed")
+
+
+class PostgresStore(SqlStore):
+    """The store over a PostgreSQL database. Open with `await PostgresStore.open(url)`."""
+
+    @classmethod
+    async def open(
+        cls, url: str, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS, clock: Clock = time.time,
+        schema: str | None = None,
+    ) -> "PostgresStore":
+        return cls(await PostgresBackend.open(url, lock_timeout_ms=busy_timeout_ms, schema=schema), clock=clock)
+
+
+__all__ = ["PostgresBackend", "PostgresStore", "is_postgres_url", "mask_url", "pg_store_error"]
