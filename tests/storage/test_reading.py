@@ -2,21 +2,21 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
 from bot.core.models import GroupSettings, NewMessage, Summary, Tags
-from storage import SqliteStore
+from storage import SqlStore
+from tests.fakes.databases import Place
 
 
 @pytest.fixture
-async def store(tmp_path: Path):
-    async with await SqliteStore.open(tmp_path / "rt.db") as opened:
+async def store(place: Place):
+    async with await place.open() as opened:
         yield opened
 
 
-async def rows(store: SqliteStore, group_id: int, n: int, who: str = "alice") -> None:
+async def rows(store: SqlStore, group_id: int, n: int, who: str = "alice") -> None:
     for i in range(n):
         await store.append_user_message(group_id, NewMessage("user", who, f"m{i}", author_user_id=who))
 
@@ -41,9 +41,8 @@ async def test_cursor_rules(store, acts, expected):
     assert await store.get_seen(group.id, "bob") == expected
 
 
-async def test_concurrent_advances_keep_the_maximum(tmp_path: Path):
-    path = tmp_path / "rt.db"
-    async with await SqliteStore.open(path) as a, await SqliteStore.open(path) as b:
+async def test_concurrent_advances_keep_the_maximum(place: Place):
+    async with await place.open() as a, await place.open() as b:
         group = await a.create_group("g", "g", GroupSettings())
         await rows(a, group.id, 50)
         await asyncio.gather(*(s.mark_seen(group.id, "bob", seq) for seq in range(1, 51) for s in (a, b)))

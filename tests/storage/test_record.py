@@ -1,10 +1,8 @@
-"""The record read in pages (exports) and spending per model, over a real SQLite file."""
+"""The record read in pages (exports) and spending per model, on SQLite and PostgreSQL (`place`)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from bot.core.models import Decision, GroupSettings, NewMessage, RunResult, Summary, Usage
-from storage import SqliteStore
+from tests.fakes.databases import Place
 from tests.fakes.rows import agent_reply
 
 
@@ -19,8 +17,8 @@ async def collect(pages) -> list[list[int]]:
     return out
 
 
-async def test_pages_cover_a_range_in_order(tmp_path: Path) -> None:
-    async with await SqliteStore.open(tmp_path / "rt.db") as store:
+async def test_pages_cover_a_range_in_order(place: Place) -> None:
+    async with await place.open() as store:
         group = await store.create_group("k", "n", GroupSettings())
         other = await store.create_group("k2", "n2", GroupSettings())
         a = await store.add_agent(group.id, "a", "r", "p")
@@ -47,8 +45,8 @@ async def test_pages_cover_a_range_in_order(tmp_path: Path) -> None:
         assert b.id in {agent.id for agent, _ in roster}
 
 
-async def test_spending_per_model_with_calls(tmp_path: Path) -> None:
-    async with await SqliteStore.open(tmp_path / "rt.db") as store:
+async def test_spending_per_model_with_calls(place: Place) -> None:
+    async with await place.open() as store:
         group = await store.create_group("k", "n", GroupSettings())
         a = await store.add_agent(group.id, "a", "r", "p")
         await store.append_user_message(group.id, user())

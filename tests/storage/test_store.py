@@ -1,22 +1,22 @@
-"""SqliteStore against real SQLite files in tmp_path: the Store port's semantics."""
+"""The store against real databases (`place`: a SQLite file in tmp_path, a fresh PostgreSQL schema):
+the Store port's semantics, the same assertions on both."""
 from __future__ import annotations
 
 import asyncio
 import random
 import socket
-import sqlite3
 import subprocess
 import sys
 import time
 import unicodedata
-from pathlib import Path
 from typing import AsyncIterator
 
 import pytest
 
 from bot.core.errors import AlreadyStored, InvalidInput, LeaseLost, NotFound, StoreError
 from bot.core.models import Decision, GroupSettings, NewMessage, RunResult, Tags, Usage
-from storage import LOCKED_MESSAGE, SqliteStore
+from storage import LOCKED_MESSAGE, SqlStore
+from tests.fakes.databases import Place
 from tests.fakes.rows import agent_reply, posted
 
 
@@ -30,18 +30,13 @@ class FakeClock:
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "roundtable.db"
-
-
-@pytest.fixture
-async def store(db_path: Path) -> AsyncIterator[SqliteStore]:
-    async with await SqliteStore.open(db_path, clock=FakeClock()) as opened:
+async def store(place: Place) -> AsyncIterator[SqlStore]:
+    async with await place.open(clock=FakeClock()) as opened:
         yield opened
 
 
 @pytest.fixture
-async def group_id(store: SqliteStore) -> int:
+async def group_id(store: SqlStore) -> int:
     return (await store.create_group("guild:chan", "general", GroupSettings())).id
 
 
@@ -60,7 +55,7 @@ def notice(text: str = "notice") -> NewMessage:
 # groups -----------------------------------------------------------------
 
 
-async def test_create_group_again_re_enables_and_keeps_id_history_and_settings(store: SqliteStore) -> None:
+async def test_create_group_again_re_enables_and_keeps_id_history_and_settings(store: SqlStore) -> None:
     first = await store.create_group("k", "general", GroupSettings(max_agent_turns=3), guild_id="g1")
     await store.append_user_message(first.id, user())
     await store.update_group(first.id, enabled=False)
@@ -71,16 +66,15 @@ async def test_create_group_again_re_enables_and_keeps_id_history_and_settings(s
     assert await store.find_group("k") == again and await store.find_group("nope") is None
 
 
-async def test_settings_round_trip_and_unknown_stored_keys_are_ignored(store: SqliteStore, db_path: Path) -> None:
+async def test_settings_round_trip_and_unknown_stored_keys_are_ignored(store: SqlStore, place: Place) -> None:
     settings = GroupSettings(mode="tags", pace=1.5, selector_model="m", min_confidence=0.4, brief="Ünïcode")
     group = await store.create_group("k", "n", settings)
     assert (await store.get_group(group.id)).settings == settings
-    with sqlite3.connect(db_path) as raw:
-        raw.execute("UPDATE groups SET settings_json = ?", ('{"mode": "tags", "from_the_future": 1}',))
+    await place.execute("UPDATE groups SET settings_json = ?", ('{"mode": "tags", "from_the_future": 1}',))
     assert (await store.get_group(group.id)).settings == GroupSettings(mode="tags")
 
 
-async def test_list_groups_filters(store: SqliteStore) -> None:
+async def test_list_groups_filters(store: SqlStore) -> None:
     a = await store.create_group("a", "a", GroupSettings(), guild_id="g1")
     b = await store.create_group("b", "b", GroupSettings(), guild_id="g2")
     await store.update_group(b.id, enabled=False, paused=True)
@@ -95,9 +89,9 @@ async def test_list_groups_filters(store: SqliteStore) -> None:
 # seq allocation -----------------------------------------------------------
 
 
-async def test_concurrent_appends_from_two_processes_get_seqs_without_gaps(db_path: Path) -> None:
-    bot = await SqliteStore.open(db_path)
-    console = await SqliteStore.open(db_path)
+async def test_concurrent_appends_from_two_processes_get_seqs_without_gaps(place: Place) -> None:
+    bot = await place.open()
+    console = await place.open()
     try:
         group = await bot.create_group("k", "n", GroupSettings())
         agent = await bot.add_agent(group.id, "planner", "plans", "p")
@@ -116,9 +110,7 @@ async def test_concurrent_appends_from_two_processes_get_seqs_without_gaps(db_pa
         rows = await console.messages(group.id)
         assert [m.seq for m in rows] == list(range(1, 51))
         assert (await bot.get_group(group.id)).latest_seq == 50
-        with sqlite3.connect(db_path) as raw:
-            running = raw.execute("SELECT COUNT(*) FROM episodes WHERE status = 'running'").fetchone()[0]
-        assert running == 1
+        assert await place.fetch("SELECT COUNT(*) FROM episodes WHERE status = 'running'") == [(1,)]
     finally:
         await bot.close()
         await console.close()
@@ -128,7 +120,7 @@ async def test_concurrent_appends_from_two_processes_get_seqs_without_gaps(db_pa
 
 
 async def test_replies_up_to_the_cap_then_the_run_is_refused_and_adds_nothing(
-    store: SqliteStore, group_id: int
+    store: SqlStore, group_id: int
 ) -> None:
     agent = await store.add_agent(group_id, "a", "r", "p")
     await store.append_user_message(group_id, user())
@@ -159,7 +151,7 @@ async def test_replies_up_to_the_cap_then_the_run_is_refused_and_adds_nothing(
     ],
 )
 async def test_a_posted_run_moves_the_author_cursor(
-    store: SqliteStore, group_id: int, between: list[str], snapshot: int, cursor_before: int, expected_cursor: int
+    store: SqlStore, group_id: int, between: list[str], snapshot: int, cursor_before: int, expected_cursor: int
 ) -> None:
     agent = await store.add_agent(group_id, "a", "r", "p")
     await store.append_user_message(group_id, user("one"))
@@ -174,7 +166,7 @@ async def test_a_posted_run_moves_the_author_cursor(
     assert (await store.get_agent(agent.id)).delivered_through == expected_cursor
 
 
-async def test_finish_run_settles_everything_in_one_piece(store: SqliteStore, group_id: int) -> None:
+async def test_finish_run_settles_everything_in_one_piece(store: SqlStore, group_id: int) -> None:
     agent = await store.add_agent(group_id, "a", "r", "p")
     _, episode = await store.append_user_message(group_id, user())
     run = await store.start_run(group_id, agent.id, "group", 1)
@@ -201,7 +193,7 @@ async def test_finish_run_settles_everything_in_one_piece(store: SqliteStore, gr
         await store.finish_run(failed_run.id, RunResult("running"), cap=5)
 
 
-async def test_an_interrupted_run_posts_nothing_and_leaves_the_cursor(store: SqliteStore, group_id: int) -> None:
+async def test_an_interrupted_run_posts_nothing_and_leaves_the_cursor(store: SqlStore, group_id: int) -> None:
     agent = await store.add_agent(group_id, "a", "r", "p")
     await store.append_user_message(group_id, user())
     run = await store.start_run(group_id, agent.id, "group", 1)
@@ -212,7 +204,7 @@ async def test_an_interrupted_run_posts_nothing_and_leaves_the_cursor(store: Sql
 
 
 async def test_a_reply_to_an_older_task_stays_in_its_episode_and_does_not_count(
-    store: SqliteStore, group_id: int
+    store: SqlStore, group_id: int
 ) -> None:
     agent = await store.add_agent(group_id, "a", "r", "p")
     _, first = await store.append_user_message(group_id, user("task A"))
@@ -228,7 +220,7 @@ async def test_a_reply_to_an_older_task_stays_in_its_episode_and_does_not_count(
     assert (await posted(store, group_id, agent.id, cap=1)).episode_id == second.id
 
 
-async def test_a_reply_to_a_stopped_episode_is_discarded(store: SqliteStore, group_id: int) -> None:
+async def test_a_reply_to_a_stopped_episode_is_discarded(store: SqlStore, group_id: int) -> None:
     agent = await store.add_agent(group_id, "a", "r", "p")
     _, episode = await store.append_user_message(group_id, user())
     run = await store.start_run(group_id, agent.id, "group", 1)
@@ -238,7 +230,7 @@ async def test_a_reply_to_a_stopped_episode_is_discarded(store: SqliteStore, gro
     assert (await store.get_group(group_id)).latest_seq == 1
 
 
-async def test_bad_appends_are_refused(store: SqliteStore, group_id: int) -> None:
+async def test_bad_appends_are_refused(store: SqlStore, group_id: int) -> None:
     agent = await store.add_agent(group_id, "a", "r", "p")
     with pytest.raises(InvalidInput):
         await store.append_user_message(group_id, agent_msg(agent.id))
@@ -252,7 +244,7 @@ async def test_bad_appends_are_refused(store: SqliteStore, group_id: int) -> Non
 # episodes -----------------------------------------------------------------
 
 
-async def test_a_user_message_supersedes_the_running_episode(store: SqliteStore, group_id: int) -> None:
+async def test_a_user_message_supersedes_the_running_episode(store: SqlStore, group_id: int) -> None:
     first_msg, first = await store.append_user_message(group_id, user("task one"))
     assert (first.task_seq, first.status, first_msg.episode_id) == (1, "running", first.id)
     _, second = await store.append_user_message(group_id, user("task two"))
@@ -262,7 +254,7 @@ async def test_a_user_message_supersedes_the_running_episode(store: SqliteStore,
     assert (second.task_seq, second.running) == (2, True)
 
 
-async def test_end_episode_once_with_its_notice(store: SqliteStore, group_id: int) -> None:
+async def test_end_episode_once_with_its_notice(store: SqlStore, group_id: int) -> None:
     _, episode = await store.append_user_message(group_id, user())
     ended = await store.end_episode(episode.id, "max_turns", notice=notice("Stopped (max_turns)."))
     assert ended is not None
@@ -276,7 +268,7 @@ async def test_end_episode_once_with_its_notice(store: SqliteStore, group_id: in
         await store.end_episode(later.id, "running")
 
 
-async def test_notices_and_agent_rows_belong_to_the_current_episode(store: SqliteStore, group_id: int) -> None:
+async def test_notices_and_agent_rows_belong_to_the_current_episode(store: SqlStore, group_id: int) -> None:
     early = await store.append_system_message(group_id, notice("before any task"))
     assert early.episode_id is None
     _, episode = await store.append_user_message(group_id, user())
@@ -286,7 +278,7 @@ async def test_notices_and_agent_rows_belong_to_the_current_episode(store: Sqlit
 # read cursors ---------------------------------------------------------------
 
 
-async def test_read_cursor_clamps_and_never_moves_back(store: SqliteStore, group_id: int) -> None:
+async def test_read_cursor_clamps_and_never_moves_back(store: SqlStore, group_id: int) -> None:
     assert await store.get_seen(group_id, "u2") is None
     for _ in range(3):
         await store.append_user_message(group_id, user(who="u1"))
@@ -307,7 +299,7 @@ async def test_read_cursor_clamps_and_never_moves_back(store: SqliteStore, group
                       ("planner", "pl\u0430nner"), ("Café", "CAFE\u0301"), ("copy", "\u0441\u043e\u0440\u0443")]
 )
 async def test_duplicate_agent_names_are_case_insensitive(
-    store: SqliteStore, group_id: int, existing: str, new: str
+    store: SqlStore, group_id: int, existing: str, new: str
 ) -> None:
     await store.add_agent(group_id, existing, "r", "p")
     with pytest.raises(InvalidInput, match=existing):
@@ -317,7 +309,7 @@ async def test_duplicate_agent_names_are_case_insensitive(
         assert found is not None and found.name == existing
 
 
-async def test_roster_order_removal_and_name_reuse(store: SqliteStore, group_id: int) -> None:
+async def test_roster_order_removal_and_name_reuse(store: SqlStore, group_id: int) -> None:
     await store.append_user_message(group_id, user())
     a = await store.add_agent(group_id, "alpha", "r", "p", model="m1", avatar_url="http://x/a.png")
     b = await store.add_agent(group_id, "beta", "r", "p")
@@ -340,7 +332,7 @@ async def test_roster_order_removal_and_name_reuse(store: SqliteStore, group_id:
     assert (await store.get_message(group_id, said.seq)).author_agent_id == a.id
 
 
-async def test_update_agent_fields_and_collisions(store: SqliteStore, group_id: int) -> None:
+async def test_update_agent_fields_and_collisions(store: SqlStore, group_id: int) -> None:
     a = await store.add_agent(group_id, "alpha", "r", "p")
     await store.add_agent(group_id, "Émile", "r", "p")
     with pytest.raises(InvalidInput, match="Émile"):
@@ -355,7 +347,7 @@ async def test_update_agent_fields_and_collisions(store: SqliteStore, group_id: 
         await store.update_agent(999, role="x")
 
 
-async def test_delivered_through_only_moves_forward_and_stops_at_latest(store: SqliteStore, group_id: int) -> None:
+async def test_delivered_through_only_moves_forward_and_stops_at_latest(store: SqlStore, group_id: int) -> None:
     agent = await store.add_agent(group_id, "a", "r", "p")
     for _ in range(4):
         await store.append_user_message(group_id, user())
@@ -369,7 +361,7 @@ async def test_delivered_through_only_moves_forward_and_stops_at_latest(store: S
 # decisions ------------------------------------------------------------------
 
 
-async def test_decisions_round_trip_once(store: SqliteStore, group_id: int) -> None:
+async def test_decisions_round_trip_once(store: SqlStore, group_id: int) -> None:
     await store.append_user_message(group_id, user())
     decision = Decision(
         seq=1, source="selector", agent_ids=(3, 1), agent_names=("c", "a"), selector_raw=("??", "c"),
@@ -386,7 +378,7 @@ async def test_decisions_round_trip_once(store: SqliteStore, group_id: int) -> N
     assert stamped.created_at == 0.0
 
 
-async def test_routed_through_waits_for_a_gap_to_fill(store: SqliteStore, group_id: int) -> None:
+async def test_routed_through_waits_for_a_gap_to_fill(store: SqlStore, group_id: int) -> None:
     for _ in range(5):
         await store.append_user_message(group_id, user())
     assert await store.routed_through(group_id) == 0
@@ -400,7 +392,7 @@ async def test_routed_through_waits_for_a_gap_to_fill(store: SqliteStore, group_
 # confirmation and external ids ------------------------------------------------
 
 
-async def test_parts_recorded_confirmation_and_external_id_lookups(store: SqliteStore, group_id: int) -> None:
+async def test_parts_recorded_confirmation_and_external_id_lookups(store: SqlStore, group_id: int) -> None:
     agent = await store.add_agent(group_id, "a", "r", "p")
     mine, _ = await store.append_user_message(group_id, user(ids=("900",)))
     first = await posted(store, group_id, agent.id)
@@ -431,7 +423,7 @@ async def test_parts_recorded_confirmation_and_external_id_lookups(store: Sqlite
         await store.confirm_message(group_id, 99)
 
 
-async def test_watermark_moves_forward_only(store: SqliteStore, group_id: int) -> None:
+async def test_watermark_moves_forward_only(store: SqlStore, group_id: int) -> None:
     assert (await store.get_group(group_id)).watermark is None
     for message_id, expected in [("1000", "1000"), ("999", "1000"), ("20000", "20000"), ("3000", "20000"),
                                  ("100000000000000000", "100000000000000000")]:
@@ -441,7 +433,7 @@ async def test_watermark_moves_forward_only(store: SqliteStore, group_id: int) -
         await store.advance_watermark(group_id, "not-a-number")
 
 
-async def test_delivery_problem_is_set_once_and_cleared(store: SqliteStore, group_id: int) -> None:
+async def test_delivery_problem_is_set_once_and_cleared(store: SqlStore, group_id: int) -> None:
     assert await store.set_delivery_problem(group_id, "Missing Permissions") is True
     assert await store.set_delivery_problem(group_id, "Missing Permissions") is False
     assert (await store.get_group(group_id)).delivery_problem == "Missing Permissions"
@@ -449,7 +441,7 @@ async def test_delivery_problem_is_set_once_and_cleared(store: SqliteStore, grou
     assert await store.set_delivery_problem(group_id, None) is False
 
 
-async def test_messages_round_trip_and_ranges(store: SqliteStore, group_id: int) -> None:
+async def test_messages_round_trip_and_ranges(store: SqlStore, group_id: int) -> None:
     tags = Tags(agent_ids=(1, 2), agent_names=("a", "b"), user_ids=("u9",), operators=True, all_agents=True)
     msg = NewMessage("user", "Zoë", "hi @a 🎉", tags=tags, author_user_id="u1", token_count=7)
     stored, _ = await store.append_user_message(group_id, msg)
@@ -467,9 +459,9 @@ async def test_messages_round_trip_and_ranges(store: SqliteStore, group_id: int)
 # runs and usage ---------------------------------------------------------------
 
 
-async def test_runs_usage_and_interrupts(db_path: Path) -> None:
+async def test_runs_usage_and_interrupts(place: Place) -> None:
     clock = FakeClock(0.0)
-    async with await SqliteStore.open(db_path, clock=clock) as store:
+    async with await place.open(clock=clock) as store:
         group = await store.create_group("k", "n", GroupSettings())
         other = await store.create_group("k2", "n2", GroupSettings())
         a = await store.add_agent(group.id, "a", "r", "p")
@@ -502,10 +494,9 @@ async def test_runs_usage_and_interrupts(db_path: Path) -> None:
 # leases -----------------------------------------------------------------------
 
 
-async def test_one_owner_per_group_until_released_or_expired(db_path: Path) -> None:
+async def test_one_owner_per_group_until_released_or_expired(place: Place) -> None:
     clock = FakeClock(0.0)
-    async with await SqliteStore.open(db_path, clock=clock) as bot, \
-            await SqliteStore.open(db_path, clock=clock) as console:
+    async with await place.open(clock=clock) as bot, await place.open(clock=clock) as console:
         bot.owner_label, console.owner_label = "discord bot", "console"
         group = await bot.create_group("k", "n", GroupSettings())
         agent = await bot.add_agent(group.id, "a", "r", "p")
@@ -530,25 +521,24 @@ async def test_one_owner_per_group_until_released_or_expired(db_path: Path) -> N
         assert await bot.acquire_lease(group.id, ttl=30) is None
 
 
-async def test_a_dead_holder_on_this_host_is_taken_over_at_once(db_path: Path) -> None:
-    async with await SqliteStore.open(db_path) as store:
+async def test_a_dead_holder_on_this_host_is_taken_over_at_once(place: Place) -> None:
+    async with await place.open() as store:
         group = await store.create_group("k", "n", GroupSettings())
         dead = subprocess.Popen([sys.executable, "-c", "pass"])
         dead.wait()
-        with sqlite3.connect(db_path) as raw:
-            raw.execute("INSERT INTO leases (group_id, owner, label, acquired_at, expires_at) VALUES (?, ?, ?, ?, ?)",
-                        (group.id, f"{socket.gethostname()}|{dead.pid}|x", "console", time.time(), time.time() + 999))
+        await place.execute(
+            "INSERT INTO leases (group_id, owner, label, acquired_at, expires_at) VALUES (?, ?, ?, ?, ?)",
+            (group.id, f"{socket.gethostname()}|{dead.pid}|x", "console", time.time(), time.time() + 999))
         assert await store.acquire_lease(group.id, ttl=30) is None
-        with sqlite3.connect(db_path) as raw:
-            raw.execute("UPDATE leases SET owner = ?, label = 'console' WHERE group_id = ?",
-                        (f"elsewhere|{dead.pid}|x", group.id))
+        await place.execute("UPDATE leases SET owner = ?, label = 'console' WHERE group_id = ?",
+                            (f"elsewhere|{dead.pid}|x", group.id))
         assert await store.acquire_lease(group.id, ttl=30) == f"console (pid {dead.pid} on elsewhere)"
 
 
 # webhooks -------------------------------------------------------------------
 
 
-async def test_webhooks_save_replace_forget(store: SqliteStore) -> None:
+async def test_webhooks_save_replace_forget(store: SqlStore) -> None:
     assert await store.get_webhook("c1") is None
     await store.save_webhook("c1", "w1", "t1")
     await store.save_webhook("c1", "w2", "t2")
@@ -561,30 +551,25 @@ async def test_webhooks_save_replace_forget(store: SqliteStore) -> None:
 # failures -------------------------------------------------------------------
 
 
-async def test_a_locked_database_is_a_store_error_and_loses_no_seq(db_path: Path) -> None:
-    async with await SqliteStore.open(db_path, busy_timeout_ms=50) as store:
+async def test_a_locked_database_is_a_store_error_and_loses_no_seq(place: Place) -> None:
+    async with await place.open(busy_timeout_ms=50) as store:
         group = await store.create_group("k", "n", GroupSettings())
         agent = await store.add_agent(group.id, "a", "r", "p")
         await store.append_user_message(group.id, user())
-        other = sqlite3.connect(db_path, isolation_level=None)
-        try:
-            other.execute("BEGIN EXCLUSIVE")
+        async with place.hold_write_lock():
             with pytest.raises(StoreError, match="locked") as info:
                 await store.append_user_message(group.id, user("blocked"))
             assert str(info.value) == LOCKED_MESSAGE
             with pytest.raises(StoreError, match="locked"):
                 await store.start_run(group.id, agent.id, "group", 1)
             assert (await store.get_group(group.id)).latest_seq == 1  # reads still work (WAL)
-        finally:
-            other.execute("ROLLBACK")
-            other.close()
         second, _ = await store.append_user_message(group.id, user("after"))
         assert second.seq == 2
         assert [m.seq for m in await store.messages(group.id)] == [1, 2]
 
 
-async def test_a_closed_store_raises_store_error(db_path: Path) -> None:
-    store = await SqliteStore.open(db_path)
+async def test_a_closed_store_raises_store_error(place: Place) -> None:
+    store = await place.open()
     await store.close()
     await store.close()
     with pytest.raises(StoreError, match="closed"):
@@ -594,7 +579,7 @@ async def test_a_closed_store_raises_store_error(db_path: Path) -> None:
 
 
 @pytest.mark.parametrize("steps", [0, 1, 2, 3, 5, 8])
-async def test_a_cancelled_append_leaves_no_open_transaction(store: SqliteStore, group_id: int, steps: int) -> None:
+async def test_a_cancelled_append_leaves_no_open_transaction(store: SqlStore, group_id: int, steps: int) -> None:
     task = asyncio.create_task(store.append_user_message(group_id, user("maybe")))
     for _ in range(steps):
         await asyncio.sleep(0)

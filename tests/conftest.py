@@ -1,0 +1,49 @@
+"""Session-wide test set-up: is the PostgreSQL test server there (ROUNDTABLE_TEST_PG)?
+
+The store tests run on SQLite and on PostgreSQL (the `place` fixture). Without a server
+the PostgreSQL half is skipped, and the summary says so in one line, never silently.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import AsyncIterator
+
+import pytest
+
+from tests.fakes.databases import KINDS, PG_ENV, Place, SqlitePlace, pg_unavailable, postgres_place
+
+_PG_SKIP: dict[str, str | None] = {}
+
+
+def pg_skip_reason() -> str | None:
+    if "reason" not in _PG_SKIP:
+        _PG_SKIP["reason"] = pg_unavailable()
+    return _PG_SKIP["reason"]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    pg_skip_reason()  # once, before any event loop runs
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    reason = _PG_SKIP.get("reason")
+    if reason is None:
+        return
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if "PostgreSQL" in str(r.longrepr)]
+    terminalreporter.write_line(f"PostgreSQL tests skipped ({len(skipped)}): {reason}", yellow=True, bold=True)
+
+
+@pytest.fixture(params=KINDS)
+async def place(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Place]:
+    """The database a store test runs on: a SQLite file, or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield SqlitePlace(tmp_path / "roundtable.db")
+        return
+    reason = pg_skip_reason()
+    if reason is not None:
+        pytest.skip(f"PostgreSQL: {reason}")
+    async with postgres_place() as found:
+        yield found
+
+
+__all__ = ["PG_ENV", "place"]

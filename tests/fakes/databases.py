@@ -1,0 +1,152 @@
+"""The databases the store tests run on: a SQLite file in tmp_path, or a fresh schema of the
+PostgreSQL server named by ROUNDTABLE_TEST_PG (dropped afterwards).
+
+A `Place` opens stores on its database (two opens are two processes' stores) and runs raw
+SQL beside them (`?` placeholders on both), the way another process or an operator would.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sqlite3
+import uuid
+from pathlib import Path
+from typing import Any, AsyncIterator, Sequence
+
+from storage import SqlStore, open_store
+from storage.sql import numbered
+
+PG_ENV = "ROUNDTABLE_TEST_PG"
+DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
+KINDS = ("sqlite", "postgresql")
+
+
+def pg_url() -> str:
+    return os.environ.get(PG_ENV, DEFAULT_PG).strip()
+
+
+def pg_unavailable() -> str | None:
+    """None when the PostgreSQL test server answers; otherwise why its tests are skipped."""
+    from storage.pg import mask_url
+
+    url = pg_url()
+    if url.lower() in ("", "0", "off", "no", "none"):
+        return f"{PG_ENV}={url or '(empty)'} turns the PostgreSQL tests off"
+
+    async def check() -> None:
+        import asyncpg
+
+        conn = await asyncpg.connect(url, timeout=3)
+        await conn.close()
+
+    try:
+        asyncio.run(check())
+    except Exception as exc:  # any failure means: no usable server; say which and why
+        reason = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+        return (f"no PostgreSQL server answers at {mask_url(url)} ({reason}); "
+                f"set {PG_ENV}=postgresql://USER@HOST:PORT/DATABASE to run them")
+    return None
+
+
+def with_schema(url: str, schema: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}search_path={schema}"
+
+
+class Place:
+    kind: str
+    target: str  # what `open_store` (and --db / ROUNDTABLE_DB) takes
+
+    async def open(self, **kwargs: Any) -> SqlStore:
+        return await open_store(self.target, **kwargs)
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        raise NotImplementedError
+
+    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def hold_write_lock(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """Another process in the middle of a write: every store write waits (and times out)."""
+        raise NotImplementedError
+
+
+class SqlitePlace(Place):
+    kind = "sqlite"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.target = str(path)
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        with contextlib.closing(sqlite3.connect(self.path, timeout=30)) as raw, raw:
+            raw.execute(sql, tuple(params))
+
+    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with contextlib.closing(sqlite3.connect(self.path, timeout=30)) as raw:
+            return [tuple(r) for r in raw.execute(sql, tuple(params)).fetchall()]
+
+    @contextlib.asynccontextmanager
+    async def hold_write_lock(self) -> AsyncIterator[None]:
+        other = sqlite3.connect(self.path, isolation_level=None)
+        try:
+            other.execute("BEGIN EXCLUSIVE")
+            yield
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+
+
+class PostgresPlace(Place):
+    kind = "postgresql"
+
+    def __init__(self, url: str, schema: str) -> None:
+        self.url = url
+        self.schema = schema
+        self.target = with_schema(url, schema)
+
+    async def _connect(self) -> Any:
+        import asyncpg
+
+        return await asyncpg.connect(self.target)
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        conn = await self._connect()
+        try:
+            await conn.execute(numbered(sql), *params)
+        finally:
+            await conn.close()
+
+    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        conn = await self._connect()
+        try:
+            return [tuple(r) for r in await conn.fetch(numbered(sql), *params)]
+        finally:
+            await conn.close()
+
+    @contextlib.asynccontextmanager
+    async def hold_write_lock(self) -> AsyncIterator[None]:
+        conn = await self._connect()
+        try:
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", f"roundtable.write:{self.schema}")
+                yield
+        finally:
+            await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def postgres_place() -> AsyncIterator[PostgresPlace]:
+    """A fresh schema on the test server, dropped afterwards."""
+    import asyncpg
+
+    url, schema = pg_url(), f"rt_test_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(url)
+    try:
+        await admin.execute(f"CREATE SCHEMA {schema}")
+        try:
+            yield PostgresPlace(url, schema)
+        finally:
+            await admin.execute(f"DROP SCHEMA {schema} CASCADE")
+    finally:
+        await admin.close()
