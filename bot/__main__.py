@@ -4,6 +4,7 @@
     roundtable console    the same engine in a terminal (no Discord needed)
     roundtable export     a group's thread as html, json or md (reads only the database)
     roundtable replay     ask the selector again about past messages; nothing stored changes
+    roundtable migrate    bring the database's schema up to date and print its version
     roundtable bench      issue 9's benchmark (tokens vs AutoGen, prompt cache, engine overhead)
 
 Every start-up problem is one line on stderr (`roundtable: ...`) and exit code 2.
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
 DESCRIPTION = "Roundtable: one Discord channel as a group chat between people and several LLM agents."
 DISTRIBUTION = "roundtable"
 CONSOLE_LOG_LEVELS = ("WARNING", "INFO", "DEBUG")  # by the number of -v
+DB_HELP = ("SQLite file (or sqlite:///FILE) or postgresql://USER@HOST/DATABASE URL "
+           "(default: ROUNDTABLE_DB or roundtable.db)")
 FORMATS = ("html", "json", "md")  # bot.core.export.FORMATS (not imported here: --help stays fast)
 
 
@@ -56,7 +59,7 @@ def version() -> str:
 def _database_group(verb: argparse.ArgumentParser) -> None:
     """--group and --db, as the verbs that read a database take them."""
     verb.add_argument("--group", required=True, metavar="NAME|ID", help="the group: its name, id or key")
-    verb.add_argument("--db", metavar="FILE", help="SQLite file (default: ROUNDTABLE_DB or roundtable.db)")
+    verb.add_argument("--db", metavar="FILE|URL", help=DB_HELP)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,8 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
                     '/agent add name:planner role:"drafts the itinerary" prompt:"You plan trips." '
                     "Input may be piped; at end of input the console waits until no agent is pending.",
     )
-    console.add_argument("--db", metavar="FILE", help="SQLite file (default: ROUNDTABLE_DB or roundtable.db); "
-                                      "its directory must exist")
+    console.add_argument("--db", metavar="FILE|URL", help=DB_HELP + "; a file's directory must exist")
     console.add_argument("--group", default="main", help="group name inside the file (default: main)")
     console.add_argument("--as", dest="person", default="you", help="who you are in the chat (default: you)")
     console.add_argument("-v", "--verbose", action="count", default=0,
@@ -102,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--episode", type=int, metavar="E", help="replay every selector decision of episode E")
     replay.add_argument("--model", metavar="M", help="the selector model to ask (default: the group's, else "
                                                      "ROUNDTABLE_SELECTOR_MODEL, else ROUNDTABLE_MODEL)")
+    migrate = verbs.add_parser(
+        "migrate", help="apply the schema migrations the database lacks and print its schema version "
+                        "(needs only the database; every verb also migrates when it opens one)",
+        description="Bring a SQLite file (created if missing) or a PostgreSQL database up to this version's "
+                    "schema; two processes migrating at once apply each migration once.")
+    migrate.add_argument("--db", metavar="FILE|URL", help=DB_HELP)
     from bench.cli import DESCRIPTION as BENCH_DESCRIPTION
     from bench.cli import add_arguments as bench_arguments
 
@@ -116,7 +124,7 @@ def log_level(args: argparse.Namespace, configured: str) -> str:
     """The console logs warnings unless -v asks for more; `run` logs at ROUNDTABLE_LOG_LEVEL."""
     if args.verb == "console":
         return CONSOLE_LOG_LEVELS[min(args.verbose, len(CONSOLE_LOG_LEVELS) - 1)]
-    if args.verb in ("export", "replay"):
+    if args.verb in ("export", "replay", "migrate"):
         return "WARNING"
     return configured
 
@@ -139,10 +147,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         missing_note = load_env_file(args.env_file)
         settings = load_settings(os.environ, need_discord=args.verb == "run", missing_note=missing_note,
-                                 need_llm=args.verb != "export")
+                                 need_llm=args.verb not in ("export", "migrate"))
         configure_logging(log_level(args, settings.log_level))
         if args.verb in ("export", "replay"):
             return asyncio.run(record_verb(args, settings))
+        if args.verb == "migrate":
+            from bot.wiring import migrate
+
+            return asyncio.run(migrate(args.db, settings.db_path))
         if args.verb == "console":
             from bot.wiring import run_console
 

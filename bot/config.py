@@ -52,7 +52,8 @@ class Settings:
 
     def __repr__(self) -> str:  # never print secrets
         base_url = redact_url(self.openai_base_url) if self.openai_base_url else None
-        return f"Settings(model={self.model!r}, db_path={self.db_path!r}, base_url={base_url!r})"
+        db = redact_url(self.db_path) if "://" in self.db_path else self.db_path
+        return f"Settings(model={self.model!r}, db_path={db!r}, base_url={base_url!r})"
 
 
 class _Malformed(ValueError):

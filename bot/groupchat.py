@@ -25,7 +25,7 @@ from bot.core.engine import Engine
 from bot.core.errors import InvalidInput
 from bot.core.models import Agent, Episode, EpisodeResult, Group, GroupSettings, Message
 from bot.core.ports import LLM, Recorder, TokenCounter
-from storage.store import SqliteStore
+from storage import open_store
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ async def run_group_chat(
     if not participants:
         raise InvalidInput("A group chat needs at least one participant.")
     with tempfile.TemporaryDirectory() as tmp:
-        store = await SqliteStore.open(db_path or Path(tmp) / "groupchat.db")
+        store = await open_store(db_path or Path(tmp) / "groupchat.db")
         key = f"api:{uuid.uuid4().hex}"
         engine = Engine(store, llm, _Quiet(), counter or make_token_counter(), scope=key)
         try:

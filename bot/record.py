@@ -1,6 +1,6 @@
 """The record on the command line: `roundtable export` and `roundtable replay`.
 
-Both work on the database (`--db FILE`, else ROUNDTABLE_DB) and name a group
+Both work on the database (`--db FILE|URL`, else ROUNDTABLE_DB) and name a group
 by id, name (`main`, `#general`) or key (`console:main`, `discord:123`).
 Export needs no model settings and writes to `--out FILE` (through a
 temporary file beside it, renamed when complete) or to stdout. Replay asks
@@ -20,19 +20,24 @@ from bot.core.errors import InvalidInput, NotFound
 from bot.core.export import write_export
 from bot.core.models import Group
 from bot.core.replay import episode_report, replay_episode, replay_message, side_by_side
-from storage.store import SqliteStore
+from storage.store import SqlStore
 
 
 def db_file(db: str | None, configured: str) -> str:
-    """The database to read: it must exist (reading never creates one)."""
-    path, source = (db, "--db") if db else (configured, "ROUNDTABLE_DB")
-    if not Path(path).is_file():
-        raise NotFound(f"{source} {path} does not exist (no database there to read)")
-    return path
+    """The database to read: a SQLite file must exist (reading never creates one); a
+    PostgreSQL URL is checked when it is opened."""
+    import storage
+
+    target, source = (db, "--db") if db else (configured, "ROUNDTABLE_DB")
+    if storage.is_postgres(target):
+        return target
+    if not Path(storage.sqlite_path(target)).is_file():
+        raise NotFound(f"{source} {target} does not exist (no database there to read)")
+    return target
 
 
 @contextlib.asynccontextmanager
-async def opened(db: str | None, settings: Settings) -> AsyncIterator[SqliteStore]:
+async def opened(db: str | None, settings: Settings) -> AsyncIterator[SqlStore]:
     from bot.wiring import open_store
 
     store = await open_store(db, db_file(db, settings.db_path))
@@ -42,7 +47,7 @@ async def opened(db: str | None, settings: Settings) -> AsyncIterator[SqliteStor
         await store.close()
 
 
-async def find_group(store: SqliteStore, ref: str) -> Group:
+async def find_group(store: SqlStore, ref: str) -> Group:
     """The group `ref` names: its id, key or name (a leading # optional, case aside)."""
     groups = await store.list_groups(enabled_only=False)
     wanted = ref.strip()

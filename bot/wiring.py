@@ -1,4 +1,4 @@
-"""Open the real parts (SQLite store, OpenAI client, token counter) and run a surface."""
+"""Open the real parts (the store: SQLite or PostgreSQL; OpenAI client, token counter) and run a surface."""
 from __future__ import annotations
 
 import contextlib
@@ -13,7 +13,7 @@ from bot.core.engine import Engine
 from bot.core.errors import StoreError
 from bot.core.models import GroupSettings
 from bot.core.ports import Store, Surface
-from storage.store import SqliteStore
+from storage.store import SqlStore
 
 log = logging.getLogger(__name__)
 
@@ -27,12 +27,12 @@ def group_defaults(settings: Settings) -> GroupSettings:
 async def open_engine(
     settings: Settings, make_surface: Callable[[Store], Surface], *, scope: str, label: str, db: str | None = None
 ) -> AsyncIterator[Engine]:
-    """The engine over the SQLite file, the OpenAI client and a surface built on the store.
+    """The engine over the store, the OpenAI client and a surface built on the store.
 
-    `db` (--db) or else `settings.db_path` (ROUNDTABLE_DB) names the file; its
-    directory must exist. The model server is checked (reachable, key accepted)
-    before the engine exists, so nothing is taken in when it fails: problems
-    raise `ConfigError` / `StoreError` (one line).
+    `db` (--db) or else `settings.db_path` (ROUNDTABLE_DB) names the database: a
+    SQLite file (its directory must exist) or a `postgresql://` URL. The model server
+    is checked (reachable, key accepted) before the engine exists, so nothing is
+    taken in when it fails: problems raise `ConfigError` / `StoreError` (one line).
     `scope`: the groups this process runs (see `Engine`); `label` names the process
     to another one that finds a group taken ("console", "discord bot")."""
     counter = make_token_counter(allow_download=True)
@@ -62,13 +62,31 @@ async def open_engine(
         await store.close()
 
 
-async def open_store(db: str | None, configured: str) -> SqliteStore:
-    """The store at `db` (--db) or else `configured` (ROUNDTABLE_DB); a failure names the setting."""
+async def open_store(db: str | None, configured: str) -> SqlStore:
+    """The store at `db` (--db) or else `configured` (ROUNDTABLE_DB): a SQLite path or
+    `sqlite:///path`, or a `postgresql://` URL (`storage.open_store` decides); a failure
+    names the setting (never a password)."""
+    import storage
+
     source = "--db" if db else "ROUNDTABLE_DB"
     try:
-        return await SqliteStore.open(db or configured)
+        return await storage.open_store(db or configured)
     except StoreError as exc:
         raise StoreError(f"{source}: {exc}") from None
+
+
+async def migrate(db: str | None, configured: str) -> int:
+    """`roundtable migrate`: apply the migrations the database lacks; print its schema version."""
+    import storage
+
+    store = await open_store(db, configured)
+    try:
+        version = await store.schema_version()
+        applied = len(store.migrations_applied)
+    finally:
+        await store.close()
+    print(f"roundtable: {storage.describe(db or configured)} is at schema version {version} (applied {applied} now)")
+    return 0
 
 
 async def run_console(settings: Settings, *, db: str | None, group: str, person: str) -> int:

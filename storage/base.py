@@ -34,6 +34,7 @@ class Backend(Protocol):
 
     dialect: Dialect
     label: str  # the database for messages: a path, or a URL without its password
+    applied: list[int]  # the migrations applied when it was opened
 
     def write(self) -> AbstractAsyncContextManager[Db]:
         """One write transaction, serialised against every other writer of the database;
@@ -64,6 +65,17 @@ class StoreBase:
     def database(self) -> str:
         """The database, for messages (a URL's password masked)."""
         return self._backend.label
+
+    @property
+    def migrations_applied(self) -> list[int]:
+        """The ids of the migrations that opening this store applied."""
+        return list(self._backend.applied)
+
+    async def schema_version(self) -> int:
+        """The highest migration recorded in the database (0: none)."""
+        async with self._read() as db:
+            row = await self._one(db, "SELECT COALESCE(MAX(id), 0) FROM _migrations")
+        return 0 if row is None else int(row[0])
 
     async def close(self) -> None:
         """Close the connections; later calls raise `StoreError`. Idempotent."""

@@ -61,6 +61,13 @@ async def _thread_ended(pending: aiosqlite.Connection) -> None:
 async def open_db(
     path: str | Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
 ) -> aiosqlite.Connection:
+    """`open_db_migrated` without the list of migrations applied."""
+    return (await open_db_migrated(path, busy_timeout_ms=busy_timeout_ms))[0]
+
+
+async def open_db_migrated(
+    path: str | Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+) -> tuple[aiosqlite.Connection, list[int]]:
     """Open (creating the file if needed) the database at `path` and bring its schema up to date.
 
     The file's directory must exist: no directory is ever made. The connection is
@@ -99,7 +106,7 @@ async def open_db(
             await _close_quietly(conn)
         raise
     log.info("opened database %s (%d migration(s) applied)", name, len(applied))
-    return conn
+    return conn, applied
 
 
 def _check_place(file: Path) -> None:
@@ -158,16 +165,18 @@ class SqliteBackend:
 
     dialect = SQLITE
 
-    def __init__(self, conn: aiosqlite.Connection, label: str = "") -> None:
+    def __init__(self, conn: aiosqlite.Connection, label: str = "", applied: list[int] | None = None) -> None:
         self.conn = conn
         self.label = label
+        self.applied = applied or []
         self._db = SqliteDb(conn)
         self._lock = asyncio.Lock()
         self._closed = False
 
     @classmethod
     async def open(cls, path: str | Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> "SqliteBackend":
-        return cls(await open_db(path, busy_timeout_ms=busy_timeout_ms), str(path))
+        conn, applied = await open_db_migrated(path, busy_timeout_ms=busy_timeout_ms)
+        return cls(conn, str(path), applied)
 
     async def close(self) -> None:
         async with self._lock:

@@ -128,9 +128,10 @@ class PostgresBackend:
 
     dialect = POSTGRESQL
 
-    def __init__(self, pool: Any, label: str, write_key: str) -> None:
+    def __init__(self, pool: Any, label: str, write_key: str, applied: list[int] | None = None) -> None:
         self.pool = pool
         self.label = label
+        self.applied = applied or []
         self._write_key = write_key
         self._write_lock = asyncio.Lock()
         self._closed = False
@@ -166,7 +167,7 @@ class PostgresBackend:
                 raise StoreError(f"cannot open the database {label}: {reason}") from None
             raise
         log.info("opened database %s (%d migration(s) applied)", label, len(applied))
-        return cls(pool, label, write_key)
+        return cls(pool, label, write_key, applied)
 
     async def close(self) -> None:
         if self._closed:

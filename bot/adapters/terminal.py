@@ -58,6 +58,8 @@ AGENT_STYLES = ("36", "35", "33", "32", "34", "96", "95", "93", "92", "94")  # n
 def history_path(db: str) -> Path | None:
     """The history file beside the database (`roundtable.db` -> `roundtable.history`);
     None for a database URL (the history then lasts one session)."""
+    if db.startswith("sqlite:///"):
+        db = db[len("sqlite:///"):]
     if "://" in db:
         return None
     path = Path(db)
