@@ -1,10 +1,12 @@
-"""Engine fixtures: a real SQLite file, a scripted LLM, a recording surface."""
+"""Engine fixtures: a real database (`harness`: a SQLite file and a PostgreSQL schema, see
+`tests.fakes.databases`; `sqlite_harness`: the file only, for tests that read it directly),
+a scripted LLM, a recording surface."""
 from __future__ import annotations
 
 import asyncio
 import contextlib
 from pathlib import Path
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 import pytest
 
@@ -12,7 +14,8 @@ from bot.adapters.tokens import make_token_counter
 from bot.core.engine import Engine
 from bot.core.models import Group, GroupSettings
 from bot.core.outbox import RetryPolicy
-from storage.store import SqliteStore
+from storage import SqlStore
+from tests.fakes.databases import Place, SqlitePlace
 from tests.fakes.scripted_llm import ScriptedLLM
 from tests.fakes.surface import RecordingSurface
 
@@ -26,18 +29,19 @@ ROSTER = [
 
 
 class Harness:
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, where: Path | Place) -> None:
+        self.place = where if isinstance(where, Place) else SqlitePlace(where)
+        self.path: Path = getattr(self.place, "path", Path("/nonexistent"))  # the SQLite file, if it is one
         self.surface = RecordingSurface()
         self.llm = ScriptedLLM()
-        self.store: SqliteStore
+        self.store: SqlStore
         self.engine: Engine
         self.group: Group
 
     @contextlib.asynccontextmanager
     async def running(self, llm: ScriptedLLM | None = None, **settings: object) -> AsyncIterator["Harness"]:
         self.llm = llm or self.llm
-        self.store = await SqliteStore.open(self.path)
+        self.store = await self.place.open()
         self.engine = Engine(self.store, self.llm, self.surface, make_token_counter(), retry=FAST_RETRY)
         self.group = await self.store.create_group("test:main", "main", GroupSettings(**settings))  # type: ignore[arg-type]
         if not await self.store.list_agents(self.group.id):
@@ -65,10 +69,19 @@ class Harness:
             await asyncio.sleep(0.01)
         raise AssertionError(f"only {len(self.llm.participant_order)} participant call(s) happened")
 
+    async def fetch(self, sql: str) -> list[tuple[Any, ...]]:
+        """Rows of raw SQL on the database, as another process reads it."""
+        return await self.place.fetch(sql)
+
     async def thread(self) -> list[str]:
         return [f"[{m.author_name}] {m.text}" for m in await self.store.messages(self.group.id)]
 
 
 @pytest.fixture
-def harness(tmp_path: Path) -> Harness:
+def harness(place: Place) -> Harness:
+    return Harness(place)
+
+
+@pytest.fixture
+def sqlite_harness(tmp_path: Path) -> Harness:
     return Harness(tmp_path / "roundtable.db")

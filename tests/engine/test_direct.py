@@ -10,7 +10,7 @@ from tests.fakes.scripted_llm import ScriptedLLM
 
 
 async def runs(harness) -> list[tuple]:
-    rows = await harness.store._conn.execute_fetchall(  # type: ignore[attr-defined]
+    rows = await harness.fetch(
         "SELECT a.name, r.kind, r.status, r.snapshot_seq FROM runs r JOIN agents a ON a.id = r.agent_id ORDER BY r.id")
     return [tuple(r) for r in rows]
 

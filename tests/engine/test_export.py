@@ -25,6 +25,12 @@ NOW = 1_754_561_472.0  # 2025-08-07 10:11:12 UTC
 HOSTILE = "Over by $200 <script>alert('x')</script> <img src=x onerror=alert(1)>"
 
 
+@pytest.fixture
+def harness(sqlite_harness):
+    """On SQLite only: it reads the SQLite file to check the export against it."""
+    return sqlite_harness
+
+
 def script() -> ScriptedLLM:
     return ScriptedLLM(
         selector=[Completion("planner", Usage(400, 2, 0), model="gpt-4.1-nano"),

@@ -21,6 +21,12 @@ pytestmark = pytest.mark.skipif(
 CONSOLE = re.compile(r":CONSOLE[^\]]*\] (.*)")
 
 
+@pytest.fixture
+def harness(sqlite_harness):
+    """On SQLite only: one database is enough for what a browser shows."""
+    return sqlite_harness
+
+
 async def render(page: Path, profile: Path) -> tuple[str, list[str]]:
     """The DOM Chromium built from `page`, and every line its console logged."""
     assert CHROMIUM is not None

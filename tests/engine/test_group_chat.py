@@ -94,7 +94,7 @@ async def test_coalescing_five_messages_during_a_run_make_one_more_run(harness):
         # the newest is the run's task: in <task>, and only referred to in the thread
         assert "<task>@planner follow-up 5</task>" in second_prompt
         assert "[alice] (posted the task above)" in second_prompt
-        runs = await harness.store._conn.execute_fetchall("SELECT snapshot_seq, status FROM runs ORDER BY id")  # type: ignore[attr-defined]
+        runs = await harness.fetch("SELECT snapshot_seq, status FROM runs ORDER BY id")
         # 5 follow-ups are seqs 2-6 and the first reply is seq 7: one more run, over all of them
         assert [tuple(r) for r in runs] == [(1, "posted"), (7, "posted")]
 
@@ -133,7 +133,7 @@ async def test_restart_resumes_pending_delivery_without_double_answer(harness):
         assert [k for k, _, _ in llm2.history][0] == "participant"  # the stored decision was not recomputed
         thread = await harness.thread()
         assert thread == ["[alice] plan it", "[planner] planner answer", "[budget] budget answer"]
-        runs = await harness.store._conn.execute_fetchall("SELECT agent_id, snapshot_seq, status FROM runs ORDER BY id")  # type: ignore[attr-defined]
+        runs = await harness.fetch("SELECT agent_id, snapshot_seq, status FROM runs ORDER BY id")
         statuses = [(r[1], r[2]) for r in runs]
         assert statuses == [(1, "interrupted"), (1, "posted"), (2, "posted")]
 

@@ -16,6 +16,12 @@ from tests.fakes.scripted_llm import ScriptedLLM
 PER_MILLION = {"gpt-4o-mini": (0.15, 0.075, 0.60), "gpt-4.1-nano": (0.10, 0.025, 0.40)}
 
 
+@pytest.fixture
+def harness(sqlite_harness):
+    """On SQLite only: it reads the SQLite file for figures computed independently."""
+    return sqlite_harness
+
+
 def price_key(model: str) -> str | None:
     for name in PER_MILLION:
         if model == name or model.startswith(name + "-20"):
