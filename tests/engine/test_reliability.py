@@ -1,5 +1,6 @@
 """Nothing lost, nothing twice, at the engine: episodes credited to the task a run answered,
-posts retried in order, one process per group (leases), a process touching only its scope."""
+posts retried in order, one process per group (leases, on SQLite and PostgreSQL), a process
+touching only its scope."""
 from __future__ import annotations
 
 import asyncio
@@ -11,8 +12,9 @@ from bot.adapters.tokens import make_token_counter
 from bot.core.engine import Engine
 from bot.core.models import GroupSettings, NewMessage, RunResult
 from bot.core.outbox import RetryPolicy
-from storage.store import SqliteStore
+from storage import SqlStore
 from tests.engine.conftest import FAST_RETRY
+from tests.fakes.databases import Place
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.scripted_llm import ScriptedLLM
 from tests.fakes.surface import RecordingSurface
@@ -110,20 +112,19 @@ class CountingLLM(ScriptedLLM):
             self.in_flight[name] -= 1
 
 
-async def open_engine(path, llm, scope: str) -> tuple[SqliteStore, Engine, RecordingSurface]:
-    store = await SqliteStore.open(path)
+async def open_engine(place: Place, llm, scope: str) -> tuple[SqlStore, Engine, RecordingSurface]:
+    store = await place.open()
     surface = RecordingSurface()
     engine = Engine(store, llm, surface, make_token_counter(), scope=scope, retry=FAST_RETRY)
     engine.ownership.tick = 0.05
     return store, engine, surface
 
 
-async def test_two_processes_on_one_group_never_run_it_together_and_the_second_takes_over(tmp_path):
-    path = tmp_path / "rt.db"
+async def test_two_processes_on_one_group_never_run_it_together_and_the_second_takes_over(place: Place):
     llm = CountingLLM(default_agent_reply=lambda name, n: f"{name} says {n}")
     llm.in_flight, llm.most = Counter(), Counter()
-    store_a, a, surface_a = await open_engine(path, llm, "console:main")
-    store_b, b, surface_b = await open_engine(path, llm, "console:main")
+    store_a, a, surface_a = await open_engine(place, llm, "console:main")
+    store_b, b, surface_b = await open_engine(place, llm, "console:main")
     try:
         group = await store_a.create_group("console:main", "main", GroupSettings(mode="tags"))
         await store_a.add_agent(group.id, "planner", "plans", "You plan.")
@@ -146,6 +147,13 @@ async def test_two_processes_on_one_group_never_run_it_together_and_the_second_t
         await b.wait_idle(group.id, 10)
         assert [m.text for m in surface_b.published if m.author_type == "agent"][-1].startswith("planner says")
         assert llm.most["planner"] == 1
+        # every question answered exactly once: each call posted one reply, over a later snapshot than the last
+        runs = await place.fetch("SELECT snapshot_seq, status, posted_seq FROM runs ORDER BY id")
+        assert [status for _, status, _ in runs] == ["posted"] * len(runs)
+        snapshots = [snapshot for snapshot, _, _ in runs]
+        assert snapshots == sorted(set(snapshots)) and len(runs) == llm.participant_order.count("planner")
+        replies = [m.text for m in await store_b.messages(group.id) if m.author_type == "agent"]
+        assert len(replies) == len(set(replies)) == len(runs)
     finally:
         for engine in (a, b):
             await engine.close()
@@ -153,7 +161,7 @@ async def test_two_processes_on_one_group_never_run_it_together_and_the_second_t
         await store_b.close()
 
 
-async def all_answered(store: SqliteStore, group_id: int) -> bool:
+async def all_answered(store: SqlStore, group_id: int) -> bool:
     group = await store.get_group(group_id)
     agents = await store.list_agents(group_id)
     return bool(group.latest_seq) and all(x.delivered_through == group.latest_seq for x in agents) and not \
@@ -167,9 +175,8 @@ async def wait_for(check, timeout: float = 10) -> None:  # type: ignore[no-untyp
     await asyncio.wait_for(poll(), timeout)
 
 
-async def test_a_console_never_touches_a_discord_groups_rows(tmp_path):
-    path = tmp_path / "rt.db"
-    bot_store = await SqliteStore.open(path)
+async def test_a_console_never_touches_a_discord_groups_rows(place: Place):
+    bot_store = await place.open()
     discord = await bot_store.create_group("discord:42", "#general", GroupSettings(mode="tags"))
     agent = await bot_store.add_agent(discord.id, "planner", "plans", "You plan.")
     await bot_store.append_user_message(discord.id, NewMessage("user", "Alice", "@planner hi", author_user_id="1"))
@@ -178,7 +185,7 @@ async def test_a_console_never_touches_a_discord_groups_rows(tmp_path):
                                RunResult("posted", reply=NewMessage("agent", "planner", "not shown yet",
                                                                     author_agent_id=agent.id)), cap=5)
     llm = ScriptedLLM(default_agent_reply=lambda name, n: "console reply")
-    store, console, surface = await open_engine(path, llm, "console:main")
+    store, console, surface = await open_engine(place, llm, "console:main")
     try:
         group = await store.create_group("console:main", "main", GroupSettings())
         await console.start()
