@@ -5,6 +5,7 @@
     roundtable export     a group's thread as html, json or md (reads only the database)
     roundtable replay     ask the selector again about past messages; nothing stored changes
     roundtable migrate    bring the database's schema up to date and print its version
+    roundtable copy       copy every row into an empty database (SQLite -> PostgreSQL), verified
     roundtable bench      issue 9's benchmark (tokens vs AutoGen, prompt cache, engine overhead)
 
 Every start-up problem is one line on stderr (`roundtable: ...`) and exit code 2.
@@ -110,6 +111,15 @@ def build_parser() -> argparse.ArgumentParser:
         description="Bring a SQLite file (created if missing) or a PostgreSQL database up to this version's "
                     "schema; two processes migrating at once apply each migration once.")
     migrate.add_argument("--db", metavar="FILE|URL", help=DB_HELP)
+    copy = verbs.add_parser(
+        "copy", help="copy every row of a database into an empty one, e.g. SQLite to PostgreSQL, and verify "
+                     "the copy by row counts and checksums (needs only the databases)",
+        description="Move a deployment: stop the bot, copy, then point ROUNDTABLE_DB at the copy. The copy is "
+                    "one transaction; leases are not copied.")
+    copy.add_argument("--from", dest="source", required=True, metavar="FILE|URL",
+                      help="the database to copy (SQLite file, sqlite:///FILE or postgresql:// URL)")
+    copy.add_argument("--to", dest="target", required=True, metavar="FILE|URL",
+                      help="the empty database to copy into (created and migrated when needed)")
     from bench.cli import DESCRIPTION as BENCH_DESCRIPTION
     from bench.cli import add_arguments as bench_arguments
 
@@ -124,7 +134,7 @@ def log_level(args: argparse.Namespace, configured: str) -> str:
     """The console logs warnings unless -v asks for more; `run` logs at ROUNDTABLE_LOG_LEVEL."""
     if args.verb == "console":
         return CONSOLE_LOG_LEVELS[min(args.verbose, len(CONSOLE_LOG_LEVELS) - 1)]
-    if args.verb in ("export", "replay", "migrate"):
+    if args.verb in ("export", "replay", "migrate", "copy"):
         return "WARNING"
     return configured
 
@@ -147,10 +157,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         missing_note = load_env_file(args.env_file)
         settings = load_settings(os.environ, need_discord=args.verb == "run", missing_note=missing_note,
-                                 need_llm=args.verb not in ("export", "migrate"))
+                                 need_llm=args.verb not in ("export", "migrate", "copy"))
         configure_logging(log_level(args, settings.log_level))
         if args.verb in ("export", "replay"):
             return asyncio.run(record_verb(args, settings))
+        if args.verb == "copy":
+            from bot.wiring import copy
+
+            return asyncio.run(copy(args.source, args.target))
         if args.verb == "migrate":
             from bot.wiring import migrate
 

@@ -75,6 +75,35 @@ async def open_store(db: str | None, configured: str) -> SqlStore:
         raise StoreError(f"{source}: {exc}") from None
 
 
+async def copy(source: str, target: str) -> int:
+    """`roundtable copy --from SOURCE --to TARGET`: every row into an empty database, verified."""
+    from pathlib import Path
+
+    import storage
+    from bot.core.errors import InvalidInput, NotFound
+    from storage.copy import copy_database
+
+    if source == target:
+        raise InvalidInput("--from and --to name the same database")
+    if not storage.is_postgres(source) and not Path(storage.sqlite_path(source)).is_file():
+        raise NotFound(f"--from {source} does not exist (no database there to copy)")
+    stores: list[SqlStore] = []
+    try:
+        for option, where in (("--from", source), ("--to", target)):
+            try:
+                stores.append(await storage.open_store(where))
+            except StoreError as exc:
+                raise StoreError(f"{option}: {exc}") from None
+        tables = await copy_database(stores[0], stores[1])
+    finally:
+        for store in stores:
+            await store.close()
+    counts = ", ".join(f"{t.table} {t.rows}" for t in tables)
+    print(f"roundtable: copied {sum(t.rows for t in tables)} rows from {storage.describe(source)} to "
+          f"{storage.describe(target)} ({counts}); row counts and checksums match")
+    return 0
+
+
 async def migrate(db: str | None, configured: str) -> int:
     """`roundtable migrate`: apply the migrations the database lacks; print its schema version."""
     import storage

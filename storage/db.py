@@ -18,7 +18,7 @@ import logging
 import sqlite3
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import AsyncIterator
+from typing import AsyncIterator, Sequence
 
 import aiosqlite
 
@@ -158,6 +158,9 @@ class SqliteDb:
         if rowid is None:
             raise StoreError("database error: insert returned no row id")
         return int(rowid)
+
+    async def exec_many(self, sql: str, rows: Sequence[Params]) -> None:
+        await self.conn.executemany(sql, rows)
 
 
 class SqliteBackend:

@@ -21,7 +21,7 @@ import functools
 import logging
 import time
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -121,6 +121,9 @@ class PgDb:
         if new_id is None:
             raise StoreError("database error: insert returned no row id")
         return int(new_id)
+
+    async def exec_many(self, sql: str, rows: Sequence[Params]) -> None:
+        await self.conn.executemany(_pg_sql(sql), rows)
 
 
 class PostgresBackend:

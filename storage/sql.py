@@ -35,6 +35,10 @@ class Db(Protocol):
         """Run an INSERT into a table with an `id` column; return the new row's id."""
         ...
 
+    async def exec_many(self, sql: str, rows: Sequence[Params]) -> None:
+        """Run one write statement once per parameter row."""
+        ...
+
 
 @dataclass(frozen=True)
 class Dialect:

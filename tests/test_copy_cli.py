@@ -1,0 +1,133 @@
+"""`roundtable copy`: a database the engine wrote, copied SQLite -> PostgreSQL (and back), verified
+by row counts and checksums; the engine then runs on the copy and answers. A destination that
+holds rows is refused; a copy that differs is caught by the checksums."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import AsyncIterator
+
+import pytest
+
+from bot.core.models import Completion, Summary, Usage
+from storage import describe, open_store
+from storage.copy import TABLES, table_sums
+from tests.conftest import pg_skip_reason
+from tests.engine.conftest import Harness
+from tests.fakes.databases import PostgresPlace, SqlitePlace, postgres_place
+from tests.fakes.scripted_llm import ScriptedLLM
+from tests.test_cli import roundtable
+
+
+@pytest.fixture
+async def pg() -> AsyncIterator[PostgresPlace]:
+    reason = pg_skip_reason()
+    if reason is not None:
+        pytest.skip(f"PostgreSQL: {reason}")
+    async with postgres_place() as place:
+        yield place
+
+
+async def seeded(path: Path) -> Harness:
+    """Two episodes of the group 'main' with selector decisions, runs, a notice, a webhook, people,
+    a summary and a read cursor: a row in every copied table."""
+    harness = Harness(path)
+    llm = ScriptedLLM(
+        selector=[Completion("planner", Usage(300, 1, 0), model="gpt-4o-mini"),
+                  Completion("TERMINATE", Usage(340, 2, 0), model="gpt-4o-mini"),
+                  Completion("local", Usage(200, 1, 0), model="gpt-4o-mini"),
+                  Completion("TERMINATE", Usage(210, 2, 0), model="gpt-4o-mini")],
+        default_agent_reply=lambda name, n: f"{name} says {n} — ünïcödé | \\ '",
+    )
+    async with harness.running(llm):
+        await harness.say("Plan a 3-day Tokyo trip")
+        await harness.idle()
+        await harness.say("What about food?", who="bob")
+        await harness.idle()
+        store, group_id = harness.store, harness.group.id
+        await store.append_system_message(group_id, harness.engine.notice("a notice"))
+        await store.record_posted(group_id, 1, "1234567890123")
+        await store.save_webhook("chan", "hook", "tok")
+        await store.remember_person("guild", "1", ["alice"])
+        await store.save_summary(group_id, Summary(0, 2, "a summary", model="m"), prompt_tokens=9)
+        await store.mark_seen(group_id, "bob", 2)
+        await store.acquire_lease(group_id, 30)  # not copied: ownership stays with the old database
+    return harness
+
+
+async def test_sqlite_to_postgresql_and_back_is_verified_and_the_engine_answers_on_the_copy(
+        tmp_path: Path, pg: PostgresPlace) -> None:
+    source = tmp_path / "rt.db"
+    await seeded(source)
+    result = await roundtable(tmp_path, "copy", "--from", f"sqlite:///{source}", "--to", pg.target)
+    assert result.code == 0 and result.err == "", result.err
+    line = result.out.strip()
+    assert line.startswith("roundtable: copied ") and f"to {describe(pg.target)} (groups 1, agents 3," in line
+    assert line.endswith("; row counts and checksums match")
+    async with await open_store(source) as lite, await open_store(pg.target) as postgres:
+        sums = await table_sums(lite)
+        assert sums == await table_sums(postgres)
+        assert all(rows for rows, _ in sums.values()), sums  # every table had something to copy
+        group = (await lite.list_groups())[0]
+        assert await postgres.messages(group.id) == await lite.messages(group.id)
+        assert await postgres.get_group(group.id) == await lite.get_group(group.id)
+        assert await postgres.decisions(group.id, after=0, through=99) == await lite.decisions(group.id, after=0,
+                                                                                                 through=99)
+        assert await postgres.spending(group.id, 0) == await lite.spending(group.id, 0)
+    assert await pg.fetch("SELECT COUNT(*) FROM leases") == [(0,)]
+
+    back = tmp_path / "back.db"
+    again = await roundtable(tmp_path, "copy", "--from", pg.target, "--to", str(back))
+    assert again.code == 0, again.err
+    async with await open_store(source) as lite, await open_store(back) as copied:
+        assert await table_sums(lite) == await table_sums(copied)
+
+    harness = Harness(pg)  # the engine on the copy: same group, new ids after the copied ones
+    llm = ScriptedLLM(selector=[Completion("budget", Usage(5, 1, 0)), Completion("TERMINATE", Usage(5, 1, 0))],
+                      default_agent_reply=lambda name, n: f"{name} on the copy")
+    async with harness.running(llm):
+        before = (await harness.store.get_group(harness.group.id)).latest_seq
+        await harness.say("And the budget?")
+        await harness.idle()
+        thread = await harness.thread()
+        assert thread[before:] == ["[alice] And the budget?", "[budget] budget on the copy"]
+        assert harness.group.id == group.id and len(await harness.store.list_agents(group.id)) == 3
+
+
+async def test_a_destination_with_rows_is_refused_and_left_alone(tmp_path: Path, pg: PostgresPlace) -> None:
+    source = tmp_path / "rt.db"
+    await seeded(source)
+    first = await roundtable(tmp_path, "copy", "--from", str(source), "--to", pg.target)
+    assert first.code == 0, first.err
+    counts = await pg.fetch("SELECT COUNT(*) FROM messages")
+    second = await roundtable(tmp_path, "copy", "--from", str(source), "--to", pg.target)
+    assert second.problem == ("roundtable: the destination already holds rows (table groups); "
+                              "copy into an empty database")
+    assert await pg.fetch("SELECT COUNT(*) FROM messages") == counts
+
+
+async def test_the_checksums_tell_a_changed_value_apart(tmp_path: Path) -> None:
+    source = tmp_path / "rt.db"
+    await seeded(source)
+    other = SqlitePlace(tmp_path / "copy.db")
+    result = await roundtable(tmp_path, "copy", "--from", str(source), "--to", other.target)
+    assert result.code == 0, result.err
+    async with await open_store(source) as lite:
+        before = await table_sums(lite)
+    await other.execute("UPDATE messages SET text = text || '.' WHERE seq = 2")
+    async with await open_store(other.target) as copied:
+        after = await table_sums(copied)
+    assert [t for t, _ in TABLES if before[t] != after[t]] == ["messages"]
+    assert before["messages"][0] == after["messages"][0]  # the same count: only the checksum tells
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--from", "missing.db", "--to", "b.db"], "roundtable: --from missing.db does not exist (no database there"),
+    (["--from", "a.db", "--to", "a.db"], "roundtable: --from and --to name the same database"),
+    (["--from", "a.db", "--to", "postgresql://rt:s3cr3t-pw@127.0.0.1:1/db"],
+     "roundtable: --to: cannot open the database postgresql://rt:***@127.0.0.1:1/db: "),
+])
+async def test_bad_copies_are_one_line(tmp_path: Path, args: list[str], expected: str) -> None:
+    await (await open_store(tmp_path / "a.db")).close()
+    result = await roundtable(tmp_path, "copy", *args)
+    assert result.problem.startswith(expected)
+    assert "s3cr3t-pw" not in result.err
