@@ -158,7 +158,11 @@ class PostgresBackend:
                 command_timeout=None,
             )
             async with pool.acquire() as conn:
+                # A migration waits as long as it takes (for another process's, for table locks);
+                # the lock timeout is for the store's writes.
+                await conn.execute("SET lock_timeout = 0")
                 applied = await apply_pg_migrations(conn) if migrate else []
+                await conn.execute("RESET lock_timeout")
                 write_key = f"roundtable.write:{await schema_of(conn)}"
         except BaseException as exc:
             if pool is not None:

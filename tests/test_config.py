@@ -207,3 +207,10 @@ def test_config_example_env_loads_and_shows_the_defaults(monkeypatch):
     # "everything else has the default shown": the example's values are the defaults
     assert load_settings(dict(env, OPENAI_API_KEY="k"), need_discord=False) == load_settings(
         {"OPENAI_API_KEY": "k"}, need_discord=False)
+
+
+def test_a_postgresql_url_in_roundtable_db_is_shown_without_its_password() -> None:
+    settings = load_settings({"OPENAI_API_KEY": "k", "ROUNDTABLE_DB": "postgresql://rt:pw-S3cret@db:5432/rt"},
+                             need_discord=False)
+    assert settings.db_path == "postgresql://rt:pw-S3cret@db:5432/rt"  # what the store connects with
+    assert "pw-S3cret" not in repr(settings) and "db:5432/rt" in repr(settings)
