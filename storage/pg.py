@@ -98,6 +98,12 @@ def _pg_sql(sql: str) -> str:
     return numbered(sql)
 
 
+async def _keep_session(conn: Any) -> None:
+    """A connection back in the pool keeps its session: the store leaves nothing in it (no
+    LISTEN, no session locks or settings), and asyncpg still rolls back an open transaction.
+    Its default reset would cost a round trip per read and per write."""
+
+
 class PgDb:
     """`storage.sql.Db` over an asyncpg connection; `?` placeholders become `$n`."""
 
@@ -155,14 +161,16 @@ class PostgresBackend:
         try:
             pool = await asyncpg.create_pool(
                 url, min_size=1, max_size=pool_size, timeout=CONNECT_TIMEOUT, server_settings=settings,
-                command_timeout=None,
+                command_timeout=None, reset=_keep_session,
             )
             async with pool.acquire() as conn:
                 # A migration waits as long as it takes (for another process's, for table locks);
                 # the lock timeout is for the store's writes.
                 await conn.execute("SET lock_timeout = 0")
-                applied = await apply_pg_migrations(conn) if migrate else []
-                await conn.execute("RESET lock_timeout")
+                try:
+                    applied = await apply_pg_migrations(conn) if migrate else []
+                finally:
+                    await conn.execute("RESET lock_timeout")
                 write_key = f"roundtable.write:{await schema_of(conn)}"
         except BaseException as exc:
             if pool is not None:

@@ -1,0 +1,154 @@
+"""Print store figures on SQLite and PostgreSQL: the store's cost of one turn, history reads,
+and turns per second from one and from two processes sharing the database.
+
+    .venv/bin/python bench/bench_store.py [--groups 50] [--agents 8] [--rows 20000]
+        [--pg postgresql://postgres@127.0.0.1:5432/test] [--only sqlite|postgresql]
+
+A turn is what the engine asks of the store for one agent reply: a person's message, the
+selector's decision, a run started and settled with its reply (two rows). The history is built
+turn by turn through the store, round-robin over the groups. History read: the newest 40 rows of
+a random group (`messages(after=...)`), p50 and p95. Two processes: each appends turns to its
+own half of the groups for `--seconds`, as two bot shards would (writes are serialised by the
+database either way). PostgreSQL runs in a fresh schema that is dropped afterwards. Figures
+only, never a timed test.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bot.core.models import Decision, GroupSettings, NewMessage, RunResult, Usage  # noqa: E402
+from storage import SqlStore, open_store  # noqa: E402
+
+
+async def turn(store: SqlStore, group_id: int, agent_id: int, i: int) -> None:
+    message, _ = await store.append_user_message(
+        group_id, NewMessage("user", "alice", f"question {i} " + "words " * 20, author_user_id="alice", token_count=30))
+    await store.record_decision(group_id, Decision(seq=message.seq, source="selector", agent_ids=(agent_id,),
+                                                   agent_names=("a",), usage=Usage(300, 2, 0)))
+    run = await store.start_run(group_id, agent_id, "group", message.seq)
+    reply = NewMessage("agent", "a", f"answer {i} " + "text " * 60, author_agent_id=agent_id, token_count=80)
+    await store.finish_run(run.id, RunResult("posted", Usage(900, 80, 500), reply=reply), cap=100)
+
+
+async def build(store: SqlStore, groups: int, agents: int, rows: int) -> tuple[dict[int, list[int]], float]:
+    roster: dict[int, list[int]] = {}
+    for g in range(groups):
+        group = await store.create_group(f"bench:{g}", f"g{g}", GroupSettings())
+        roster[group.id] = [(await store.add_agent(group.id, f"agent{a}", "r", "p")).id for a in range(agents)]
+        await store.acquire_lease(group.id, 3600)
+    ids = list(roster)
+    started = time.perf_counter()
+    turns = rows // 2
+    for i in range(turns):
+        group_id = ids[i % len(ids)]
+        await turn(store, group_id, roster[group_id][i % agents], i)
+    return roster, (time.perf_counter() - started) / turns * 1000
+
+
+async def reads(store: SqlStore, ids: list[int], n: int = 300) -> tuple[float, float]:
+    rng = random.Random(1)
+    times = []
+    for _ in range(n):
+        group_id = rng.choice(ids)
+        latest = (await store.get_group(group_id)).latest_seq
+        started = time.perf_counter()
+        await store.messages(group_id, after=max(0, latest - 40))
+        times.append((time.perf_counter() - started) * 1000)
+    times.sort()
+    return statistics.median(times), times[int(len(times) * 0.95)]
+
+
+def worker(target: str, ids: list[int], seconds: float) -> None:
+    async def go() -> int:
+        store = await open_store(target)
+        done = 0
+        try:
+            roster = {g: [a.id for a in await store.list_agents(g)] for g in ids}
+            for g in ids:
+                await store.acquire_lease(g, 3600)
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                g = ids[done % len(ids)]
+                await turn(store, g, roster[g][done % len(roster[g])], done)
+                done += 1
+        finally:
+            await store.close()
+        return done
+    print(json.dumps({"turns": asyncio.run(go())}))
+
+
+def throughput(target: str, ids: list[int], processes: int, seconds: float) -> float:
+    shares = [ids[i::processes] for i in range(processes)]
+    children = [subprocess.Popen([sys.executable, __file__, "--worker", target, "--seconds", str(seconds),
+                                  "--ids", ",".join(map(str, share))], stdout=subprocess.PIPE, text=True)
+                for share in shares]
+    total = sum(json.loads(child.communicate()[0])["turns"] for child in children)
+    return total / seconds
+
+
+async def measure(kind: str, target: str, args: argparse.Namespace) -> dict[str, float]:
+    store = await open_store(target)
+    try:
+        roster, per_turn = await build(store, args.groups, args.agents, args.rows)
+        p50, p95 = await reads(store, list(roster))
+        await store.release_leases()
+    finally:
+        await store.close()
+    ids = list(roster)
+    one = throughput(target, ids, 1, args.seconds)
+    two = throughput(target, ids, 2, args.seconds)
+    return {"turn_ms": per_turn, "read_p50_ms": p50, "read_p95_ms": p95, "turns_s_1proc": one, "turns_s_2proc": two}
+
+
+async def main(args: argparse.Namespace) -> None:
+    results: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.only in (None, "sqlite"):
+            results["sqlite"] = await measure("sqlite", str(Path(tmp) / "bench.db"), args)
+    if args.only in (None, "postgresql"):
+        import asyncpg
+
+        schema = f"rt_bench_{uuid.uuid4().hex[:8]}"
+        admin = await asyncpg.connect(args.pg)
+        await admin.execute(f"CREATE SCHEMA {schema}")
+        try:
+            sep = "&" if "?" in args.pg else "?"
+            results["postgresql"] = await measure("postgresql", f"{args.pg}{sep}search_path={schema}", args)
+        finally:
+            await admin.execute(f"DROP SCHEMA {schema} CASCADE")
+            await admin.close()
+    print(f"{args.groups} groups x {args.agents} agents, {args.rows} rows; {os.cpu_count()} CPUs")
+    print(f"{'':12}{'turn (ms)':>10}{'read p50':>10}{'read p95':>10}{'turns/s 1p':>12}{'turns/s 2p':>12}")
+    for kind, r in results.items():
+        print(f"{kind:12}{r['turn_ms']:10.2f}{r['read_p50_ms']:10.2f}{r['read_p95_ms']:10.2f}"
+              f"{r['turns_s_1proc']:12.0f}{r['turns_s_2proc']:12.0f}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--groups", type=int, default=50)
+    parser.add_argument("--agents", type=int, default=8)
+    parser.add_argument("--rows", type=int, default=20000)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--pg", default=os.environ.get("ROUNDTABLE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test"))
+    parser.add_argument("--only", choices=("sqlite", "postgresql"))
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--ids", help=argparse.SUPPRESS)
+    parsed = parser.parse_args()
+    if parsed.worker:
+        worker(parsed.worker, [int(i) for i in parsed.ids.split(",")], parsed.seconds)
+    else:
+        asyncio.run(main(parsed))
