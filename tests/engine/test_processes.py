@@ -1,0 +1,69 @@
+"""Two engine processes on one database (SQLite and PostgreSQL), both posting into one group:
+the owner answers every question exactly once; `kill -9` of the owner mid-run, and the other
+process takes the group over (its holder's pid is gone), re-runs the cut-off turn and finishes:
+nothing lost, nothing posted twice."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+from bot.core.models import GroupSettings
+from tests.fakes.databases import Place
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def spawn(place: Place, name: str, posts: int, delay: float) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.fakes.engine_process", place.target, name, "--posts", str(posts),
+        "--delay", str(delay), cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+async def line(proc: asyncio.subprocess.Process, starts: str) -> str:
+    assert proc.stdout is not None
+    while True:
+        text = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
+        assert text, f"the process ended before printing {starts!r}"
+        if text.startswith(starts):
+            return text
+
+
+async def test_kill_9_of_the_owner_mid_run_and_the_other_process_finishes_exactly_once(place: Place) -> None:
+    async with await place.open() as store:
+        group = await store.create_group("console:main", "main", GroupSettings(mode="tags"))
+        await store.add_agent(group.id, "planner", "plans", "You plan.")
+    owner = await spawn(place, "a", posts=2, delay=1.0)
+    other = None
+    try:
+        assert "owner=True" in await line(owner, "started")
+        other = await spawn(place, "b", posts=2, delay=0.05)
+        assert "owner=False" in await line(other, "started")
+        await line(owner, "calling 2")  # its second turn is in flight (b's questions are stored by now)
+        await line(other, "posted")
+        owner.send_signal(signal.SIGKILL)
+        await owner.wait()
+        await line(other, "all answered")
+        assert await asyncio.wait_for(other.wait(), 30) == 0
+    finally:
+        for proc in (owner, other):
+            if proc is not None and proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+    rows = await place.fetch("SELECT seq, author_type, text FROM messages ORDER BY seq")
+    questions = [text for _, kind, text in rows if kind == "user"]
+    assert sorted(questions) == sorted(f"@planner question {n}-{i}" for n in "ab" for i in range(2))
+    runs = await place.fetch("SELECT snapshot_seq, status, posted_seq FROM runs ORDER BY id")
+    assert [status for _, status, _ in runs].count("interrupted") == 1  # the turn the kill cut off
+    posted = [(snapshot, seq) for snapshot, status, seq in runs if status == "posted"]
+    assert [s for s, _ in posted] == sorted({s for s, _ in posted})  # no snapshot answered twice
+    replies = [text for _, kind, text in rows if kind == "agent"]
+    assert len(replies) == len(set(replies)) == len(posted)  # every reply from its own run, none twice
+    assert any(text.startswith("planner answers b#") for text in replies)  # the survivor finished the work
+    latest = rows[-1][0]
+    assert await place.fetch("SELECT delivered_through FROM agents") == [(latest,)]
+    assert await place.fetch("SELECT COUNT(*) FROM messages WHERE confirmed = 0") == [(0,)]

@@ -1,0 +1,78 @@
+"""An engine in a process of its own, for tests of several processes on one database:
+
+    python -m tests.fakes.engine_process TARGET NAME --posts 3 [--delay 0.4]
+
+Opens the store at TARGET, runs an engine over the group `console:main` (scope `console:main`,
+a scripted model whose planner takes `--delay` seconds a call and answers "planner answers
+NAME#k"), posts `--posts` messages "@planner question NAME-i" a little apart, then waits until
+every row of the group is delivered and confirmed, and exits 0. Leases are kept every 0.1 s.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import os
+import sys
+from typing import Any, Sequence
+
+from bot.adapters.tokens import make_token_counter
+from bot.core.engine import Engine
+from bot.core.models import ChatMessage, Completion
+from bot.core.outbox import RetryPolicy
+from storage import open_store
+from tests.fakes.scripted_llm import ScriptedLLM, kind_of
+from tests.fakes.surface import RecordingSurface
+
+
+class SlowLLM(ScriptedLLM):
+    delay: float = 0.0
+
+    async def complete(self, messages: Sequence[ChatMessage], **kwargs: Any) -> Completion:
+        if kind_of(messages)[0] == "participant":
+            print(f"calling {len(self.participant_order) + 1}", flush=True)
+            await asyncio.sleep(self.delay)
+        return await super().complete(messages, **kwargs)
+
+
+async def main(target: str, name: str, posts: int, delay: float) -> int:
+    calls = itertools.count(1)
+    llm = SlowLLM(default_agent_reply=lambda agent, n: f"{agent} answers {name}#{next(calls)}")
+    llm.delay = delay
+    store = await open_store(target)
+    engine = Engine(store, llm, RecordingSurface(), make_token_counter(), scope="console:main",
+                    retry=RetryPolicy(first=0.02, factor=2.0, cap=0.2))
+    engine.ownership.tick = 0.1
+    store.owner_label = f"engine {name}"
+    try:
+        await engine.start()
+        group = await store.find_group("console:main")
+        assert group is not None
+        print(f"started pid {os.getpid()} owner={engine.owns(group.id)}", flush=True)
+        for i in range(posts):
+            await engine.post_user_message(await store.get_group(group.id), author_name=name, user_id=name,
+                                           text=f"@planner question {name}-{i}")
+            await asyncio.sleep(0.05)
+        print("posted", flush=True)
+        while True:
+            group = await store.get_group(group.id)
+            agents = await store.list_agents(group.id)
+            if all(a.delivered_through == group.latest_seq for a in agents) and \
+                    not await store.unconfirmed_messages(group.id):
+                break
+            await asyncio.sleep(0.05)
+        print("all answered", flush=True)
+        return 0
+    finally:
+        await engine.close()
+        await store.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("target")
+    parser.add_argument("name")
+    parser.add_argument("--posts", type=int, default=3)
+    parser.add_argument("--delay", type=float, default=0.0)
+    args = parser.parse_args()
+    sys.exit(asyncio.run(main(args.target, args.name, args.posts, args.delay)))
