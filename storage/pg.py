@@ -98,6 +98,12 @@ def _pg_sql(sql: str) -> str:
     return numbered(sql)
 
 
+def _args(params: Params) -> list[Any]:
+    """PostgreSQL's text cannot hold NUL (SQLite's can): it is stored as U+FFFD, so a message
+    carrying one is kept rather than refused on every retry."""
+    return [p.replace("\x00", "\ufffd") if isinstance(p, str) and "\x00" in p else p for p in params]
+
+
 async def _keep_session(conn: Any) -> None:
     """A connection back in the pool keeps its session: the store leaves nothing in it (no
     LISTEN, no session locks or settings), and asyncpg still rolls back an open transaction.
@@ -111,25 +117,25 @@ class PgDb:
         self.conn = conn
 
     async def one(self, sql: str, params: Params = ()) -> Row | None:
-        row: Row | None = await self.conn.fetchrow(_pg_sql(sql), *params)
+        row: Row | None = await self.conn.fetchrow(_pg_sql(sql), *_args(params))
         return row
 
     async def all(self, sql: str, params: Params = ()) -> list[Row]:
-        return list(await self.conn.fetch(_pg_sql(sql), *params))
+        return list(await self.conn.fetch(_pg_sql(sql), *_args(params)))
 
     async def exec(self, sql: str, params: Params = ()) -> int:
-        status = await self.conn.execute(_pg_sql(sql), *params)  # e.g. "UPDATE 3", "INSERT 0 1"
+        status = await self.conn.execute(_pg_sql(sql), *_args(params))  # e.g. "UPDATE 3", "INSERT 0 1"
         last = str(status).rpartition(" ")[2]
         return int(last) if last.isdigit() else 0
 
     async def insert(self, sql: str, params: Params = ()) -> int:
-        new_id = await self.conn.fetchval(_pg_sql(sql) + " RETURNING id", *params)
+        new_id = await self.conn.fetchval(_pg_sql(sql) + " RETURNING id", *_args(params))
         if new_id is None:
             raise StoreError("database error: insert returned no row id")
         return int(new_id)
 
     async def exec_many(self, sql: str, rows: Sequence[Params]) -> None:
-        await self.conn.executemany(_pg_sql(sql), rows)
+        await self.conn.executemany(_pg_sql(sql), [_args(row) for row in rows])
 
 
 class PostgresBackend:

@@ -241,6 +241,12 @@ async def test_bad_appends_are_refused(store: SqlStore, group_id: int) -> None:
     assert (await store.get_group(group_id)).latest_seq == 0
 
 
+async def test_a_nul_in_a_message_is_kept_not_refused(store: SqlStore, group_id: int, place: Place) -> None:
+    stored, _ = await store.append_user_message(group_id, user("a\x00b"))
+    shown = "a\x00b" if place.kind == "sqlite" else "a\ufffdb"  # PostgreSQL's text cannot hold NUL
+    assert (await store.get_message(group_id, stored.seq)).text == shown
+
+
 # episodes -----------------------------------------------------------------
 
 
