@@ -24,6 +24,7 @@ from bot.core.ownership import LEASE_TTL, Ownership
 from bot.core.ports import LLM, Store, Surface, TokenCounter
 from bot.core.pricing import DEFAULT_PRICES, Price
 from bot.core.prompts import SYSTEM_AUTHOR, thread_line
+from bot.core.shards import Shards
 from bot.core.spending import budget_reached_notice, month_cost
 from bot.core.stop import strip_terminate
 from bot.core.tags import parse_tags, with_agents
@@ -42,11 +43,12 @@ class Engine:
     def __init__(
         self, store: Store, llm: LLM, surface: Surface, counter: TokenCounter, *, selector_model: str | None = None,
         scope: str = "", retry: RetryPolicy | None = None, lease_ttl: float = LEASE_TTL,
-        prices: Mapping[str, Price] | None = None,
+        prices: Mapping[str, Price] | None = None, shards: Shards | None = None,
     ) -> None:
         """`scope`: the groups this process may run: a group key, or a key prefix ending
         in ':' ("discord:"); "" means every group in the store. `prices`: per model, for
-        usage and budgets (default: `bot.core.pricing.DEFAULT_PRICES`)."""
+        usage and budgets (default: `bot.core.pricing.DEFAULT_PRICES`). `shards`: the bot
+        runs as shards and this process serves those (only their guilds' groups)."""
         self.store = store
         self.prices: Mapping[str, Price] = DEFAULT_PRICES if prices is None else prices
         self.llm = llm
@@ -54,7 +56,7 @@ class Engine:
         self.counter = counter
         self.selector_model = selector_model
         self.retry = retry or RetryPolicy()
-        self.ownership = Ownership(self, scope, ttl=lease_ttl)
+        self.ownership = Ownership(self, scope, ttl=lease_ttl, shards=shards)
         self._dispatchers: dict[int, GroupDispatcher] = {}
         self._outboxes: dict[int, Outbox] = {}
         self._locks: dict[int, asyncio.Lock] = {}

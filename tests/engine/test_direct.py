@@ -5,8 +5,7 @@ import asyncio
 
 import pytest
 
-from bot.core.errors import Busy, UserFacingError
-from bot.core.errors import LLMTimeout
+from bot.core.errors import Busy, LLMTimeout, UserFacingError
 from tests.fakes.scripted_llm import ScriptedLLM
 
 
