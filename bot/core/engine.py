@@ -171,6 +171,11 @@ class Engine:
                     return
         await asyncio.wait_for(idle(), timeout)
 
+    @property
+    def running_runs(self) -> int:
+        """Runs (group or direct) in flight in this process."""
+        return len(self._holders)
+
     def agent_lock(self, agent_id: int) -> asyncio.Lock:
         return self._locks.setdefault(agent_id, asyncio.Lock())
 

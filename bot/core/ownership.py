@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from bot.core.errors import StoreError
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 
 LEASE_TTL = 30.0
 KEEP_EVERY = 2.0
+HEALTH_EVERY = 60.0  # seconds between two health lines in the log
 
 
 class Ownership:
@@ -40,6 +42,7 @@ class Ownership:
         self._seen: dict[int, int] = {}  # latest seq of each owned group at the last look
         self._claims: dict[int, asyncio.Task[object]] = {}
         self._claiming: dict[int, asyncio.Lock] = {}
+        self._health_at = time.monotonic()
 
     def mine(self, group: Group) -> bool:
         """Whether this process may run `group`: in its scope and, when the bot runs as
@@ -116,7 +119,8 @@ class Ownership:
             for group_id in sorted(self.owned - held):
                 log.warning("group=%s: another process took it over; stopping it here", group_id)
                 self.engine.drop(group_id)
-        for group in await store.list_groups():
+        groups = await store.list_groups()
+        for group in groups:
             if not self.mine(group):
                 continue
             if group.id not in self.owned:
@@ -124,3 +128,19 @@ class Ownership:
             elif self._seen.get(group.id) != group.latest_seq:
                 self._seen[group.id] = group.latest_seq
                 self.engine.wake(group.id)  # new rows, perhaps written by another process
+        if time.monotonic() - self._health_at >= HEALTH_EVERY:
+            self._health_at = time.monotonic()
+            log.info("%s", await self.health(groups))
+
+    async def health(self, groups: list[Group]) -> str:
+        """One line for the log: the groups led here, the leases elsewhere, the queue depth."""
+        mine = [g for g in groups if self.mine(g)]
+        led = [g for g in mine if g.id in self.owned]
+        behind = 0
+        for group in led:
+            behind += sum(1 for a in await self.engine.store.list_agents(group.id, enabled_only=True)
+                          if a.delivered_through < group.latest_seq)
+        where = f" ({self.shards})" if self.shards is not None else ""
+        return (f"health{where}: leading {len(led)} of {len(mine)} groups in scope, "
+                f"{len(mine) - len(led)} led elsewhere; {behind} agent deliveries pending; "
+                f"{self.engine.running_runs} runs in flight")
