@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Sequence
 from bot.core.errors import LeaseLost, LLMError, UserFacingError
 from bot.core.models import Agent, ChatMessage, Group, Message, NewMessage, RunResult, Usage
 from bot.core.prompts import system_message, thread_line
+from bot.core.spending import budget_refusal, month_cost
 from bot.core.stop import ends_with_terminate, guard_impersonation, strip_terminate
 from bot.core.tags import parse_tags
 from bot.core.turn import TurnOutcome, cache_key, others_in
@@ -71,6 +72,11 @@ class DirectRuns:
         store = engine.store
         if not agent.enabled:
             raise UserFacingError(f"{agent.name} is disabled; an admin can turn it back on with /agent enable.")
+        budget = group.settings.monthly_budget
+        if budget:  # a direct run spends the group's money too
+            cost = await month_cost(store, group, engine.prices)
+            if cost >= budget:
+                raise UserFacingError(budget_refusal(cost, budget))
         async with engine.holding(agent, "a direct run"):
             group = await store.get_group(group.id)
             snapshot = group.latest_seq
