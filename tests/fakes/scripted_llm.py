@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from bot.core.errors import LLMError
-from bot.core.models import ChatMessage, Completion, Usage
+from bot.core.models import ChatMessage, Completion, Tool, Usage
 
 SELECTOR_MARK = "You are coordinating a group chat. Choose who speaks next."
 _PARTICIPANT = re.compile(r"^You are (\S+), the .* in a group chat working on the task below\.$", re.MULTILINE)
@@ -38,6 +38,12 @@ class ScriptedLLM:
     usage: Usage = field(default_factory=lambda: Usage(100, 20, 10))
     history: list[tuple[str, str | None, list[ChatMessage]]] = field(default_factory=list)
     gate: asyncio.Event | None = None  # when set, participant calls wait for it
+    tools_reason: str | None = None  # tools_refusal's answer (None: every model takes tool calls)
+    tools_asked: list[str | None] = field(default_factory=list)
+
+    async def tools_refusal(self, model: str | None) -> str | None:
+        self.tools_asked.append(model)
+        return self.tools_reason
 
     @property
     def participant_order(self) -> list[str]:
@@ -45,7 +51,7 @@ class ScriptedLLM:
 
     async def complete(self, messages: Sequence[ChatMessage], *, model: str | None = None,
                        max_tokens: int | None = None, logprobs: bool = False,
-                       cache_key: str | None = None) -> Completion:
+                       cache_key: str | None = None, tools: Sequence[Tool] | None = None) -> Completion:
         kind, name = kind_of(messages)
         self.history.append((kind, name, list(messages)))
         if kind == "selector":
