@@ -46,6 +46,9 @@ def test_memory_section_stays_within_its_budget():
     assert f"({300 - len(kept)} older notes dropped)" in block
 
 
+EMPTY = 'error: the note is empty; call memory_write with a short note in "note".'
+
+
 def call(arguments: str, name: str = "memory_write") -> ToolCall:
     return ToolCall("call_1", name, arguments)
 
@@ -56,9 +59,9 @@ def call(arguments: str, name: str = "memory_write") -> ToolCall:
     (call(json.dumps({"note": "x" * (NOTE_MAX + 1)})), None,
      f"error: the note is {NOTE_MAX + 1} characters long; the limit is {NOTE_MAX}. "
      "Call memory_write again with a shorter note."),
-    (call(json.dumps({"note": "   "})), None, 'error: the note is empty; call memory_write with a short note in "note".'),
-    (call("{}"), None, 'error: the note is empty; call memory_write with a short note in "note".'),
-    (call(json.dumps({"note": 42})), None, 'error: the note is empty; call memory_write with a short note in "note".'),
+    (call(json.dumps({"note": "   "})), None, EMPTY),
+    (call("{}"), None, EMPTY),
+    (call(json.dumps({"note": 42})), None, EMPTY),
     (call("not json"), None,
      "error: the arguments must be a JSON object such as {\"note\": \"...\"}; got 'not json'."),
     (call("[1]"), None, "error: the arguments must be a JSON object such as {\"note\": \"...\"}; got '[1]'."),
