@@ -3,15 +3,19 @@ tool calls (FakeOpenAI), the real engine and a real SQLite file."""
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+from pathlib import Path
 from typing import Any, AsyncIterator
 
+import jsonschema
 import pytest
 
 from bot.adapters.openai_llm import OpenAILLM
 from bot.adapters.tokens import make_token_counter
 from bot.core.admin import Admin
 from bot.core.errors import UserFacingError
+from bot.core.export import write_export
 from bot.core.memory import MAX_TOOL_STEPS, REMINDER
 from bot.core.models import Run
 from tests.fakes.openai_server import (
@@ -25,6 +29,7 @@ from tests.fakes.openai_server import (
 )
 
 NOTE = "Alice wants trains, not planes; budget $1,500."
+SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "docs" / "export-schema.json").read_text())
 
 
 def write(note: str = NOTE, text: str = "") -> Reply:
@@ -114,6 +119,11 @@ async def test_never_writes_is_memory_skipped(harness):
         assert run.status == "posted" and run.memory_skipped is True
         stored = (await h.store.runs_by_id([run.id]))[run.id]
         assert stored.memory_skipped is True
+        out = io.StringIO()
+        await write_export(h.store, h.group, "json", out.write)
+        exported = json.loads(out.getvalue())
+        jsonschema.Draft202012Validator(SCHEMA).validate(exported)
+        assert [r["memory_skipped"] for r in exported["runs"]] == [True]
     assert len(planner_calls(srv)) == 2  # one reminder, one more step: no more
 
 
@@ -207,3 +217,22 @@ async def test_memory_cannot_be_turned_on_without_tool_calls(harness, script, re
             await Admin(h.engine).edit_agent(h.group, "planner", memory=True)
         assert str(info.value) == reason
         assert (await h.store.find_agent(h.group.id, "planner")).memory is False  # nothing changed
+
+
+async def test_an_agent_with_memory_on_keeps_its_model_when_the_new_one_takes_no_tool_calls(harness):
+    script = GroupChatScript()
+    async with group(harness, script) as (srv, h):  # memory turned on: fake-model takes tool calls
+        script.takes_tools = False
+        admin = Admin(h.engine)
+        with pytest.raises(UserFacingError) as info:
+            await admin.edit_agent(h.group, "planner", model="tiny-model")
+        assert str(info.value) == ("planner keeps its model: memory is on for it, and model tiny-model answered "
+                                   "without the tool call it was asked for, so it does not take tool calls; "
+                                   "memory needs them.")
+        agent = await h.store.find_agent(h.group.id, "planner")
+        assert (agent.model, agent.memory) == (None, True)
+        assert await admin.edit_agent(h.group, "planner", memory=False) == "Updated planner: memory is off."
+        assert await admin.edit_agent(h.group, "planner", model="tiny-model") == "Updated planner."
+        assert await admin.edit_agent(h.group, "planner", memory=False) == "Memory is already off for planner."
+    probes = [r["model"] for r in srv.requests if "tool_choice" in r]
+    assert probes == ["fake-model", "tiny-model"]  # turning memory off, or a model change with it off, asks nothing
