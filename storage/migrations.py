@@ -241,6 +241,20 @@ CREATE INDEX runs_group_snapshot ON runs(group_id, snapshot_seq);
 CREATE INDEX episodes_group_task ON episodes(group_id, task_seq);
 """
 
+M006_AGENT_MEMORY = """
+-- Memory (per agent, off by default): the notes it saved with memory_write, and, per run,
+-- whether a run with memory on ended without one (NULL: memory was off).
+ALTER TABLE agents ADD COLUMN memory INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE agent_notes (
+    id INTEGER PRIMARY KEY,
+    agent_id INTEGER NOT NULL REFERENCES agents(id),
+    created_at REAL NOT NULL,
+    text TEXT NOT NULL
+);
+CREATE INDEX agent_notes_agent ON agent_notes(agent_id);
+ALTER TABLE runs ADD COLUMN memory_skipped INTEGER;
+"""
+
 M008_AGENT_ROWS = """
 -- The newest agent row before a point (the rotation's last speaker) without walking back over people's rows.
 CREATE INDEX messages_agent_rows ON messages(group_id, seq) WHERE author_type = 'agent';
@@ -252,7 +266,8 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (3, "people's names, catch-up summaries", M003_PEOPLE_AND_SUMMARIES),
     (4, "running token sums", _m004_fill_token_positions),
     (5, "models of runs and decisions (prices), calls of summaries, record indexes", M005_MODELS_FOR_PRICES),
-    (8, "index of agent rows", M008_AGENT_ROWS),  # 6 and 7 were taken by work in flight (memory, schedules)
+    (6, "agent memory", M006_AGENT_MEMORY),
+    (8, "index of agent rows", M008_AGENT_ROWS),  # 7 (schedules) was taken by work in flight
 ]
 
 _CREATE_LEDGER = """

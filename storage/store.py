@@ -4,8 +4,9 @@ This module owns groups, the roster and the message log (seq allocation,
 streak, episodes opened by user posts, agent cursors, what reached the
 surface, the ingest watermark). Decisions, episodes, usage, webhooks and read
 cursors live in `storage.ledger`; runs in `storage.run`; leases in
-`storage.lease`; the record read in pages (exports) in `storage.record`; the
-connection, lock, transactions and appends in `storage.base`.
+`storage.lease`; the record read in pages (exports) in `storage.record`;
+agents' notes (memory) in `storage.notes`; the connection, lock, transactions
+and appends in `storage.base`.
 
 Usage::
 
@@ -23,15 +24,16 @@ import aiosqlite
 from bot.core.errors import InvalidInput
 from bot.core.models import Agent, Episode, Group, GroupSettings, Message, NewMessage, token_cost
 from bot.core.validation import check_name_free
+from storage.notes import NotesMixin
 from storage.record import RecordMixin
 from storage.rows import dumps, settings_to_json, to_agent, to_group, to_message, unique
 
 log = logging.getLogger(__name__)
 
-AGENT_FIELDS = ("name", "role", "system_prompt", "model", "avatar_url", "enabled", "position")
+AGENT_FIELDS = ("name", "role", "system_prompt", "model", "avatar_url", "enabled", "position", "memory")
 
 
-class SqliteStore(RecordMixin):
+class SqliteStore(NotesMixin, RecordMixin):
     """Implements `bot.core.ports.Store`. Open with `await SqliteStore.open(path)`."""
 
     # groups -------------------------------------------------------------
@@ -147,15 +149,16 @@ class SqliteStore(RecordMixin):
             return to_agent(await self._agent_row(db, agent_id))
 
     async def update_agent(self, agent_id: int, **fields: object) -> Agent:
-        """Change any of name, role, system_prompt, model, avatar_url, enabled, position."""
+        """Change any of name, role, system_prompt, model, avatar_url, enabled, position, memory."""
         unknown = sorted(set(fields) - set(AGENT_FIELDS))
         if unknown:
             raise InvalidInput(f"an agent has no field {unknown[0]!r}; use {', '.join(AGENT_FIELDS)}")
         changes = dict(fields)
         if "name" in changes:
             changes["name"] = _clean_name(str(changes["name"]))
-        if "enabled" in changes:
-            changes["enabled"] = int(bool(changes["enabled"]))
+        for flag in ("enabled", "memory"):
+            if flag in changes:
+                changes[flag] = int(bool(changes[flag]))
         if "position" in changes and not isinstance(changes["position"], int):
             raise InvalidInput(f"position must be a whole number, not {changes['position']!r}")
         async with self._write() as db:

@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply
+from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply, tool_call
 
 ROUNDTABLE = str(Path(sys.executable).parent / "roundtable")  # the installed console script
 
@@ -284,3 +284,26 @@ async def test_ask_in_the_console_privately_then_posted(tmp_path):
     assert lines.count("[planner] Posted plan: Asakusa, Ueno.") == 1
     assert "planner's answer is posted in the group: #1" in lines
     assert "alice asks you (planner) directly" in srv.requests[0]["messages"][-1]["content"]
+
+
+async def test_memory_in_the_console(tmp_path):
+    note = "Alice travels by train."
+    script = GroupChatScript(agents={"planner": [Reply(tool_calls=[tool_call("memory_write", note=note)]),
+                                                 "Day 1: the train to Kyoto."]})
+    session = ('/agent add name:planner role:plans prompt:"You plan."\n/roundtable config mode:tags\n'
+               "/agent edit name:planner memory:on\n@planner plan Kyoto\n")
+    later = ("/agent memory show name:planner\n/agent show name:planner\n/agent memory clear name:planner\n"
+             "/agent memory show name:planner\n")
+    async with FakeOpenAI(script) as srv:
+        code, out, err = await run_console(tmp_path, srv.base_url, session)
+        assert code == 0, err
+        assert "Updated planner: memory is on." in out.splitlines()
+        assert "[planner] Day 1: the train to Kyoto." in out.splitlines()
+        code, out, err = await run_console(tmp_path, srv.base_url, later)
+    assert code == 0, err
+    lines = out.splitlines()
+    start = lines.index("Memory of planner")
+    assert lines[start + 1] == "1 note, newest first; memory is on."
+    assert lines[start + 2].startswith("  ") and lines[start + 2].endswith(f" UTC: {note}")
+    assert "  memory: on, 1 note" in lines
+    assert lines[-2:] == ["Cleared 1 note of planner.", "planner has no notes (memory is on)."]

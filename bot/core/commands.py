@@ -44,6 +44,7 @@ class Option:
     choices: tuple[str, ...] = ()
     max_length: int | None = None
     surfaces: frozenset[str] = frozenset({"discord", "console"})
+    slow: bool = False  # giving it makes a model call (as `Command.slow`)
 
 
 class Caller(Protocol):
@@ -126,6 +127,10 @@ class Command:
     @property
     def name(self) -> str:
         return " ".join(self.path)
+
+    def is_slow(self, given: Mapping[str, object]) -> bool:
+        """Whether this call makes a model call: the command always does, or a slow option is given."""
+        return self.slow or any(o.slow and given.get(o.name) is not None for o in self.options)
 
     def options_for(self, surface: str) -> tuple[Option, ...]:
         return tuple(o for o in self.options if surface in o.surfaces)
@@ -222,14 +227,16 @@ async def _edit(inv: Invocation) -> Reply | None:
         v.role(changes["role"])  # checked before a form opens for the prompt
     v.model(changes["model"])
     v.avatar_url(changes["avatar"])
+    memory = inv.get("memory")
     prompt = inv.text("prompt")
-    if prompt is None:
+    if prompt is None and memory is None:  # turning memory on or off never opens the prompt
         prompt = await inv.caller.ask_text(f"System prompt for {agent.name}", agent.system_prompt)
         if prompt is None:
             return None
     if changes["avatar"] is None and inv.get("avatar_image") is not None:
         changes["avatar"] = await inv.caller.keep_image(inv.get("avatar_image"), f"{agent.name}'s picture")
-    return await inv.admin.edit_agent(inv.group, agent.name, prompt=prompt, **changes)
+    return await inv.admin.edit_agent(inv.group, agent.name, prompt=prompt,
+                                      memory=None if memory is None else bool(memory), **changes)
 
 
 def _agent_verb(verb: Callable[[Admin, Group, str], Awaitable[Reply]]) -> Handler:
@@ -355,6 +362,8 @@ COMMANDS: tuple[Command, ...] = (
         Option("model", "its model (empty: the bot's)", max_length=v.MODEL_MAX),
         Option("avatar", "the URL of its picture", max_length=v.URL_MAX),
         AVATAR_IMAGE,
+        Option("memory", "on: it saves notes with memory_write and sees them in later runs", "boolean",
+               slow=True),  # turning it on asks the model whether it takes tool calls
     ), who="operators"),
     Command(("agent", "rename"), "Give an agent a new name (its old messages keep the old one)",
             lambda inv: inv.admin.rename_agent(inv.group, inv.text("name") or "", inv.text("new_name") or ""),
@@ -368,6 +377,10 @@ COMMANDS: tuple[Command, ...] = (
             _agent_verb(lambda a, g, n: a.set_enabled(g, n, False)), (AGENT,), who="operators"),
     Command(("agent", "show"), "An agent's settings and system prompt", _agent_verb(Admin.show_agent), (AGENT,)),
     Command(("agent", "list"), "The roster", lambda inv: inv.admin.list_agents(inv.group)),
+    Command(("agent", "memory", "show"), "An agent's memory notes, newest first",
+            _agent_verb(Admin.show_memory), (AGENT,), who="operators"),
+    Command(("agent", "memory", "clear"), "Delete every memory note of an agent",
+            _agent_verb(Admin.clear_memory), (AGENT,), who="operators"),
     Command(("unread",), "How many messages you have not read here, and which of them tag you", _unread),
     Command(("inbox",), "The messages that tag you, in every group of this server", _inbox, needs_group=False),
     Command(("read",), "Mark everything here read", lambda inv: inv.admin.reading.read(inv.group, inv.caller.reader)),

@@ -20,10 +20,12 @@ from bot.core.models import (
     GroupSettings,
     Message,
     NewMessage,
+    Note,
     Run,
     RunResult,
     Spend,
     Summary,
+    Tool,
     Usage,
 )
 
@@ -43,13 +45,20 @@ class LLM(Protocol):
         max_tokens: int | None = None,
         logprobs: bool = False,
         cache_key: str | None = None,
+        tools: Sequence[Tool] | None = None,
     ) -> Completion:
         """One chat completion. Raises `LLMError` subclasses; never other errors.
 
         `model=None` means the adapter's default agent model. `cache_key` names the
         caller whose prompts share prefixes (sent as `prompt_cache_key` where the
-        endpoint takes it; ignored otherwise).
+        endpoint takes it; ignored otherwise). With `tools`, the model may answer with
+        `Completion.tool_calls` instead of (or besides) text; without, no tools are offered.
         """
+        ...
+
+    async def tools_refusal(self, model: str | None) -> str | None:
+        """None when `model` (None: the default) takes tool calls; else one line saying why
+        not, or that it could not be checked. Never raises."""
         ...
 
 
@@ -142,7 +151,7 @@ class Store(Protocol):
         ...
 
     async def update_agent(self, agent_id: int, **fields: object) -> Agent:
-        """Change any of name, role, system_prompt, model, avatar_url, enabled, position."""
+        """Change any of name, role, system_prompt, model, avatar_url, enabled, position, memory."""
         ...
 
     async def remove_agent(self, agent_id: int) -> None:
@@ -161,6 +170,21 @@ class Store(Protocol):
 
     async def set_delivered_through(self, agent_id: int, seq: int) -> None:
         """Move the agent's cursor forward to `seq` (never backwards)."""
+        ...
+
+    # an agent's memory ----------------------------------------------------
+    async def add_note(self, agent_id: int, text: str) -> Note:
+        """Keep a note the agent saved with memory_write."""
+        ...
+
+    async def notes(self, agent_id: int, *, limit: int | None = None) -> list[Note]:
+        """The agent's notes, oldest first: all of them, or the newest `limit`."""
+        ...
+
+    async def note_count(self, agent_id: int) -> int: ...
+
+    async def clear_notes(self, agent_id: int) -> int:
+        """Delete every note of the agent; return how many there were."""
         ...
 
     # messages -----------------------------------------------------------

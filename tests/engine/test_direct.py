@@ -139,3 +139,16 @@ async def test_a_direct_run_spends_the_budget_and_is_refused_once_it_is_reached(
         with pytest.raises(UserFacingError, match=r"reached the monthly budget of \$0\.20"):
             await harness.engine.ask(group, planner, "one more?", asker="alice")
         assert [k for k, _, _ in llm.history] == ["direct"]
+
+
+async def test_a_direct_run_reads_the_agents_notes_but_writes_none(harness):
+    llm = ScriptedLLM(direct={"planner": ["From my notes: Asakusa."]})
+    async with harness.running(llm):
+        planner = await agent(harness, "planner")
+        planner = await harness.store.update_agent(planner.id, memory=True)
+        await harness.store.add_note(planner.id, "Alice prefers temples to shopping.")
+        await harness.engine.ask(harness.group, planner, "what do you remember?", asker="alice")
+        system = llm.history[-1][2][0].content
+        assert system.startswith("You plan trips.") and "<memory>" in system
+        assert "- Alice prefers temples to shopping." in system
+        assert await harness.store.note_count(planner.id) == 1
