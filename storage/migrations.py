@@ -241,12 +241,36 @@ CREATE INDEX runs_group_snapshot ON runs(group_id, snapshot_seq);
 CREATE INDEX episodes_group_task ON episodes(group_id, task_seq);
 """
 
+M007_SCHEDULES = """
+-- An agent's routines (seed 002): every N seconds, or daily at HH:MM in a zone. A due row fires
+-- when next_run_at has passed; firing appends its task and moves next_run_at in one transaction.
+CREATE TABLE schedules (
+    id INTEGER PRIMARY KEY,
+    group_id INTEGER NOT NULL REFERENCES groups(id),
+    agent_id INTEGER NOT NULL REFERENCES agents(id),
+    every_seconds INTEGER,
+    at_time TEXT,
+    tz TEXT,
+    prompt TEXT NOT NULL,
+    next_run_at REAL NOT NULL,
+    last_run_at REAL,
+    created_by TEXT,
+    created_at REAL NOT NULL,
+    removed_at REAL,
+    CHECK ((every_seconds IS NULL) != (at_time IS NULL))
+);
+CREATE INDEX schedules_due ON schedules(next_run_at) WHERE removed_at IS NULL;
+CREATE INDEX schedules_group ON schedules(group_id) WHERE removed_at IS NULL;
+"""
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "create tables", M001_CREATE_TABLES),
     (2, "leases, ingest watermark, delivery problem", M002_OWNERSHIP_AND_CATCH_UP),
     (3, "people's names, catch-up summaries", M003_PEOPLE_AND_SUMMARIES),
     (4, "running token sums", _m004_fill_token_positions),
     (5, "models of runs and decisions (prices), calls of summaries, record indexes", M005_MODELS_FOR_PRICES),
+    # 6 is agent memory (a parallel branch); ids need only be unique and increasing.
+    (7, "schedules", M007_SCHEDULES),
 ]
 
 _CREATE_LEDGER = """

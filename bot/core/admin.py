@@ -20,6 +20,7 @@ from bot.core.export import file_name, plural, write_export
 from bot.core.models import Agent, Decision, Group, GroupSettings
 from bot.core.pricing import dollars
 from bot.core.reading import Reader, Reading
+from bot.core.schedule_verbs import ScheduleVerbs
 from bot.core.spending import budget_refusal, month_cost, usage_card
 
 CONFIG_FIELDS = {  # option name -> GroupSettings field
@@ -88,6 +89,7 @@ class Admin:
         self.store = engine.store
         self.reading = Reading(engine.store, engine.llm,
                                lambda group: group.settings.selector_model or engine.selector_model)
+        self.schedules = ScheduleVerbs(engine)
 
     async def setup(self, key: str, name: str, settings: GroupSettings, **ids: str | None) -> Group:
         group = await self.store.create_group(key, name, settings, **ids)

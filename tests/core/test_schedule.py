@@ -45,7 +45,9 @@ def test_parse_every_refuses(text, wording):
         parse_every(text)
 
 
-@pytest.mark.parametrize("text, normal", [("09:00", "09:00"), ("9:05", "09:05"), ("23:59", "23:59"), ("00:00", "00:00")])
+@pytest.mark.parametrize("text, normal", [
+    ("09:00", "09:00"), ("9:05", "09:05"), ("23:59", "23:59"), ("00:00", "00:00"),
+])
 def test_parse_at(text, normal):
     assert parse_at(text) == normal
 
