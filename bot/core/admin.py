@@ -156,6 +156,10 @@ class Admin:
             fields.append(Field("context", seen, inline=False))
         if group.delivery_problem:
             fields.append(Field("delivery problem", group.delivery_problem, inline=False))
+        upcoming = await self.store.next_schedule(group.id)
+        if upcoming is not None:
+            fields.append(Field("next schedule", f"#{upcoming.id} {await self.schedules.describe(upcoming)}",
+                                inline=False))
         if viewer is not None:
             fields.append(Field("unread for you", str(await self.reading.unread_count(group, viewer))))
         fields.extend(settings_fields(group.settings))

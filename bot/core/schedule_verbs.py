@@ -50,6 +50,11 @@ class ScheduleVerbs:
         title = f"Schedules of {agent.name}" if agent is not None else f"Schedules of {group.name}"
         return Card(title, fields=fields, footer="/agent schedule remove id:N removes one.", page_size=10)
 
+    async def describe(self, schedule: Schedule) -> str:
+        """'planner, every 2h; next run ...' (for /roundtable status)."""
+        names = {a.id: a.name for a in await self.store.list_agents(schedule.group_id)}
+        return f"{names.get(schedule.agent_id, '?')}, {when_line(schedule)}"
+
     async def remove(self, group: Group, schedule_id: int) -> str:
         schedule = await self.store.remove_schedule(group.id, schedule_id)
         names = {a.id: a.name for a in await self.store.list_agents(group.id)}
