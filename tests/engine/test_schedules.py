@@ -2,8 +2,14 @@
 from __future__ import annotations
 
 import asyncio
+import io
 
+import pytest
+
+from bot.core.errors import InvalidInput
+from bot.core.export import write_export
 from bot.core.models import Agent, Message
+from bot.core.replay import replay_message
 from bot.core.schedule import When
 from bot.core.scheduler import task_text
 from tests.engine.conftest import Harness
@@ -95,6 +101,23 @@ async def test_a_scheduled_run_tags_others_who_continue(harness: Harness) -> Non
         assert h.llm.participant_order == ["planner", "budget"]
         episode = await h.store.get_episode(fired[0].episode_id or 0)
         assert episode.task_seq == fired[0].seq and episode.status == "terminated" and episode.agent_turns == 2
+
+
+async def test_the_task_row_in_exports_and_replay(harness: Harness) -> None:
+    clock = FakeClock()
+    h = scheduled(harness, clock)
+    h.llm.agents = {"planner": ["Summary. TERMINATE"]}
+    async with h.running():
+        agent = await planner(h)
+        await h.store.add_schedule(agent.id, When(every_seconds=int(HOUR)), "sum up", next_run_at=T0 + HOUR)
+        clock.advance(HOUR)
+        [task] = await h.engine.scheduler.tick()
+        await h.idle()
+        out = io.StringIO()
+        await write_export(h.store, h.group, "md", out.write, now=clock.now)
+        assert f"**roundtable** (schedule) · #{task.seq}" in out.getvalue()
+        with pytest.raises(InvalidInput, match="a schedule's task"):
+            await replay_message(h.store, h.llm, h.group, task.seq, model=None)
 
 
 async def test_waits_while_paused_or_disabled_without_advancing(harness: Harness) -> None:
