@@ -17,7 +17,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from bot.core.errors import NotFound, StoreError
+from bot.core.errors import NotFound, RoundtableError, UserFacingError
 from bot.core.models import Message, NewMessage, Tags
 from bot.core.prompts import SYSTEM_AUTHOR, thread_line
 from bot.core.schedule import Schedule, format_time, next_after
@@ -51,7 +51,7 @@ class Scheduler:
         while True:
             try:
                 await self.tick()
-            except StoreError as exc:  # the database may be locked for a while: try again next tick
+            except RoundtableError as exc:  # the database may be locked for a while: try again next tick
                 log.warning("could not look at the schedules: %s", exc)
             await asyncio.sleep(self.interval)
 
@@ -63,7 +63,11 @@ class Scheduler:
             for schedule in await self.engine.store.due_schedules(now):
                 if not self.engine.owns(schedule.group_id):
                     continue  # another process runs that group (and its schedules)
-                message = await self._try(schedule, now)
+                try:
+                    message = await self._try(schedule, now)
+                except UserFacingError as exc:  # e.g. its time zone is gone from this host: the others go on
+                    self._wait(schedule, str(exc))
+                    continue
                 if message is not None:
                     fired.append(message)
             return fired
@@ -79,9 +83,7 @@ class Scheduler:
                   else f"{agent.name} is disabled" if not agent.enabled
                   else f"{agent.name} is busy" if self.engine.agent_lock(agent.id).locked() else None)
         if reason is not None:
-            if self._waiting.get(schedule.id) != reason:
-                log.info("group=%s schedule=%s is due but waits: %s", group.id, schedule.id, reason)
-            self._waiting[schedule.id] = reason
+            self._wait(schedule, reason)
             return None
         text = task_text(agent.name, schedule.prompt)
         task = NewMessage(author_type="system", author_name=SYSTEM_AUTHOR, text=text,
@@ -98,3 +100,9 @@ class Scheduler:
                  agent.name, format_time(following, schedule.when.tz))
         self.engine.wake(group.id)
         return message
+
+    def _wait(self, schedule: Schedule, reason: str) -> None:
+        """The schedule stays due (next_run_at unchanged); said once per reason, not every tick."""
+        if self._waiting.get(schedule.id) != reason:
+            log.info("group=%s schedule=%s is due but waits: %s", schedule.group_id, schedule.id, reason)
+        self._waiting[schedule.id] = reason

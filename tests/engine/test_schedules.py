@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 
 import pytest
 
@@ -51,7 +52,8 @@ def asked(h: Harness, name: str, text: str) -> int:
                if kind == "participant" and who == name and any(text in m.content for m in messages))
 
 
-async def test_due_while_busy_is_delayed_then_runs_once(harness: Harness) -> None:
+async def test_due_while_busy_is_delayed_then_runs_once(harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="bot.core.scheduler")
     clock = FakeClock()
     h = scheduled(harness, clock)
     h.llm.agents = {"planner": ["Day one: Asakusa.", "Today: we settled on Asakusa."]}
@@ -71,6 +73,8 @@ async def test_due_while_busy_is_delayed_then_runs_once(harness: Harness) -> Non
         waiting = await h.store.get_schedule(schedule.id)
         assert waiting.next_run_at == T0 + HOUR and waiting.last_run_at is None  # not advanced
         assert await tasks(h) == []  # not queued behind the run
+        waits = [r for r in caplog.records if "waits: planner is busy" in r.getMessage()]
+        assert len(waits) == 1 and waits[0].levelno == logging.INFO  # said once per delay, not every tick
 
         h.llm.gate.set()
         await h.idle()
@@ -139,6 +143,23 @@ async def test_waits_while_paused_or_disabled_without_advancing(harness: Harness
         assert len(await h.engine.scheduler.tick()) == 1
         await h.idle()
         assert asked(h, "planner", "sum up") == 1
+
+
+async def test_a_broken_schedule_waits_and_the_others_fire(harness: Harness) -> None:
+    clock = FakeClock()
+    h = scheduled(harness, clock)
+    h.llm.default_agent_reply = lambda name, n: "Done."
+    async with h.running():
+        agent = await planner(h)
+        broken = await h.store.add_schedule(agent.id, When(at_time="09:00", tz="Gone/Zone"), "x",
+                                            next_run_at=T0)  # a zone this host no longer knows
+        fine = await h.store.add_schedule(agent.id, When(every_seconds=int(HOUR)), "sum up", next_run_at=T0)
+        clock.advance(1)
+        fired = await h.engine.scheduler.tick()
+        assert [m.text for m in fired] == [task_text("planner", "sum up")]
+        assert (await h.store.get_schedule(broken.id)).next_run_at == T0  # still due, not lost
+        assert (await h.store.get_schedule(fine.id)).next_run_at == T0 + HOUR
+        await h.idle()
 
 
 async def test_removing_the_agent_removes_its_schedules(harness: Harness) -> None:
