@@ -23,16 +23,22 @@ def script() -> GroupChatScript:
 
 
 def synced(emu) -> dict[tuple[str, ...], dict]:
-    """Every synced slash command by path, sub-commands included."""
+    """Every synced slash command by path, sub-commands and those of sub-command groups included."""
     found: dict[tuple[str, ...], dict] = {}
+
+    def walk(path: tuple[str, ...], options: list[dict]) -> None:
+        for option in options:
+            if option["type"] == 1:  # a sub-command
+                found[(*path, option["name"])] = option
+            elif option["type"] == 2:  # a sub-command group (/agent schedule ...)
+                walk((*path, option["name"]), option.get("options", []))
+
     for cmd in emu.synced_commands[emu.guild_id]:
         if cmd["type"] != 1:
             continue
-        subs = [o for o in cmd["options"] if o["type"] == 1]
-        if not subs:
+        if not any(o["type"] in (1, 2) for o in cmd["options"]):
             found[(cmd["name"],)] = cmd
-        for sub in subs:
-            found[(cmd["name"], sub["name"])] = sub
+        walk((cmd["name"],), cmd["options"])
     return found
 
 
