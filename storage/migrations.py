@@ -255,6 +255,28 @@ CREATE INDEX agent_notes_agent ON agent_notes(agent_id);
 ALTER TABLE runs ADD COLUMN memory_skipped INTEGER;
 """
 
+M007_SCHEDULES = """
+-- An agent's routines (seed 002): every N seconds, or daily at HH:MM in a zone. A due row fires
+-- when next_run_at has passed; firing appends its task and moves next_run_at in one transaction.
+CREATE TABLE schedules (
+    id INTEGER PRIMARY KEY,
+    group_id INTEGER NOT NULL REFERENCES groups(id),
+    agent_id INTEGER NOT NULL REFERENCES agents(id),
+    every_seconds INTEGER,
+    at_time TEXT,
+    tz TEXT,
+    prompt TEXT NOT NULL,
+    next_run_at REAL NOT NULL,
+    last_run_at REAL,
+    created_by TEXT,
+    created_at REAL NOT NULL,
+    removed_at REAL,
+    CHECK ((every_seconds IS NULL) != (at_time IS NULL))
+);
+CREATE INDEX schedules_due ON schedules(next_run_at) WHERE removed_at IS NULL;
+CREATE INDEX schedules_group ON schedules(group_id) WHERE removed_at IS NULL;
+"""
+
 M008_AGENT_ROWS = """
 -- The newest agent row before a point (the rotation's last speaker) without walking back over people's rows.
 CREATE INDEX messages_agent_rows ON messages(group_id, seq) WHERE author_type = 'agent';
@@ -267,7 +289,8 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (4, "running token sums", _m004_fill_token_positions),
     (5, "models of runs and decisions (prices), calls of summaries, record indexes", M005_MODELS_FOR_PRICES),
     (6, "agent memory", M006_AGENT_MEMORY),
-    (8, "index of agent rows", M008_AGENT_ROWS),  # 7 (schedules) was taken by work in flight
+    (7, "schedules", M007_SCHEDULES),
+    (8, "index of agent rows", M008_AGENT_ROWS),
 ]
 
 _CREATE_LEDGER = """

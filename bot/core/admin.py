@@ -20,6 +20,7 @@ from bot.core.export import file_name, plural, when, write_export
 from bot.core.models import Agent, Decision, Group, GroupSettings
 from bot.core.pricing import dollars
 from bot.core.reading import Reader, Reading
+from bot.core.schedule_verbs import ScheduleVerbs
 from bot.core.spending import budget_refusal, month_cost, usage_card
 
 MEMORY_PAGE = 10  # notes per page where a surface pages (Discord)
@@ -91,6 +92,7 @@ class Admin:
         self.store = engine.store
         self.reading = Reading(engine.store, engine.llm,
                                lambda group: group.settings.selector_model or engine.selector_model)
+        self.schedules = ScheduleVerbs(engine)
 
     async def setup(self, key: str, name: str, settings: GroupSettings, **ids: str | None) -> Group:
         group = await self.store.create_group(key, name, settings, **ids)
@@ -157,6 +159,10 @@ class Admin:
             fields.append(Field("context", seen, inline=False))
         if group.delivery_problem:
             fields.append(Field("delivery problem", group.delivery_problem, inline=False))
+        upcoming = await self.store.next_schedule(group.id)
+        if upcoming is not None:
+            fields.append(Field("next schedule", f"#{upcoming.id} {await self.schedules.describe(upcoming)}",
+                                inline=False))
         if viewer is not None:
             fields.append(Field("unread for you", str(await self.reading.unread_count(group, viewer))))
         fields.extend(settings_fields(group.settings))

@@ -17,6 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Literal, Mapping, Protocol, Sequence
 
+from bot.core import schedule as sched
 from bot.core import validation as v
 from bot.core.admin import Admin
 from bot.core.card import Attachment, Reply
@@ -283,6 +284,19 @@ def long_answer(name: str, text: str, note: str) -> Attachment:
                       f"{name}'s answer is {len(text):,} characters long, so it is attached ({note}).")
 
 
+async def _schedule_add(inv: Invocation) -> Reply:
+    agent = await inv.admin.agent(inv.group, inv.text("name") or "")
+    return await inv.admin.schedules.add(inv.group, agent, every=inv.text("every"), at=inv.text("at"),
+                                         tz=inv.text("tz"), prompt=inv.text("prompt") or "",
+                                         created_by=inv.caller.reader.user_id)
+
+
+async def _schedule_list(inv: Invocation) -> Reply:
+    name = inv.text("name")
+    agent = None if name is None else await inv.admin.agent(inv.group, name)
+    return await inv.admin.schedules.list(inv.group, agent)
+
+
 async def _help(inv: Invocation) -> Reply:
     return help_text(inv.caller.surface)
 
@@ -381,6 +395,22 @@ COMMANDS: tuple[Command, ...] = (
             _agent_verb(Admin.show_memory), (AGENT,), who="operators"),
     Command(("agent", "memory", "clear"), "Delete every memory note of an agent",
             _agent_verb(Admin.clear_memory), (AGENT,), who="operators"),
+    Command(("agent", "schedule", "add"), "Run an agent by itself: every:30m|2h|1d or at:HH:MM [tz], with a prompt",
+            _schedule_add, (
+                AGENT,
+                Option("prompt", "the task it gets each time", "long_text", required=True,
+                       max_length=sched.PROMPT_MAX),
+                Option("every", "an interval: 30m, 2h, 1d (at least 5m)", max_length=12),
+                Option("at", "a daily time, 24-hour HH:MM", max_length=5),
+                Option("tz", "the time zone of at (IANA, e.g. Europe/Paris; default UTC)", max_length=64),
+            ), who="operators"),
+    Command(("agent", "schedule", "list"), "The schedules here (of one agent when named), with their ids",
+            _schedule_list,
+            (Option("name", "only this agent's schedules", "agent"),)),
+    Command(("agent", "schedule", "remove"), "Remove a schedule by the id /agent schedule list shows",
+            lambda inv: inv.admin.schedules.remove(inv.group, int(inv.text("id") or 0)),
+            (Option("id", "the schedule's number", "integer", required=True, low=1, high=2**31 - 1),),
+            who="operators"),
     Command(("unread",), "How many messages you have not read here, and which of them tag you", _unread),
     Command(("inbox",), "The messages that tag you, in every group of this server", _inbox, needs_group=False),
     Command(("read",), "Mark everything here read", lambda inv: inv.admin.reading.read(inv.group, inv.caller.reader)),

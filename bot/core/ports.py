@@ -28,6 +28,7 @@ from bot.core.models import (
     Tool,
     Usage,
 )
+from bot.core.schedule import Schedule, When
 
 
 class TokenCounter(Protocol):
@@ -198,6 +199,39 @@ class Store(Protocol):
 
     async def append_system_message(self, group_id: int, message: NewMessage) -> Message:
         """A notice from the bot: next seq, insert; the streak is unchanged."""
+        ...
+
+    # schedules ----------------------------------------------------------
+    async def add_schedule(self, agent_id: int, when: When, prompt: str, *, next_run_at: float,
+                           created_by: str | None = None) -> Schedule:
+        """A schedule for an agent on the roster (NotFound otherwise), in the agent's group."""
+        ...
+
+    async def schedules(self, group_id: int, *, agent_id: int | None = None) -> list[Schedule]:
+        """The group's live schedules (of one agent when given), oldest first."""
+        ...
+
+    async def remove_schedule(self, group_id: int, schedule_id: int) -> Schedule:
+        """Take a live schedule of the group off; NotFound (worded for people) when there is none."""
+        ...
+
+    async def due_schedules(self, now: float) -> list[Schedule]:
+        """Every group's live schedules of agents on the roster with next_run_at <= now, earliest first."""
+        ...
+
+    async def fire_schedule(self, schedule: Schedule, task: NewMessage, *, ran_at: float,
+                            next_run_at: float) -> tuple[Message, Episode] | None:
+        """In one transaction: append `task` as a new episode's task (as append_user_message
+        opens one) and set next_run_at and last_run_at; only while the schedule is live and
+        its next_run_at is still `schedule.next_run_at`, else None and nothing is written."""
+        ...
+
+    async def next_schedule(self, group_id: int) -> Schedule | None:
+        """The group's live schedule that runs first."""
+        ...
+
+    async def get_schedule(self, schedule_id: int) -> Schedule:
+        """A schedule, live or removed; NotFound when there never was one."""
         ...
 
     async def record_posted(self, group_id: int, seq: int, external_id: str) -> None:

@@ -14,7 +14,7 @@ from storage.migrations import split_statements
 
 TABLES = {
     "groups", "agents", "messages", "message_external_ids", "decisions",
-    "episodes", "runs", "read_cursors", "webhooks", "agent_notes", "_migrations",
+    "episodes", "runs", "read_cursors", "webhooks", "agent_notes", "schedules", "_migrations",
 }
 
 
