@@ -13,7 +13,7 @@ from typing import Mapping
 
 from bot.core import validation as v
 from bot.core.card import Attachment, Card, Field, Tone
-from bot.core.context import find_window
+from bot.core.context import find_window, participant_step
 from bot.core.engine import Engine
 from bot.core.errors import InvalidInput, NotFound, UserFacingError
 from bot.core.export import file_name, plural, when, write_export
@@ -173,8 +173,9 @@ class Admin:
         """How much of the thread through `through` a prompt holds ('' when all of it)."""
         if through <= 0:
             return ""
-        window = await find_window(self.store, group.id, through=through, budget=group.settings.context_budget,
-                                   task_seq=None, task_apart=True)
+        budget = group.settings.context_budget
+        window = await find_window(self.store, group.id, through=through, budget=budget,
+                                   task_seq=None, task_apart=True, step=participant_step(budget))
         if not window.omitted:
             return ""
         return (f"prompts hold the newest {through - window.omitted} of {through} messages (plus the task); "

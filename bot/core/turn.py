@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from bot.core.context import Trimmed, load_thread
+from bot.core.context import Trimmed, load_thread, participant_step
 from bot.core.errors import LLMError
 from bot.core.memory import Answer, load_memory, run_with_memory
 from bot.core.models import Agent, ChatMessage, Group, Message, NewMessage, Run, RunResult, Usage
@@ -113,7 +113,8 @@ class AgentTurn:
         roster = await store.list_agents(group.id)
         task = await self._task(group, run)
         trimmed = await load_thread(store, group.id, through=run.snapshot_seq, budget=group.settings.context_budget,
-                                    task_seq=task.seq if task else None, task_apart=task is not None)
+                                    task_seq=task.seq if task else None, task_apart=task is not None,
+                                    step=participant_step(group.settings.context_budget))
         memory = await load_memory(store, agent, engine.counter)
         messages, others = build_messages(group, agent, roster, trimmed, task, memory)
         async with engine.surface.working(group, agent):
