@@ -82,6 +82,9 @@ class InstantLLM:
         call.end = time.perf_counter()
         return Completion(text=text, usage=Usage(100, 20, 0), model=model or "bench-model")
 
+    async def tools_refusal(self, model: str | None) -> str | None:
+        return "the bench's scripted model does not take tool calls"
+
     def participant_runs(self) -> dict[str, int]:
         runs: dict[str, int] = {}
         for c in self.calls:

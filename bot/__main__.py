@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from bot.core.errors import ConfigError, StoreError, UserFacingError
+from bot.core.shards import parse_shards
 
 if TYPE_CHECKING:
     from bot.config import Settings
@@ -70,8 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--env-file", metavar="FILE",
                         help="settings file to load first (default: .env here, when there is one)")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
-    verbs.add_parser("run", help="start the Discord bot (needs DISCORD_TOKEN and the LLM settings; "
-                                 "logs at ROUNDTABLE_LOG_LEVEL)")
+    run = verbs.add_parser("run", help="start the Discord bot (needs DISCORD_TOKEN and the LLM settings; "
+                                       "logs at ROUNDTABLE_LOG_LEVEL)")
+    run.add_argument("--shards", metavar="IDS", help="run only these shards, e.g. 0,1 (default: "
+                                                     "ROUNDTABLE_SHARDS; without shards: one unsharded connection)")
+    run.add_argument("--shard-count", metavar="N", help="how many shards the bot has in all, across its processes "
+                                                        "(default: ROUNDTABLE_SHARD_COUNT)")
     console = verbs.add_parser(
         "console", help="a local group chat in this terminal over the same engine (needs only the LLM settings)",
         description="Type messages as PERSON, or slash commands as text, e.g. "
@@ -175,6 +181,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(run_console(settings, db=args.db, group=args.group, person=args.person))
         from bot.wiring import run_discord
 
+        if args.shards is not None or args.shard_count is not None:
+            shards = parse_shards(args.shards if args.shards is not None else os.environ.get("ROUNDTABLE_SHARDS"),
+                                  args.shard_count if args.shard_count is not None
+                                  else os.environ.get("ROUNDTABLE_SHARD_COUNT"))
+            settings = dataclasses.replace(settings, shards=shards)
         return asyncio.run(run_discord(settings))
     except (ConfigError, StoreError, UserFacingError) as exc:
         print(f"roundtable: {exc}", file=sys.stderr)

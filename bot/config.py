@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import io
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Mapping, TypeVar
 from urllib.parse import urlsplit
 
-from bot.core.errors import ConfigError
+from bot.core.errors import ConfigError, InvalidInput
 from bot.core.models import DEFAULT_CONTEXT_BUDGET, DEFAULT_MAX_TURNS, DEFAULT_SELECTOR_BUDGET, MAX_TURNS_RANGE
 from bot.core.pricing import Price, merged_prices, parse_prices
+from bot.core.shards import Shards, parse_shards
 from bot.core.validation import CONTEXT_BUDGET_RANGE
 
 T = TypeVar("T")
@@ -44,6 +45,7 @@ class Settings:
     discord_api_base_url: str | None = None
     discord_guild_id: int | None = None
     price_overrides: dict[str, Price] = field(default_factory=dict)  # ROUNDTABLE_PRICES
+    shards: Shards | None = None  # ROUNDTABLE_SHARDS / ROUNDTABLE_SHARD_COUNT (or run --shards / --shard-count)
 
     @property
     def prices(self) -> dict[str, Price]:
@@ -233,6 +235,12 @@ def load_settings(env: Mapping[str, str], *, need_discord: bool, missing_note: s
                                  "use model=input/cached/output;... in dollars per million tokens, "
                                  "e.g. gpt-4o=2.50/1.25/10;llama3=0/0/0", secret=True),
     )
+    try:
+        shards = parse_shards(env.get("ROUNDTABLE_SHARDS"), env.get("ROUNDTABLE_SHARD_COUNT") or None)
+    except InvalidInput as exc:
+        r.problems.append(f"ROUNDTABLE_SHARDS / ROUNDTABLE_SHARD_COUNT: {exc}")
+    else:
+        settings = replace(settings, shards=shards)
     if r.problems:
         if missing_note and r.last_missing is not None:
             r.problems[r.last_missing] += f" ({missing_note})"

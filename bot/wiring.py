@@ -51,7 +51,7 @@ async def open_engine(
             await llm.check()
             surface = make_surface(store)
             engine = Engine(store, llm, surface, counter, selector_model=settings.selector_model, scope=scope,
-                            prices=settings.prices)
+                            prices=settings.prices, shards=settings.shards if scope == "discord:" else None)
             try:
                 yield engine
             finally:

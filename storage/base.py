@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import AsyncIterator, Callable, Literal, Protocol, Sequence, TypeVar
 
 from bot.core.errors import AlreadyStored, NotFound, StoreError
-from bot.core.models import Message, NewMessage, token_cost
+from bot.core.models import Episode, Message, NewMessage, token_cost
 from storage.rows import dumps, tags_to_json, unique
 from storage.sql import Db, Dialect, Params, Row
 
@@ -180,6 +180,28 @@ class StoreBase:
             (seq, before + token_cost(message.token_count), group_id),
         )
         return stored
+
+    async def _append_task(
+        self, db: Db, group_id: int, message: NewMessage
+    ) -> tuple[Message, Episode]:
+        """Append `message` as the task of a new episode (the running one is superseded),
+        inside the caller's transaction; the streak starts again."""
+        group = await self._group_row(db, group_id)
+        now = self._now()
+        await self._exec(
+            db,
+            "UPDATE episodes SET status = 'superseded', ended_at = ?"
+            " WHERE group_id = ? AND status = 'running'",
+            (now, group_id),
+        )
+        episode_id = await self._insert(
+            db,
+            "INSERT INTO episodes (group_id, task_seq, status, started_at) VALUES (?, ?, 'running', ?)",
+            (group_id, int(group["latest_seq"]) + 1, now),
+        )
+        stored = await self._append(db, group_id, message, episode_id=episode_id, streak="reset")
+        await self._exec(db, "UPDATE groups SET episode_id = ? WHERE id = ?", (episode_id, group_id))
+        return stored, Episode(id=episode_id, group_id=group_id, task_seq=stored.seq, started_at=now)
 
     async def _insert_message(
         self,

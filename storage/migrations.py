@@ -241,6 +241,42 @@ CREATE INDEX runs_group_snapshot ON runs(group_id, snapshot_seq);
 CREATE INDEX episodes_group_task ON episodes(group_id, task_seq);
 """
 
+M006_AGENT_MEMORY = """
+-- Memory (per agent, off by default): the notes it saved with memory_write, and, per run,
+-- whether a run with memory on ended without one (NULL: memory was off).
+ALTER TABLE agents ADD COLUMN memory INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE agent_notes (
+    id INTEGER PRIMARY KEY,
+    agent_id INTEGER NOT NULL REFERENCES agents(id),
+    created_at REAL NOT NULL,
+    text TEXT NOT NULL
+);
+CREATE INDEX agent_notes_agent ON agent_notes(agent_id);
+ALTER TABLE runs ADD COLUMN memory_skipped INTEGER;
+"""
+
+M007_SCHEDULES = """
+-- An agent's routines (seed 002): every N seconds, or daily at HH:MM in a zone. A due row fires
+-- when next_run_at has passed; firing appends its task and moves next_run_at in one transaction.
+CREATE TABLE schedules (
+    id INTEGER PRIMARY KEY,
+    group_id INTEGER NOT NULL REFERENCES groups(id),
+    agent_id INTEGER NOT NULL REFERENCES agents(id),
+    every_seconds INTEGER,
+    at_time TEXT,
+    tz TEXT,
+    prompt TEXT NOT NULL,
+    next_run_at REAL NOT NULL,
+    last_run_at REAL,
+    created_by TEXT,
+    created_at REAL NOT NULL,
+    removed_at REAL,
+    CHECK ((every_seconds IS NULL) != (at_time IS NULL))
+);
+CREATE INDEX schedules_due ON schedules(next_run_at) WHERE removed_at IS NULL;
+CREATE INDEX schedules_group ON schedules(group_id) WHERE removed_at IS NULL;
+"""
+
 M008_AGENT_ROWS = """
 -- The newest agent row before a point (the rotation's last speaker) without walking back over people's rows.
 CREATE INDEX messages_agent_rows ON messages(group_id, seq) WHERE author_type = 'agent';
@@ -252,7 +288,9 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (3, "people's names, catch-up summaries", M003_PEOPLE_AND_SUMMARIES),
     (4, "running token sums", _m004_fill_token_positions),
     (5, "models of runs and decisions (prices), calls of summaries, record indexes", M005_MODELS_FOR_PRICES),
-    (8, "index of agent rows", M008_AGENT_ROWS),  # 6 and 7 were taken by work in flight (memory, schedules)
+    (6, "agent memory", M006_AGENT_MEMORY),
+    (7, "schedules", M007_SCHEDULES),
+    (8, "index of agent rows", M008_AGENT_ROWS),
 ]
 
 _CREATE_LEDGER = """

@@ -16,6 +16,7 @@ from bot.core.models import (
     Group,
     GroupSettings,
     Message,
+    Note,
     Run,
     Tags,
     Usage,
@@ -127,7 +128,13 @@ def to_agent(row: Row) -> Agent:
         position=int(row["position"]),
         delivered_through=int(row["delivered_through"]),
         created_at=float(row["created_at"]),
+        memory=bool(row["memory"]),
     )
+
+
+def to_note(row: Row) -> Note:
+    return Note(id=int(row["id"]), agent_id=int(row["agent_id"]), text=row["text"],
+                created_at=float(row["created_at"]))
 
 
 def to_message(row: Row) -> Message:
@@ -198,4 +205,5 @@ def to_run(row: Row) -> Run:
         started_at=float(row["started_at"]),
         finished_at=row["finished_at"],
         model=row["model"] or "",
+        memory_skipped=None if row["memory_skipped"] is None else bool(row["memory_skipped"]),
     )

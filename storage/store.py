@@ -4,7 +4,8 @@ This module owns groups, the roster and the message log (seq allocation,
 streak, episodes opened by user posts, agent cursors, what reached the
 surface, the ingest watermark). Decisions, episodes, usage, webhooks and read
 cursors live in `storage.ledger`; runs in `storage.run`; leases in
-`storage.lease`; the record read in pages (exports) in `storage.record`; the
+`storage.lease`; schedules in `storage.schedule`; the record read in pages
+(exports) in `storage.record`; agents' notes (memory) in `storage.notes`; the
 connection, lock, transactions and appends in `storage.base`.
 
 Usage::
@@ -27,16 +28,18 @@ from bot.core.models import Agent, Episode, Group, GroupSettings, Message, NewMe
 from bot.core.validation import check_name_free
 from storage.base import Clock
 from storage.db import DEFAULT_BUSY_TIMEOUT_MS, SqliteBackend
+from storage.notes import NotesMixin
 from storage.record import RecordMixin
 from storage.rows import dumps, settings_to_json, to_agent, to_group, to_message, unique
+from storage.schedule import ScheduleMixin
 from storage.sql import Db
 
 log = logging.getLogger(__name__)
 
-AGENT_FIELDS = ("name", "role", "system_prompt", "model", "avatar_url", "enabled", "position")
+AGENT_FIELDS = ("name", "role", "system_prompt", "model", "avatar_url", "enabled", "position", "memory")
 
 
-class SqlStore(RecordMixin):
+class SqlStore(NotesMixin, RecordMixin, ScheduleMixin):
     """Implements `bot.core.ports.Store` over a backend: `SqliteStore` or `storage.pg.PostgresStore`
     (or `storage.open_store(target)`, which picks one)."""
 
@@ -153,15 +156,16 @@ class SqlStore(RecordMixin):
             return to_agent(await self._agent_row(db, agent_id))
 
     async def update_agent(self, agent_id: int, **fields: object) -> Agent:
-        """Change any of name, role, system_prompt, model, avatar_url, enabled, position."""
+        """Change any of name, role, system_prompt, model, avatar_url, enabled, position, memory."""
         unknown = sorted(set(fields) - set(AGENT_FIELDS))
         if unknown:
             raise InvalidInput(f"an agent has no field {unknown[0]!r}; use {', '.join(AGENT_FIELDS)}")
         changes = dict(fields)
         if "name" in changes:
             changes["name"] = _clean_name(str(changes["name"]))
-        if "enabled" in changes:
-            changes["enabled"] = int(bool(changes["enabled"]))
+        for flag in ("enabled", "memory"):
+            if flag in changes:
+                changes[flag] = int(bool(changes[flag]))
         if "position" in changes and not isinstance(changes["position"], int):
             raise InvalidInput(f"position must be a whole number, not {changes['position']!r}")
         async with self._write() as db:
@@ -172,10 +176,12 @@ class SqlStore(RecordMixin):
             return to_agent(await self._agent_row(db, agent_id))
 
     async def remove_agent(self, agent_id: int) -> None:
-        """Take the agent off the roster; the row stays for old messages' references."""
+        """Take the agent off the roster (and its schedules); the row stays for old messages' references."""
         async with self._write() as db:
             await self._agent_row(db, agent_id)
             await self._exec(db, "UPDATE agents SET removed_at = ? WHERE id = ?", (self._now(), agent_id))
+            await self._exec(db, "UPDATE schedules SET removed_at = ? WHERE agent_id = ? AND removed_at IS NULL",
+                             (self._now(), agent_id))
 
     async def get_agent(self, agent_id: int) -> Agent:
         """An agent on the roster; a removed agent is NotFound."""
@@ -224,24 +230,10 @@ class SqlStore(RecordMixin):
     async def append_user_message(self, group_id: int, message: NewMessage) -> tuple[Message, Episode]:
         _require_author(message, "user")
         async with self._write() as db:
-            group = await self._group_row(db, group_id)
-            now = self._now()
-            await self._exec(
-                db,
-                "UPDATE episodes SET status = 'superseded', ended_at = ?"
-                " WHERE group_id = ? AND status = 'running'",
-                (now, group_id),
-            )
-            episode_id = await self._insert(
-                db,
-                "INSERT INTO episodes (group_id, task_seq, status, started_at) VALUES (?, ?, 'running', ?)",
-                (group_id, int(group["latest_seq"]) + 1, now),
-            )
-            stored = await self._append(db, group_id, message, episode_id=episode_id, streak="reset")
-            await self._exec(db, "UPDATE groups SET episode_id = ? WHERE id = ?", (episode_id, group_id))
+            stored, episode = await self._append_task(db, group_id, message)
             if message.author_user_id is not None:
                 await self._advance_seen(db, group_id, message.author_user_id, stored.seq)
-        return stored, Episode(id=episode_id, group_id=group_id, task_seq=stored.seq, started_at=now)
+        return stored, episode
 
     async def append_system_message(self, group_id: int, message: NewMessage) -> Message:
         """A notice: next seq, in the group's current episode; the streak is unchanged."""

@@ -222,3 +222,16 @@ async def test_a_server_without_a_model_list_only_warns(tmp_path):
     assert len(warnings) == 1 and warnings[0].endswith(
         f"WARNING bot.adapters.openai_llm: start-up check: GET /models at 127.0.0.1:{srv.port} failed (HTTP 404); "
         "starting anyway")
+
+
+# shards ------------------------------------------------------------------------------
+@pytest.mark.parametrize("args, env, wanted", [
+    (("--shards", "4", "--shard-count", "4"), {}, "roundtable: shard 4 does not exist with a shard count of 4"),
+    (("--shards", "0,1"), {}, "roundtable: shards need a shard count too: add --shard-count N"),
+    ((), {"ROUNDTABLE_SHARDS": "0", "ROUNDTABLE_SHARD_COUNT": "many"},
+     "roundtable: ROUNDTABLE_SHARDS / ROUNDTABLE_SHARD_COUNT: the shard count must be a whole number"),
+])
+async def test_bad_shards_are_one_line(tmp_path, args, env, wanted):
+    result = await roundtable(tmp_path, "--env-file", os.devnull, "run", *args,
+                              OPENAI_API_KEY="sk-x", DISCORD_TOKEN="t.o.k", **env)
+    assert result.problem.startswith(wanted)

@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply
+from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply, tool_call
 
 ROUNDTABLE = str(Path(sys.executable).parent / "roundtable")  # the installed console script
 
@@ -284,3 +284,69 @@ async def test_ask_in_the_console_privately_then_posted(tmp_path):
     assert lines.count("[planner] Posted plan: Asakusa, Ueno.") == 1
     assert "planner's answer is posted in the group: #1" in lines
     assert "alice asks you (planner) directly" in srv.requests[0]["messages"][-1]["content"]
+
+
+async def test_memory_in_the_console(tmp_path):
+    note = "Alice travels by train."
+    script = GroupChatScript(agents={"planner": [Reply(tool_calls=[tool_call("memory_write", note=note)]),
+                                                 "Day 1: the train to Kyoto."]})
+    session = ('/agent add name:planner role:plans prompt:"You plan."\n/roundtable config mode:tags\n'
+               "/agent edit name:planner memory:on\n@planner plan Kyoto\n")
+    later = ("/agent memory show name:planner\n/agent show name:planner\n/agent memory clear name:planner\n"
+             "/agent memory show name:planner\n")
+    async with FakeOpenAI(script) as srv:
+        code, out, err = await run_console(tmp_path, srv.base_url, session)
+        assert code == 0, err
+        assert "Updated planner: memory is on." in out.splitlines()
+        assert "[planner] Day 1: the train to Kyoto." in out.splitlines()
+        code, out, err = await run_console(tmp_path, srv.base_url, later)
+    assert code == 0, err
+    lines = out.splitlines()
+    start = lines.index("Memory of planner")
+    assert lines[start + 1] == "1 note, newest first; memory is on."
+    assert lines[start + 2].startswith("  ") and lines[start + 2].endswith(f" UTC: {note}")
+    assert "  memory: on, 1 note" in lines
+    assert lines[-2:] == ["Cleared 1 note of planner.", "planner has no notes (memory is on)."]
+
+
+async def test_schedules_are_added_listed_and_removed(tmp_path):
+    session = """\
+/agent add name:planner role:plans prompt:"You plan."
+/agent schedule add name:planner every:2h prompt:"sum up the day"
+/agent schedule add name:planner at:9:00 tz:europe/paris prompt:"plan the morning"
+/agent schedule add name:planner every:1m prompt:x
+/agent schedule add name:planner at:09:00 tz:Mars/Base prompt:x
+/agent schedule add name:planner every:2h at:09:00 prompt:x
+/agent schedule add name:nobody every:2h prompt:x
+/agent schedule list
+/agent schedule remove id:1
+/agent schedule remove id:7
+/agent schedule list name:planner
+"""
+    async with FakeOpenAI(GroupChatScript()) as srv:
+        code, out, err = await run_console(tmp_path, srv.base_url, session)
+        again, out2, err2 = await run_console(tmp_path, srv.base_url, "/agent schedule list\n")
+    assert code == 0 and again == 0, err + err2
+    lines = out.splitlines()
+    added = [line for line in lines if line.startswith("Scheduled #")]
+    assert len(added) == 2
+    assert added[0].startswith("Scheduled #1 for planner, every 2h: next run ") and added[0].endswith(
+        " UTC. /agent schedule remove id:1 removes it.")
+    assert added[1].startswith("Scheduled #2 for planner, daily at 09:00 Europe/Paris: next run ")
+    assert " 09:00 CE" in added[1] and " UTC)." in added[1]  # in the schedule's zone (CET or CEST), and in UTC
+    assert "error: every must be at least 5m (got '1m')." in lines
+    assert any(line.startswith("error: Unknown time zone 'Mars/Base'") for line in lines)
+    assert "error: Give either every (e.g. every:2h) or at (e.g. at:09:00), not both." in lines
+    assert any(line.startswith("error: No agent named 'nobody'") for line in lines)
+    first_list = lines.index("Schedules of main") if "Schedules of main" in lines else None
+    assert first_list is not None, out
+    assert any(line.startswith("  #1 planner: every 2h; next run ") for line in lines)
+    assert "    sum up the day" in lines
+    assert "Removed schedule #1 (planner, every 2h)." in lines
+    assert "error: There is no schedule #7 here; /agent schedule list shows the ids." in lines
+    after = lines[lines.index("Schedules of planner"):]
+    assert not any(line.startswith("  #1 ") for line in after)
+    assert any(line.startswith("  #2 planner") for line in after)
+    # the schedules are in the file: a later session lists the one left
+    assert "  #2 planner: daily at 09:00 Europe/Paris; next run" in out2 and "#1 planner" not in out2
+    assert "Traceback" not in err + err2

@@ -26,6 +26,12 @@ only mean a restricted key may not list models, so one 1-token completion
 decides; anything else (404: no /models, 5xx, 429) is a warning and start-up
 goes on, the model calls will tell.
 
+Tools (`complete(tools=...)`) are sent as OpenAI function tools, and only when
+given, so a call without tools has no `tools` key; `tool_calls` in the reply
+become `Completion.tool_calls` (its content may then be null). `tools_refusal()`
+asks once per model, with one tiny forced tool call, whether the model takes
+tools: a definite answer is remembered, a failure to ask is not.
+
 `max_tokens` is sent as `max_tokens` (what llama.cpp, Ollama, vLLM, LM Studio
 and OpenAI's chat models all accept). OpenAI's reasoning models reject it with
 a 400 naming `max_completion_tokens`; then the call is repeated once with that
@@ -46,7 +52,7 @@ import openai
 from bot.adapters.tokens import make_token_counter
 from bot.config import redact_url
 from bot.core.errors import ConfigError, LLMError, LLMRateLimited, LLMRejected, LLMTimeout, LLMUnavailable
-from bot.core.models import ChatMessage, Completion, Usage
+from bot.core.models import ChatMessage, Completion, Tool, ToolCall, Usage
 from bot.core.ports import TokenCounter
 
 log = logging.getLogger(__name__)
@@ -96,6 +102,7 @@ class OpenAILLM:
         self._server = f"{url} (OPENAI_BASE_URL is not set)" if url == _OPENAI_API else f"OPENAI_BASE_URL={url}"
         self._completion_tokens_models: set[str] = set()
         self._no_cache_key_models: set[str] = set()
+        self._tools_answers: dict[str, str | None] = {}  # model -> tools_refusal's definite answer
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -151,12 +158,14 @@ class OpenAILLM:
         max_tokens: int | None = None,
         logprobs: bool = False,
         cache_key: str | None = None,
+        tools: Sequence[Tool] | None = None,
     ) -> Completion:
         """One chat completion. Raises `LLMError` subclasses; never other errors."""
         name = model or self.default_model
         started = time.monotonic()
         try:
-            response = await self._create(messages, name, max_tokens, logprobs, cache_key)
+            response = await self._create(messages, name, max_tokens, logprobs, cache_key,
+                                          tools=[_tool_json(t) for t in tools or ()])
         except openai.OpenAIError as exc:
             err = self._translate(exc, name)
         except Exception as exc:  # the port promises LLMError only; keep the type, drop the text
@@ -180,16 +189,21 @@ class OpenAILLM:
 
     async def _create(
         self, messages: Sequence[ChatMessage], model: str, max_tokens: int | None, logprobs: bool,
-        cache_key: str | None = None,
+        cache_key: str | None = None, *, tools: list[dict[str, Any]] | None = None,
+        tool_choice: dict[str, Any] | None = None,
     ) -> Any:
         """One request; a 400 naming `max_completion_tokens` or `prompt_cache_key` is repeated
         adapted (each at most once), and the model remembered so later calls are sent right."""
         kwargs: dict[str, Any] = {
             "model": model,
-            "messages": [{"role": m.role, "content": m.content} for m in messages],
+            "messages": [_message_json(m) for m in messages],
         }
         if logprobs:
             kwargs["logprobs"] = True
+        if tools:
+            kwargs["tools"] = tools
+            if tool_choice is not None:
+                kwargs["tool_choice"] = tool_choice
         while True:
             attempt = dict(kwargs)
             if cache_key and model not in self._no_cache_key_models:
@@ -216,13 +230,54 @@ class OpenAILLM:
         choice = choices[0]
         message = getattr(choice, "message", None)
         text = (getattr(message, "content", None) or "") if message is not None else ""
+        calls = tuple(_tool_call(c) for c in getattr(message, "tool_calls", None) or ())
         return Completion(
             text=text,
             usage=self._usage(getattr(response, "usage", None), messages, text),
             model=getattr(response, "model", None) or model,
             logprob=_logprob_sum(choice),
             finish_reason=getattr(choice, "finish_reason", None),
+            tool_calls=calls,
         )
+
+    async def tools_refusal(self, model: str | None) -> str | None:
+        """None when `model` takes tool calls, else why not (or that it could not be checked).
+
+        One tiny request: a probe tool, a `tool_choice` forcing it, a few tokens. A reply
+        carrying the call says yes; a reply without one, or a 400/404/422 that names tools or
+        functions, says no; both are remembered for the model. Any other failure is not."""
+        name = model or self.default_model
+        if name in self._tools_answers:
+            return self._tools_answers[name]
+        probe = Tool(_PROBE, "Answer the probe.",
+                     {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]})
+        try:
+            response = await self._create(
+                [ChatMessage("user", f"Call {_PROBE} with ok set to true.")], name, 16, False,
+                tools=[_tool_json(probe)], tool_choice={"type": "function", "function": {"name": _PROBE}})
+            calls = getattr(getattr(response.choices[0], "message", None), "tool_calls", None)
+        except openai.APIStatusError as exc:
+            detail = self._detail(exc)
+            if exc.status_code in (400, 404, 422) and _TOOLISH.search(detail):
+                answer: str | None = (f"model {name} does not take tool calls (the endpoint said: "
+                                      f"{detail.removeprefix(': ')}); memory needs them")
+            else:
+                return self._unchecked(exc, name)
+        except openai.OpenAIError as exc:
+            return self._unchecked(exc, name)
+        except (AttributeError, IndexError, TypeError):
+            answer = f"model {name} sent a reply that cannot carry tool calls; memory needs them"
+        else:
+            answer = None if calls else (f"model {name} answered without the tool call it was asked for, "
+                                         "so it does not take tool calls; memory needs them")
+        self._tools_answers[name] = answer
+        log.info("model %s %s tool calls", name, "takes" if answer is None else "does not take")
+        return answer
+
+    def _unchecked(self, exc: openai.OpenAIError, model: str) -> str:
+        err = self._translate(exc, model)
+        log.warning("could not check whether model %s takes tool calls: %s", model, err)
+        return f"could not check whether model {model} takes tool calls ({err.public}); try again later"
 
     def _usage(self, usage: Any, messages: Sequence[ChatMessage], text: str) -> Usage:
         prompt = getattr(usage, "prompt_tokens", None)
@@ -316,6 +371,32 @@ def _names(exc: openai.BadRequestError, parameter: str) -> bool:
     """A 400 about `parameter`: OpenAI's for reasoning models ("... Use 'max_completion_tokens'
     instead."), or a server's refusal of a field it does not know (`prompt_cache_key`)."""
     return parameter in str(exc.body if exc.body is not None else exc)
+
+
+_PROBE = "roundtable_probe"
+_TOOLISH = re.compile(r"(?i)tool|function")
+
+
+def _tool_json(tool: Tool) -> dict[str, Any]:
+    return {"type": "function",
+            "function": {"name": tool.name, "description": tool.description, "parameters": tool.parameters}}
+
+
+def _message_json(message: ChatMessage) -> dict[str, Any]:
+    """A message in the wire format: assistant tool calls and tool results as OpenAI spells them."""
+    if message.role == "tool":
+        return {"role": "tool", "tool_call_id": message.tool_call_id or "", "content": message.content}
+    if message.tool_calls:
+        return {"role": message.role, "content": message.content or None, "tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in message.tool_calls]}
+    return {"role": message.role, "content": message.content}
+
+
+def _tool_call(call: Any) -> ToolCall:
+    function = getattr(call, "function", None)
+    return ToolCall(id=str(getattr(call, "id", "") or ""), name=str(getattr(function, "name", "") or ""),
+                    arguments=str(getattr(function, "arguments", None) or "{}"))
 
 
 def _logprob_sum(choice: Any) -> float | None:

@@ -13,14 +13,17 @@ from typing import Mapping
 
 from bot.core import validation as v
 from bot.core.card import Attachment, Card, Field, Tone
-from bot.core.context import find_window
+from bot.core.context import find_window, participant_step
 from bot.core.engine import Engine
 from bot.core.errors import InvalidInput, NotFound, UserFacingError
-from bot.core.export import file_name, plural, write_export
+from bot.core.export import file_name, plural, when, write_export
 from bot.core.models import Agent, Decision, Group, GroupSettings
 from bot.core.pricing import dollars
 from bot.core.reading import Reader, Reading
+from bot.core.schedule_verbs import ScheduleVerbs
 from bot.core.spending import budget_refusal, month_cost, usage_card
+
+MEMORY_PAGE = 10  # notes per page where a surface pages (Discord)
 
 CONFIG_FIELDS = {  # option name -> GroupSettings field
     "mode": "mode", "max_turns": "max_agent_turns", "allow_repeat": "allow_repeat",
@@ -67,7 +70,7 @@ def settings_fields(settings: GroupSettings) -> tuple[Field, ...]:
     return tuple(Field(k, str(val)) for k, val in shown.items())
 
 
-def agent_card(agent: Agent) -> Card:
+def agent_card(agent: Agent, notes: int = 0) -> Card:
     return Card(
         title=agent.name + ("" if agent.enabled else " (disabled)"),
         description=agent.role,
@@ -75,6 +78,7 @@ def agent_card(agent: Agent) -> Card:
             Field("model", agent.model or "(default)"),
             Field("avatar", agent.avatar_url or "(none)"),
             Field("delivered through", f"#{agent.delivered_through}"),
+            Field("memory", f"{'on' if agent.memory else 'off'}, {plural(notes, 'note')}"),
             Field("system prompt", agent.system_prompt, inline=False),
         ),
         tone="neutral" if agent.enabled else "warning",
@@ -88,6 +92,7 @@ class Admin:
         self.store = engine.store
         self.reading = Reading(engine.store, engine.llm,
                                lambda group: group.settings.selector_model or engine.selector_model)
+        self.schedules = ScheduleVerbs(engine)
 
     async def setup(self, key: str, name: str, settings: GroupSettings, **ids: str | None) -> Group:
         group = await self.store.create_group(key, name, settings, **ids)
@@ -154,6 +159,10 @@ class Admin:
             fields.append(Field("context", seen, inline=False))
         if group.delivery_problem:
             fields.append(Field("delivery problem", group.delivery_problem, inline=False))
+        upcoming = await self.store.next_schedule(group.id)
+        if upcoming is not None:
+            fields.append(Field("next schedule", f"#{upcoming.id} {await self.schedules.describe(upcoming)}",
+                                inline=False))
         if viewer is not None:
             fields.append(Field("unread for you", str(await self.reading.unread_count(group, viewer))))
         fields.extend(settings_fields(group.settings))
@@ -164,8 +173,9 @@ class Admin:
         """How much of the thread through `through` a prompt holds ('' when all of it)."""
         if through <= 0:
             return ""
-        window = await find_window(self.store, group.id, through=through, budget=group.settings.context_budget,
-                                   task_seq=None, task_apart=True)
+        budget = group.settings.context_budget
+        window = await find_window(self.store, group.id, through=through, budget=budget,
+                                   task_seq=None, task_apart=True, step=participant_step(budget))
         if not window.omitted:
             return ""
         return (f"prompts hold the newest {through - window.omitted} of {through} messages (plus the task); "
@@ -247,7 +257,7 @@ class Admin:
         )
         return f"Added {agent.name}: {agent.role}. Tag it with @{agent.name}."
 
-    async def edit_agent(self, group: Group, name: str, **changes: str | None) -> str:
+    async def edit_agent(self, group: Group, name: str, *, memory: bool | None = None, **changes: str | None) -> str:
         agent = await self.agent(group, name)
         update: dict[str, object] = {}
         if changes.get("role") is not None:
@@ -258,10 +268,28 @@ class Admin:
             update["model"] = v.model(changes["model"])
         if changes.get("avatar") is not None:
             update["avatar_url"] = v.avatar_url(changes["avatar"])
+        if memory is not None and memory != agent.memory:
+            update["memory"] = memory
         if not update:
-            return f"Nothing to change for {agent.name}: give role, prompt, model or avatar."
+            if memory is not None:
+                return f"Memory is already {'on' if memory else 'off'} for {agent.name}."
+            return f"Nothing to change for {agent.name}: give role, prompt, model, avatar or memory."
+        await self._check_tools(agent, update)
         agent = await self.store.update_agent(agent.id, **update)
+        if "memory" in update:
+            return f"Updated {agent.name}: memory is {'on' if agent.memory else 'off'}."
         return f"Updated {agent.name}."
+
+    async def _check_tools(self, agent: Agent, update: Mapping[str, object]) -> None:
+        """Memory needs tool calls: refuse (changing nothing) to turn it on, or to change the model
+        of an agent that has it on, when the model does not take them or that cannot be checked."""
+        if not update.get("memory", agent.memory) or not ("memory" in update or "model" in update):
+            return
+        model = update["model"] if "model" in update else agent.model
+        reason = await self.engine.llm.tools_refusal(str(model) if model else None)
+        if reason is not None:
+            raise UserFacingError(f"Memory stays off for {agent.name}: {reason}." if "memory" in update else
+                                  f"{agent.name} keeps its model: memory is on for it, and {reason}.")
 
     async def rename_agent(self, group: Group, name: str, new_name: str) -> str:
         agent = await self.agent(group, name)
@@ -289,7 +317,26 @@ class Admin:
         return Card(f"Agents of {group.name}", fields=fields)
 
     async def show_agent(self, group: Group, name: str) -> Card:
-        return agent_card(await self.agent(group, name))
+        agent = await self.agent(group, name)
+        return agent_card(agent, await self.store.note_count(agent.id))
+
+    async def show_memory(self, group: Group, name: str) -> Card | str:
+        """The agent's notes, newest first, with when each was saved."""
+        agent = await self.agent(group, name)
+        state = f"memory is {'on' if agent.memory else 'off'}"
+        notes = await self.store.notes(agent.id)
+        if not notes:
+            return f"{agent.name} has no notes ({state})."
+        fields = tuple(Field(when(n.created_at) or f"note {n.id}", n.text, inline=False) for n in reversed(notes))
+        return Card(f"Memory of {agent.name}", f"{plural(len(notes), 'note')}, newest first; {state}.", fields,
+                    page_size=MEMORY_PAGE)
+
+    async def clear_memory(self, group: Group, name: str) -> str:
+        agent = await self.agent(group, name)
+        cleared = await self.store.clear_notes(agent.id)
+        if not cleared:
+            return f"{agent.name} had no notes to clear."
+        return f"Cleared {plural(cleared, 'note')} of {agent.name}."
 
 
 def chosen(decision: Decision) -> str:

@@ -17,6 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Literal, Mapping, Protocol, Sequence
 
+from bot.core import schedule as sched
 from bot.core import validation as v
 from bot.core.admin import Admin
 from bot.core.card import Attachment, Reply
@@ -44,6 +45,7 @@ class Option:
     choices: tuple[str, ...] = ()
     max_length: int | None = None
     surfaces: frozenset[str] = frozenset({"discord", "console"})
+    slow: bool = False  # giving it makes a model call (as `Command.slow`)
 
 
 class Caller(Protocol):
@@ -126,6 +128,10 @@ class Command:
     @property
     def name(self) -> str:
         return " ".join(self.path)
+
+    def is_slow(self, given: Mapping[str, object]) -> bool:
+        """Whether this call makes a model call: the command always does, or a slow option is given."""
+        return self.slow or any(o.slow and given.get(o.name) is not None for o in self.options)
 
     def options_for(self, surface: str) -> tuple[Option, ...]:
         return tuple(o for o in self.options if surface in o.surfaces)
@@ -222,14 +228,16 @@ async def _edit(inv: Invocation) -> Reply | None:
         v.role(changes["role"])  # checked before a form opens for the prompt
     v.model(changes["model"])
     v.avatar_url(changes["avatar"])
+    memory = inv.get("memory")
     prompt = inv.text("prompt")
-    if prompt is None:
+    if prompt is None and memory is None:  # turning memory on or off never opens the prompt
         prompt = await inv.caller.ask_text(f"System prompt for {agent.name}", agent.system_prompt)
         if prompt is None:
             return None
     if changes["avatar"] is None and inv.get("avatar_image") is not None:
         changes["avatar"] = await inv.caller.keep_image(inv.get("avatar_image"), f"{agent.name}'s picture")
-    return await inv.admin.edit_agent(inv.group, agent.name, prompt=prompt, **changes)
+    return await inv.admin.edit_agent(inv.group, agent.name, prompt=prompt,
+                                      memory=None if memory is None else bool(memory), **changes)
 
 
 def _agent_verb(verb: Callable[[Admin, Group, str], Awaitable[Reply]]) -> Handler:
@@ -274,6 +282,19 @@ def long_answer(name: str, text: str, note: str) -> Attachment:
         out.write(text + "\n")
     return Attachment(path, f"{name}-answer.md",
                       f"{name}'s answer is {len(text):,} characters long, so it is attached ({note}).")
+
+
+async def _schedule_add(inv: Invocation) -> Reply:
+    agent = await inv.admin.agent(inv.group, inv.text("name") or "")
+    return await inv.admin.schedules.add(inv.group, agent, every=inv.text("every"), at=inv.text("at"),
+                                         tz=inv.text("tz"), prompt=inv.text("prompt") or "",
+                                         created_by=inv.caller.reader.user_id)
+
+
+async def _schedule_list(inv: Invocation) -> Reply:
+    name = inv.text("name")
+    agent = None if name is None else await inv.admin.agent(inv.group, name)
+    return await inv.admin.schedules.list(inv.group, agent)
 
 
 async def _help(inv: Invocation) -> Reply:
@@ -355,6 +376,8 @@ COMMANDS: tuple[Command, ...] = (
         Option("model", "its model (empty: the bot's)", max_length=v.MODEL_MAX),
         Option("avatar", "the URL of its picture", max_length=v.URL_MAX),
         AVATAR_IMAGE,
+        Option("memory", "on: it saves notes with memory_write and sees them in later runs", "boolean",
+               slow=True),  # turning it on asks the model whether it takes tool calls
     ), who="operators"),
     Command(("agent", "rename"), "Give an agent a new name (its old messages keep the old one)",
             lambda inv: inv.admin.rename_agent(inv.group, inv.text("name") or "", inv.text("new_name") or ""),
@@ -368,6 +391,26 @@ COMMANDS: tuple[Command, ...] = (
             _agent_verb(lambda a, g, n: a.set_enabled(g, n, False)), (AGENT,), who="operators"),
     Command(("agent", "show"), "An agent's settings and system prompt", _agent_verb(Admin.show_agent), (AGENT,)),
     Command(("agent", "list"), "The roster", lambda inv: inv.admin.list_agents(inv.group)),
+    Command(("agent", "memory", "show"), "An agent's memory notes, newest first",
+            _agent_verb(Admin.show_memory), (AGENT,), who="operators"),
+    Command(("agent", "memory", "clear"), "Delete every memory note of an agent",
+            _agent_verb(Admin.clear_memory), (AGENT,), who="operators"),
+    Command(("agent", "schedule", "add"), "Run an agent by itself: every:30m|2h|1d or at:HH:MM [tz], with a prompt",
+            _schedule_add, (
+                AGENT,
+                Option("prompt", "the task it gets each time", "long_text", required=True,
+                       max_length=sched.PROMPT_MAX),
+                Option("every", "an interval: 30m, 2h, 1d (at least 5m)", max_length=12),
+                Option("at", "a daily time, 24-hour HH:MM", max_length=5),
+                Option("tz", "the time zone of at (IANA, e.g. Europe/Paris; default UTC)", max_length=64),
+            ), who="operators"),
+    Command(("agent", "schedule", "list"), "The schedules here (of one agent when named), with their ids",
+            _schedule_list,
+            (Option("name", "only this agent's schedules", "agent"),)),
+    Command(("agent", "schedule", "remove"), "Remove a schedule by the id /agent schedule list shows",
+            lambda inv: inv.admin.schedules.remove(inv.group, int(inv.text("id") or 0)),
+            (Option("id", "the schedule's number", "integer", required=True, low=1, high=2**31 - 1),),
+            who="operators"),
     Command(("unread",), "How many messages you have not read here, and which of them tag you", _unread),
     Command(("inbox",), "The messages that tag you, in every group of this server", _inbox, needs_group=False),
     Command(("read",), "Mark everything here read", lambda inv: inv.admin.reading.read(inv.group, inv.caller.reader)),

@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from bot.core.errors import LeaseLost, LLMError, UserFacingError
+from bot.core.memory import load_memory
 from bot.core.models import Agent, ChatMessage, Group, Message, NewMessage, RunResult, Usage
 from bot.core.prompts import system_message, thread_line
+from bot.core.spending import budget_refusal, month_cost
 from bot.core.stop import ends_with_terminate, guard_impersonation, strip_terminate
 from bot.core.tags import parse_tags
 from bot.core.turn import TurnOutcome, cache_key, others_in
@@ -48,13 +50,14 @@ class DirectAnswer:
 
 
 def direct_messages(group: Group, agent: Agent, recent: Sequence[Message], asker: str, prompt: str, *,
-                    post: bool) -> list[ChatMessage]:
-    """The system message, the group's recent rows, then the person's prompt."""
+                    post: bool, memory: str = "") -> list[ChatMessage]:
+    """The system message (with the agent's `<memory>` notes when memory is on), the group's
+    recent rows, then the person's prompt. A direct run reads the notes; only group runs write them."""
     lines = "\n".join(thread_line(m.author_name, m.text) for m in recent) or NO_RECENT
     where = ("your answer will also be posted in the group chat" if post
              else "only they will see your answer")
     return [
-        ChatMessage("system", system_message(agent, group.settings.brief)),
+        ChatMessage("system", system_message(agent, group.settings.brief, memory)),
         ChatMessage("user", f"{RECENT_HEADER}\n{lines}"),
         ChatMessage("user", f"{asker} asks you ({agent.name}) directly ({where}):\n{prompt}"),
     ]
@@ -71,13 +74,19 @@ class DirectRuns:
         store = engine.store
         if not agent.enabled:
             raise UserFacingError(f"{agent.name} is disabled; an admin can turn it back on with /agent enable.")
+        budget = group.settings.monthly_budget
+        if budget:  # a direct run spends the group's money too
+            cost = await month_cost(store, group, engine.prices)
+            if cost >= budget:
+                raise UserFacingError(budget_refusal(cost, budget))
         async with engine.holding(agent, "a direct run"):
             group = await store.get_group(group.id)
             snapshot = group.latest_seq
             recent = await store.messages(group.id, after=max(0, snapshot - RECENT_ROWS), through=snapshot)
             roster = await store.list_agents(group.id)
             run = await store.start_run(group.id, agent.id, "direct", snapshot)
-            messages = direct_messages(group, agent, recent, asker, prompt, post=post)
+            memory = await load_memory(store, agent, engine.counter)
+            messages = direct_messages(group, agent, recent, asker, prompt, post=post, memory=memory)
             try:
                 completion = await engine.llm.complete(messages, model=agent.model,
                                                        cache_key=cache_key(group, agent.id) + "-direct")

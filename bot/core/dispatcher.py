@@ -111,7 +111,8 @@ class GroupDispatcher(GroupWorker):
         for message, plan in plan_batch(batch, enabled_ids, group.episode_id):
             if plan == "explicit":
                 ids = explicit_recipients(message, enabled_ids)
-                decision = Decision(message.seq, "tags", ids, self._names(roster, ids))
+                note = "a scheduled task" if message.author_type == "system" else ""
+                decision = Decision(message.seq, "tags", ids, self._names(roster, ids), note=note)
             elif plan == "superseded":
                 decision = Decision(message.seq, "superseded", note="a newer message arrived before routing")
             elif plan == "stale":

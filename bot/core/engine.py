@@ -3,7 +3,8 @@
 Surfaces (Discord, the console) call `start`, `post_user_message`, the admin
 verbs (`bot.core.admin`), `wait_idle` and `close`; everything else happens in
 background tasks: per owned group a dispatcher (routing and runs) and an
-outbox (showing committed rows), plus the lease keeper. A process runs only
+outbox (showing committed rows), plus the lease keeper and the schedule
+ticker (`bot.core.scheduler`). A process runs only
 the groups of its `scope` whose lease it holds (`bot.core.ownership`).
 Background tasks are kept in a set with a done-callback that logs failures.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Coroutine
 from typing import Callable, Iterable, Mapping, TypeVar
 
@@ -24,6 +26,8 @@ from bot.core.ownership import LEASE_TTL, Ownership
 from bot.core.ports import LLM, Store, Surface, TokenCounter
 from bot.core.pricing import DEFAULT_PRICES, Price
 from bot.core.prompts import SYSTEM_AUTHOR, thread_line
+from bot.core.scheduler import TICK, Scheduler
+from bot.core.shards import Shards
 from bot.core.spending import budget_reached_notice, month_cost
 from bot.core.stop import strip_terminate
 from bot.core.tags import parse_tags, with_agents
@@ -42,11 +46,14 @@ class Engine:
     def __init__(
         self, store: Store, llm: LLM, surface: Surface, counter: TokenCounter, *, selector_model: str | None = None,
         scope: str = "", retry: RetryPolicy | None = None, lease_ttl: float = LEASE_TTL,
-        prices: Mapping[str, Price] | None = None,
+        prices: Mapping[str, Price] | None = None, shards: Shards | None = None,
+        clock: Callable[[], float] = time.time, schedule_tick: float = TICK,
     ) -> None:
         """`scope`: the groups this process may run: a group key, or a key prefix ending
         in ':' ("discord:"); "" means every group in the store. `prices`: per model, for
-        usage and budgets (default: `bot.core.pricing.DEFAULT_PRICES`)."""
+        usage and budgets (default: `bot.core.pricing.DEFAULT_PRICES`). `shards`: the bot
+        runs as shards and this process serves those (only their guilds' groups).
+        `clock` and `schedule_tick`: when schedules are due, and how often they are looked at."""
         self.store = store
         self.prices: Mapping[str, Price] = DEFAULT_PRICES if prices is None else prices
         self.llm = llm
@@ -54,7 +61,7 @@ class Engine:
         self.counter = counter
         self.selector_model = selector_model
         self.retry = retry or RetryPolicy()
-        self.ownership = Ownership(self, scope, ttl=lease_ttl)
+        self.ownership = Ownership(self, scope, ttl=lease_ttl, shards=shards)
         self._dispatchers: dict[int, GroupDispatcher] = {}
         self._outboxes: dict[int, Outbox] = {}
         self._locks: dict[int, asyncio.Lock] = {}
@@ -64,6 +71,8 @@ class Engine:
         self._turn = AgentTurn(self)
         self._direct = DirectRuns(self)
         self._closed = False
+        self.clock = clock
+        self.scheduler = Scheduler(self, schedule_tick)
 
     # life cycle ----------------------------------------------------------
     async def start(self) -> None:
@@ -72,6 +81,7 @@ class Engine:
         The counter loads its encoding (~0.1 s) here, off the event loop, not on the first message."""
         await asyncio.to_thread(self.counter.count, "warm up")
         await self.ownership.start()
+        await self.scheduler.start()
 
     async def claim(self, group: Group) -> str | None:
         """Run `group` here from now on; None when done, else who runs it instead."""
@@ -168,6 +178,11 @@ class Engine:
                 if dispatcher.idle.is_set() and outbox.idle.is_set():
                     return
         await asyncio.wait_for(idle(), timeout)
+
+    @property
+    def running_runs(self) -> int:
+        """Runs (group or direct) in flight in this process."""
+        return len(self._holders)
 
     def agent_lock(self, agent_id: int) -> asyncio.Lock:
         return self._locks.setdefault(agent_id, asyncio.Lock())

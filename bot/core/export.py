@@ -173,6 +173,8 @@ def episode_line(episode: Episode) -> str:
 
 
 def author_label(message: Message) -> str:
+    if message.author_type == "system" and message.tags.agent_ids:
+        return " (schedule)"  # a schedule's task: the bot's row that tags the agent it runs
     return {"user": "", "agent": " (agent)", "system": " (notice)"}[message.author_type]
 
 

@@ -71,7 +71,8 @@ def run_json(run: Run, agent_name: str) -> dict[str, object]:
             "snapshot_seq": run.snapshot_seq, "episode_id": run.episode_id, "status": run.status,
             "model": run.model or None, "usage": usage_json(run.usage),
             "selector_usage": usage_json(run.selector_usage), "posted_seq": run.posted_seq, "error": run.error,
-            "started_at": iso(run.started_at), "finished_at": iso(run.finished_at)}
+            "started_at": iso(run.started_at), "finished_at": iso(run.finished_at),
+            "memory_skipped": run.memory_skipped}
 
 
 class _List:

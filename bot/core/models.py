@@ -95,6 +95,17 @@ class Agent:
     position: int = 0
     delivered_through: int = 0
     created_at: float = 0.0
+    memory: bool = False  # it gets the memory_write tool and its notes in its system prompt
+
+
+@dataclass(frozen=True)
+class Note:
+    """One note an agent saved with memory_write."""
+
+    id: int
+    agent_id: int
+    text: str
+    created_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -227,6 +238,7 @@ class Run:
     started_at: float = 0.0
     finished_at: float | None = None
     model: str = ""  # the model that answered ("" when none did, or not recorded)
+    memory_skipped: bool | None = None  # memory on: whether the run ended without a note; None: memory off
 
 
 @dataclass(frozen=True)
@@ -244,6 +256,7 @@ class RunResult:
     notice: NewMessage | None = None
     error: str | None = None
     model: str = ""  # the model that answered, for its price
+    memory_skipped: bool | None = None  # None when memory was off for the run
 
 
 @dataclass(frozen=True)
@@ -266,11 +279,34 @@ class Summary:
 
 
 @dataclass(frozen=True)
-class ChatMessage:
-    """One message sent to a chat model."""
+class ToolCall:
+    """A model's request to call one tool; `arguments` is the JSON text the model wrote."""
 
-    role: Literal["system", "user", "assistant"]
+    id: str
+    name: str
+    arguments: str = "{}"
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A function a model may call: its name, what it does, its JSON-schema parameters."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    """One message sent to a chat model.
+
+    An assistant message may carry the `tool_calls` it made; each is answered by a
+    `tool` message whose `tool_call_id` names the call and whose content is the result."""
+
+    role: Literal["system", "user", "assistant", "tool"]
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -280,6 +316,7 @@ class Completion:
     model: str = ""
     logprob: float | None = None  # sum of the reply's token log-probabilities
     finish_reason: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Which groups this process runs: the group leases it holds (SPEC §4, many processes).
 
-A process serves one scope: the Discord bot every `discord:` group, a console
-its one `console:NAME` group. Of the groups in its scope it runs only those
+A process serves one scope: the Discord bot every `discord:` group (of the
+guilds of its shards, when it runs as shards), a console its one `console:NAME`
+group. Of the groups in its scope it runs only those
 whose lease it holds, so a console never touches a Discord group and two
 processes never run one group at once. The keeper renews the leases every
 `tick` seconds, notices a lease another process took (and stops that group
@@ -12,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from bot.core.errors import StoreError
 from bot.core.models import Group
+from bot.core.shards import Shards
 
 if TYPE_CHECKING:
     from bot.core.engine import Engine
@@ -24,22 +27,31 @@ log = logging.getLogger(__name__)
 
 LEASE_TTL = 30.0
 KEEP_EVERY = 2.0
+HEALTH_EVERY = 60.0  # seconds between two health lines in the log
 
 
 class Ownership:
-    def __init__(self, engine: "Engine", scope: str, *, ttl: float = LEASE_TTL, tick: float = KEEP_EVERY) -> None:
+    def __init__(self, engine: "Engine", scope: str, *, ttl: float = LEASE_TTL, tick: float = KEEP_EVERY,
+                 shards: Shards | None = None) -> None:
         self.engine = engine
         self.scope = scope
+        self.shards = shards
         self.ttl = ttl
         self.tick = tick
         self.owned: set[int] = set()
         self._seen: dict[int, int] = {}  # latest seq of each owned group at the last look
         self._claims: dict[int, asyncio.Task[object]] = {}
         self._claiming: dict[int, asyncio.Lock] = {}
+        self._health_at = time.monotonic()
+
+    def mine(self, group: Group) -> bool:
+        """Whether this process may run `group`: in its scope and, when the bot runs as
+        shards, in a guild of its shards."""
+        return group.in_scope(self.scope) and (self.shards is None or self.shards.serves(group.guild_id))
 
     async def start(self) -> None:
         for group in await self.engine.store.list_groups():
-            if group.in_scope(self.scope):
+            if self.mine(group):
                 await self.claim(group)
         self.engine.spawn(self._keep(), "lease-keeper")
 
@@ -75,7 +87,7 @@ class Ownership:
     async def _claim_by_id(self, group_id: int) -> None:
         try:
             group = await self.engine.store.get_group(group_id)
-            if group.enabled and group.in_scope(self.scope):
+            if group.enabled and self.mine(group):
                 await self.claim(group)
         except StoreError as exc:  # the keeper tries again on its next tick
             log.warning("group=%s could not be claimed yet: %s", group_id, exc)
@@ -107,11 +119,28 @@ class Ownership:
             for group_id in sorted(self.owned - held):
                 log.warning("group=%s: another process took it over; stopping it here", group_id)
                 self.engine.drop(group_id)
-        for group in await store.list_groups():
-            if not group.in_scope(self.scope):
+        groups = await store.list_groups()
+        for group in groups:
+            if not self.mine(group):
                 continue
             if group.id not in self.owned:
                 await self.claim(group)
             elif self._seen.get(group.id) != group.latest_seq:
                 self._seen[group.id] = group.latest_seq
                 self.engine.wake(group.id)  # new rows, perhaps written by another process
+        if time.monotonic() - self._health_at >= HEALTH_EVERY:
+            self._health_at = time.monotonic()
+            log.info("%s", await self.health(groups))
+
+    async def health(self, groups: list[Group]) -> str:
+        """One line for the log: the groups led here, the leases elsewhere, the queue depth."""
+        mine = [g for g in groups if self.mine(g)]
+        led = [g for g in mine if g.id in self.owned]
+        behind = 0
+        for group in led:
+            behind += sum(1 for a in await self.engine.store.list_agents(group.id, enabled_only=True)
+                          if a.delivered_through < group.latest_seq)
+        where = f" ({self.shards})" if self.shards is not None else ""
+        return (f"health{where}: leading {len(led)} of {len(mine)} groups in scope, "
+                f"{len(mine) - len(led)} led elsewhere; {behind} agent deliveries pending; "
+                f"{self.engine.running_runs} runs in flight")

@@ -20,12 +20,15 @@ from bot.core.models import (
     GroupSettings,
     Message,
     NewMessage,
+    Note,
     Run,
     RunResult,
     Spend,
     Summary,
+    Tool,
     Usage,
 )
+from bot.core.schedule import Schedule, When
 
 
 class TokenCounter(Protocol):
@@ -43,13 +46,20 @@ class LLM(Protocol):
         max_tokens: int | None = None,
         logprobs: bool = False,
         cache_key: str | None = None,
+        tools: Sequence[Tool] | None = None,
     ) -> Completion:
         """One chat completion. Raises `LLMError` subclasses; never other errors.
 
         `model=None` means the adapter's default agent model. `cache_key` names the
         caller whose prompts share prefixes (sent as `prompt_cache_key` where the
-        endpoint takes it; ignored otherwise).
+        endpoint takes it; ignored otherwise). With `tools`, the model may answer with
+        `Completion.tool_calls` instead of (or besides) text; without, no tools are offered.
         """
+        ...
+
+    async def tools_refusal(self, model: str | None) -> str | None:
+        """None when `model` (None: the default) takes tool calls; else one line saying why
+        not, or that it could not be checked. Never raises."""
         ...
 
 
@@ -142,7 +152,7 @@ class Store(Protocol):
         ...
 
     async def update_agent(self, agent_id: int, **fields: object) -> Agent:
-        """Change any of name, role, system_prompt, model, avatar_url, enabled, position."""
+        """Change any of name, role, system_prompt, model, avatar_url, enabled, position, memory."""
         ...
 
     async def remove_agent(self, agent_id: int) -> None:
@@ -163,6 +173,21 @@ class Store(Protocol):
         """Move the agent's cursor forward to `seq` (never backwards)."""
         ...
 
+    # an agent's memory ----------------------------------------------------
+    async def add_note(self, agent_id: int, text: str) -> Note:
+        """Keep a note the agent saved with memory_write."""
+        ...
+
+    async def notes(self, agent_id: int, *, limit: int | None = None) -> list[Note]:
+        """The agent's notes, oldest first: all of them, or the newest `limit`."""
+        ...
+
+    async def note_count(self, agent_id: int) -> int: ...
+
+    async def clear_notes(self, agent_id: int) -> int:
+        """Delete every note of the agent; return how many there were."""
+        ...
+
     # messages -----------------------------------------------------------
     async def append_user_message(self, group_id: int, message: NewMessage) -> tuple[Message, Episode]:
         """In one transaction: next seq, insert, reset the agent streak to 0,
@@ -174,6 +199,39 @@ class Store(Protocol):
 
     async def append_system_message(self, group_id: int, message: NewMessage) -> Message:
         """A notice from the bot: next seq, insert; the streak is unchanged."""
+        ...
+
+    # schedules ----------------------------------------------------------
+    async def add_schedule(self, agent_id: int, when: When, prompt: str, *, next_run_at: float,
+                           created_by: str | None = None) -> Schedule:
+        """A schedule for an agent on the roster (NotFound otherwise), in the agent's group."""
+        ...
+
+    async def schedules(self, group_id: int, *, agent_id: int | None = None) -> list[Schedule]:
+        """The group's live schedules (of one agent when given), oldest first."""
+        ...
+
+    async def remove_schedule(self, group_id: int, schedule_id: int) -> Schedule:
+        """Take a live schedule of the group off; NotFound (worded for people) when there is none."""
+        ...
+
+    async def due_schedules(self, now: float) -> list[Schedule]:
+        """Every group's live schedules of agents on the roster with next_run_at <= now, earliest first."""
+        ...
+
+    async def fire_schedule(self, schedule: Schedule, task: NewMessage, *, ran_at: float,
+                            next_run_at: float) -> tuple[Message, Episode] | None:
+        """In one transaction: append `task` as a new episode's task (as append_user_message
+        opens one) and set next_run_at and last_run_at; only while the schedule is live and
+        its next_run_at is still `schedule.next_run_at`, else None and nothing is written."""
+        ...
+
+    async def next_schedule(self, group_id: int) -> Schedule | None:
+        """The group's live schedule that runs first."""
+        ...
+
+    async def get_schedule(self, schedule_id: int) -> Schedule:
+        """A schedule, live or removed; NotFound when there never was one."""
         ...
 
     async def record_posted(self, group_id: int, seq: int, external_id: str) -> None:

@@ -96,8 +96,7 @@ def participant_prompt(agent: Agent, others: Sequence[str], task: str, thread: s
     )
 
 
-def system_message(agent: Agent, brief: str) -> str:
-    """The agent's own system prompt, followed by the group's brief when set."""
-    if brief.strip():
-        return f"{agent.system_prompt}\n\n{brief.strip()}"
-    return agent.system_prompt
+def system_message(agent: Agent, brief: str, memory: str = "") -> str:
+    """The agent's own system prompt, followed by the group's brief when set, then its
+    `<memory>` block when memory is on (`bot.core.memory`)."""
+    return "\n\n".join([agent.system_prompt, *(part for part in (brief.strip(), memory.strip()) if part)])

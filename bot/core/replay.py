@@ -44,6 +44,9 @@ async def replay_message(store: Store, llm: LLM, group: Group, seq: int, *, mode
     if not 1 <= seq <= group.latest_seq:
         raise NotFound(f"{group.name} has {group.latest_seq} messages; there is no #{seq}.")
     message = await store.get_message(group.id, seq)
+    if message.author_type == "system" and message.tags.agent_ids:
+        raise InvalidInput(f"#{seq} is a schedule's task; it goes to the agent it tags, so there is no selector "
+                           "decision to replay.")
     if message.author_type == "system":
         raise InvalidInput(f"#{seq} is a notice from the bot; notices are never routed, so there is nothing to replay.")
     roster = await store.list_agents(group.id)

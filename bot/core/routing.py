@@ -13,9 +13,8 @@ Plan = Literal["explicit", "superseded", "mode", "stale", "none"]
 
 
 def explicit_recipients(message: Message, enabled_ids: set[int]) -> tuple[int, ...]:
-    """Agents a message selects by its own tags (author excluded, enabled only)."""
-    if message.author_type == "system":
-        return ()
+    """Agents a message selects by its own tags (author excluded, enabled only). The bot's
+    notices tag nobody, except a schedule's task, which tags the agent it runs."""
     ids = message.tags.agent_ids
     if message.author_type == "agent":
         ids = tuple(i for i in ids if i != message.author_agent_id)
@@ -27,8 +26,9 @@ def plan_batch(
 ) -> list[tuple[Message, Plan]]:
     """How each not-yet-routed message is routed.
 
-    Explicit agent tags decide. Only the newest person/agent message of the
-    batch is routed by the mode; earlier untagged ones are superseded. An agent
+    Explicit agent tags decide (a schedule's task is the bot's row tagging its
+    agent). Only the newest person/agent message of the batch is routed by the
+    mode; earlier untagged ones are superseded. An agent
     reply to an earlier task (its episode is not `current_episode`: a person
     posted during its run) is 'stale': it selects only whom it tags and never
     supersedes the newer task.
@@ -39,10 +39,10 @@ def plan_batch(
     newest = next((m for m in reversed(messages) if m.author_type != "system" and not stale(m)), None)
     plans: list[tuple[Message, Plan]] = []
     for message in messages:
-        if message.author_type == "system":
-            plans.append((message, "none"))
-        elif explicit_recipients(message, enabled_ids):
+        if explicit_recipients(message, enabled_ids):
             plans.append((message, "explicit"))
+        elif message.author_type == "system":
+            plans.append((message, "none"))
         elif stale(message):
             plans.append((message, "stale"))
         elif message is not newest:

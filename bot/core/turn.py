@@ -12,8 +12,9 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from bot.core.context import Trimmed, load_thread
+from bot.core.context import Trimmed, load_thread, participant_step
 from bot.core.errors import LLMError
+from bot.core.memory import Answer, load_memory, run_with_memory
 from bot.core.models import Agent, ChatMessage, Group, Message, NewMessage, Run, RunResult, Usage
 from bot.core.prompts import participant_prompt, system_message, thread_line
 from bot.core.stop import ends_with_terminate, guard_impersonation, strip_terminate
@@ -46,7 +47,7 @@ CONTINUED = "(the conversation since then)"
 
 
 def build_messages(
-    group: Group, agent: Agent, roster: Sequence[Agent], trimmed: Trimmed, task: Message | None
+    group: Group, agent: Agent, roster: Sequence[Agent], trimmed: Trimmed, task: Message | None, memory: str = ""
 ) -> tuple[list[ChatMessage], list[str]]:
     """System message, the Participant prompt, and the episode's newer rows after it.
 
@@ -54,13 +55,14 @@ def build_messages(
     for the whole episode); the rows after the task follow in one more user
     message. So within an episode each call's messages extend the previous
     call's (until the window moves) and the provider's prompt cache keeps all
-    of it: only the rows since the agent's last turn are new.
+    of it: only the rows since the agent's last turn are new. `memory` (the agent's
+    `<memory>` block, when memory is on) ends the system message.
     """
     others = others_in(trimmed.shown, roster, agent)
     task_text = task.text if task else "(no task yet: follow the conversation)"
     before, after = trimmed.split(task.seq) if task else (trimmed, ())
     prompt = participant_prompt(agent, others, task_text, before.render())
-    messages = [ChatMessage("system", system_message(agent, group.settings.brief)), ChatMessage("user", prompt)]
+    messages = [ChatMessage("system", system_message(agent, group.settings.brief, memory)), ChatMessage("user", prompt)]
     if after:
         lines = "\n".join(thread_line(m.author_name, m.text) for m in after)
         messages.append(ChatMessage("user", f"{CONTINUED}\n{lines}"))
@@ -111,24 +113,30 @@ class AgentTurn:
         roster = await store.list_agents(group.id)
         task = await self._task(group, run)
         trimmed = await load_thread(store, group.id, through=run.snapshot_seq, budget=group.settings.context_budget,
-                                    task_seq=task.seq if task else None, task_apart=task is not None)
-        messages, others = build_messages(group, agent, roster, trimmed, task)
-        try:
-            async with engine.surface.working(group, agent):
-                completion = await engine.llm.complete(messages, model=agent.model,
-                                                       cache_key=cache_key(group, agent.id))
-        except LLMError as exc:
+                                    task_seq=task.seq if task else None, task_apart=task is not None,
+                                    step=participant_step(group.settings.context_budget))
+        memory = await load_memory(store, agent, engine.counter)
+        messages, others = build_messages(group, agent, roster, trimmed, task, memory)
+        async with engine.surface.working(group, agent):
+            answer = await self._complete(group, agent, messages)
+        if answer.error is not None:
+            exc = answer.error
             log.warning("group=%s agent=%s run=%s failed: %s", group.id, agent.name, run.id, exc)
             failure = engine.notice(f"{agent.name} could not answer: {exc.public}. Its turn was skipped.")
-            return RunResult("failed", selector_usage=selector_usage, error=str(exc), notice=failure), False
-        usage = completion.usage
-        cleaned = guard_impersonation(completion.text, agent.name, others)
+            return RunResult("failed", answer.usage, selector_usage, error=str(exc), notice=failure,
+                             model=answer.model), False
+        usage, skipped = answer.usage, (answer.skipped if agent.memory else None)
+        if skipped:
+            log.info("group=%s agent=%s run=%s: memory_skipped (no note after the reminder)",
+                     group.id, agent.name, run.id)
+        cleaned = guard_impersonation(answer.text, agent.name, others)
         terminated = ends_with_terminate(cleaned)
         if not strip_terminate(cleaned):
             log.info("group=%s agent=%s run=%s: empty reply after cleaning; nothing posted",
                      group.id, agent.name, run.id)
             notice = None if terminated else engine.notice(f"{agent.name} had nothing to add (its reply was empty).")
-            return RunResult("empty", usage, selector_usage, notice=notice, model=completion.model), terminated
+            return RunResult("empty", usage, selector_usage, notice=notice, model=answer.model,
+                             memory_skipped=skipped), terminated
         reply = NewMessage(
             author_type="agent",
             author_name=agent.name,
@@ -138,7 +146,19 @@ class AgentTurn:
             source_run_id=run.id,
             token_count=engine.counter.count(thread_line(agent.name, cleaned)),
         )
-        return RunResult("posted", usage, selector_usage, reply=reply, model=completion.model), terminated
+        return RunResult("posted", usage, selector_usage, reply=reply, model=answer.model,
+                         memory_skipped=skipped), terminated
+
+    async def _complete(self, group: Group, agent: Agent, messages: list[ChatMessage]) -> Answer:
+        """The agent's answer: one call, or with memory on, the memory_write loop (`bot.core.memory`)."""
+        llm, key = self.engine.llm, cache_key(group, agent.id)
+        if agent.memory:
+            return await run_with_memory(llm, self.engine.store, agent, messages, cache_key=key)
+        try:
+            completion = await llm.complete(messages, model=agent.model, cache_key=key)
+        except LLMError as exc:
+            return Answer("", Usage(), "", False, 1, error=exc)
+        return Answer(completion.text, completion.usage, completion.model, False, 1)
 
     async def _interrupt(self, run: Run, selector_usage: Usage) -> None:
         try:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.core.context import TASK_REFERENCE, Trimmed, cut_point, load_thread
+from bot.core.context import TASK_REFERENCE, Trimmed, cut_point, load_thread, participant_step
 from bot.core.models import Message, token_cost
 from bot.core.ports import Store
 
@@ -125,3 +125,12 @@ async def test_a_single_huge_newest_message_is_still_kept():
 ])
 def test_cut_point(total, budget, extra, cut):
     assert cut_point(total, budget, extra) == cut
+
+
+@pytest.mark.parametrize("total, cut", [
+    (6000, 0), (6001, 4500),  # over by one: back to a quarter of the budget (1,501 of 6,001 kept)
+    (10500, 4500), (10501, 9000),  # it stays put for three quarters of a budget, then moves by as much
+])
+def test_an_agents_window_moves_by_three_quarters_of_its_budget(total, cut):
+    assert participant_step(6000) == 4500
+    assert cut_point(total, 6000, 0, participant_step(6000)) == cut

@@ -18,7 +18,8 @@ def msg(seq, author_type="user", agent_ids=(), author_agent_id=None):
         (msg(1, "agent", [1, 2], author_agent_id=1), (2,)),
         (msg(1, "agent", [1], author_agent_id=1), ()),
         (msg(1, "user", [9]), ()),  # not enabled / not on the roster
-        (msg(1, "system", [1]), ()),
+        (msg(1, "system", [1]), (1,)),  # a schedule's task: the bot's row tagging the agent it runs
+        (msg(1, "system"), ()),  # a notice
     ],
 )
 def test_explicit_recipients(message, expected):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from pathlib import Path
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 import discord
 import pytest
@@ -34,6 +34,7 @@ class BotHarness:
         self.surface: DiscordSurface | None = None
         self._task: asyncio.Task[None] | None = None
         self._llm: OpenAILLM | None = None
+        self.engine_options: dict[str, Any] = {}  # more Engine arguments (a clock, the schedule tick)
 
     async def start(self, *, wait_ready: bool = True, busy_timeout_ms: int = 5000) -> RoundtableBot:
         await point_at(self.emu.api_base)
@@ -42,7 +43,8 @@ class BotHarness:
         self._llm = OpenAILLM(api_key="sk-test", base_url=self.llm_server.base_url, default_model="fake-model",
                               timeout=10, max_retries=1, counter=counter)
         self.surface = DiscordSurface(self.store)
-        self.engine = Engine(self.store, self._llm, self.surface, counter, scope="discord:", retry=FAST_RETRY)
+        self.engine = Engine(self.store, self._llm, self.surface, counter, scope="discord:", retry=FAST_RETRY,
+                             **self.engine_options)
         self.bot = RoundtableBot(self.engine, self.surface, GroupSettings(), guild_id=int(self.emu.guild_id),
                                  guild_ready_timeout=0.05)
         self._task = asyncio.create_task(self.bot.start(self.emu.token))

@@ -55,17 +55,20 @@ class Channel:
 
 
 class BotProcess:
-    def __init__(self, tmp_path: Path, emu: DiscordEmulator, llm: FakeOpenAI) -> None:
+    def __init__(self, tmp_path: Path, emu: DiscordEmulator, llm: FakeOpenAI, *, name: str = "bot",
+                 env: dict[str, str] | None = None) -> None:
         self.tmp_path = tmp_path
         self.emu = emu
         self.llm = llm
         self.db = tmp_path / "roundtable.db"
-        self.log = tmp_path / "bot.log"
+        self.log = tmp_path / f"{name}.log"
+        self.env = env or {}  # more settings (e.g. ROUNDTABLE_SHARDS)
         self.proc: asyncio.subprocess.Process | None = None
         self.starts = 0
 
     # the database ------------------------------------------------------------
-    async def add_group(self, channel_id: str, agents: tuple[str, ...] = ("echo",), **settings: Any) -> Channel:
+    async def add_group(self, channel_id: str, agents: tuple[str, ...] = ("echo",), *, guild_id: str | None = None,
+                        **settings: Any) -> Channel:
         """A group in `channel_id` (tags mode by default) with its webhook and agents, as /roundtable setup makes it."""
         store = await SqliteStore.open(self.db)
         try:
@@ -73,7 +76,8 @@ class BotProcess:
             await store.save_webhook(channel_id, hook.id, hook.token)
             group = await store.create_group(
                 f"discord:{channel_id}", f"#{self.emu.channels[channel_id].name}",
-                GroupSettings(**{"mode": "tags", **settings}), guild_id=self.emu.guild_id, channel_id=channel_id,
+                GroupSettings(**{"mode": "tags", **settings}), guild_id=guild_id or self.emu.guild_id,
+                channel_id=channel_id,
                 setup_message_id=self.emu.snowflake())
             for name in agents:
                 await store.add_agent(group.id, name, f"{name}s", f"You are {name}.")
@@ -90,7 +94,7 @@ class BotProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ROUNDTABLE_", "DISCORD_"))}
         env.update(DISCORD_TOKEN=self.emu.token, DISCORD_API_BASE_URL=self.emu.api_base,
                    DISCORD_GUILD_ID=self.emu.guild_id, OPENAI_API_KEY="sk-test", OPENAI_BASE_URL=self.llm.base_url,
-                   ROUNDTABLE_DB=str(self.db), ROUNDTABLE_LOG_LEVEL="INFO", ROUNDTABLE_LLM_RETRIES="0")
+                   ROUNDTABLE_DB=str(self.db), ROUNDTABLE_LOG_LEVEL="INFO", ROUNDTABLE_LLM_RETRIES="0", **self.env)
         sessions = set(self.emu.sessions)
         self.starts += 1
         with open(self.log, "a") as log:

@@ -193,6 +193,7 @@ async def test_a_reply_discord_did_not_confirm_before_a_stop_is_sent_on_restart(
     emu._faults.clear()
     await harness.start()
     await emu.wait_for(lambda: harness.webhook_posts(), timeout=10)
+    await harness.idle()  # the post is recorded (confirmed) just after Discord answers it
     assert [p["content"] for p in harness.webhook_posts()] == ["Kept safe."]
     rows = await harness.store.messages(1)
     assert rows[-1].confirmed and rows[-1].external_ids

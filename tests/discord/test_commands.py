@@ -23,16 +23,19 @@ def script() -> GroupChatScript:
 
 
 def synced(emu) -> dict[tuple[str, ...], dict]:
-    """Every synced slash command by path, sub-commands included."""
+    """Every synced slash command by path, sub-commands and sub-command groups' commands included."""
     found: dict[tuple[str, ...], dict] = {}
+
+    def walk(path: tuple[str, ...], node: dict) -> None:
+        nested = [o for o in node.get("options", []) if o["type"] in (1, 2)]  # sub-command, sub-command group
+        if not nested:
+            found[path] = node
+        for sub in nested:
+            walk((*path, sub["name"]), sub)
+
     for cmd in emu.synced_commands[emu.guild_id]:
-        if cmd["type"] != 1:
-            continue
-        subs = [o for o in cmd["options"] if o["type"] == 1]
-        if not subs:
-            found[(cmd["name"],)] = cmd
-        for sub in subs:
-            found[(cmd["name"], sub["name"])] = sub
+        if cmd["type"] == 1:
+            walk((cmd["name"],), cmd)
     return found
 
 

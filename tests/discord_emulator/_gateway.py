@@ -1,4 +1,5 @@
-"""Gateway (websocket) emulation: HELLO, heartbeats, IDENTIFY, READY,
+"""Gateway (websocket) emulation: HELLO, heartbeats, IDENTIFY (with `shard: [id, count]`, a
+connection gets only the guilds of its shard: `(guild_id >> 22) % count`), READY,
 GUILD_CREATE, RESUME (missed events are replayed), dispatch, disconnects."""
 from __future__ import annotations
 
@@ -54,9 +55,10 @@ class GatewayConnection:
 class GatewaySession:
     """A Discord session (survives websocket drops until invalidated)."""
 
-    def __init__(self, session_id: str, intents: int) -> None:
+    def __init__(self, session_id: str, intents: int, shard: tuple = (0, 1)) -> None:
         self.session_id = session_id
         self.intents = intents
+        self.shard = shard                    # (id, count) from IDENTIFY; (0, 1) unsharded
         self.seq = 0
         self.log: List[tuple] = []           # (seq, frame json) for RESUME replay
         self.conn: Optional[GatewayConnection] = None
@@ -67,6 +69,13 @@ class GatewaySession:
     @property
     def connected(self) -> bool:
         return self.conn is not None and not self.conn.ws.closed
+
+    def receives(self, guild_id: Optional[str]) -> bool:
+        """Discord's rule: a guild's events go to shard (guild_id >> 22) % count; the rest to shard 0."""
+        shard_id, count = self.shard
+        if guild_id is None:
+            return shard_id == 0
+        return (int(guild_id) >> 22) % count == shard_id
 
     def push(self, event: str, data: Any) -> None:
         self.seq += 1
@@ -94,8 +103,9 @@ class GatewayMixin:
     # ------------------------------------------------------------- public API
     def dispatch(self, event: str, data: Any) -> None:
         """Send a DISPATCH event to every live session (buffered while disconnected)."""
+        guild_id = _guild_of(event, data)
         for session in list(self.sessions.values()):
-            if session.invalid:
+            if session.invalid or not session.receives(guild_id):
                 continue
             payload = self._filter_for_intents(session, event, copy.deepcopy(data))
             if payload is not None:
@@ -201,20 +211,26 @@ class GatewayMixin:
         if not self.privileged_intents_allowed and intents & u.PRIVILEGED_INTENTS:
             await conn.ws.close(code=4014, message=b"Disallowed intent(s).")
             return
-        session = GatewaySession(secrets.token_hex(16), intents)
+        shard = d.get("shard") or [0, 1]
+        if (not isinstance(shard, list) or len(shard) != 2 or not all(isinstance(x, int) for x in shard)
+                or not 0 <= shard[0] < shard[1]):
+            await conn.ws.close(code=4010, message=b"Invalid shard.")
+            return
+        session = GatewaySession(secrets.token_hex(16), intents, (shard[0], shard[1]))
+        guild_ids = [gid for gid in self.guilds if session.receives(gid)]
         session.conn = conn
         conn.session = session
         self.sessions[session.session_id] = session
         session.push("READY", {
             "v": 10, "user": self.user_json(self.bot_user_id), "user_settings": {},
-            "guilds": [{"id": gid, "unavailable": True} for gid in self.guilds],
+            "guilds": [{"id": gid, "unavailable": True} for gid in guild_ids],
             "session_id": session.session_id, "session_type": "normal",
             "resume_gateway_url": self.gateway_url, "relationships": [], "private_channels": [],
             "presences": [], "guild_join_requests": [], "geo_ordered_rtc_regions": [],
             "application": {"id": self.application_id, "flags": self.application["flags"]},
-            "shard": [0, 1],
+            "shard": list(session.shard),
         })
-        for gid in self.guilds:
+        for gid in guild_ids:
             guild = self.guild_json(gid, full=True)
             if not intents & u.INTENT_MEMBERS:   # like Discord: only ourselves without GUILD_MEMBERS
                 guild["members"] = [m for m in guild["members"] if m["user"]["id"] == self.bot_user_id]
@@ -253,3 +269,12 @@ class GatewayMixin:
             "guild_id": gid, "members": [self.member_json(gid, m) for m in members],
             "chunk_index": 0, "chunk_count": 1, "nonce": d.get("nonce"), "not_found": [],
         })
+
+
+def _guild_of(event: str, data: Any) -> Optional[str]:
+    """The guild an event belongs to (None: not a guild's, e.g. a DM)."""
+    if not isinstance(data, dict):
+        return None
+    if event in ("GUILD_CREATE", "GUILD_UPDATE", "GUILD_DELETE"):
+        return str(data.get("id")) if data.get("id") else None
+    return str(data["guild_id"]) if data.get("guild_id") else None

@@ -37,12 +37,14 @@ class Harness:
         self.store: SqlStore
         self.engine: Engine
         self.group: Group
+        self.engine_options: dict[str, Any] = {}  # more Engine arguments (a clock, the schedule tick)
 
     @contextlib.asynccontextmanager
     async def running(self, llm: ScriptedLLM | None = None, **settings: object) -> AsyncIterator["Harness"]:
         self.llm = llm or self.llm
         self.store = await self.place.open()
-        self.engine = Engine(self.store, self.llm, self.surface, make_token_counter(), retry=FAST_RETRY)
+        self.engine = Engine(self.store, self.llm, self.surface, make_token_counter(), retry=FAST_RETRY,
+                             **self.engine_options)
         self.group = await self.store.create_group("test:main", "main", GroupSettings(**settings))  # type: ignore[arg-type]
         if not await self.store.list_agents(self.group.id):
             for name, role, prompt in ROSTER:

@@ -124,3 +124,31 @@ async def test_a_failing_model_is_a_clear_answer_and_a_failed_run(harness):
             await harness.engine.ask(harness.group, planner, "hello?", asker="alice")
         assert [r[1:3] for r in await runs(harness)] == [("direct", "failed")]
         assert not harness.engine.agent_lock(planner.id).locked()
+
+
+async def test_a_direct_run_spends_the_budget_and_is_refused_once_it_is_reached(harness):
+    from bot.core.models import Completion, Usage
+
+    big = Completion("A long private plan.", Usage(1_000_000, 100_000, 0), model="gpt-4o-mini")  # $0.21
+    llm = ScriptedLLM(direct={"planner": [big, "never asked"]})
+    async with harness.running(llm, monthly_budget=0.20):
+        planner = await agent(harness, "planner")
+        assert (await harness.engine.ask(harness.group, planner, "plan it all", asker="alice")).text
+        group = await harness.store.get_group(harness.group.id)
+        assert group.paused  # the direct run's cost counts like any other
+        with pytest.raises(UserFacingError, match=r"reached the monthly budget of \$0\.20"):
+            await harness.engine.ask(group, planner, "one more?", asker="alice")
+        assert [k for k, _, _ in llm.history] == ["direct"]
+
+
+async def test_a_direct_run_reads_the_agents_notes_but_writes_none(harness):
+    llm = ScriptedLLM(direct={"planner": ["From my notes: Asakusa."]})
+    async with harness.running(llm):
+        planner = await agent(harness, "planner")
+        planner = await harness.store.update_agent(planner.id, memory=True)
+        await harness.store.add_note(planner.id, "Alice prefers temples to shopping.")
+        await harness.engine.ask(harness.group, planner, "what do you remember?", asker="alice")
+        system = llm.history[-1][2][0].content
+        assert system.startswith("You plan trips.") and "<memory>" in system
+        assert "- Alice prefers temples to shopping." in system
+        assert await harness.store.note_count(planner.id) == 1

@@ -99,3 +99,23 @@ async def test_an_empty_thread(tmp_path):
         group = await store.create_group("k", "g", GroupSettings())
         got = await load_thread(store, group.id, through=0, budget=100, task_seq=None)
     assert got.kept == () and got.omitted == 0 and got.task_pulled_up is None and got.render() == ""
+
+
+async def test_an_agents_prompt_window_moves_by_three_quarters_of_its_budget(harness):
+    from bot.core.context import MARKER_TOKENS, cut_point, participant_step
+    from tests.fakes.scripted_llm import ScriptedLLM
+
+    llm = ScriptedLLM(default_agent_reply=lambda name, n: f"{name} noted {n}")
+    async with harness.running(llm, mode="tags", context_budget=1000):
+        for i in range(40):  # ~15 tokens a row: the thread passes 1,000 tokens
+            await harness.say(f"@planner item {i}: " + "words " * 10)
+            await harness.idle()
+        store, group = harness.store, harness.group
+        (snapshot,) = (await harness.fetch("SELECT MAX(snapshot_seq) FROM runs"))[0]
+        total = await store.thread_tokens(group.id, through=snapshot)
+        cut = cut_point(total, 1000, MARKER_TOKENS, participant_step(1000))
+        assert cut != cut_point(total, 1000, MARKER_TOKENS)  # half-budget steps would start elsewhere
+        start = await store.first_seq_at(group.id, tokens=cut)
+        rows = {m.seq: m for m in await store.messages(group.id)}
+        prompt = "\n".join(m.content for m in llm.history[-1][2][1:])
+        assert f"] {rows[start].text}" in prompt and f"] {rows[start - 1].text}\n" not in prompt + "\n"

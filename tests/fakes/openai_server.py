@@ -8,14 +8,16 @@
 It serves POST /v1/chat/completions (non-streaming; `stream: true` gets a 400)
 and GET /v1/models. Each chat request is answered by the responder, a callable
 `(body) -> Reply | str | Awaitable[Reply | str]` (a str means `Reply(text=...)`),
-or a list of replies answered in order. `GroupChatScript` is a ready-made
-responder for group-chat tests.
+or a list of replies answered in order. A `Reply` may carry `tool_calls`
+(`tool_call("memory_write", note="...")`), sent as OpenAI sends them. `GroupChatScript` is a
+ready-made responder for group-chat tests.
 """
 from __future__ import annotations
 
 import asyncio
 import inspect
 import itertools
+import json
 import logging
 import math
 import re
@@ -43,6 +45,20 @@ class Reply:
     logprobs: list[float] | None = None  # per-token log-probabilities of `text`
     finish_reason: str = "stop"
     raw_body: Any = None  # when set: sent as the JSON body instead of a chat.completion
+    tool_calls: Sequence[dict[str, Any]] = ()  # each {"name": ..., "arguments": JSON text}; see `tool_call`
+
+
+def tool_call(name: str, arguments: str | None = None, **args: Any) -> dict[str, Any]:
+    """One scripted tool call: `tool_call("memory_write", note="x")`, or raw `arguments` text."""
+    return {"name": name, "arguments": arguments if arguments is not None else json.dumps(args)}
+
+
+def probe_tool(body: dict[str, Any]) -> str | None:
+    """The function a request forces with `tool_choice` (as a tools probe does), else None."""
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and body.get("tools"):
+        return (choice.get("function") or {}).get("name")
+    return None
 
 
 ReplyLike = Union[Reply, str]
@@ -174,6 +190,9 @@ class FakeOpenAI:
             return self._error(400, "FakeOpenAI does not support stream=true; send a non-streaming request")
         if not isinstance(body.get("messages"), list) or not body.get("model"):
             return self._error(400, "'model' and 'messages' are required")
+        problem = _tool_sequence_problem(body["messages"])
+        if problem:
+            return self._error(400, problem)
         try:
             reply = self.responder(recorded)
             if inspect.isawaitable(reply):
@@ -205,11 +224,20 @@ class FakeOpenAI:
             if reply.error_body is None:
                 return self._error(reply.status, f"FakeOpenAI scripted HTTP {reply.status}", headers)
             return web.json_response(reply.error_body, status=reply.status, headers=headers)
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text, "refusal": None}
+        finish = reply.finish_reason
+        if reply.tool_calls:
+            message["content"] = reply.text or None  # as OpenAI sends a reply that only calls tools
+            message["tool_calls"] = [
+                {"id": f"call_fake{n}_{i}", "type": "function",
+                 "function": {"name": c["name"], "arguments": c.get("arguments", "{}")}}
+                for i, c in enumerate(reply.tool_calls)]
+            finish = "tool_calls" if finish == "stop" else finish
         choice: dict[str, Any] = {
             "index": 0,
-            "message": {"role": "assistant", "content": reply.text, "refusal": None},
+            "message": message,
             "logprobs": _logprobs(reply.text, reply.logprobs) if reply.logprobs is not None else None,
-            "finish_reason": reply.finish_reason,
+            "finish_reason": finish,
         }
         payload: dict[str, Any] = {
             "id": f"chatcmpl-fake{n}",
@@ -222,6 +250,26 @@ class FakeOpenAI:
         if reply.usage != "omit":
             payload["usage"] = reply.usage if reply.usage is not None else _usage(body, reply.text)
         return web.json_response(payload, headers=headers)
+
+
+def _tool_sequence_problem(messages: list[Any]) -> str | None:
+    """OpenAI's 400s for a broken tool exchange: every assistant tool call answered by a `tool`
+    message right after it, and no `tool` message that answers no call."""
+    waiting: set[str] = set()
+    for i, m in enumerate(messages):
+        role = m.get("role") if isinstance(m, dict) else None
+        if role == "tool":
+            if m.get("tool_call_id") not in waiting:
+                return (f"Invalid parameter: messages[{i}] with role 'tool' must be a response to a preceding "
+                        "message with 'tool_calls'.")
+            waiting.discard(m["tool_call_id"])
+            continue
+        if waiting:
+            return ("An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+                    f"'tool_call_id'. The following tool_call_ids did not have response messages: {sorted(waiting)}")
+        if role == "assistant":
+            waiting = {c.get("id") for c in m.get("tool_calls") or ()}
+    return None
 
 
 def _usage(body: dict[str, Any], text: str) -> dict[str, Any]:
@@ -261,7 +309,9 @@ class GroupChatScript:
     A request is a SELECTOR call when any message holds `SELECTOR_MARK`, a
     PARTICIPANT call when a line reads "You are NAME, the ROLE in a group chat
     working on the task below.", a DIRECT call (/ask) when the last message reads "... asks
-    you (NAME) directly (...)", else an OTHER call (a summary, ...). Queues pop
+    you (NAME) directly (...)", a PROBE when it forces a tool with `tool_choice`
+    (answered with that tool's call, unless `takes_tools` is False), else an OTHER
+    call (a summary, ...). Queues pop
     in order; entries are str or `Reply` (to script faults). An exhausted
     selector answers "TERMINATE"; an exhausted agent answers `default_agent_reply`
     (a str, or `(name, n) -> str` with n the agent's 1-based call count) or else a
@@ -276,7 +326,9 @@ class GroupChatScript:
         default_agent_reply: AgentDefault = None,
         summary: Sequence[ReplyLike] = (),
         other_default: str = "(no reply scripted for this call)",
+        takes_tools: bool = True,
     ) -> None:
+        self.takes_tools = takes_tools
         self._selector_fn = selector if callable(selector) else None
         self._selector: deque[ReplyLike] = deque(() if callable(selector) else selector)
         self._agents: dict[str, deque[ReplyLike]] = {k: deque(v) for k, v in (agents or {}).items()}
@@ -303,6 +355,9 @@ class GroupChatScript:
 
     @staticmethod
     def classify(body: dict[str, Any]) -> tuple[str, str | None]:
+        forced = probe_tool(body)
+        if forced is not None:
+            return "probe", forced
         texts = [message_text(m) for m in body.get("messages", [])]
         if any(SELECTOR_MARK in t for t in texts):
             return "selector", None
@@ -329,6 +384,9 @@ class GroupChatScript:
             assert name is not None
             queue = self._direct.get(name)
             return queue.popleft() if queue else _ran_out(f"GroupChatScript: no direct answer for {name!r}")
+        if kind == "probe":
+            assert name is not None
+            return Reply(tool_calls=[tool_call(name, ok=True)]) if self.takes_tools else Reply(text="I cannot.")
         return self._summary.popleft() if self._summary else self.other_default
 
     def _participant(self, name: str) -> ReplyLike:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from bot.core.errors import LLMError
-from bot.core.models import ChatMessage, Completion, Usage
+from bot.core.models import ChatMessage, Completion, Tool, Usage
 
 SELECTOR_MARK = "You are coordinating a group chat. Choose who speaks next."
 DIRECT = re.compile(r"asks you \((?P<name>[^)]+)\) directly \(")
@@ -44,6 +44,12 @@ class ScriptedLLM:
     gate: asyncio.Event | None = None  # when set, participant calls wait for it
     direct: dict[str, list[Reply]] = field(default_factory=dict)  # /ask answers per agent
     direct_gate: asyncio.Event | None = None  # when set, direct calls wait for it
+    tools_reason: str | None = None  # tools_refusal's answer (None: every model takes tool calls)
+    tools_asked: list[str | None] = field(default_factory=list)
+
+    async def tools_refusal(self, model: str | None) -> str | None:
+        self.tools_asked.append(model)
+        return self.tools_reason
 
     @property
     def participant_order(self) -> list[str]:
@@ -51,7 +57,7 @@ class ScriptedLLM:
 
     async def complete(self, messages: Sequence[ChatMessage], *, model: str | None = None,
                        max_tokens: int | None = None, logprobs: bool = False,
-                       cache_key: str | None = None) -> Completion:
+                       cache_key: str | None = None, tools: Sequence[Tool] | None = None) -> Completion:
         kind, name = kind_of(messages)
         self.history.append((kind, name, list(messages)))
         if kind == "selector":

@@ -14,7 +14,7 @@ from storage.migrations import split_statements
 
 TABLES = {
     "groups", "agents", "messages", "message_external_ids", "decisions",
-    "episodes", "runs", "read_cursors", "webhooks", "_migrations",
+    "episodes", "runs", "read_cursors", "webhooks", "agent_notes", "schedules", "_migrations",
 }
 
 
@@ -140,3 +140,29 @@ async def test_running_token_sums_are_filled_for_rows_written_before_migration_4
         added, _ = await store.append_user_message(1, NewMessage("user", "a", "more", token_count=3))
         assert added.seq == 4 and added.tokens_before == 19
         assert await store.thread_tokens(1, through=4) == 23
+
+
+async def test_migration_6_gives_agents_memory_off_and_old_runs_no_memory_verdict(tmp_path: Path) -> None:
+    """A file written before agent memory: its agents have memory off and no notes, its runs
+    memory_skipped NULL; notes are kept per agent afterwards, and cleared per agent."""
+    path = tmp_path / "old.db"
+    async with aiosqlite.connect(path, isolation_level=None) as conn:
+        await apply_migrations(conn, [m for m in MIGRATIONS if m[0] < 6])
+        await conn.execute("INSERT INTO groups (id, key, name, created_at) VALUES (1, 'k', 'g', 0)")
+        for agent_id in (1, 2):
+            await conn.execute("INSERT INTO agents (id, group_id, name, created_at) VALUES (?, 1, ?, 0)",
+                               (agent_id, f"a{agent_id}"))
+        await conn.execute("INSERT INTO runs (id, group_id, agent_id, kind, snapshot_seq, status, started_at)"
+                           " VALUES (1, 1, 1, 'group', 0, 'posted', 0)")
+    async with await SqliteStore.open(path) as store:
+        assert [a.memory for a in await store.list_agents(1)] == [False, False]
+        assert (await store.runs_by_id([1]))[1].memory_skipped is None
+        assert (await store.update_agent(1, memory=True)).memory is True
+        for text in ("first", "second", "third"):
+            await store.add_note(1, text)
+        await store.add_note(2, "other agent")
+        assert [n.text for n in await store.notes(1)] == ["first", "second", "third"]
+        assert [n.text for n in await store.notes(1, limit=2)] == ["second", "third"]  # the newest, oldest first
+        assert await store.note_count(1) == 3
+        assert await store.clear_notes(1) == 3
+        assert await store.notes(1) == [] and await store.note_count(2) == 1

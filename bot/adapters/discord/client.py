@@ -26,6 +26,7 @@ from bot.config import Settings, redact_url
 from bot.core.engine import Engine
 from bot.core.errors import ConfigError
 from bot.core.models import GroupSettings
+from bot.core.shards import Shards
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +57,11 @@ async def point_at(api_base_url: str) -> None:
 
 class RoundtableBot(discord.Client):
     def __init__(self, engine: Engine, surface: DiscordSurface, group_defaults: GroupSettings, *,
-                 guild_id: int | None = None, **options: Any) -> None:
+                 guild_id: int | None = None, shards: Shards | None = None, **options: Any) -> None:
+        if shards is not None:
+            options.update(shard_ids=list(shards.ids), shard_count=shards.count)
         super().__init__(intents=make_intents(), chunk_guilds_at_startup=False, **options)
+        self.serving = shards  # (AutoShardedClient's own `shards` is its connections)
         self.engine = engine
         self.surface = surface
         surface.client = self
@@ -69,6 +73,10 @@ class RoundtableBot(discord.Client):
         self.ready_once = asyncio.Event()
         self.slash.register(self.tree)
         self.tree.on_error = self.on_app_command_error  # type: ignore[method-assign]  # the tree calls it with our bot as client
+
+    def serves(self, guild_id: str | int | None) -> bool:
+        """Whether this process takes in that guild's channels (all of them, unless it runs some shards)."""
+        return self.serving is None or self.serving.serves(guild_id)
 
     async def setup_hook(self) -> None:
         """After login, before the gateway: sync the commands, take the groups, resume them
@@ -120,6 +128,17 @@ class RoundtableBot(discord.Client):
             pass
 
 
+class ShardedRoundtableBot(RoundtableBot, discord.AutoShardedClient):
+    """The bot as some shards of a sharded bot (`roundtable run --shards 0,1 --shard-count 4`):
+    one gateway connection per shard; Discord sends each only its guilds' events."""
+
+
+def make_bot(engine: Engine, surface: DiscordSurface, group_defaults: GroupSettings, *,
+             guild_id: int | None = None, shards: Shards | None = None, **options: Any) -> RoundtableBot:
+    kind = RoundtableBot if shards is None else ShardedRoundtableBot
+    return kind(engine, surface, group_defaults, guild_id=guild_id, shards=shards, **options)
+
+
 OpenEngine = Callable[..., AsyncContextManager[Engine]]
 
 
@@ -133,7 +152,9 @@ async def run_bot(settings: Settings, open_engine: OpenEngine, defaults: GroupSe
     async with open_engine(settings, DiscordSurface, scope="discord:", label="discord bot") as engine:
         surface = engine.surface
         assert isinstance(surface, DiscordSurface)
-        bot = RoundtableBot(engine, surface, defaults, guild_id=settings.discord_guild_id)
+        bot = make_bot(engine, surface, defaults, guild_id=settings.discord_guild_id, shards=settings.shards)
+        if settings.shards is not None:
+            log.info("running %s", settings.shards)
         try:
             async with bot:
                 with stop_on_signals(bot, stopped_by):

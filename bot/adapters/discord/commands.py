@@ -313,7 +313,7 @@ class SlashCommands:
         self.store = bot.engine.store
 
     async def invoke(self, interaction: discord.Interaction, command: Command, given: Mapping[str, object]) -> None:
-        if command.slow and not interaction.response.is_done():  # a model call: Discord waits only 3 s
+        if command.is_slow(given) and not interaction.response.is_done():  # a model call: Discord waits only 3 s
             await interaction.response.defer(ephemeral=True, thinking=True)
         if interaction.guild is not None:
             await self.bot.ingest.remember(str(interaction.guild.id), interaction.user)

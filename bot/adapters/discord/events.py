@@ -85,7 +85,7 @@ class Ingest:
         for channel_id in list(self.feeds):  # first, before any event of the new session is taken
             self.resync_channel(channel_id)
         for group in await self._retrying(self.store.list_groups):
-            if group.key.startswith("discord:") and group.channel_id is not None:
+            if group.key.startswith("discord:") and group.channel_id is not None and self.bot.serves(group.guild_id):
                 feed = self._feed(int(group.channel_id))
                 if feed.queue.empty():
                     feed.queue.put_nowait(None)

@@ -1,0 +1,43 @@
+"""Store methods for an agent's memory: the notes it saved with memory_write.
+Mixed into `storage.store.SqlStore` (SQLite and PostgreSQL)."""
+from __future__ import annotations
+
+from bot.core.errors import InvalidInput
+from bot.core.models import Note
+from storage.base import StoreBase
+from storage.rows import to_note
+
+
+class NotesMixin(StoreBase):
+    async def add_note(self, agent_id: int, text: str) -> Note:
+        """Keep a note of the agent (removed agents included: a run may end after a removal)."""
+        if not text.strip():
+            raise InvalidInput("a note needs text")
+        async with self._write() as db:
+            await self._agent_row(db, agent_id, include_removed=True)
+            note_id = await self._insert(
+                db, "INSERT INTO agent_notes (agent_id, created_at, text) VALUES (?, ?, ?)",
+                (agent_id, self._now(), text))
+            row = await self._one(db, "SELECT * FROM agent_notes WHERE id = ?", (note_id,))
+            assert row is not None
+            return to_note(row)
+
+    async def notes(self, agent_id: int, *, limit: int | None = None) -> list[Note]:
+        """Oldest first: every note, or the newest `limit`."""
+        sql, params = "SELECT * FROM agent_notes WHERE agent_id = ? ORDER BY id DESC", [agent_id]
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(max(limit, 0))
+        async with self._read() as db:
+            rows = await self._all(db, sql, params)
+        return [to_note(row) for row in reversed(rows)]
+
+    async def note_count(self, agent_id: int) -> int:
+        async with self._read() as db:
+            row = await self._one(db, "SELECT COUNT(*) FROM agent_notes WHERE agent_id = ?", (agent_id,))
+        return int(row[0]) if row is not None else 0
+
+    async def clear_notes(self, agent_id: int) -> int:
+        async with self._write() as db:
+            await self._agent_row(db, agent_id, include_removed=True)
+            return await self._exec(db, "DELETE FROM agent_notes WHERE agent_id = ?", (agent_id,))
