@@ -39,9 +39,11 @@ TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("webhooks", ("channel_id",)),
     ("person_names", ("scope", "name_key")),
     ("summaries", ("group_id", "after_seq", "through_seq")),
+    ("agent_notes", ("id",)),
+    ("schedules", ("id",)),
 )
 NOT_COPIED = ("leases", "_migrations")
-IDENTITY_TABLES = ("groups", "agents", "episodes", "runs")
+IDENTITY_TABLES = ("groups", "agents", "episodes", "runs", "agent_notes", "schedules")
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from typing import AsyncIterator
 import pytest
 
 from bot.core.models import Completion, Summary, Usage
+from bot.core.schedule import When
 from storage import describe, open_store
 from storage.copy import NOT_COPIED, TABLES, table_sums
 from tests.conftest import pg_skip_reason
@@ -29,7 +30,7 @@ async def pg() -> AsyncIterator[PostgresPlace]:
 
 async def seeded(path: Path) -> Harness:
     """Two episodes of the group 'main' with selector decisions, runs, a notice, a webhook, people,
-    a summary and a read cursor: a row in every copied table."""
+    a summary, a read cursor, a memory note and a schedule: a row in every copied table."""
     harness = Harness(path)
     llm = ScriptedLLM(
         selector=[Completion("planner", Usage(300, 1, 0), model="gpt-4o-mini"),
@@ -50,6 +51,10 @@ async def seeded(path: Path) -> Harness:
         await store.remember_person("guild", "1", ["alice"])
         await store.save_summary(group_id, Summary(0, 2, "a summary", model="m"), prompt_tokens=9)
         await store.mark_seen(group_id, "bob", 2)
+        planner = await store.find_agent(group_id, "planner")
+        assert planner is not None
+        await store.add_note(planner.id, "Alice likes temples.")
+        await store.add_schedule(planner.id, When(at_time="09:00", tz="Asia/Tokyo"), "morning plan", next_run_at=9e9)
         await store.acquire_lease(group_id, 30)  # not copied: ownership stays with the old database
     return harness
 
