@@ -84,9 +84,9 @@ class DirectRuns:
             snapshot = group.latest_seq
             recent = await store.messages(group.id, after=max(0, snapshot - RECENT_ROWS), through=snapshot)
             roster = await store.list_agents(group.id)
-            run = await store.start_run(group.id, agent.id, "direct", snapshot)
             memory = await load_memory(store, agent, engine.counter)
             messages = direct_messages(group, agent, recent, asker, prompt, post=post, memory=memory)
+            run = await store.start_run(group.id, agent.id, "direct", snapshot)
             try:
                 completion = await engine.llm.complete(messages, model=agent.model,
                                                        cache_key=cache_key(group, agent.id) + "-direct")
