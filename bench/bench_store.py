@@ -1,12 +1,13 @@
 """Print store figures on SQLite and PostgreSQL: the store's cost of one turn, history reads,
 and turns per second from one and from two processes sharing the database.
 
-    .venv/bin/python bench/bench_store.py [--groups 50] [--agents 8] [--rows 20000]
+    .venv/bin/python bench/bench_store.py [--groups 50] [--agents 8] [--rows 20000] [--history 0]
         [--pg postgresql://postgres@127.0.0.1:5432/test] [--only sqlite|postgresql]
 
 A turn is what the engine asks of the store for one agent reply: a person's message, the
 selector's decision, a run started and settled with its reply (two rows). The history is built
-turn by turn through the store, round-robin over the groups. History read: the newest 40 rows of
+turn by turn through the store, round-robin over the groups, after `--history` rows per group
+written in bulk by SQL (people's rows, for the size of the tables and indexes). History read: the newest 40 rows of
 a random group (`messages(after=...)`), p50 and p95. Two processes: each appends turns to its
 own half of the groups for `--seconds`, as two bot shards would (writes are serialised by the
 database either way). PostgreSQL runs in a fresh schema that is dropped afterwards. Figures
@@ -43,19 +44,43 @@ async def turn(store: SqlStore, group_id: int, agent_id: int, i: int) -> None:
     await store.finish_run(run.id, RunResult("posted", Usage(900, 80, 500), reply=reply), cap=100)
 
 
-async def build(store: SqlStore, groups: int, agents: int, rows: int) -> tuple[dict[int, list[int]], float]:
+async def bulk_history(store: SqlStore, per_group: int) -> None:
+    """`per_group` rows in every group, written by one SQL statement (not through the store's API)."""
+    if store._sql.name == "postgresql":
+        series = "generate_series(1, ?) AS s(x)"
+        prefix = ""
+    else:
+        series = "s"
+        prefix = "WITH RECURSIVE s(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM s WHERE x < ?) "
+    async with store._write() as db:
+        await db.exec(
+            f"{prefix}INSERT INTO messages (group_id, seq, author_type, author_name, author_user_id, text, confirmed,"
+            " token_count, created_at, tokens_before)"
+            " SELECT g.id, x, 'user', 'alice', 'alice', 'history ' || x || ' ' || ?, 1, 30, 0, (x - 1) * 31"
+            f" FROM groups AS g CROSS JOIN {series}",
+            (per_group, "words " * 30) if prefix else ("words " * 30, per_group))  # in the order of the ?s
+        await db.exec("UPDATE groups SET latest_seq = ?, tokens_total = ?", (per_group, per_group * 31))
+        await db.exec("UPDATE agents SET delivered_through = ?", (per_group,))
+
+
+async def build(store: SqlStore, groups: int, agents: int, rows: int, history: int
+                ) -> tuple[dict[int, list[int]], float, float]:
     roster: dict[int, list[int]] = {}
     for g in range(groups):
         group = await store.create_group(f"bench:{g}", f"g{g}", GroupSettings())
         roster[group.id] = [(await store.add_agent(group.id, f"agent{a}", "r", "p")).id for a in range(agents)]
         await store.acquire_lease(group.id, 3600)
+    started = time.perf_counter()
+    if history:
+        await bulk_history(store, history)
+    bulk = time.perf_counter() - started
     ids = list(roster)
     started = time.perf_counter()
     turns = rows // 2
     for i in range(turns):
         group_id = ids[i % len(ids)]
         await turn(store, group_id, roster[group_id][i % agents], i)
-    return roster, (time.perf_counter() - started) / turns * 1000
+    return roster, (time.perf_counter() - started) / turns * 1000, bulk
 
 
 async def reads(store: SqlStore, ids: list[int], n: int = 300) -> tuple[float, float]:
@@ -102,7 +127,7 @@ def throughput(target: str, ids: list[int], processes: int, seconds: float) -> f
 async def measure(kind: str, target: str, args: argparse.Namespace) -> dict[str, float]:
     store = await open_store(target)
     try:
-        roster, per_turn = await build(store, args.groups, args.agents, args.rows)
+        roster, per_turn, bulk = await build(store, args.groups, args.agents, args.rows, args.history)
         p50, p95 = await reads(store, list(roster))
         await store.release_leases()
     finally:
@@ -110,7 +135,8 @@ async def measure(kind: str, target: str, args: argparse.Namespace) -> dict[str,
     ids = list(roster)
     one = throughput(target, ids, 1, args.seconds)
     two = throughput(target, ids, 2, args.seconds)
-    return {"turn_ms": per_turn, "read_p50_ms": p50, "read_p95_ms": p95, "turns_s_1proc": one, "turns_s_2proc": two}
+    return {"bulk_s": bulk, "turn_ms": per_turn, "read_p50_ms": p50, "read_p95_ms": p95,
+            "turns_s_1proc": one, "turns_s_2proc": two}
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -130,10 +156,12 @@ async def main(args: argparse.Namespace) -> None:
         finally:
             await admin.execute(f"DROP SCHEMA {schema} CASCADE")
             await admin.close()
-    print(f"{args.groups} groups x {args.agents} agents, {args.rows} rows; {os.cpu_count()} CPUs")
-    print(f"{'':12}{'turn (ms)':>10}{'read p50':>10}{'read p95':>10}{'turns/s 1p':>12}{'turns/s 2p':>12}")
+    print(f"{args.groups} groups x {args.agents} agents, {args.groups * args.history} rows in bulk"
+          f" then {args.rows} through the store; {os.cpu_count()} CPUs")
+    print(f"{'':12}{'bulk (s)':>9}{'turn (ms)':>10}{'read p50':>10}{'read p95':>10}"
+          f"{'turns/s 1p':>12}{'turns/s 2p':>12}")
     for kind, r in results.items():
-        print(f"{kind:12}{r['turn_ms']:10.2f}{r['read_p50_ms']:10.2f}{r['read_p95_ms']:10.2f}"
+        print(f"{kind:12}{r['bulk_s']:9.1f}{r['turn_ms']:10.2f}{r['read_p50_ms']:10.2f}{r['read_p95_ms']:10.2f}"
               f"{r['turns_s_1proc']:12.0f}{r['turns_s_2proc']:12.0f}")
 
 
@@ -142,6 +170,7 @@ if __name__ == "__main__":
     parser.add_argument("--groups", type=int, default=50)
     parser.add_argument("--agents", type=int, default=8)
     parser.add_argument("--rows", type=int, default=20000)
+    parser.add_argument("--history", type=int, default=0, help="rows per group written in bulk first")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--pg", default=os.environ.get("ROUNDTABLE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test"))
     parser.add_argument("--only", choices=("sqlite", "postgresql"))

@@ -41,10 +41,6 @@ CLOSE_TIMEOUT = 10.0
 _CONNECTION_ERRORS = (OSError, asyncio.TimeoutError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError)
 
 
-def is_postgres_url(target: str) -> bool:
-    return target.startswith(("postgresql://", "postgres://"))
-
-
 def mask_url(url: str) -> str:
     """`url` with its password (if any) as `***`; anything unparsable is shown as its scheme only."""
     try:
@@ -77,7 +73,7 @@ def _secrets(url: str) -> list[str]:
     return found
 
 
-def _one_line(exc: BaseException, secrets: list[str] = []) -> str:  # noqa: B006  # never mutated
+def _one_line(exc: BaseException, secrets: Sequence[str] = ()) -> str:
     text = (str(exc).strip() or type(exc).__name__).splitlines()[0]
     for secret in secrets:
         text = text.replace(secret, "***")
@@ -239,4 +235,4 @@ class PostgresStore(SqlStore):
         return cls(await PostgresBackend.open(url, lock_timeout_ms=busy_timeout_ms, schema=schema), clock=clock)
 
 
-__all__ = ["PostgresBackend", "PostgresStore", "is_postgres_url", "mask_url", "pg_store_error"]
+__all__ = ["PostgresBackend", "PostgresStore", "mask_url", "pg_store_error"]

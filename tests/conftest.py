@@ -10,7 +10,15 @@ from typing import AsyncIterator
 
 import pytest
 
-from tests.fakes.databases import KINDS, PG_ENV, Place, SqlitePlace, pg_unavailable, postgres_place
+from tests.fakes.databases import (
+    KINDS,
+    PG_ENV,
+    Place,
+    PostgresPlace,
+    SqlitePlace,
+    pg_unavailable,
+    postgres_place,
+)
 
 _PG_SKIP: dict[str, str | None] = {}
 
@@ -46,4 +54,14 @@ async def place(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         yield found
 
 
-__all__ = ["PG_ENV", "place"]
+@pytest.fixture
+async def pg() -> AsyncIterator[PostgresPlace]:
+    """A fresh PostgreSQL schema, for tests of PostgreSQL alone (skipped without a server)."""
+    reason = pg_skip_reason()
+    if reason is not None:
+        pytest.skip(f"PostgreSQL: {reason}")
+    async with postgres_place() as found:
+        yield found
+
+
+__all__ = ["PG_ENV", "pg", "place"]

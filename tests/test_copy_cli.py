@@ -4,7 +4,6 @@ holds rows is refused; a copy that differs is caught by the checksums."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import AsyncIterator
 
 import pytest
 
@@ -12,20 +11,10 @@ from bot.core.models import Completion, Summary, Usage
 from bot.core.schedule import When
 from storage import describe, open_store
 from storage.copy import NOT_COPIED, TABLES, table_sums
-from tests.conftest import pg_skip_reason
 from tests.engine.conftest import Harness
-from tests.fakes.databases import PostgresPlace, SqlitePlace, postgres_place
+from tests.fakes.databases import PostgresPlace, SqlitePlace
 from tests.fakes.scripted_llm import ScriptedLLM
 from tests.test_cli import roundtable
-
-
-@pytest.fixture
-async def pg() -> AsyncIterator[PostgresPlace]:
-    reason = pg_skip_reason()
-    if reason is not None:
-        pytest.skip(f"PostgreSQL: {reason}")
-    async with postgres_place() as place:
-        yield place
 
 
 async def seeded(path: Path) -> Harness:

@@ -3,7 +3,7 @@ once (also by two processes starting together), refused when written by a newer 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -12,17 +12,7 @@ from bot.core.models import NewMessage
 from storage import MIGRATIONS
 from storage.pg import PostgresStore
 from storage.pg_migrations import PG_MIGRATIONS, apply_pg_migrations
-from tests.conftest import pg_skip_reason
-from tests.fakes.databases import PostgresPlace, SqlitePlace, postgres_place
-
-
-@pytest.fixture
-async def pg() -> AsyncIterator[PostgresPlace]:
-    reason = pg_skip_reason()
-    if reason is not None:
-        pytest.skip(f"PostgreSQL: {reason}")
-    async with postgres_place() as place:
-        yield place
+from tests.fakes.databases import PostgresPlace, SqlitePlace
 
 
 async def connect(place: PostgresPlace) -> Any:
