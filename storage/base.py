@@ -47,6 +47,15 @@ class Backend(Protocol):
 
     async def close(self) -> None: ...
 
+    async def announce(self, db: Db, group_id: int, origin: str) -> None:
+        """A row was appended to `group_id` in this transaction (by the store `origin`): tell
+        the other processes when it commits (PostgreSQL: NOTIFY; SQLite: nothing, they poll)."""
+        ...
+
+    async def watch(self, origin: str, appended: Callable[[int], None]) -> None:
+        """From now on call `appended(group_id)` when another store announces an append."""
+        ...
+
 
 class StoreBase:
     """Transactions, error translation, shared lookups."""
@@ -97,6 +106,13 @@ class StoreBase:
 
     def _now(self) -> float:
         return float(self._clock())
+
+    async def watch(self, appended: Callable[[int], None]) -> None:
+        """Call `appended(group_id)` soon after another process stores a row in a group:
+        PostgreSQL's LISTEN/NOTIFY, at once; on SQLite nothing is called (the lease keeper
+        compares each group's latest seq every couple of seconds instead)."""
+        self._check_open()
+        await self._backend.watch(self.owner, appended)
 
     # transactions -----------------------------------------------------------
     @asynccontextmanager
@@ -170,6 +186,7 @@ class StoreBase:
         episode) or 'keep' (notices, replies to an older episode).
         """
         group = await self._group_row(db, group_id)
+        await self._backend.announce(db, group_id, self.owner)
         seq, now = int(group["latest_seq"]) + 1, self._now()
         before = int(group["tokens_total"])
         confirmed = message.author_type == "user" or bool(message.external_ids)

@@ -18,13 +18,13 @@ import logging
 import sqlite3
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import AsyncIterator, Sequence
+from typing import AsyncIterator, Callable, Sequence
 
 import aiosqlite
 
 from bot.core.errors import StoreError
 from storage.migrations import apply_migrations
-from storage.sql import SQLITE, Params, Row
+from storage.sql import SQLITE, Db, Params, Row
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +180,12 @@ class SqliteBackend:
     async def open(cls, path: str | Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> "SqliteBackend":
         conn, applied = await open_db_migrated(path, busy_timeout_ms=busy_timeout_ms)
         return cls(conn, str(path), applied)
+
+    async def announce(self, db: Db, group_id: int, origin: str) -> None:
+        """Nothing: on SQLite other processes poll (the lease keeper)."""
+
+    async def watch(self, origin: str, appended: Callable[[int], None]) -> None:
+        """Nothing: see `announce`."""
 
     async def close(self) -> None:
         async with self._lock:

@@ -17,11 +17,13 @@ type escapes `storage/`. A URL's password never appears in a message.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import hashlib
 import logging
 import time
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Sequence
+from typing import Any, AsyncIterator, Callable, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -30,7 +32,7 @@ from bot.core.errors import StoreError
 from storage.base import Clock
 from storage.db import DEFAULT_BUSY_TIMEOUT_MS, LOCKED_MESSAGE
 from storage.pg_migrations import apply_pg_migrations, schema_of
-from storage.sql import POSTGRESQL, Params, Row, numbered
+from storage.sql import POSTGRESQL, Db, Params, Row, numbered
 from storage.store import SqlStore
 
 log = logging.getLogger(__name__)
@@ -102,7 +104,8 @@ def _args(params: Params) -> list[Any]:
 
 async def _keep_session(conn: Any) -> None:
     """A connection back in the pool keeps its session: the store leaves nothing in it (no
-    LISTEN, no session locks or settings), and asyncpg still rolls back an open transaction.
+    LISTEN (the watcher's connection is kept until close), no session locks or settings), and
+    asyncpg still rolls back an open transaction.
     Its default reset would cost a round trip per read and per write."""
 
 
@@ -146,6 +149,10 @@ class PostgresBackend:
         self._write_key = write_key
         self._write_lock = asyncio.Lock()
         self._closed = False
+        # Appends are announced on a channel of this schema (stores of other schemas never hear them).
+        self.channel = "roundtable_" + hashlib.sha1(write_key.encode()).hexdigest()[:24]
+        self._listener: Any = None  # a pool connection kept for LISTEN, while watching
+        self._on_notify: Callable[..., None] | None = None
 
     @classmethod
     async def open(
@@ -186,10 +193,49 @@ class PostgresBackend:
         log.info("opened database %s (%d migration(s) applied)", label, len(applied))
         return cls(pool, label, write_key, applied)
 
+    async def announce(self, db: Db, group_id: int, origin: str) -> None:
+        """NOTIFY the schema's channel with "GROUP ORIGIN"; PostgreSQL delivers it at commit (and
+        never for a rolled-back transaction)."""
+        assert isinstance(db, PgDb)
+        await db.conn.execute("SELECT pg_notify($1, $2)", self.channel, f"{group_id} {origin}")
+
+    async def watch(self, origin: str, appended: Callable[[int], None]) -> None:
+        """LISTEN on one pooled connection kept until `close`; appends announced by other
+        stores call `appended(group_id)`. A lost listener is logged (the keeper's polling
+        still notices new rows, only later)."""
+        if self._listener is not None:
+            return
+
+        def on_notify(_conn: Any, _pid: int, _channel: str, payload: str) -> None:
+            group, _, sender = payload.partition(" ")
+            if sender != origin and group.isdigit():
+                appended(int(group))
+
+        def on_lost(_conn: Any) -> None:
+            log.warning("the PostgreSQL connection listening for other processes' messages was lost; "
+                        "new rows are noticed by polling until the next start")
+
+        try:
+            conn = await self.pool.acquire()
+            try:
+                await conn.add_listener(self.channel, on_notify)
+                conn.add_termination_listener(on_lost)
+            except BaseException:
+                await self.pool.release(conn)
+                raise
+        except (asyncpg.PostgresError, *_CONNECTION_ERRORS) as exc:
+            raise pg_store_error(exc) from exc
+        self._listener, self._on_notify = conn, on_notify
+
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            with contextlib.suppress(Exception):  # the connection may be gone; the pool ends it anyway
+                await listener.remove_listener(self.channel, self._on_notify)
+                await self.pool.release(listener)
         try:
             await asyncio.wait_for(self.pool.close(), CLOSE_TIMEOUT)
         except (asyncio.TimeoutError, *_CONNECTION_ERRORS, asyncpg.PostgresError):

@@ -7,7 +7,9 @@ whose lease it holds, so a console never touches a Discord group and two
 processes never run one group at once. The keeper renews the leases every
 `tick` seconds, notices a lease another process took (and stops that group
 here), takes over groups whose holder released its lease, died or let it
-expire, and wakes an owned group whose log grew in another process.
+expire, and wakes an owned group whose log grew in another process. On
+PostgreSQL such a row wakes its group at once (the store's `watch`:
+LISTEN/NOTIFY); the keeper's look every `tick` seconds is the fallback.
 """
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ class Ownership:
         return group.in_scope(self.scope) and (self.shards is None or self.shards.serves(group.guild_id))
 
     async def start(self) -> None:
+        await self.engine.store.watch(self._appended_elsewhere)
         for group in await self.engine.store.list_groups():
             if self.mine(group):
                 await self.claim(group)
@@ -69,6 +72,12 @@ class Ownership:
             self._seen[group.id] = group.latest_seq
             await self.engine.resume(group)
             return None
+
+    def _appended_elsewhere(self, group_id: int) -> None:
+        """Another process stored a row in a group: wake it when it runs here (a group run
+        elsewhere is that process's; one whose lease lapsed is taken by the keeper)."""
+        if group_id in self.owned:
+            self.engine.wake(group_id)
 
     def claim_soon(self, group_id: int) -> None:
         """Claim a group this process does not run yet (one attempt at a time)."""

@@ -381,6 +381,12 @@ class Store(Protocol):
         """Whether another process holds the group's lease."""
         ...
 
+    async def watch(self, appended: Callable[[int], None]) -> None:
+        """From now on call `appended(group_id)` soon after another process stores a row in a
+        group (PostgreSQL: LISTEN/NOTIFY). A store that cannot tell calls nothing: the lease
+        keeper's polling notices new rows instead."""
+        ...
+
     # read cursors -------------------------------------------------------
     async def get_seen(self, group_id: int, user_id: str) -> int | None: ...
 

@@ -1,0 +1,66 @@
+"""Cross-process wake-up: a row stored by another process wakes the owner's dispatcher. On
+PostgreSQL at once (LISTEN/NOTIFY); on SQLite by the lease keeper's poll."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+from bot.adapters.tokens import make_token_counter
+from bot.core.engine import Engine
+from bot.core.models import GroupSettings, NewMessage, Tags
+from tests.engine.conftest import FAST_RETRY
+from tests.fakes.databases import Place, PostgresPlace
+from tests.fakes.scripted_llm import ScriptedLLM
+from tests.fakes.surface import RecordingSurface
+
+
+async def answered_after_a_foreign_post(place: Place, keeper_tick: float) -> float:
+    """Seconds from another store's post to the owner's reply."""
+    async with await place.open() as owner_store, await place.open() as other_store:
+        group = await owner_store.create_group("console:main", "main", GroupSettings(mode="tags"))
+        planner = await owner_store.add_agent(group.id, "planner", "plans", "You plan.")
+        llm = ScriptedLLM(agents={"planner": ["On it."]})
+        engine = Engine(owner_store, llm, RecordingSurface(), make_token_counter(), retry=FAST_RETRY)
+        engine.ownership.tick = keeper_tick
+        await engine.start()
+        try:
+            assert engine.owns(group.id)
+            await engine.wait_idle(group.id, 10)  # its dispatcher rests: only a wake-up can start it
+            await asyncio.sleep(0.2)
+            began = time.monotonic()
+            await other_store.append_user_message(group.id, NewMessage(
+                "user", "bob", "@planner plan it", author_user_id="bob",
+                tags=Tags(agent_ids=(planner.id,), agent_names=("planner",))))
+            while not llm.participant_order:
+                assert time.monotonic() - began < 10, "the owner never woke"
+                await asyncio.sleep(0.01)
+            await engine.wait_idle(group.id, 10)
+            return time.monotonic() - began
+        finally:
+            await engine.close()
+
+
+async def test_postgresql_wakes_the_owner_at_once(pg: PostgresPlace) -> None:
+    # the keeper would look only after an hour: the NOTIFY is what wakes it
+    assert await answered_after_a_foreign_post(pg, keeper_tick=3600) < 5
+
+
+async def test_a_store_hears_other_stores_appends_not_its_own(pg: PostgresPlace) -> None:
+    calls: list[int] = []
+    async with await pg.open() as store, await pg.open() as other:
+        await store.watch(calls.append)
+        group = await store.create_group("console:main", "main", GroupSettings())
+        await store.append_user_message(group.id, NewMessage("user", "alice", "mine"))
+        await other.append_user_message(group.id, NewMessage("user", "bob", "theirs"))
+        for _ in range(200):
+            if calls:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
+        assert calls == [group.id]  # bob's row only, once
+
+
+async def test_sqlite_is_woken_by_the_keepers_poll(tmp_path) -> None:
+    from tests.fakes.databases import SqlitePlace
+
+    assert await answered_after_a_foreign_post(SqlitePlace(tmp_path / "rt.db"), keeper_tick=0.2) < 5
