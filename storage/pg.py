@@ -153,6 +153,7 @@ class PostgresBackend:
         self.channel = "roundtable_" + hashlib.sha1(write_key.encode()).hexdigest()[:24]
         self._listener: Any = None  # a pool connection kept for LISTEN, while watching
         self._on_notify: Callable[..., None] | None = None
+        self._on_lost: Callable[..., None] | None = None
 
     @classmethod
     async def open(
@@ -225,7 +226,7 @@ class PostgresBackend:
                 raise
         except (asyncpg.PostgresError, *_CONNECTION_ERRORS) as exc:
             raise pg_store_error(exc) from exc
-        self._listener, self._on_notify = conn, on_notify
+        self._listener, self._on_notify, self._on_lost = conn, on_notify, on_lost
 
     async def close(self) -> None:
         if self._closed:
@@ -234,6 +235,7 @@ class PostgresBackend:
         listener, self._listener = self._listener, None
         if listener is not None:
             with contextlib.suppress(Exception):  # the connection may be gone; the pool ends it anyway
+                listener.remove_termination_listener(self._on_lost)  # closing is not losing it
                 await listener.remove_listener(self.channel, self._on_notify)
                 await self.pool.release(listener)
         try:

@@ -64,3 +64,13 @@ async def test_sqlite_is_woken_by_the_keepers_poll(tmp_path) -> None:
     from tests.fakes.databases import SqlitePlace
 
     assert await answered_after_a_foreign_post(SqlitePlace(tmp_path / "rt.db"), keeper_tick=0.2) < 5
+
+
+async def test_closing_a_watching_store_warns_of_nothing(pg: PostgresPlace, caplog) -> None:
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="storage.pg"):
+        async with await pg.open() as store:
+            await store.watch(lambda group_id: None)
+        await asyncio.sleep(0.1)
+    assert [r.getMessage() for r in caplog.records] == []
