@@ -129,11 +129,13 @@ class Ownership:
                 log.warning("group=%s: another process took it over; stopping it here", group_id)
                 self.engine.drop(group_id)
         groups = await store.list_groups()
+        taken = await store.held_elsewhere() if any(g.id not in self.owned for g in groups) else set()
         for group in groups:
             if not self.mine(group):
                 continue
             if group.id not in self.owned:
-                await self.claim(group)
+                if group.id not in taken:  # free, expired, or its holder died: try to take it
+                    await self.claim(group)
             elif self._seen.get(group.id) != group.latest_seq:
                 self._seen[group.id] = group.latest_seq
                 self.engine.wake(group.id)  # new rows, perhaps written by another process

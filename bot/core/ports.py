@@ -381,6 +381,10 @@ class Store(Protocol):
         """Whether another process holds the group's lease."""
         ...
 
+    async def held_elsewhere(self) -> set[int]:
+        """The groups whose lease another live process holds, unexpired (taking them would fail)."""
+        ...
+
     async def watch(self, appended: Callable[[int], None]) -> None:
         """From now on call `appended(group_id)` soon after another process stores a row in a
         group (PostgreSQL: LISTEN/NOTIFY). A store that cannot tell calls nothing: the lease

@@ -26,3 +26,38 @@ async def test_the_health_line_counts_what_waits_and_is_logged_once_a_minute(har
         await harness.idle()
         assert (await ownership.health(await harness.store.list_groups())).endswith(
             "0 agent deliveries pending; 0 runs in flight")
+
+
+async def test_a_process_that_leads_nothing_does_not_try_every_lease_each_tick(place) -> None:
+    from bot.adapters.tokens import make_token_counter
+    from bot.core.engine import Engine
+    from bot.core.models import GroupSettings
+    from tests.fakes.surface import RecordingSurface
+
+    async with await place.open() as first_store, await place.open() as second_store:
+        for n in range(3):
+            await first_store.create_group(f"console:g{n}", f"g{n}", GroupSettings())
+        first = Engine(first_store, ScriptedLLM(), RecordingSurface(), make_token_counter())
+        second = Engine(second_store, ScriptedLLM(), RecordingSurface(), make_token_counter())
+        await first.start()
+        await second.start()
+        try:
+            assert len(first.ownership.owned) == 3 and not second.ownership.owned
+            tries: list[int] = []
+            acquire = second_store.acquire_lease
+
+            async def counted(group_id: int, ttl: float) -> str | None:
+                tries.append(group_id)
+                return await acquire(group_id, ttl)
+
+            second_store.acquire_lease = counted  # type: ignore[method-assign]
+            for _ in range(3):
+                await second.ownership.keep_once()
+            assert tries == []  # every lease is held by a live process: no write to try them
+            await first.close()  # released: the next look takes them
+            await second.ownership.keep_once()
+            assert sorted(tries) == sorted(g.id for g in await second_store.list_groups())
+            assert len(second.ownership.owned) == 3
+        finally:
+            await first.close()
+            await second.close()
