@@ -52,7 +52,10 @@ class Ownership:
         return group.in_scope(self.scope) and (self.shards is None or self.shards.serves(group.guild_id))
 
     async def start(self) -> None:
-        await self.engine.store.watch(self._appended_elsewhere)
+        try:
+            await self.engine.store.watch(self._appended_elsewhere)
+        except StoreError as exc:  # the keeper's look every tick still notices other processes' rows
+            log.warning("cannot listen for other processes' messages (%s); polling every %.0fs instead", exc, self.tick)
         for group in await self.engine.store.list_groups():
             if self.mine(group):
                 await self.claim(group)
