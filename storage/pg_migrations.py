@@ -19,6 +19,7 @@ from typing import Any, Awaitable, Callable, Union
 
 from bot.core.errors import StoreError
 from bot.core.models import token_cost
+from storage.migrations import MIGRATIONS
 
 log = logging.getLogger(__name__)
 
@@ -265,17 +266,20 @@ M008_AGENT_ROWS = """
 CREATE INDEX messages_agent_rows ON messages(group_id, seq) WHERE author_type = 'agent';
 """
 
-# The same ids and names as storage.migrations.MIGRATIONS (a test compares them).
-PG_MIGRATIONS: list[tuple[int, str, Step]] = [
-    (1, "create tables", M001_CREATE_TABLES),
-    (2, "leases, ingest watermark, delivery problem", M002_OWNERSHIP_AND_CATCH_UP),
-    (3, "people's names, catch-up summaries", M003_PEOPLE_AND_SUMMARIES),
-    (4, "running token sums", _m004_fill_token_positions),
-    (5, "models of runs and decisions (prices), calls of summaries, record indexes", M005_MODELS_FOR_PRICES),
-    (6, "agent memory", M006_AGENT_MEMORY),
-    (7, "schedules", M007_SCHEDULES),
-    (8, "index of agent rows", M008_AGENT_ROWS),
-]
+PG_STEPS: dict[int, Step] = {
+    1: M001_CREATE_TABLES,
+    2: M002_OWNERSHIP_AND_CATCH_UP,
+    3: M003_PEOPLE_AND_SUMMARIES,
+    4: _m004_fill_token_positions,
+    5: M005_MODELS_FOR_PRICES,
+    6: M006_AGENT_MEMORY,
+    7: M007_SCHEDULES,
+    8: M008_AGENT_ROWS,
+}
+
+# storage.migrations.MIGRATIONS' ids and names, each with its PostgreSQL step (a migration added
+# for SQLite without its step here fails at import, not on some deployment later).
+PG_MIGRATIONS: list[tuple[int, str, Step]] = [(mid, name, PG_STEPS[mid]) for mid, name, _ in MIGRATIONS]
 
 _CREATE_LEDGER = """
 CREATE TABLE IF NOT EXISTS _migrations (
