@@ -1,0 +1,83 @@
+"""SQLite reads run on a read-only connection of their own, on the loop's thread: they never
+wait behind a write transaction, see only committed rows, and cannot write. An in-memory
+database (no second connection can see it) still reads through the write connection."""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from bot.core.errors import StoreError
+from bot.core.models import GroupSettings, NewMessage
+from storage.store import SqliteStore
+
+
+def _person(text: str) -> NewMessage:
+    return NewMessage("user", "alice", text, author_user_id="1", token_count=3)
+
+
+async def test_a_read_sees_committed_rows_and_never_waits_for_an_open_write(tmp_path: Path) -> None:
+    store = await SqliteStore.open(tmp_path / "rt.db")
+    try:
+        group = await store.create_group("g", "g", GroupSettings())
+        await store.append_user_message(group.id, _person("first"))
+        inside = asyncio.Event()
+        release = asyncio.Event()
+
+        async def hold_a_write() -> None:
+            async with store._write() as db:
+                await db.exec("UPDATE groups SET name = ? WHERE id = ?", ("renamed", group.id))
+                inside.set()
+                await release.wait()
+
+        writer = asyncio.create_task(hold_a_write())
+        try:
+            await inside.wait()
+            # The write connection's lock is held: a read through it would wait for the release.
+            seen = await asyncio.wait_for(store.get_group(group.id), 1.0)
+            assert seen.name == "g"  # the open transaction's change is not visible yet
+            assert [m.text for m in await store.messages(group.id)] == ["first"]
+        finally:
+            release.set()
+            await writer
+        assert (await store.get_group(group.id)).name == "renamed"
+    finally:
+        await store.close()
+
+
+async def test_the_read_connection_cannot_write(tmp_path: Path) -> None:
+    store = await SqliteStore.open(tmp_path / "rt.db")
+    try:
+        group = await store.create_group("g", "g", GroupSettings())
+        async with store._read() as db:
+            row = await db.one("SELECT id FROM groups WHERE id = ?", (group.id,))
+            assert row is not None and row[0] == group.id
+            with pytest.raises(StoreError, match="a write outside a write transaction"):
+                await db.exec("DELETE FROM groups")
+        assert (await store.get_group(group.id)).id == group.id  # nothing was deleted
+    finally:
+        await store.close()
+
+
+async def test_a_write_reports_the_rows_it_changed_and_the_id_it_made(tmp_path: Path) -> None:
+    store = await SqliteStore.open(tmp_path / "rt.db")
+    try:
+        a = await store.create_group("a", "a", GroupSettings())
+        b = await store.create_group("b", "b", GroupSettings())
+        assert b.id == a.id + 1
+        async with store._write() as db:
+            assert await db.exec("UPDATE groups SET name = name WHERE id IN (?, ?)", (a.id, b.id)) == 2
+            assert await db.exec("UPDATE groups SET name = name WHERE id = ?", (999,)) == 0
+    finally:
+        await store.close()
+
+
+async def test_an_in_memory_database_reads_its_own_writes() -> None:
+    store = await SqliteStore.open(":memory:")
+    try:
+        group = await store.create_group("g", "g", GroupSettings())
+        message, _ = await store.append_user_message(group.id, _person("hello"))
+        assert (await store.get_message(group.id, message.seq)).text == "hello"
+    finally:
+        await store.close()
