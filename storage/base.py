@@ -20,7 +20,7 @@ from typing import AsyncIterator, Callable, Literal, Protocol, Sequence, TypeVar
 
 from bot.core.errors import AlreadyStored, NotFound, StoreError
 from bot.core.models import Episode, Message, NewMessage, token_cost
-from storage.rows import dumps, tags_to_json, unique
+from storage.rows import dumps, tags_to_json, to_message, unique
 from storage.sql import Db, Dialect, Params, Row
 
 log = logging.getLogger(__name__)
@@ -272,6 +272,12 @@ class StoreBase:
                 "INSERT INTO message_external_ids (external_id, group_id, seq) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                 (external_id, group_id, seq),
             )
+
+    async def _messages_where(self, where: str, params: Sequence[object], *, index: str | None = None) -> list[Message]:
+        indexed = self._sql.indexed_by(index)
+        async with self._read() as db:
+            rows = await self._all(db, f"SELECT * FROM messages{indexed} WHERE {where} ORDER BY seq", params)
+        return [to_message(row) for row in rows]
 
     async def _message_row(self, db: Db, group_id: int, seq: int) -> Row:
         row = await self._one(

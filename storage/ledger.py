@@ -83,9 +83,11 @@ class LedgerMixin(RunMixin):
             )
         return {int(row["seq"]): to_decision(row) for row in rows}
 
-    async def routed_through(self, group_id: int) -> int:
-        async with self._read() as db:
-            return int((await self._group_row(db, group_id))["routed_through"])
+    async def unrouted(self, group_id: int, *, through: int) -> list[Message]:
+        return await self._messages_where(
+            "group_id = ? AND seq > (SELECT routed_through FROM groups WHERE id = ?) AND seq <= ?",
+            (group_id, group_id, through),
+        )
 
     # episodes -----------------------------------------------------------
     async def _episode_row(self, db: Db, episode_id: int) -> Episode:

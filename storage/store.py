@@ -19,7 +19,6 @@ import logging
 import time
 import unicodedata
 from pathlib import Path
-from typing import Sequence
 
 import aiosqlite
 
@@ -350,11 +349,6 @@ class SqlStore(NotesMixin, RecordMixin, ScheduleMixin):
                 (problem, group_id, problem),
             ))
 
-    async def _messages_where(self, where: str, params: Sequence[object], *, index: str | None = None) -> list[Message]:
-        indexed = self._sql.indexed_by(index)
-        async with self._read() as db:
-            rows = await self._all(db, f"SELECT * FROM messages{indexed} WHERE {where} ORDER BY seq", params)
-        return [to_message(row) for row in rows]
 
 
 def _clean_name(name: str) -> str:

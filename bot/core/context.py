@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bot.core.models import Message, token_cost
-from bot.core.ports import Store
+from bot.core.ports import ChatStore
 from bot.core.prompts import render_thread
 
 MARKER_TOKENS = 16  # "[roundtable] (N earlier messages omitted)" and its newline
@@ -89,7 +89,7 @@ class Window:
 
 
 async def find_window(
-    store: Store, group_id: int, *, through: int, budget: int, task_seq: int | None, task_apart: bool = False,
+    store: ChatStore, group_id: int, *, through: int, budget: int, task_seq: int | None, task_apart: bool = False,
     step: int | None = None,
 ) -> Window:
     """Where the window over rows 1..`through` starts: two indexed lookups (three with a task to pull up)."""
@@ -104,7 +104,7 @@ async def find_window(
 
 
 async def load_thread(
-    store: Store, group_id: int, *, through: int, budget: int, task_seq: int | None, task_apart: bool = False,
+    store: ChatStore, group_id: int, *, through: int, budget: int, task_seq: int | None, task_apart: bool = False,
     step: int | None = None,
 ) -> Trimmed:
     """The trimmed thread through `through`, loading only the rows that are kept."""

@@ -44,11 +44,12 @@ class GroupDispatcher(GroupWorker):
             if not group.enabled or group.paused:
                 return
             snapshot = group.latest_seq
-            await self.route(group, snapshot)
-            group = await store.get_group(self.group_id)
+            if await self.route(group, snapshot):
+                group = await store.get_group(self.group_id)  # it may have changed while routing
             roster = await store.list_agents(group.id)
             pending = [a for a in roster if a.delivered_through < snapshot]
             if not pending:
+                group = await store.get_group(self.group_id)
                 if group.latest_seq != snapshot:
                     continue  # a message arrived meanwhile: route it before settling anything
                 await self._settle_episode(group)
@@ -100,12 +101,12 @@ class GroupDispatcher(GroupWorker):
                 w.cancel()
 
     # routing ------------------------------------------------------------
-    async def route(self, group: Group, snapshot: int) -> None:
+    async def route(self, group: Group, snapshot: int) -> bool:
+        """Decide who answers each row not routed yet, up to `snapshot`; False when there was none."""
         store = self.engine.store
-        start = await store.routed_through(group.id)
-        if start >= snapshot:
-            return
-        batch = await store.messages(group.id, after=start, through=snapshot)
+        batch = await store.unrouted(group.id, through=snapshot)
+        if not batch:
+            return False
         roster = await store.list_agents(group.id)
         enabled_ids = {a.id for a in roster if a.enabled}
         for message, plan in plan_batch(batch, enabled_ids, group.episode_id):
@@ -126,6 +127,7 @@ class GroupDispatcher(GroupWorker):
                       decision.agent_names, decision.note)
             if decision.terminate:
                 await self.engine.end_episode(message.episode_id, "terminated")
+        return True
 
     @staticmethod
     def _names(roster: Sequence[Agent], ids: Sequence[int]) -> tuple[str, ...]:

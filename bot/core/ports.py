@@ -94,15 +94,10 @@ class Surface(Protocol):
         ...
 
 
-class Store(Protocol):
-    """Durable state. Every method is atomic; appends are serialised per group.
+class ChatStore(Protocol):
+    """The chat itself: groups, rosters, the thread, routing, episodes and runs
+    (what the delivery loop, the admin verbs and the surfaces ask for)."""
 
-    Seqs are per group, 1, 2, 3 ... without gaps. `group.latest_seq` is the
-    newest seq. Methods raise `NotFound` / `InvalidInput` for bad ids or
-    duplicates and `StoreError` when the database fails.
-    """
-
-    # groups -------------------------------------------------------------
     async def create_group(
         self,
         key: str,
@@ -134,7 +129,6 @@ class Store(Protocol):
         paused: bool | None = None,
     ) -> Group: ...
 
-    # agents -------------------------------------------------------------
     async def add_agent(
         self,
         group_id: int,
@@ -173,22 +167,6 @@ class Store(Protocol):
         """Move the agent's cursor forward to `seq` (never backwards)."""
         ...
 
-    # an agent's memory ----------------------------------------------------
-    async def add_note(self, agent_id: int, text: str) -> Note:
-        """Keep a note the agent saved with memory_write."""
-        ...
-
-    async def notes(self, agent_id: int, *, limit: int | None = None) -> list[Note]:
-        """The agent's notes, oldest first: all of them, or the newest `limit`."""
-        ...
-
-    async def note_count(self, agent_id: int) -> int: ...
-
-    async def clear_notes(self, agent_id: int) -> int:
-        """Delete every note of the agent; return how many there were."""
-        ...
-
-    # messages -----------------------------------------------------------
     async def append_user_message(self, group_id: int, message: NewMessage) -> tuple[Message, Episode]:
         """In one transaction: next seq, insert, reset the agent streak to 0,
         end the previous episode if it is still running (status 'superseded'),
@@ -199,39 +177,6 @@ class Store(Protocol):
 
     async def append_system_message(self, group_id: int, message: NewMessage) -> Message:
         """A notice from the bot: next seq, insert; the streak is unchanged."""
-        ...
-
-    # schedules ----------------------------------------------------------
-    async def add_schedule(self, agent_id: int, when: When, prompt: str, *, next_run_at: float,
-                           created_by: str | None = None) -> Schedule:
-        """A schedule for an agent on the roster (NotFound otherwise), in the agent's group."""
-        ...
-
-    async def schedules(self, group_id: int, *, agent_id: int | None = None) -> list[Schedule]:
-        """The group's live schedules (of one agent when given), oldest first."""
-        ...
-
-    async def remove_schedule(self, group_id: int, schedule_id: int) -> Schedule:
-        """Take a live schedule of the group off; NotFound (worded for people) when there is none."""
-        ...
-
-    async def due_schedules(self, now: float) -> list[Schedule]:
-        """Every group's live schedules of agents on the roster with next_run_at <= now, earliest first."""
-        ...
-
-    async def fire_schedule(self, schedule: Schedule, task: NewMessage, *, ran_at: float,
-                            next_run_at: float) -> tuple[Message, Episode] | None:
-        """In one transaction: append `task` as a new episode's task (as append_user_message
-        opens one) and set next_run_at and last_run_at; only while the schedule is live and
-        its next_run_at is still `schedule.next_run_at`, else None and nothing is written."""
-        ...
-
-    async def next_schedule(self, group_id: int) -> Schedule | None:
-        """The group's live schedule that runs first."""
-        ...
-
-    async def get_schedule(self, schedule_id: int) -> Schedule:
-        """A schedule, live or removed; NotFound when there never was one."""
         ...
 
     async def record_posted(self, group_id: int, seq: int, external_id: str) -> None:
@@ -282,7 +227,6 @@ class Store(Protocol):
         """Record or clear (None) a lasting refusal of the surface; True when it changed."""
         ...
 
-    # routing ------------------------------------------------------------
     async def record_decision(self, group_id: int, decision: Decision) -> None:
         """Store a message's routing decision once; a second one for the same seq is ignored."""
         ...
@@ -291,11 +235,11 @@ class Store(Protocol):
 
     async def decisions(self, group_id: int, *, after: int, through: int) -> dict[int, Decision]: ...
 
-    async def routed_through(self, group_id: int) -> int:
-        """The highest seq such that every row up to it has a decision."""
+    async def unrouted(self, group_id: int, *, through: int) -> list[Message]:
+        """The rows up to `through` still to route, oldest first: those after the last row
+        such that it and every earlier row have a decision."""
         ...
 
-    # episodes -----------------------------------------------------------
     async def get_episode(self, episode_id: int) -> Episode: ...
 
     async def end_episode(
@@ -305,7 +249,6 @@ class Store(Protocol):
         transaction. None when it had already ended (nothing changes)."""
         ...
 
-    # runs ---------------------------------------------------------------
     async def start_run(self, group_id: int, agent_id: int, kind: str, snapshot_seq: int) -> Run:
         """A running run over 1..snapshot_seq, in the episode current at the snapshot.
         Raises LeaseLost when another process runs the group."""
@@ -322,6 +265,64 @@ class Store(Protocol):
         """After taking a group's lease: mark its runs left 'running' as 'interrupted'."""
         ...
 
+
+class MemoryStore(Protocol):
+    """An agent's memory: the notes it saved with memory_write (`bot.core.memory`)."""
+
+    async def add_note(self, agent_id: int, text: str) -> Note:
+        """Keep a note the agent saved with memory_write."""
+        ...
+
+    async def notes(self, agent_id: int, *, limit: int | None = None) -> list[Note]:
+        """The agent's notes, oldest first: all of them, or the newest `limit`."""
+        ...
+
+    async def note_count(self, agent_id: int) -> int: ...
+
+    async def clear_notes(self, agent_id: int) -> int:
+        """Delete every note of the agent; return how many there were."""
+        ...
+
+
+class ScheduleStore(Protocol):
+    """Schedules: an agent's task posted at set times (`bot.core.scheduler`)."""
+
+    async def add_schedule(self, agent_id: int, when: When, prompt: str, *, next_run_at: float,
+                           created_by: str | None = None) -> Schedule:
+        """A schedule for an agent on the roster (NotFound otherwise), in the agent's group."""
+        ...
+
+    async def schedules(self, group_id: int, *, agent_id: int | None = None) -> list[Schedule]:
+        """The group's live schedules (of one agent when given), oldest first."""
+        ...
+
+    async def remove_schedule(self, group_id: int, schedule_id: int) -> Schedule:
+        """Take a live schedule of the group off; NotFound (worded for people) when there is none."""
+        ...
+
+    async def due_schedules(self, now: float) -> list[Schedule]:
+        """Every group's live schedules of agents on the roster with next_run_at <= now, earliest first."""
+        ...
+
+    async def fire_schedule(self, schedule: Schedule, task: NewMessage, *, ran_at: float,
+                            next_run_at: float) -> tuple[Message, Episode] | None:
+        """In one transaction: append `task` as a new episode's task (as append_user_message
+        opens one) and set next_run_at and last_run_at; only while the schedule is live and
+        its next_run_at is still `schedule.next_run_at`, else None and nothing is written."""
+        ...
+
+    async def next_schedule(self, group_id: int) -> Schedule | None:
+        """The group's live schedule that runs first."""
+        ...
+
+    async def get_schedule(self, schedule_id: int) -> Schedule:
+        """A schedule, live or removed; NotFound when there never was one."""
+        ...
+
+
+class RecordStore(Protocol):
+    """The record, for exports, usage and costs: read in pages or in totals, never changed."""
+
     async def usage_since(self, group_id: int, since: float) -> dict[str, Usage]:
         """Token totals per agent name, plus key 'selector', for runs/decisions since `since`."""
         ...
@@ -331,7 +332,6 @@ class Store(Protocol):
         decisions (a call per attempt) and of catch-up summaries."""
         ...
 
-    # the record, in pages (exports) -------------------------------------
     def message_pages(self, group_id: int, *, after: int = 0, through: int | None = None,
                       size: int = 500) -> AsyncIterator[list[Message]]:
         """Rows after < seq <= through (None: to the newest), oldest first, `size` at a time."""
@@ -355,16 +355,37 @@ class Store(Protocol):
         """Every agent the group ever had (removed ones last), each with when it was removed."""
         ...
 
-    # webhooks (Discord) -------------------------------------------------
-    async def get_webhook(self, channel_id: str) -> tuple[str, str] | None:
-        """(webhook id, webhook token) stored for a channel, or None."""
+
+class ReadingStore(Protocol):
+    """People's read cursors, the names that tag them, and catch-up summaries (`bot.core.reading`)."""
+
+    async def get_seen(self, group_id: int, user_id: str) -> int | None: ...
+
+    async def remember_person(self, scope: str, user_id: str, names: Iterable[str]) -> None:
+        """`names` tag this person in `scope` (a Discord guild id, or a console group key) from now on."""
         ...
 
-    async def save_webhook(self, channel_id: str, webhook_id: str, token: str) -> None: ...
+    async def people(self, scope: str) -> dict[str, str]:
+        """Name -> user id of the people known in `scope`."""
+        ...
 
-    async def forget_webhook(self, channel_id: str) -> None: ...
+    async def tagging(self, group_id: int, user_id: str, *, after: int, operators: bool, limit: int) -> list[Message]:
+        """Rows after `after` tagging `user_id` (or every operator, when `operators`), oldest first."""
+        ...
 
-    # leases (one process runs a group) ---------------------------------
+    async def get_summary(self, group_id: int, after: int, through: int, *, newer_than: float) -> Summary | None: ...
+
+    async def save_summary(self, group_id: int, summary: Summary, *, prompt_tokens: int = 0,
+                           completion_tokens: int = 0) -> None: ...
+
+    async def mark_seen(self, group_id: int, user_id: str, seq: int) -> int:
+        """Clamp to latest seq, never backwards; return the stored value."""
+        ...
+
+
+class LeaseStore(Protocol):
+    """One process runs a group: its lease, and hearing of rows other processes store (`bot.core.ownership`)."""
+
     owner_label: str
 
     async def acquire_lease(self, group_id: int, ttl: float) -> str | None:
@@ -391,26 +412,24 @@ class Store(Protocol):
         keeper's polling notices new rows instead."""
         ...
 
-    # read cursors -------------------------------------------------------
-    async def get_seen(self, group_id: int, user_id: str) -> int | None: ...
 
-    async def remember_person(self, scope: str, user_id: str, names: Iterable[str]) -> None:
-        """`names` tag this person in `scope` (a Discord guild id, or a console group key) from now on."""
+class WebhookStore(Protocol):
+    """Discord's webhooks per channel (the Discord adapter's only; the core never asks)."""
+
+    async def get_webhook(self, channel_id: str) -> tuple[str, str] | None:
+        """(webhook id, webhook token) stored for a channel, or None."""
         ...
 
-    async def people(self, scope: str) -> dict[str, str]:
-        """Name -> user id of the people known in `scope`."""
-        ...
+    async def save_webhook(self, channel_id: str, webhook_id: str, token: str) -> None: ...
 
-    async def tagging(self, group_id: int, user_id: str, *, after: int, operators: bool, limit: int) -> list[Message]:
-        """Rows after `after` tagging `user_id` (or every operator, when `operators`), oldest first."""
-        ...
+    async def forget_webhook(self, channel_id: str) -> None: ...
 
-    async def get_summary(self, group_id: int, after: int, through: int, *, newer_than: float) -> Summary | None: ...
 
-    async def save_summary(self, group_id: int, summary: Summary, *, prompt_tokens: int = 0,
-                           completion_tokens: int = 0) -> None: ...
+class Store(ChatStore, MemoryStore, ScheduleStore, RecordStore, ReadingStore, LeaseStore, WebhookStore,
+            Protocol):
+    """Durable state. Every method is atomic; appends are serialised per group.
 
-    async def mark_seen(self, group_id: int, user_id: str, seq: int) -> int:
-        """Clamp to latest seq, never backwards; return the stored value."""
-        ...
+    Seqs are per group, 1, 2, 3 ... without gaps. `group.latest_seq` is the
+    newest seq. Methods raise `NotFound` / `InvalidInput` for bad ids or
+    duplicates and `StoreError` when the database fails.
+    """

@@ -15,7 +15,7 @@ from typing import Sequence
 from bot.core.context import load_thread
 from bot.core.errors import LLMError
 from bot.core.models import Agent, ChatMessage, Decision, Group, Message, Usage
-from bot.core.ports import LLM, Store
+from bot.core.ports import LLM, ChatStore
 from bot.core.prompts import name_list, selector_prompt
 from bot.core.routing import eligible_speakers, next_in_rotation
 from bot.core.stop import TERMINATE
@@ -152,7 +152,7 @@ def _rotation(roster: Sequence[Agent], eligible: Sequence[Agent], rotate_after: 
 
 
 async def selector_decision(
-    store: Store, llm: LLM, group: Group, roster: Sequence[Agent], message: Message, *,
+    store: ChatStore, llm: LLM, group: Group, roster: Sequence[Agent], message: Message, *,
     model: str | None, cache_key: str | None = None,
 ) -> Decision:
     """Selector mode's routing of `message`, as the dispatcher makes it (and replay remakes it).

@@ -19,7 +19,7 @@ from typing import Iterable, Mapping
 
 from bot.core.card import Card, Field
 from bot.core.models import Group, Spend, Usage
-from bot.core.ports import Store
+from bot.core.ports import RecordStore
 from bot.core.pricing import PRICES_AS_OF, Price, dollars, price_of
 
 NO_PRICE = "no price known"
@@ -93,7 +93,7 @@ def month_start(now: float) -> float:
     return moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp()
 
 
-async def month_cost(store: Store, group: Group, prices: Mapping[str, Price], now: float | None = None) -> float:
+async def month_cost(store: RecordStore, group: Group, prices: Mapping[str, Price], now: float | None = None) -> float:
     """The priced cost of the group's model calls this calendar month (UTC)."""
     since = month_start(time.time() if now is None else now)
     return total(tally(await store.spending(group.id, since), prices)).cost
@@ -110,7 +110,7 @@ def budget_refusal(cost: float, budget: float) -> str:
             "raise it with /roundtable config monthly_budget:N (0 removes it), then /roundtable resume.")
 
 
-async def usage_card(store: Store, group: Group, prices: Mapping[str, Price], days: int,
+async def usage_card(store: RecordStore, group: Group, prices: Mapping[str, Price], days: int,
                      now: float | None = None) -> Card | str:
     now = time.time() if now is None else now
     lines = tally(await store.spending(group.id, now - days * 86400), prices)

@@ -384,13 +384,14 @@ async def test_decisions_round_trip_once(store: SqlStore, group_id: int) -> None
     assert stamped.created_at == 0.0
 
 
-async def test_routed_through_waits_for_a_gap_to_fill(store: SqlStore, group_id: int) -> None:
+async def test_rows_stay_unrouted_until_a_gap_fills(store: SqlStore, group_id: int) -> None:
     for _ in range(5):
         await store.append_user_message(group_id, user())
-    assert await store.routed_through(group_id) == 0
-    for seq, expected in [(1, 1), (2, 2), (4, 2), (5, 2), (3, 5)]:
+    assert [m.seq for m in await store.unrouted(group_id, through=5)] == [1, 2, 3, 4, 5]
+    assert [m.seq for m in await store.unrouted(group_id, through=3)] == [1, 2, 3]
+    for seq, routed in [(1, 1), (2, 2), (4, 2), (5, 2), (3, 5)]:
         await store.record_decision(group_id, Decision(seq=seq, source="tags", confidence=0.5))
-        assert await store.routed_through(group_id) == expected
+        assert [m.seq for m in await store.unrouted(group_id, through=5)] == list(range(routed + 1, 6))
     got = await store.decisions(group_id, after=1, through=4)
     assert sorted(got) == [2, 3, 4] and got[2].confidence == 0.5 and got[2].created_at > 0
 
