@@ -4,26 +4,28 @@ store's backend over it (`SqliteBackend`).
 Also the one place where sqlite3 exceptions become `StoreError`, so no
 sqlite3 type escapes `storage/`.
 
-Writes: aiosqlite runs the write connection on its own thread, so two
-coroutines sharing it must never interleave their transactions: every write
-holds the backend's lock. Writes run inside `BEGIN IMMEDIATE`, which also
-serialises them against other processes on the same file (the bot and the
-console); a lock that outlasts the busy timeout becomes `StoreError` after a
-rollback. Each statement is one hop to that thread (no separate cursor close).
+A file's store works on the event loop's thread: two plain sqlite3 connections,
+one for writes and one read-only. An indexed statement over a few rows takes
+tens of microseconds, less than one hop to a worker thread and back; a turn
+makes dozens of them, and those hops were most of the engine's own time per
+turn. Nothing on the loop ever waits for another process: a reader never waits
+for a writer in WAL mode, and the writer's `BEGIN IMMEDIATE` is tried with no
+busy timeout and, while another process holds the write lock, retried after
+async sleeps until the busy timeout runs out (then `StoreError`, after nothing
+was written). Writes of this process queue on the backend's lock, one
+transaction at a time; reads never queue and see committed data only (the
+read connection is not the one a transaction is open on).
 
-Reads: a second, read-only connection used directly on the event loop's
-thread. An indexed read of a few rows takes tens of microseconds, less than
-one hop to a worker thread and back (a turn makes dozens of reads, so the hops
-were most of the engine's own time per turn). In WAL mode a reader never waits
-for a writer, so the loop does not block on another process's transaction; it
-only ever sees committed data. An in-memory database has no second connection
-to open: there reads take the write connection's thread like writes.
+aiosqlite opens the file and applies the migrations (`open_db_migrated`); an
+in-memory database, which no second connection can see, stays on that one
+aiosqlite connection for everything, every operation under the lock.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import sqlite3
+import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator, Callable, Sequence
@@ -38,6 +40,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_BUSY_TIMEOUT_MS = 5000
 LOCKED_MESSAGE = "the database is locked by another process; try again"
+FAIR_SHARE = 0.002  # seconds of store work on the loop's thread before other tasks get a turn
 
 
 def is_locked(exc: BaseException) -> bool:
@@ -73,13 +76,18 @@ async def open_db(
     return (await open_db_migrated(path, busy_timeout_ms=busy_timeout_ms))[0]
 
 
-def open_reader(name: str, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> sqlite3.Connection:
-    """The read-only connection of `SqliteBackend` (autocommit, rows by name)."""
-    conn = sqlite3.connect(name, isolation_level=None, timeout=busy_timeout_ms / 1000, check_same_thread=False)
+def open_loop_connection(name: str, *, read_only: bool) -> sqlite3.Connection:
+    """A connection of `SqliteBackend` for the loop's thread: autocommit, rows by name, no busy
+    timeout (SQLite would wait for a lock by sleeping on the loop's thread; the backend waits
+    with async sleeps instead), foreign keys on, the same durability as the migrating one."""
+    conn = sqlite3.connect(name, isolation_level=None, timeout=0, check_same_thread=False)
     try:
         conn.row_factory = sqlite3.Row
-        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        conn.execute("PRAGMA query_only = ON")
+        conn.execute("PRAGMA busy_timeout = 0")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        if read_only:
+            conn.execute("PRAGMA query_only = ON")
     except BaseException:
         conn.close()
         raise
@@ -184,11 +192,12 @@ class SqliteDb:
         await self.conn.executemany(sql, rows)
 
 
-class ReaderDb:
-    """`storage.sql.Db` for reads on the loop's thread (`open_reader`'s connection)."""
+class LoopDb:
+    """`storage.sql.Db` over a plain sqlite3 connection used on the loop's thread."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, busy_timeout: float = DEFAULT_BUSY_TIMEOUT_MS / 1000) -> None:
         self.conn = conn
+        self.busy_timeout = busy_timeout
 
     def _rows(self, sql: str, params: Params) -> list[Row]:
         cursor = self.conn.execute(sql, params)
@@ -197,50 +206,87 @@ class ReaderDb:
         finally:
             cursor.close()  # ends the statement: no read snapshot is left open
 
+    async def _read(self, sql: str, params: Params) -> list[Row]:
+        """The rows; a reader is busy only in rare moments (another connection recovering the
+        WAL after a crash): then it tries again after async sleeps, up to the busy timeout."""
+        deadline = time.monotonic() + self.busy_timeout
+        delay = 0.002
+        while True:
+            try:
+                return self._rows(sql, params)
+            except sqlite3.Error as exc:
+                left = deadline - time.monotonic()
+                if not is_locked(exc) or left <= 0 or self.conn.in_transaction:
+                    raise
+                await asyncio.sleep(min(delay, left))
+                delay = min(delay * 2, 0.05)
+
     async def one(self, sql: str, params: Params = ()) -> Row | None:
-        rows = self._rows(sql, params)
+        rows = await self._read(sql, params)
         return rows[0] if rows else None
 
     async def all(self, sql: str, params: Params = ()) -> list[Row]:
-        return self._rows(sql, params)
+        return await self._read(sql, params)
 
     async def exec(self, sql: str, params: Params = ()) -> int:
-        raise StoreError("database error: a write outside a write transaction")
+        cursor = self.conn.execute(sql, params)
+        try:
+            return int(cursor.rowcount)
+        finally:
+            cursor.close()
 
     async def insert(self, sql: str, params: Params = ()) -> int:
-        raise StoreError("database error: a write outside a write transaction")
+        cursor = self.conn.execute(sql, params)
+        try:
+            rowid = cursor.lastrowid
+        finally:
+            cursor.close()
+        if rowid is None:
+            raise StoreError("database error: insert returned no row id")
+        return int(rowid)
 
     async def exec_many(self, sql: str, rows: Sequence[Params]) -> None:
-        raise StoreError("database error: a write outside a write transaction")
+        self.conn.executemany(sql, rows).close()
 
 
 class SqliteBackend:
-    """One write connection (its thread, one lock, one transaction at a time) and one
-    read connection on the loop's thread (see the module docstring)."""
+    """A file: a writer and a reader on the loop's thread; in memory: one aiosqlite connection
+    (see the module docstring)."""
 
     dialect = SQLITE
 
-    def __init__(self, conn: aiosqlite.Connection, label: str = "", applied: list[int] | None = None,
-                 reader: sqlite3.Connection | None = None) -> None:
+    def __init__(self, conn: aiosqlite.Connection | None, label: str = "", applied: list[int] | None = None, *,
+                 writer: sqlite3.Connection | None = None, reader: sqlite3.Connection | None = None,
+                 busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> None:
+        """`conn` (in memory) or `writer` and `reader` (a file)."""
         self.conn = conn
         self.label = label
         self.applied = applied or []
-        self._db = SqliteDb(conn)
-        self._reader = ReaderDb(reader) if reader is not None else None
+        self._threaded = SqliteDb(conn) if conn is not None else None
+        self._busy_timeout = busy_timeout_ms / 1000
+        self._writer = LoopDb(writer, self._busy_timeout) if writer is not None else None
+        self._reader = LoopDb(reader, self._busy_timeout) if reader is not None else None
         self._lock = asyncio.Lock()
         self._closed = False
+        self._ran_since = time.monotonic()  # when this backend last let other tasks run
 
     @classmethod
     async def open(cls, path: str | Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> "SqliteBackend":
         conn, applied = await open_db_migrated(path, busy_timeout_ms=busy_timeout_ms)
-        reader = None
-        if str(path) != ":memory:":
-            try:
-                reader = open_reader(str(Path(str(path)).expanduser()), busy_timeout_ms=busy_timeout_ms)
-            except sqlite3.Error as exc:
-                await _close_quietly(conn)
-                raise StoreError(f"cannot open the database {path}: {_one_line(exc)}") from exc
-        return cls(conn, str(path), applied, reader)
+        if str(path) == ":memory:":
+            return cls(conn, str(path), applied, busy_timeout_ms=busy_timeout_ms)
+        await conn.close()
+        name = str(Path(str(path)).expanduser())
+        opened: list[sqlite3.Connection] = []
+        try:
+            for read_only in (False, True):
+                opened.append(open_loop_connection(name, read_only=read_only))
+        except sqlite3.Error as exc:
+            for c in opened:
+                c.close()
+            raise StoreError(f"cannot open the database {path}: {_one_line(exc)}") from exc
+        writer, reader = opened
+        return cls(None, str(path), applied, writer=writer, reader=reader, busy_timeout_ms=busy_timeout_ms)
 
     async def announce(self, db: Db, group_id: int, origin: str) -> None:
         """Nothing: on SQLite other processes poll (the lease keeper)."""
@@ -252,45 +298,94 @@ class SqliteBackend:
         async with self._lock:
             if not self._closed:
                 self._closed = True
-                if self._reader is not None:
-                    self._reader.conn.close()
-                await self.conn.close()
+                for db in (self._writer, self._reader):
+                    if db is not None:
+                        db.conn.close()
+                if self.conn is not None:
+                    await self.conn.close()
 
     @asynccontextmanager
-    async def write(self) -> AsyncIterator[SqliteDb]:
+    async def write(self) -> AsyncIterator[Db]:
         """One write transaction (`BEGIN IMMEDIATE` ... `COMMIT`), or nothing at all."""
         async with self._lock:
             self._check_open()
+            if self._writer is None:
+                async with self._write_threaded() as db:
+                    yield db
+                return
+            await self._take_turns()
+            conn = self._writer.conn
+            await self._begin(conn)
             try:
-                await self.conn.execute("BEGIN IMMEDIATE")
-                yield self._db
-                await self.conn.execute("COMMIT")
+                yield self._writer
+                conn.execute("COMMIT")
             except BaseException as exc:
-                # Shielded: a cancelled caller must still leave no open transaction.
-                await asyncio.shield(self._rollback())
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 if isinstance(exc, sqlite3.Error):
                     raise store_error(exc) from exc
                 raise
 
+    async def _take_turns(self) -> None:
+        """Let other tasks run when this backend has not for a while: statements on the loop's
+        thread never suspend, so a task making many store calls in a row (a page-by-page export,
+        a polling loop) would otherwise keep every other task waiting."""
+        now = time.monotonic()
+        if now - self._ran_since >= FAIR_SHARE:
+            await asyncio.sleep(0)
+            self._ran_since = time.monotonic()
+
+    async def _begin(self, conn: sqlite3.Connection) -> None:
+        """`BEGIN IMMEDIATE`, waiting (asynchronously) up to the busy timeout for another process's write."""
+        deadline = time.monotonic() + self._busy_timeout
+        delay = 0.002
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.Error as exc:
+                left = deadline - time.monotonic()
+                if not is_locked(exc) or left <= 0:
+                    raise store_error(exc) from exc
+                await asyncio.sleep(min(delay, left))
+                delay = min(delay * 2, 0.05)
+
+    @asynccontextmanager
+    async def _write_threaded(self) -> AsyncIterator[Db]:
+        assert self.conn is not None and self._threaded is not None
+        try:
+            await self.conn.execute("BEGIN IMMEDIATE")
+            yield self._threaded
+            await self.conn.execute("COMMIT")
+        except BaseException as exc:
+            # Shielded: a cancelled caller must still leave no open transaction.
+            await asyncio.shield(self._rollback())
+            if isinstance(exc, sqlite3.Error):
+                raise store_error(exc) from exc
+            raise
+
     @asynccontextmanager
     async def read(self) -> AsyncIterator[Db]:
-        """The read connection (autocommit: each statement sees committed data); for an
-        in-memory database, the write connection under the lock."""
+        """The read connection (autocommit: each statement sees committed data); in memory, the
+        one connection under the lock."""
         if self._reader is None:
             async with self._lock:
                 self._check_open()
+                assert self._threaded is not None
                 try:
-                    yield self._db
+                    yield self._threaded
                 except sqlite3.Error as exc:
                     raise store_error(exc) from exc
             return
         self._check_open()
+        await self._take_turns()
         try:
             yield self._reader
         except sqlite3.Error as exc:
             raise store_error(exc) from exc
 
     async def _rollback(self) -> None:
+        assert self.conn is not None
         try:
             await self.conn.execute("ROLLBACK")
         except (sqlite3.Error, ValueError):

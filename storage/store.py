@@ -20,8 +20,6 @@ import time
 import unicodedata
 from pathlib import Path
 
-import aiosqlite
-
 from bot.core.errors import InvalidInput
 from bot.core.models import Agent, Episode, Group, GroupSettings, Message, NewMessage, token_cost
 from bot.core.validation import check_name_free
@@ -372,12 +370,6 @@ class SqliteStore(SqlStore):
     ) -> "SqliteStore":
         """Open the file at `path` (migrating it) and wrap it in a store."""
         return cls(await SqliteBackend.open(path, busy_timeout_ms=busy_timeout_ms), clock=clock)
-
-    @property
-    def _conn(self) -> aiosqlite.Connection:
-        """The connection (for tests that look at the file the way the store sees it)."""
-        assert isinstance(self._backend, SqliteBackend)
-        return self._backend.conn
 
 
 __all__ = ["SqlStore", "SqliteStore"]

@@ -1,9 +1,12 @@
-"""SQLite reads run on a read-only connection of their own, on the loop's thread: they never
-wait behind a write transaction, see only committed rows, and cannot write. An in-memory
-database (no second connection can see it) still reads through the write connection."""
+"""A SQLite file's store works on the loop's thread: reads on a read-only connection of their
+own never wait behind a write transaction and see only committed rows; a write waits for
+another process's write lock with async sleeps (the loop keeps running), up to the busy
+timeout. An in-memory database (no second connection can see it) keeps one connection."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -53,7 +56,8 @@ async def test_the_read_connection_cannot_write(tmp_path: Path) -> None:
         async with store._read() as db:
             row = await db.one("SELECT id FROM groups WHERE id = ?", (group.id,))
             assert row is not None and row[0] == group.id
-            with pytest.raises(StoreError, match="a write outside a write transaction"):
+        with pytest.raises(StoreError, match="readonly database"):
+            async with store._read() as db:
                 await db.exec("DELETE FROM groups")
         assert (await store.get_group(group.id)).id == group.id  # nothing was deleted
     finally:
@@ -79,5 +83,58 @@ async def test_an_in_memory_database_reads_its_own_writes() -> None:
         group = await store.create_group("g", "g", GroupSettings())
         message, _ = await store.append_user_message(group.id, _person("hello"))
         assert (await store.get_message(group.id, message.seq)).text == "hello"
+    finally:
+        await store.close()
+
+
+async def test_a_write_waits_for_another_process_without_blocking_the_loop(tmp_path: Path) -> None:
+    path = tmp_path / "rt.db"
+    store = await SqliteStore.open(path, busy_timeout_ms=3000)
+    other = sqlite3.connect(path, isolation_level=None)  # another process's connection, in effect
+    try:
+        group = await store.create_group("g", "g", GroupSettings())
+        other.execute("BEGIN IMMEDIATE")  # it holds the write lock
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        ticker = asyncio.create_task(tick())
+        append = asyncio.create_task(store.append_user_message(group.id, _person("waits")))
+        await asyncio.sleep(0.3)
+        assert not append.done() and ticks >= 10  # waiting, and the loop runs meanwhile
+        other.execute("COMMIT")
+        message, _ = await asyncio.wait_for(append, 2.0)
+        ticker.cancel()
+        assert message.seq == 1
+        other.execute("BEGIN IMMEDIATE")
+        started = time.monotonic()
+        with pytest.raises(StoreError, match="locked by another process"):
+            await store.append_user_message(group.id, _person("gives up"))
+        assert 2.5 < time.monotonic() - started < 10
+        other.execute("ROLLBACK")
+        assert [m.text for m in await store.messages(group.id)] == ["waits"]  # nothing half-written
+    finally:
+        other.close()
+        await store.close()
+
+
+async def test_many_store_calls_in_a_row_still_let_other_tasks_run(tmp_path: Path) -> None:
+    store = await SqliteStore.open(tmp_path / "rt.db")
+    try:
+        group = await store.create_group("g", "g", GroupSettings())
+        ran = asyncio.Event()
+
+        async def other_task() -> None:
+            ran.set()
+
+        asyncio.create_task(other_task())
+        started = time.monotonic()
+        while not ran.is_set() and time.monotonic() - started < 5:
+            await store.get_group(group.id)  # statements on the loop's thread: no suspension of their own
+        assert ran.is_set()
     finally:
         await store.close()
