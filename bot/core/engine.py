@@ -273,7 +273,7 @@ class Engine:
             await self.surface.publish(group, message, None, record=_nothing)
         except Exception:  # a person's own row is stored; echoing it is only a courtesy
             log.warning("group=%s seq=%s: could not echo the message", group.id, message.seq, exc_info=True)
-        await self._episode_changed(group, episode)
+        await self.episode_changed(group, episode)
         if wake:
             self.wake(group.id)
         return message
@@ -298,10 +298,14 @@ class Engine:
         group = await self.store.get_group(episode.group_id)
         if shown is not None:
             self.shown(group.id)
-        await self._episode_changed(group, episode)
+        if self.owns(group.id) and not self._closed:
+            self.outbox(group.id).announce(episode)  # after the rows before it are shown
+        else:
+            await self.episode_changed(group, episode)
         return episode
 
-    async def _episode_changed(self, group: Group, episode: Episode) -> None:
+    async def episode_changed(self, group: Group, episode: Episode) -> None:
+        """Tell the surface that `episode` started or ended (never raises)."""
         try:
             await self.surface.episode_updated(group, episode)
         except Exception:  # a reaction failing must never stop the chat

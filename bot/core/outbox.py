@@ -9,7 +9,9 @@ a group's posts always leave in seq order. When an attempt may have reached
 people without being recorded (a crash, a reset connection) the next attempt
 first asks the surface to find what arrived, so nothing is shown twice. A
 lasting refusal (a missing permission) is recorded on the group, told to its
-people once, and retried until it is fixed.
+people once, and retried until it is fixed. An episode's end is told to the
+surface (`announce`) once the rows committed before it are shown, so people
+see the reply that ended an episode before they see that it ended.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bot.core.errors import DeliveryError, LeaseLost, NotFound
-from bot.core.models import Agent, Group, Message
+from bot.core.models import Agent, Episode, Group, Message
 from bot.core.worker import GroupWorker
 
 if TYPE_CHECKING:
@@ -47,15 +49,26 @@ class Outbox(GroupWorker):
     def __init__(self, engine: "Engine", group_id: int) -> None:
         super().__init__(engine, group_id)
         self.unsure: set[int] = set()  # rows an earlier attempt may have shown
+        self._announcements: list[Episode] = []  # episode changes to tell once the rows before are shown
+
+    def announce(self, episode: Episode) -> None:
+        """Tell the surface about `episode` after every row committed so far is shown."""
+        self._announcements.append(episode)
+        self.wake()
 
     async def drain(self) -> None:
         store = self.engine.store
         while True:
-            if not (await store.get_group(self.group_id)).enabled:
-                return  # turned off: what waits is shown when it is set up again
-            rows = await store.unconfirmed_messages(self.group_id)
+            group = await store.get_group(self.group_id)
+            rows = await store.unconfirmed_messages(self.group_id) if group.enabled else []
             if not rows:
-                return
+                # Turned off: what waits is shown when it is set up again (its episode changes are told now).
+                announcements, self._announcements = self._announcements, []
+                for episode in announcements:
+                    await self.engine.episode_changed(group, episode)
+                if not self._announcements:
+                    return
+                continue
             for row in rows:
                 await self._deliver(row.seq)
 

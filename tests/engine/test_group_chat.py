@@ -44,6 +44,25 @@ async def test_agent_terminate_ends_episode_and_is_hidden_from_display(harness):
         assert len([k for k, _, _ in llm.history if k == "selector"]) == 1  # no selector call after TERMINATE
 
 
+async def test_people_see_the_reply_and_the_notice_before_the_episode_ends_on_a_slow_surface(harness):
+    harness.surface.delay = 0.05
+    llm = ScriptedLLM(selector=["planner"], agents={"planner": ["Final plan: $1,400. TERMINATE"]})
+    async with harness.running(llm):
+        await harness.say("plan it")
+        await harness.idle()
+        assert harness.surface.events[-2:] == ["row 2", "episode 1 terminated"]
+
+
+async def test_people_see_the_cap_notice_before_the_episode_ends_on_a_slow_surface(harness):
+    harness.surface.delay = 0.05
+    llm = ScriptedLLM(selector=[], default_agent_reply=lambda name, n: f"{name} message {n}")
+    llm.selector_default = "planner"
+    async with harness.running(llm, max_agent_turns=1):
+        await harness.say("go")
+        await harness.idle()
+        assert harness.surface.events[-3:] == ["row 2", "row 3", "episode 1 max_turns"]  # the reply, the notice
+
+
 async def test_cap_stops_at_exactly_max_turns_with_one_notice(harness):
     llm = ScriptedLLM(selector=[], default_agent_reply=lambda name, n: f"{name} message {n}")
     llm.selector_default = "planner"  # a selector that never says TERMINATE (repeat is refused -> rotation)

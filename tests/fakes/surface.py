@@ -1,6 +1,7 @@
 """A recording Surface: what the engine published, typed and reported, in order."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import AsyncIterator
 
@@ -17,13 +18,18 @@ class RecordingSurface:
         self.fail_next = 0
         self.problem: str | None = None  # with fail_next: the failures are a lasting refusal
         self.alerts: list[str] = []
+        self.events: list[str] = []  # "row N" when row N is shown, "episode E STATUS" when told
+        self.delay = 0.0  # seconds each publish takes
 
     async def publish(self, group: Group, message: Message, agent: Agent | None, *,
                       resume: bool = False, record: Recorder) -> None:
         if self.fail_next:
             self.fail_next -= 1
             raise DeliveryError("surface down", problem=self.problem)
+        if self.delay:
+            await asyncio.sleep(self.delay)
         self.published.append(message)
+        self.events.append(f"row {message.seq}")
         if message.author_type != "user":
             await record(f"ext-{group.id}-{message.seq}")
 
@@ -37,6 +43,7 @@ class RecordingSurface:
 
     async def episode_updated(self, group: Group, episode: Episode) -> None:
         self.episodes.append(episode)
+        self.events.append(f"episode {episode.id} {episode.status}")
 
     def lines(self) -> list[str]:
         return [f"[{m.author_name}] {m.text}" for m in self.published]
