@@ -120,7 +120,7 @@ def check_pg(url: str) -> str | None:
     from storage.pg import mask_url
 
     if not is_postgres(url):
-        return f"expected a postgresql:// URL, got {mask_url(url)}"
+        return "expected a postgresql://USER@HOST:PORT/DATABASE URL"
 
     async def connect() -> None:
         import asyncpg
