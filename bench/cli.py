@@ -141,10 +141,10 @@ def run(args: argparse.Namespace) -> int:
     if args.repeats < 1 or (args.engine_turns is not None and args.engine_turns < 10):
         print("bench: --repeats must be >= 1 and --engine-turns >= 10 (the tenth turn is a figure)", file=sys.stderr)
         return 2
-    if args.pg:
+    if args.pg and not args.no_engine:
         problem = check_pg(args.pg)
         if problem:
-            print(f"bench: --pg: {problem}", file=sys.stderr)
+            print(f"bench: --pg ({PG_ENV}): {problem}", file=sys.stderr)
             return 2
     levels = ("ERROR", "WARNING", "INFO", "DEBUG")
     logging.basicConfig(level=levels[min(args.verbose, len(levels) - 1)], stream=sys.stderr,

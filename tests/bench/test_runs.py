@@ -124,6 +124,7 @@ def test_the_pg_option_and_its_environment_variable(monkeypatch: pytest.MonkeyPa
     problem = check_pg("postgresql://rt:s3cr3t@127.0.0.1:1/db")
     assert problem is not None and problem.startswith("cannot connect to postgresql://rt:***@127.0.0.1:1/db: ")
     assert "s3cr3t" not in problem
+    assert bench_main(["--no-tokens", "--pg", "sqlite:///x.db"]) == 2  # refused before anything runs
 
 
 def test_rows_name_their_database_only_when_postgresql_was_measured() -> None:
