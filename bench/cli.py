@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 import time
 from typing import TYPE_CHECKING, Sequence
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
 DESCRIPTION = ("Issue 9's benchmark: prompt tokens, cache and prefix on the Tokyo task (Roundtable vs AutoGen's "
                "SelectorGroupChat) against a local server that bills cached tokens like a provider, and the "
                "engine's overhead per turn at several history sizes.")
+PG_ENV = "ROUNDTABLE_BENCH_PG"
 FULL_TURNS = (30, 200)
 QUICK_TURNS = (30,)
 
@@ -43,6 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="timed turns per fresh engine start (default 50; --quick 30)")
     parser.add_argument("--repeats", type=int, default=3, metavar="N",
                         help="fresh engine starts per history size (default 3)")
+    parser.add_argument("--pg", metavar="URL", default=os.environ.get(PG_ENV) or None,
+                        help="also measure the engine figures on this PostgreSQL database (postgresql://...), each "
+                             "size in a fresh schema bench_<pid>_<n> dropped afterwards; the rows say sqlite or "
+                             f"postgresql (default: ${PG_ENV}; unset: SQLite only)")
     parser.add_argument("--no-autogen", action="store_true", help="do not run AutoGen even when it is installed")
     parser.add_argument("--no-engine", action="store_true", help="skip the engine figures (tokens only)")
     parser.add_argument("--no-tokens", action="store_true", help="skip the Tokyo task (engine figures only)")
@@ -86,6 +92,11 @@ async def collect(args: argparse.Namespace) -> Results:
         f"AutoGen: SelectorGroupChat{ag_version}, default selector prompt, allow_repeated_speaker=False"
         if use_autogen else "AutoGen: not run",
     ]
+    if args.pg and not args.no_engine:
+        from storage.pg import mask_url
+
+        results.header.append(f"engine figures: SQLite (a temporary file) and PostgreSQL {mask_url(args.pg)} "
+                              "(a fresh schema per size, dropped afterwards)")
     if not use_autogen:
         results.autogen_line = AUTOGEN_MISSING if not args.no_autogen else "AutoGen: skipped (--no-autogen)"
     if not args.no_tokens:
@@ -96,9 +107,33 @@ async def collect(args: argparse.Namespace) -> Results:
         _progress("engine: 100 messages during a run")
         results.mid_run = await engine_figures.runs_mid_run()
         for n in sizes:
-            _progress(f"engine: history {n:,}, {args.repeats} fresh starts x {engine_turns} turns")
-            results.sizes.append(await engine_figures.measure_size(n, engine_turns, args.repeats))
+            for pg_url in (None, args.pg) if args.pg else (None,):
+                where = ", PostgreSQL" if pg_url else (", SQLite" if args.pg else "")
+                _progress(f"engine: history {n:,}{where}, {args.repeats} fresh starts x {engine_turns} turns")
+                results.sizes.append(await engine_figures.measure_size(n, engine_turns, args.repeats, pg_url))
     return results
+
+
+def check_pg(url: str) -> str | None:
+    """None when `url` is a PostgreSQL URL whose server answers; otherwise one line saying why not."""
+    from storage import is_postgres
+    from storage.pg import mask_url
+
+    if not is_postgres(url):
+        return "expected a postgresql://USER@HOST:PORT/DATABASE URL"
+
+    async def connect() -> None:
+        import asyncpg
+
+        conn = await asyncpg.connect(url, timeout=5)
+        await conn.close()
+
+    try:
+        asyncio.run(connect())
+    except Exception as exc:  # any failure: say which server and why, without its password
+        reason = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+        return f"cannot connect to {mask_url(url)}: {reason}"
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -106,6 +141,11 @@ def run(args: argparse.Namespace) -> int:
     if args.repeats < 1 or (args.engine_turns is not None and args.engine_turns < 10):
         print("bench: --repeats must be >= 1 and --engine-turns >= 10 (the tenth turn is a figure)", file=sys.stderr)
         return 2
+    if args.pg and not args.no_engine:
+        problem = check_pg(args.pg)
+        if problem:
+            print(f"bench: --pg ({PG_ENV}): {problem}", file=sys.stderr)
+            return 2
     levels = ("ERROR", "WARNING", "INFO", "DEBUG")
     logging.basicConfig(level=levels[min(args.verbose, len(levels) - 1)], stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")

@@ -1,6 +1,7 @@
 """The engine's own cost, in-process with an instant LLM (no HTTP): figures only, nothing passes or fails here.
 
-Per history size n (a real SQLite file in a temporary directory):
+Per history size n (a real SQLite file in a temporary directory, or with `pg_url` a fresh
+schema of that PostgreSQL database, `bench_<pid>_<n>`, dropped afterwards):
 
 - append: n person messages stored one by one (`store.append_user_message`), msg/s;
 - route: a first engine routes that history once (all but the newest superseded; the
@@ -22,6 +23,8 @@ call is held until 100 more person messages are stored; then each agent should r
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import json
 import math
 import os
@@ -32,13 +35,14 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator
 
 from bench.fakes import InstantLLM, RecordingSurface
 from bench.scenario import AGENTS, PERSON, TASK, Script
 from bot.adapters.tokens import estimate_tokens, make_token_counter
 from bot.core.engine import Engine
 from bot.core.models import GroupSettings, NewMessage
+from storage import SqlStore, open_store
 from storage.store import SqliteStore
 
 DEFAULT_SIZES = (1000, 10000, 50000)
@@ -50,9 +54,15 @@ MID_RUN_MESSAGES = 100
 TIMEOUT = 900.0
 
 
+SQLITE = "sqlite"
+POSTGRESQL = "postgresql"
+_SCHEMAS = itertools.count(1)
+
+
 @dataclass
 class SizeFigures:
     size: int
+    database: str = SQLITE  # "sqlite" or "postgresql"
     append_per_s: float = 0.0
     route_per_s: float = 0.0
     overhead_ms: list[float] = field(default_factory=list)  # turns 2..T of every repeat
@@ -83,18 +93,18 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[rank - 1]
 
 
-def _engine(store: SqliteStore, llm: InstantLLM, surface: RecordingSurface) -> Engine:
+def _engine(store: SqlStore, llm: InstantLLM, surface: RecordingSurface) -> Engine:
     return Engine(store, llm, surface, make_token_counter(), selector_model="bench-model")
 
 
-async def _setup(store: SqliteStore, key: str, settings: GroupSettings) -> int:
+async def _setup(store: SqlStore, key: str, settings: GroupSettings) -> int:
     group = await store.create_group(key, key, settings)
     for spec in AGENTS:
         await store.add_agent(group.id, spec.name, spec.role, spec.system_prompt)
     return group.id
 
 
-async def _fill(store: SqliteStore, group_id: int, n: int) -> float:
+async def _fill(store: SqlStore, group_id: int, n: int) -> float:
     """n person messages appended one at a time; their rate per second."""
     start = time.perf_counter()
     for i in range(n):
@@ -105,10 +115,11 @@ async def _fill(store: SqliteStore, group_id: int, n: int) -> float:
 
 
 async def timed_turns(db: str, group_id: int, turns: int, repeat: int) -> dict[str, Any]:
-    """One fresh engine over the store at `db`: start, a person posts, `turns` turns.
+    """One fresh engine over the store at `db` (a SQLite path or a PostgreSQL URL): start, a
+    person posts, `turns` turns.
 
     Returns {"overheads": [ms per turn], "wall": seconds, "posts": n, "rss_mib": ...}."""
-    store = await SqliteStore.open(db)
+    store = await open_store(db)
     llm = InstantLLM(Script(estimate_tokens))
     surface = RecordingSurface()
     engine = _engine(store, llm, surface)
@@ -144,11 +155,38 @@ async def _cold_start(db: str, group_id: int, turns: int, repeat: int) -> dict[s
     return result
 
 
-async def measure_size(n: int, turns: int = TURNS, repeats: int = REPEATS) -> SizeFigures:
-    figures = SizeFigures(n)
-    with tempfile.TemporaryDirectory(prefix="roundtable-bench-") as tmp:
-        db = str(Path(tmp) / "bench.db")
-        store = await SqliteStore.open(db)
+def with_schema(url: str, schema: str) -> str:
+    """`url` with its connections' search_path set to `schema` (what `open_store` takes)."""
+    return f"{url}{'&' if '?' in url else '?'}search_path={schema}"
+
+
+@contextlib.asynccontextmanager
+async def _database(pg_url: str | None) -> AsyncIterator[str]:
+    """Where one size is measured: a SQLite file in a temporary directory, or (with `pg_url`) a
+    fresh schema of that PostgreSQL database, dropped afterwards. Yields what `open_store` takes."""
+    if pg_url is None:
+        with tempfile.TemporaryDirectory(prefix="roundtable-bench-") as tmp:
+            yield str(Path(tmp) / "bench.db")
+        return
+    import asyncpg
+
+    schema = f"bench_{os.getpid()}_{next(_SCHEMAS)}"
+    admin = await asyncpg.connect(pg_url)
+    try:
+        await admin.execute(f"CREATE SCHEMA {schema}")
+        try:
+            yield with_schema(pg_url, schema)
+        finally:
+            await admin.execute(f"DROP SCHEMA {schema} CASCADE")
+    finally:
+        await admin.close()
+
+
+async def measure_size(n: int, turns: int = TURNS, repeats: int = REPEATS, pg_url: str | None = None) -> SizeFigures:
+    """The figures of history size `n` on a SQLite file, or with `pg_url` on PostgreSQL."""
+    figures = SizeFigures(n, POSTGRESQL if pg_url else SQLITE)
+    async with _database(pg_url) as db:
+        store = await open_store(db)
         try:
             group_id = await _setup(store, "bench:engine", GroupSettings(max_agent_turns=turns))
             figures.append_per_s = await _fill(store, group_id, n)

@@ -1,17 +1,22 @@
 """The bench's runners end to end on small sizes: that they run and count, never how fast."""
 from __future__ import annotations
 
+import asyncio
 import math
+import os
 
 import pytest
 
 from bench import engine_figures
 from bench.cache_server import Tokenizer
-from bench.cli import build_parser
+from bench.cli import PG_ENV, build_parser, check_pg
+from bench.cli import main as bench_main
 from bench.engine_figures import MidRun, SizeFigures, percentile
 from bench.report import Results, render, targets
 from bench.tokyo import AUTOGEN_MISSING, RunReport, autogen_available, loopback_only, run_autogen, run_pair
 from bot.__main__ import build_parser as roundtable_parser
+from tests.conftest import pg_skip_reason
+from tests.fakes.databases import pg_url
 
 
 async def test_roundtable_and_autogen_on_a_short_task() -> None:
@@ -106,3 +111,58 @@ def test_options_for_python_m_bench_and_roundtable_bench() -> None:
     assert args.verb == "bench" and args.turns == [30] and args.no_engine
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--sizes", "0"])
+
+
+def test_the_pg_option_and_its_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(PG_ENV, raising=False)
+    assert build_parser().parse_args([]).pg is None
+    assert build_parser().parse_args(["--pg", "postgresql://u@h/db"]).pg == "postgresql://u@h/db"
+    monkeypatch.setenv(PG_ENV, "postgresql://u@h/env")
+    assert build_parser().parse_args([]).pg == "postgresql://u@h/env"
+    assert roundtable_parser().parse_args(["bench"]).pg == "postgresql://u@h/env"
+    assert check_pg("sqlite:///x.db") == "expected a postgresql://USER@HOST:PORT/DATABASE URL"
+    problem = check_pg("postgresql://rt:s3cr3t@127.0.0.1:1/db")
+    assert problem is not None and problem.startswith("cannot connect to postgresql://rt:***@127.0.0.1:1/db: ")
+    assert "s3cr3t" not in problem
+    assert bench_main(["--no-tokens", "--pg", "sqlite:///x.db"]) == 2  # refused before anything runs
+
+
+def test_rows_name_their_database_only_when_postgresql_was_measured() -> None:
+    def size(n: int, database: str, p50: float) -> SizeFigures:
+        return SizeFigures(n, database, overhead_ms=[p50] * 50, first_ms=[p50], tenth_ms=[p50])
+
+    alone = render(Results(sizes=[size(1000, "sqlite", 1.0), size(5000, "sqlite", 1.0)]))
+    assert "history 1k: overhead/turn p50 / p99 ms" in alone and "(sqlite)" not in alone
+    both = Results(sizes=[size(1000, "sqlite", 1.0), size(1000, "postgresql", 2.0),
+                          size(5000, "sqlite", 1.0), size(5000, "postgresql", 9.0)])
+    text = render(both)
+    assert "history 1k (sqlite): overhead/turn p50 / p99 ms" in text
+    assert "history 5k (postgresql): max RSS MiB" in text and "history 5k: " not in text
+    line = targets(both)[3]
+    assert line.endswith(": not met") and "postgresql 5k: p50 9.0, p99 9.0" in line
+    assert "postgresql p50 grows 1k->5k: 2.0 -> 9.0" in line and "sqlite" not in line
+
+
+def test_a_quick_run_on_sqlite_and_postgresql(capsys: pytest.CaptureFixture[str]) -> None:
+    reason = pg_skip_reason()
+    if reason is not None:
+        pytest.skip(f"PostgreSQL: {reason}")
+    url = pg_url()
+    assert bench_main(["--no-tokens", "--sizes", "30", "--engine-turns", "10", "--repeats", "1", "--pg", url]) == 0
+    out = capsys.readouterr().out
+    for database in ("sqlite", "postgresql"):
+        assert f"history 30 ({database}): overhead/turn p50 / p99 ms" in out
+        assert f"history 30 ({database}): note" not in out  # every turn ran
+    assert "engine figures: SQLite (a temporary file) and PostgreSQL" in out
+
+    async def leftovers() -> list[str]:
+        import asyncpg
+
+        conn = await asyncpg.connect(url)
+        try:
+            return [r[0] for r in await conn.fetch("SELECT nspname FROM pg_namespace WHERE nspname LIKE $1",
+                                                   f"bench_{os.getpid()}_%")]
+        finally:
+            await conn.close()
+
+    assert asyncio.run(leftovers()) == []  # the schema was dropped

@@ -1,13 +1,15 @@
 """`roundtable run` as a child process against the test's Discord emulator and model server,
 to be killed (-9), stopped (SIGTERM) and started again on the same database.
 
-Groups are set up straight in the SQLite file (group, webhook, agents), so a test
-spends its time on the faults, not on slash commands. `check_once` is the
-exactly-once check every crash test ends with.
+Groups are set up straight in the database (group, webhook, agents), so a test
+spends its time on the faults, not on slash commands. The database is a SQLite file in
+tmp_path by default, or a `Place` (e.g. a fresh PostgreSQL schema) given to the process.
+`check_once` is the exactly-once check every crash test ends with.
 """
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import os
 import signal
@@ -18,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from bot.core.models import GroupSettings
-from storage.store import SqliteStore
+from storage import open_store
 from tests.discord_emulator import DiscordEmulator
+from tests.fakes.databases import Place, SqlitePlace
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply
 
 ROUNDTABLE = str(Path(sys.executable).parent / "roundtable")
@@ -56,11 +59,13 @@ class Channel:
 
 class BotProcess:
     def __init__(self, tmp_path: Path, emu: DiscordEmulator, llm: FakeOpenAI, *, name: str = "bot",
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, place: Place | None = None) -> None:
         self.tmp_path = tmp_path
         self.emu = emu
         self.llm = llm
-        self.db = tmp_path / "roundtable.db"
+        self.db = place.path if isinstance(place, SqlitePlace) else tmp_path / "roundtable.db"  # the SQLite file
+        self.place = None if isinstance(place, SqlitePlace) else place  # another database, e.g. a PostgreSQL schema
+        self.target = self.place.target if self.place is not None else str(self.db)  # ROUNDTABLE_DB
         self.log = tmp_path / f"{name}.log"
         self.env = env or {}  # more settings (e.g. ROUNDTABLE_SHARDS)
         self.proc: asyncio.subprocess.Process | None = None
@@ -70,7 +75,7 @@ class BotProcess:
     async def add_group(self, channel_id: str, agents: tuple[str, ...] = ("echo",), *, guild_id: str | None = None,
                         **settings: Any) -> Channel:
         """A group in `channel_id` (tags mode by default) with its webhook and agents, as /roundtable setup makes it."""
-        store = await SqliteStore.open(self.db)
+        store = await open_store(self.target)
         try:
             hook = self.emu.add_webhook(channel_id, "Roundtable")
             await store.save_webhook(channel_id, hook.id, hook.token)
@@ -86,15 +91,21 @@ class BotProcess:
             await store.close()
 
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=30) as conn:
-            return conn.execute(sql, params).fetchall()
+        """Rows of `sql` (`?` placeholders), read beside the bot as an operator would. Blocking,
+        like sqlite3: another place's query runs on its own event loop in a worker thread."""
+        if self.place is None:
+            with sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=30) as conn:
+                return conn.execute(sql, params).fetchall()
+        place = self.place
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(lambda: asyncio.run(place.fetch(sql, params))).result(timeout=30)
 
     # the process -------------------------------------------------------------
     async def start(self) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ROUNDTABLE_", "DISCORD_"))}
         env.update(DISCORD_TOKEN=self.emu.token, DISCORD_API_BASE_URL=self.emu.api_base,
                    DISCORD_GUILD_ID=self.emu.guild_id, OPENAI_API_KEY="sk-test", OPENAI_BASE_URL=self.llm.base_url,
-                   ROUNDTABLE_DB=str(self.db), ROUNDTABLE_LOG_LEVEL="INFO", ROUNDTABLE_LLM_RETRIES="0", **self.env)
+                   ROUNDTABLE_DB=self.target, ROUNDTABLE_LOG_LEVEL="INFO", ROUNDTABLE_LLM_RETRIES="0", **self.env)
         sessions = set(self.emu.sessions)
         self.starts += 1
         with open(self.log, "a") as log:

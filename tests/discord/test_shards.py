@@ -1,5 +1,6 @@
-"""Two `roundtable run` processes as shards 0 and 1 of 2, on one database, against the emulator
-with guilds on both shards: each guild's messages are taken in and answered once, by its shard."""
+"""Two `roundtable run` processes as shards 0 and 1 of 2, on one database (a SQLite file, or one
+PostgreSQL schema), against the emulator with guilds on both shards: each guild's messages are
+taken in and answered once, by its shard."""
 from __future__ import annotations
 
 import asyncio
@@ -7,6 +8,7 @@ import asyncio
 from bot.core.shards import shard_of
 from tests.discord.process import BotProcess, UniqueReplies, check_once
 from tests.discord_emulator import DiscordEmulator
+from tests.fakes.databases import Place
 from tests.fakes.openai_server import FakeOpenAI
 
 
@@ -21,10 +23,10 @@ def guilds_on_both_shards(emu: DiscordEmulator) -> dict[int, tuple[str, str, str
     return found
 
 
-async def test_two_shard_processes_answer_each_guild_once_from_its_own_shard(tmp_path):
+async def test_two_shard_processes_answer_each_guild_once_from_its_own_shard(tmp_path, place: Place):
     async with DiscordEmulator() as emu, FakeOpenAI(UniqueReplies()) as llm:
         guilds = guilds_on_both_shards(emu)
-        bots = [BotProcess(tmp_path, emu, llm, name=f"shard{i}",
+        bots = [BotProcess(tmp_path, emu, llm, name=f"shard{i}", place=place,
                            env={"ROUNDTABLE_SHARDS": str(i), "ROUNDTABLE_SHARD_COUNT": "2"}) for i in (0, 1)]
         try:
             channels = {i: await bots[0].add_group(channel, guild_id=guild)
