@@ -65,13 +65,17 @@ class BotProcess:
         self.llm = llm
         self.db = place.path if isinstance(place, SqlitePlace) else tmp_path / "roundtable.db"  # the SQLite file
         self.place = None if isinstance(place, SqlitePlace) else place  # another database, e.g. a PostgreSQL schema
-        self.target = self.place.target if self.place is not None else str(self.db)  # ROUNDTABLE_DB
         self.log = tmp_path / f"{name}.log"
         self.env = env or {}  # more settings (e.g. ROUNDTABLE_SHARDS)
         self.proc: asyncio.subprocess.Process | None = None
         self.starts = 0
 
     # the database ------------------------------------------------------------
+    @property
+    def target(self) -> str:
+        """ROUNDTABLE_DB of the process (a test may point `db` at another file before it starts)."""
+        return self.place.target if self.place is not None else str(self.db)
+
     async def add_group(self, channel_id: str, agents: tuple[str, ...] = ("echo",), *, guild_id: str | None = None,
                         **settings: Any) -> Channel:
         """A group in `channel_id` (tags mode by default) with its webhook and agents, as /roundtable setup makes it."""
