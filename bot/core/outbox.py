@@ -70,19 +70,25 @@ class Outbox(GroupWorker):
                     return
                 continue
             for row in rows:
-                await self._deliver(row.seq)
+                if not await self._deliver(group, row):
+                    break  # turned off meanwhile
 
-    async def _deliver(self, seq: int) -> None:
-        """Show row `seq` completely, however many attempts it takes."""
+    async def _deliver(self, group: Group, row: Message) -> bool:
+        """Show `row` (as just read, with the parts recorded so far) completely, however many attempts
+        it takes; False when the group was turned off meanwhile."""
         store, policy = self.engine.store, self.engine.retry
         failures = 0
+        seq = row.seq
         while True:
             if await store.leased_elsewhere(self.group_id):
                 raise LeaseLost(f"group {self.group_id} is run by another process now")
-            group = await store.get_group(self.group_id)
-            row = await store.get_message(self.group_id, seq)  # with the parts recorded so far
-            if row.confirmed or not group.enabled:
-                return
+            if failures:  # read again: what an attempt recorded, and the group's state now
+                group = await store.get_group(self.group_id)
+                row = await store.get_message(self.group_id, seq)
+            if not group.enabled:
+                return False
+            if row.confirmed:
+                return True
             try:
                 await self._publish(group, row)
             except DeliveryError as exc:
@@ -103,7 +109,7 @@ class Outbox(GroupWorker):
             self.unsure.discard(seq)
             if group.delivery_problem:
                 await self.engine.report_problem(group, None)
-            return
+            return True
 
     async def _publish(self, group: Group, row: Message) -> None:
         store = self.engine.store
