@@ -13,8 +13,10 @@ schema of that PostgreSQL database, `bench_<pid>_<n>`, dropped afterwards):
   loads no tokenizer). A turn's overhead is the time between two consecutive agent posts
   reaching the surface (the first from just before the person's post) minus the time spent
   inside LLM calls. p50/p99 over turns 2..T of every repeat; "first" and "tenth" are the
-  medians over the repeats of turn 1 and turn 10; posts/s is agent posts over the timed
-  wall time;
+  medians over the repeats of turn 1 and turn 10; "warm" is the same first turn once more
+  in the same process afterwards (a person posts a second task; the time to the first agent
+  post), so first vs warm is what starting costs and warm vs tenth what storing and routing
+  the person's own message costs; posts/s is agent posts over the timed wall time;
 - max RSS of those timed processes.
 
 `runs_mid_run()`: in "tags" mode (every agent answers a person), the first participant
@@ -68,6 +70,7 @@ class SizeFigures:
     overhead_ms: list[float] = field(default_factory=list)  # turns 2..T of every repeat
     first_ms: list[float] = field(default_factory=list)  # turn 1 of each repeat
     tenth_ms: list[float] = field(default_factory=list)  # turn 10 of each repeat
+    warm_first_ms: list[float] = field(default_factory=list)  # turn 1 of a second task, same process
     posts_per_s: float = 0.0
     rss_mib: float = 0.0
     note: str = ""
@@ -82,6 +85,10 @@ class SizeFigures:
     @property
     def tenth(self) -> float:
         return statistics.median(self.tenth_ms) if self.tenth_ms else float("nan")
+
+    @property
+    def warm_first(self) -> float:
+        return statistics.median(self.warm_first_ms) if self.warm_first_ms else float("nan")
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -131,13 +138,23 @@ async def timed_turns(db: str, group_id: int, turns: int, repeat: int) -> dict[s
         await engine.post_user_message(group, author_name=PERSON, user_id=PERSON, text=f"{TASK} (round {repeat})")
         await engine.wait_idle(group_id, TIMEOUT)
         posts = [t for t, _ in surface.agent_posts() if t >= begin]
+        # The same first turn again in this warm process: a person posts, one agent answers.
+        surface.agent_posted.clear()
+        again = time.perf_counter()
+        await engine.post_user_message(group, author_name=PERSON, user_id=PERSON,
+                                       text=f"{TASK} (round {repeat}, again)")
+        await asyncio.wait_for(surface.agent_posted.wait(), TIMEOUT)
+        warm = [t for t, _ in surface.agent_posts() if t >= again][:1]
+        await engine.stop_episode(group)
+        await engine.wait_idle(group_id, TIMEOUT)
     finally:
         await engine.close()
         await store.close()
     edges = [begin, *posts]
     overheads = [1000 * ((b - a) - llm.time_inside(a, b)) for a, b in zip(edges, edges[1:])]
-    return {"overheads": overheads, "wall": (posts[-1] - begin) if posts else 0.0, "posts": len(posts),
-            "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    warm_first = [1000 * ((t - again) - llm.time_inside(again, t)) for t in warm]
+    return {"overheads": overheads, "warm_first": warm_first, "wall": (posts[-1] - begin) if posts else 0.0,
+            "posts": len(posts), "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 async def _cold_start(db: str, group_id: int, turns: int, repeat: int) -> dict[str, Any]:
@@ -213,6 +230,7 @@ async def measure_size(n: int, turns: int = TURNS, repeats: int = REPEATS, pg_ur
                 figures.overhead_ms.extend(overheads[1:])
             if len(overheads) >= 10:
                 figures.tenth_ms.append(overheads[9])
+            figures.warm_first_ms.extend(float(x) for x in result.get("warm_first", []))
             wall += float(result["wall"])
             posted += int(result["posts"])
             figures.rss_mib = max(figures.rss_mib, float(result["rss_mib"]))

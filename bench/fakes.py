@@ -23,10 +23,13 @@ class RecordingSurface:
         self.published: list[tuple[float, Message]] = []
         self.episodes: list[Episode] = []
         self.alerts: list[str] = []
+        self.agent_posted = asyncio.Event()  # set at each agent post (cleared by whoever waits)
 
     async def publish(self, group: Group, message: Message, agent: Agent | None, *,
                       resume: bool = False, record: Recorder) -> None:
         self.published.append((time.perf_counter(), message))
+        if message.author_type == "agent":
+            self.agent_posted.set()
         if message.author_type != "user":
             await record(f"bench-{group.id}-{message.seq}")
 

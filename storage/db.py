@@ -88,6 +88,7 @@ def open_loop_connection(name: str, *, read_only: bool) -> sqlite3.Connection:
         conn.execute("PRAGMA synchronous = NORMAL")
         if read_only:
             conn.execute("PRAGMA query_only = ON")
+        conn.execute("SELECT 1 FROM groups LIMIT 1").fetchall()  # reads the schema now, not on the first message
     except BaseException:
         conn.close()
         raise
