@@ -2,10 +2,13 @@
 
 A backend (`storage.db.SqliteBackend`, `storage.pg.PostgresBackend`) owns the
 connections and gives out one `Db` per write transaction or read. Writes are
-serialised across processes: SQLite by `BEGIN IMMEDIATE`, PostgreSQL by a
-transaction-scoped advisory lock; either way a write sees every write committed
-before it, so seq allocation, leases and the checks inside a write are as safe as
-a single process's. Reads see committed data.
+serialised across processes: SQLite by `BEGIN IMMEDIATE` (one writer for the whole
+file), PostgreSQL by transaction-scoped advisory locks per group (`storage.pg`). A
+write names its group (`_write(group_id)`) when it reads and changes only that
+group's rows; one that touches no group or several takes `_write()`, which excludes
+every other write. Either way a write sees every write of its group committed before
+it, so seq allocation, leases and the checks inside a write are as safe as a single
+process's. Reads see committed data.
 """
 from __future__ import annotations
 
@@ -36,9 +39,10 @@ class Backend(Protocol):
     label: str  # the database for messages: a path, or a URL without its password
     applied: list[int]  # the migrations applied when it was opened
 
-    def write(self) -> AbstractAsyncContextManager[Db]:
-        """One write transaction, serialised against every other writer of the database;
-        rolled back when the block raises (a database failure becomes `StoreError`)."""
+    def write(self, group_id: int | None = None) -> AbstractAsyncContextManager[Db]:
+        """One write transaction, serialised against every other writer of `group_id` (of
+        the database, when None); rolled back when the block raises (a database failure
+        becomes `StoreError`). A backend may serialise more (SQLite: every writer)."""
         ...
 
     def read(self) -> AbstractAsyncContextManager[Db]:
@@ -116,11 +120,23 @@ class StoreBase:
 
     # transactions -----------------------------------------------------------
     @asynccontextmanager
-    async def _write(self) -> AsyncIterator[Db]:
-        """One write transaction, or nothing at all."""
+    async def _write(self, group_id: int | None = None) -> AsyncIterator[Db]:
+        """One write transaction, or nothing at all. With `group_id`, the block reads and
+        changes that group's rows only (and rows of no group that no other write touches);
+        without, it is alone among the database's writes."""
         self._check_open()
-        async with self._backend.write() as db:
+        async with self._backend.write(group_id) as db:
             yield db
+
+    async def _group_of(self, table: str, row_id: int) -> int | None:
+        """The group of row `row_id` of `table` (agents, runs, episodes, schedules), read before
+        a write about it (a row never moves to another group); None when there is no such row
+        (the write then runs alone and finds it missing) or on SQLite (one writer anyway)."""
+        if self._sql.name == "sqlite":
+            return None
+        async with self._read() as db:
+            row = await self._one(db, f"SELECT group_id FROM {table} WHERE id = ?", (row_id,))
+        return None if row is None else int(row[0])
 
     @asynccontextmanager
     async def _read(self) -> AsyncIterator[Db]:

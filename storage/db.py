@@ -194,7 +194,7 @@ class SqliteBackend:
                 await self.conn.close()
 
     @asynccontextmanager
-    async def write(self) -> AsyncIterator[SqliteDb]:
+    async def write(self, group_id: int | None = None) -> AsyncIterator[SqliteDb]:
         """One write transaction (`BEGIN IMMEDIATE` ... `COMMIT`), or nothing at all."""
         async with self._lock:
             self._check_open()

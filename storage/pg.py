@@ -245,8 +245,9 @@ class PostgresBackend:
             self.pool.terminate()
 
     @asynccontextmanager
-    async def write(self) -> AsyncIterator[PgDb]:
-        """One write transaction holding the schema's write lock, or nothing at all."""
+    async def write(self, group_id: int | None = None) -> AsyncIterator[PgDb]:
+        """One write transaction holding the schema's write lock, or nothing at all (whatever
+        `group_id`, for now)."""
         async with self._write_lock:
             self._check_open()
             try:
