@@ -274,20 +274,22 @@ class StoreBase:
     async def _map_external_ids(
         self, db: Db, group_id: int, seq: int, external_ids: Sequence[str]
     ) -> None:
-        """Map each external id to (group, seq); one already mapped elsewhere raises AlreadyStored."""
+        """Map each external id to (group, seq); one already mapped elsewhere raises AlreadyStored.
+        (A write of another group may map the same id at once: the insert then waits for it and
+        inserts nothing, and the row it committed is read again.)"""
         for external_id in external_ids:
-            row = await self._one(
-                db, "SELECT group_id, seq FROM message_external_ids WHERE external_id = ?", (external_id,)
-            )
+            find = "SELECT group_id, seq FROM message_external_ids WHERE external_id = ?"
+            row = await self._one(db, find, (external_id,))
+            if row is None and not await self._exec(
+                db,
+                "INSERT INTO message_external_ids (external_id, group_id, seq) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                (external_id, group_id, seq),
+            ):
+                row = await self._one(db, find, (external_id,))
             if row is not None and (row["group_id"], row["seq"]) != (group_id, seq):
                 raise AlreadyStored(
                     f"message {external_id} is already stored (group {row['group_id']}, seq {row['seq']})"
                 )
-            await self._exec(
-                db,
-                "INSERT INTO message_external_ids (external_id, group_id, seq) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-                (external_id, group_id, seq),
-            )
 
     async def _message_row(self, db: Db, group_id: int, seq: int) -> Row:
         row = await self._one(
