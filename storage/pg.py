@@ -1,15 +1,33 @@
 """PostgreSQL: the store's backend over an asyncpg pool (`PostgresStore`).
 
-Writes are serialised the way SQLite's `BEGIN IMMEDIATE` serialises them: each
-write transaction first takes one transaction-scoped advisory lock for the
-whole schema (`pg_advisory_xact_lock`), so seq allocation, "append serialised
-per group", lease checks and everything else a write reads and then changes
-hold across processes exactly as on SQLite. In a process, writers queue on an
-asyncio lock first, so one pool connection (not one per waiting writer) waits
-for the database's lock. Reads run on the pool's other connections, outside
-transactions: each statement sees committed data, and never queues behind a
-write. A wait for the lock longer than the lock timeout is `StoreError`
-(`LOCKED_MESSAGE`), like SQLite's busy timeout.
+Writes are serialised per group, across processes, by transaction-scoped advisory
+locks in two levels:
+
+- a write about one group (`write(group_id)`: appends, runs, decisions, the group's
+  lease, ...) takes the schema's write lock SHARED, then the group's lock EXCLUSIVE;
+- a write about no group or several (`write()`: creating a group, renewing or
+  releasing leases, people's names, webhooks, a copy; and each migration) takes the
+  schema's write lock EXCLUSIVE, so it still excludes every other write.
+
+The schema's lock is the bigint key `hashtext('roundtable.write:<schema>')` (the one
+key every write took before, so an older process still excludes all of them); a
+group's lock is the two-int key `(hashtext('roundtable.write:<schema>'), group id)`
+(an id wrapped into int4: ids 2**32 apart would share a lock, which only makes them
+wait for each other). PostgreSQL keeps the one-bigint and two-int key spaces apart.
+A transaction takes the shared lock before its group's lock and never a second
+group's, so the locks cannot deadlock. So seq allocation, "append serialised per
+group", lease checks and everything else a write reads and then changes hold per
+group as on SQLite (where `BEGIN IMMEDIATE` admits one writer of any group): a write
+reads only its own group's rows, or takes the exclusive lock.
+
+In a process, writers of one group queue on an asyncio lock of the group, schema-wide
+writers wait for the group writers in flight (and keep new ones out until they have
+run), and at most half the pool holds write transactions at once; so a waiting writer
+does not hold a pool connection, writes of different groups run on different
+connections, and reads keep connections of their own. Reads run outside transactions:
+each statement sees committed data, and never queues behind a write. A wait for a lock
+longer than the lock timeout is `StoreError` (`LOCKED_MESSAGE`), like SQLite's busy
+timeout.
 
 Also the one place where asyncpg's exceptions become `StoreError`, so no asyncpg
 type escapes `storage/`. A URL's password never appears in a message.
@@ -31,6 +49,7 @@ import asyncpg
 from bot.core.errors import StoreError
 from storage.base import Clock
 from storage.db import DEFAULT_BUSY_TIMEOUT_MS, LOCKED_MESSAGE
+from storage.pg_locks import WriteGate, lock_sql
 from storage.pg_migrations import apply_pg_migrations, schema_of
 from storage.sql import POSTGRESQL, Db, Params, Row, numbered
 from storage.store import SqlStore
@@ -142,12 +161,16 @@ class PostgresBackend:
 
     dialect = POSTGRESQL
 
-    def __init__(self, pool: Any, label: str, write_key: str, applied: list[int] | None = None) -> None:
+    def __init__(
+        self, pool: Any, label: str, write_key: str, applied: list[int] | None = None, *,
+        schema_key: int = 0, pool_size: int = POOL_SIZE,
+    ) -> None:
         self.pool = pool
         self.label = label
         self.applied = applied or []
         self._write_key = write_key
-        self._write_lock = asyncio.Lock()
+        self._schema_key = schema_key  # hashtext(write_key): the schema's advisory lock
+        self._gate = WriteGate(pool_size // 2)
         self._closed = False
         # Appends are announced on a channel of this schema (stores of other schemas never hear them).
         self.channel = "roundtable_" + hashlib.sha1(write_key.encode()).hexdigest()[:24]
@@ -182,6 +205,7 @@ class PostgresBackend:
                 finally:
                     await conn.execute("RESET lock_timeout")
                 write_key = f"roundtable.write:{await schema_of(conn)}"
+                schema_key = int(await conn.fetchval("SELECT hashtext($1)", write_key))
         except BaseException as exc:
             if pool is not None:
                 pool.terminate()
@@ -192,7 +216,7 @@ class PostgresBackend:
                 raise StoreError(f"cannot open the database {label}: {reason}") from None
             raise
         log.info("opened database %s (%d migration(s) applied)", label, len(applied))
-        return cls(pool, label, write_key, applied)
+        return cls(pool, label, write_key, applied, schema_key=schema_key, pool_size=pool_size)
 
     async def announce(self, db: Db, group_id: int, origin: str) -> None:
         """NOTIFY the schema's channel with "GROUP ORIGIN"; PostgreSQL delivers it at commit (and
@@ -246,14 +270,16 @@ class PostgresBackend:
 
     @asynccontextmanager
     async def write(self, group_id: int | None = None) -> AsyncIterator[PgDb]:
-        """One write transaction holding the schema's write lock, or nothing at all (whatever
-        `group_id`, for now)."""
-        async with self._write_lock:
+        """One write transaction, or nothing at all: about `group_id` (holding the schema's
+        write lock shared and the group's exclusive), or about no group or several (holding
+        the schema's write lock exclusive)."""
+        gate = self._gate.schema() if group_id is None else self._gate.group(group_id)
+        async with gate:
             self._check_open()
             try:
                 async with self.pool.acquire() as conn:
                     async with conn.transaction():
-                        await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", self._write_key)
+                        await conn.execute(lock_sql(self._schema_key, group_id))  # one round trip
                         yield PgDb(conn)
             except (asyncpg.PostgresError, *_CONNECTION_ERRORS) as exc:
                 raise pg_store_error(exc) from exc
