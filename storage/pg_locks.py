@@ -1,11 +1,12 @@
 """The write locks of a PostgreSQL schema (see `storage.pg`): in the process (`WriteGate`)
-and in the database (`lock_sql`).
+and in the database (`lock_sql`), and the fingerprint of the schema's columns that tells
+a write transaction to drop asyncpg's cached statements (`changed_sql`, `fingerprint_sql`).
 """
 from __future__ import annotations
 
 import asyncio
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Callable, Sequence
 
 
 def int4(value: int) -> int:
@@ -20,6 +21,25 @@ def lock_sql(schema_key: int, group_id: int | None) -> str:
         return f"SELECT pg_advisory_xact_lock({int(schema_key)})"
     return (f"SELECT pg_advisory_xact_lock_shared({int(schema_key)});"
             f" SELECT pg_advisory_xact_lock({int(schema_key)}, {int4(group_id)})")
+
+
+def fingerprint_sql(tables: Sequence[int]) -> str:
+    """One number that changes when a column of `tables` (oids) is added, dropped or altered:
+    the sum of the row versions (xmin) of their `pg_attribute` rows."""
+    oids = ", ".join(str(int(t)) for t in tables) or "0"
+    return f"SELECT COALESCE(SUM(xmin::text::bigint), 0) FROM pg_attribute WHERE attrelid IN ({oids})"
+
+
+def changed_sql(tables: Sequence[int], fingerprint: int) -> str:
+    """A statement that returns one row when the fingerprint is no longer `fingerprint`, none
+    otherwise (its status, 'SELECT 1' or 'SELECT 0', is the answer: no value to fetch)."""
+    return f"{fingerprint_sql(tables)} HAVING COALESCE(SUM(xmin::text::bigint), 0) <> {int(fingerprint)}"
+
+
+TABLES_SQL = (
+    "SELECT oid FROM pg_class WHERE relkind IN ('r', 'p')"
+    " AND relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema()) ORDER BY oid"
+)
 
 
 class WriteGate:

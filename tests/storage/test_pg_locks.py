@@ -1,6 +1,7 @@
 """PostgreSQL's write locks per group (`storage.pg`, `storage.pg_locks`): writes of different
 groups run at once, writes of one group and schema-wide writes wait, in one process and
-across processes (two stores, two pools)."""
+across processes (two stores, two pools); and a write after another process changed a table
+runs on fresh prepared statements."""
 from __future__ import annotations
 
 import asyncio
@@ -12,6 +13,7 @@ from bot.core.errors import AlreadyStored
 from bot.core.models import GroupSettings, NewMessage
 from storage import SqlStore
 from storage.pg_locks import WriteGate
+from storage.pg_migrations import PG_MIGRATIONS, apply_pg_migrations
 from tests.fakes.databases import PostgresPlace
 
 WAIT = 0.3  # long enough for a write that is not blocked to finish
@@ -110,6 +112,18 @@ async def test_one_external_id_posted_in_two_groups_at_once_is_refused_in_the_se
         assert (await one.get_message(b.id, 1)).external_ids == ()
 
 
+@pytest.mark.parametrize("table", ["messages", "groups"])
+async def test_a_write_after_another_process_altered_a_table_succeeds(pg: PostgresPlace, table: str) -> None:
+    async with await pg.open() as store:
+        group = await store.create_group("g", "g", GroupSettings())
+        await store.append_user_message(group.id, ask("q"))
+        await store.confirm_message(group.id, 1)  # prepares SELECT * FROM messages (and groups)
+        await pg.execute(f"ALTER TABLE {table} ADD COLUMN extra_{table} TEXT")  # another process migrates
+        await store.confirm_message(group.id, 1)
+        stored, _ = await store.append_user_message(group.id, ask("after"))
+        assert stored.seq == 2
+
+
 async def test_writers_waiting_for_their_group_hold_no_connection(pg: PostgresPlace) -> None:
     async with await pg.open() as store:
         a = await store.create_group("a", "a", GroupSettings())
@@ -143,3 +157,24 @@ async def test_the_gate_orders_one_process_s_writes() -> None:
     assert log.index("-all") < log.index("+c")  # ...and not starved by writes arriving after it
     assert log.index("+all") + 1 == log.index("-all")
     assert not gate._groups
+
+
+async def test_a_migration_waits_for_writes_and_the_next_write_runs_after_it(pg: PostgresPlace) -> None:
+    import asyncpg
+
+    async with await pg.open() as store:
+        group = await store.create_group("g", "g", GroupSettings())
+        await store.append_user_message(group.id, ask("q"))
+        await store.confirm_message(group.id, 1)
+        newer = (PG_MIGRATIONS[-1][0] + 1, "a column more", "ALTER TABLE messages ADD COLUMN extra TEXT")
+        conn = await asyncpg.connect(pg.target)  # another process, a newer version, starting
+        try:
+            async with store._write(group.id):
+                migrating = asyncio.create_task(apply_pg_migrations(conn, [*PG_MIGRATIONS, newer]))
+                await asyncio.sleep(WAIT)
+                assert not migrating.done()  # no table changes under a write
+            assert await asyncio.wait_for(migrating, 5) == [newer[0]]
+        finally:
+            await conn.close()
+        await store.confirm_message(group.id, 1)
+        assert (await store.append_user_message(group.id, ask("after")))[0].seq == 2
