@@ -29,6 +29,7 @@ from storage.sql import Db, Dialect, Params, Row
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
+GROUPS_OF_KEPT = 20_000  # rows whose group `_group_of` remembers
 S = TypeVar("S", bound="StoreBase")
 
 
@@ -73,6 +74,7 @@ class StoreBase:
         # recognised at once) and a random part (two stores in one process differ).
         self.owner = f"{socket.gethostname()}|{os.getpid()}|{uuid.uuid4().hex[:12]}"
         self.owner_label = "roundtable"
+        self._groups_of: dict[tuple[str, int], int] = {}  # (table, row id) -> group (rows never move)
 
     @property
     def database(self) -> str:
@@ -129,14 +131,27 @@ class StoreBase:
             yield db
 
     async def _group_of(self, table: str, row_id: int) -> int | None:
-        """The group of row `row_id` of `table` (agents, runs, episodes, schedules), read before
-        a write about it (a row never moves to another group); None when there is no such row
-        (the write then runs alone and finds it missing) or on SQLite (one writer anyway)."""
+        """The group of row `row_id` of `table` (agents, runs, episodes), read before a write
+        about it and remembered (a row never moves to another group); None when there is no
+        such row (the write then runs alone and finds it missing) or on SQLite (one writer
+        anyway)."""
         if self._sql.name == "sqlite":
             return None
-        async with self._read() as db:
-            row = await self._one(db, f"SELECT group_id FROM {table} WHERE id = ?", (row_id,))
-        return None if row is None else int(row[0])
+        found = self._groups_of.get((table, row_id))
+        if found is None:
+            async with self._read() as db:
+                row = await self._one(db, f"SELECT group_id FROM {table} WHERE id = ?", (row_id,))
+            if row is None:
+                return None
+            found = self._remember_group(table, row_id, int(row[0]))
+        return found
+
+    def _remember_group(self, table: str, row_id: int, group_id: int) -> int:
+        """Keep the group of a row (a run this store started, say) for `_group_of`."""
+        if len(self._groups_of) >= GROUPS_OF_KEPT:
+            self._groups_of.clear()
+        self._groups_of[(table, row_id)] = group_id
+        return group_id
 
     @asynccontextmanager
     async def _read(self) -> AsyncIterator[Db]:

@@ -63,7 +63,9 @@ class RunMixin(LeaseMixin):
                 " VALUES (?, ?, ?, ?, ?, 'running', ?)",
                 (group_id, agent_id, kind, snapshot_seq, episode_id, self._now()),
             )
-            return await self._run_row(db, run_id)
+            run = await self._run_row(db, run_id)
+        self._remember_group("runs", run.id, group_id)  # for finish_run's write, without a read
+        return run
 
     async def finish_run(self, run_id: int, result: RunResult, *, cap: int) -> FinishedRun:
         """Settle a running run (see the module docstring); a run already settled or
