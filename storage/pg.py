@@ -15,10 +15,12 @@ group's lock is the two-int key `(hashtext('roundtable.write:<schema>'), group i
 (an id wrapped into int4: ids 2**32 apart would share a lock, which only makes them
 wait for each other). PostgreSQL keeps the one-bigint and two-int key spaces apart.
 A transaction takes the shared lock before its group's lock and never a second
-group's, so the locks cannot deadlock. So seq allocation, "append serialised per
+group's, so these locks cannot deadlock. So seq allocation, "append serialised per
 group", lease checks and everything else a write reads and then changes hold per
 group as on SQLite (where `BEGIN IMMEDIATE` admits one writer of any group): a write
-reads only its own group's rows, or takes the exclusive lock.
+reads only its own group's rows, or takes the exclusive lock. (The one table two
+groups' writes share is the map of external ids, unique across groups: an insert there
+waits for the other group's and the mapping is read again, `StoreBase._map_external_ids`.)
 
 In a process, writers of one group queue on an asyncio lock of the group, schema-wide
 writers wait for the group writers in flight (and keep new ones out until they have
@@ -36,7 +38,9 @@ in the round trip that takes its locks, also compares a fingerprint of the schem
 columns (the row versions of their `pg_attribute` rows) with the one last seen, and
 drops the pool's statement cache before running any statement when it changed.
 Migrations hold the schema's exclusive write lock, so one never commits between that
-check and the statements after it.
+check and the statements after it (DDL run by hand, outside a migration, could: that
+write fails once, and asyncpg has dropped the cache for the next). The check costs
+about 0.1 ms of server time per write, no round trip.
 
 Also the one place where asyncpg's exceptions become `StoreError`, so no asyncpg
 type escapes `storage/`. A URL's password never appears in a message.
