@@ -9,8 +9,8 @@ selector's decision, a run started and settled with its reply (two rows). The hi
 turn by turn through the store, round-robin over the groups, after `--history` rows per group
 written in bulk by SQL (people's rows, for the size of the tables and indexes). History read: the newest 40 rows of
 a random group (`messages(after=...)`), p50 and p95. Two processes: each appends turns to its
-own half of the groups for `--seconds`, as two bot shards would (writes are serialised by the
-database either way). PostgreSQL runs in a fresh schema that is dropped afterwards. Figures
+own half of the groups for `--seconds`, as two bot shards would (SQLite admits one writer at a
+time; PostgreSQL serialises writes per group). PostgreSQL runs in a fresh schema that is dropped afterwards. Figures
 only, never a timed test.
 """
 from __future__ import annotations

@@ -2,10 +2,13 @@
 
 A backend (`storage.db.SqliteBackend`, `storage.pg.PostgresBackend`) owns the
 connections and gives out one `Db` per write transaction or read. Writes are
-serialised across processes: SQLite by `BEGIN IMMEDIATE`, PostgreSQL by a
-transaction-scoped advisory lock; either way a write sees every write committed
-before it, so seq allocation, leases and the checks inside a write are as safe as
-a single process's. Reads see committed data.
+serialised across processes: SQLite by `BEGIN IMMEDIATE` (one writer for the whole
+file), PostgreSQL by transaction-scoped advisory locks per group (`storage.pg`). A
+write names its group (`_write(group_id)`) when it reads and changes only that
+group's rows; one that touches no group or several takes `_write()`, which excludes
+every other write. Either way a write sees every write of its group committed before
+it, so seq allocation, leases and the checks inside a write are as safe as a single
+process's. Reads see committed data.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from storage.sql import Db, Dialect, Params, Row
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
+GROUPS_OF_KEPT = 20_000  # rows whose group `_group_of` remembers
 S = TypeVar("S", bound="StoreBase")
 
 
@@ -36,9 +40,10 @@ class Backend(Protocol):
     label: str  # the database for messages: a path, or a URL without its password
     applied: list[int]  # the migrations applied when it was opened
 
-    def write(self) -> AbstractAsyncContextManager[Db]:
-        """One write transaction, serialised against every other writer of the database;
-        rolled back when the block raises (a database failure becomes `StoreError`)."""
+    def write(self, group_id: int | None = None) -> AbstractAsyncContextManager[Db]:
+        """One write transaction, serialised against every other writer of `group_id` (of
+        the database, when None); rolled back when the block raises (a database failure
+        becomes `StoreError`). A backend may serialise more (SQLite: every writer)."""
         ...
 
     def read(self) -> AbstractAsyncContextManager[Db]:
@@ -69,6 +74,7 @@ class StoreBase:
         # recognised at once) and a random part (two stores in one process differ).
         self.owner = f"{socket.gethostname()}|{os.getpid()}|{uuid.uuid4().hex[:12]}"
         self.owner_label = "roundtable"
+        self._groups_of: dict[tuple[str, int], int] = {}  # (table, row id) -> group (rows never move)
 
     @property
     def database(self) -> str:
@@ -116,11 +122,36 @@ class StoreBase:
 
     # transactions -----------------------------------------------------------
     @asynccontextmanager
-    async def _write(self) -> AsyncIterator[Db]:
-        """One write transaction, or nothing at all."""
+    async def _write(self, group_id: int | None = None) -> AsyncIterator[Db]:
+        """One write transaction, or nothing at all. With `group_id`, the block reads and
+        changes that group's rows only (and rows of no group that no other write touches);
+        without, it is alone among the database's writes."""
         self._check_open()
-        async with self._backend.write() as db:
+        async with self._backend.write(group_id) as db:
             yield db
+
+    async def _group_of(self, table: str, row_id: int) -> int | None:
+        """The group of row `row_id` of `table` (agents, runs, episodes), read before a write
+        about it and remembered (a row never moves to another group); None when there is no
+        such row (the write then runs alone and finds it missing) or on SQLite (one writer
+        anyway)."""
+        if self._sql.name == "sqlite":
+            return None
+        found = self._groups_of.get((table, row_id))
+        if found is None:
+            async with self._read() as db:
+                row = await self._one(db, f"SELECT group_id FROM {table} WHERE id = ?", (row_id,))
+            if row is None:
+                return None
+            found = self._remember_group(table, row_id, int(row[0]))
+        return found
+
+    def _remember_group(self, table: str, row_id: int, group_id: int) -> int:
+        """Keep the group of a row (a run this store started, say) for `_group_of`."""
+        if len(self._groups_of) >= GROUPS_OF_KEPT:
+            self._groups_of.clear()
+        self._groups_of[(table, row_id)] = group_id
+        return group_id
 
     @asynccontextmanager
     async def _read(self) -> AsyncIterator[Db]:
@@ -258,20 +289,22 @@ class StoreBase:
     async def _map_external_ids(
         self, db: Db, group_id: int, seq: int, external_ids: Sequence[str]
     ) -> None:
-        """Map each external id to (group, seq); one already mapped elsewhere raises AlreadyStored."""
+        """Map each external id to (group, seq); one already mapped elsewhere raises AlreadyStored.
+        (A write of another group may map the same id at once: the insert then waits for it and
+        inserts nothing, and the row it committed is read again.)"""
         for external_id in external_ids:
-            row = await self._one(
-                db, "SELECT group_id, seq FROM message_external_ids WHERE external_id = ?", (external_id,)
-            )
+            find = "SELECT group_id, seq FROM message_external_ids WHERE external_id = ?"
+            row = await self._one(db, find, (external_id,))
+            if row is None and not await self._exec(
+                db,
+                "INSERT INTO message_external_ids (external_id, group_id, seq) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                (external_id, group_id, seq),
+            ):
+                row = await self._one(db, find, (external_id,))
             if row is not None and (row["group_id"], row["seq"]) != (group_id, seq):
                 raise AlreadyStored(
                     f"message {external_id} is already stored (group {row['group_id']}, seq {row['seq']})"
                 )
-            await self._exec(
-                db,
-                "INSERT INTO message_external_ids (external_id, group_id, seq) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-                (external_id, group_id, seq),
-            )
 
     async def _messages_where(self, where: str, params: Sequence[object], *, index: str | None = None) -> list[Message]:
         indexed = self._sql.indexed_by(index)

@@ -147,7 +147,7 @@ async def copy_database(source: StoreBase, target: StoreBase) -> list[TableCopy]
         if set(source_columns[table]) != set(target_columns[table]):
             raise StoreError(f"table {table} has other columns in the destination; are both at one schema version?")
     episodes: list[tuple[Any, Any]] = []
-    async with target._write() as db:
+    async with target._write() as db:  # every table: alone
         for table, key in TABLES:
             names = list(source_columns[table])
             kinds = target_columns[table]

@@ -306,8 +306,9 @@ class SqliteBackend:
                     await self.conn.close()
 
     @asynccontextmanager
-    async def write(self) -> AsyncIterator[Db]:
-        """One write transaction (`BEGIN IMMEDIATE` ... `COMMIT`), or nothing at all."""
+    async def write(self, group_id: int | None = None) -> AsyncIterator[Db]:
+        """One write transaction (`BEGIN IMMEDIATE` ... `COMMIT`), or nothing at all. `group_id` is
+        not used: SQLite has one writer at a time (PostgreSQL's backend locks per group)."""
         async with self._lock:
             self._check_open()
             if self._writer is None:

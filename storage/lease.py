@@ -54,7 +54,7 @@ class LeaseMixin(StoreBase):
     async def acquire_lease(self, group_id: int, ttl: float) -> str | None:
         """Take the group's lease for `ttl` seconds. None when this store holds it now;
         otherwise who holds it, for people ('console (pid 1234)')."""
-        async with self._write() as db:
+        async with self._write(group_id) as db:
             await self._group_row(db, group_id)
             row = await self._one(db, "SELECT owner, label, expires_at FROM leases WHERE group_id = ?", (group_id,))
             now = self._now()
@@ -78,7 +78,7 @@ class LeaseMixin(StoreBase):
         if not wanted:
             return set()
         marks = ", ".join("?" * len(wanted))
-        async with self._write() as db:
+        async with self._write() as db:  # several groups: alone
             await self._exec(
                 db, f"UPDATE leases SET expires_at = ? WHERE owner = ? AND group_id IN ({marks})",
                 (self._now() + ttl, self.owner, *wanted),
@@ -90,7 +90,7 @@ class LeaseMixin(StoreBase):
 
     async def release_leases(self, group_ids: Iterable[int] | None = None) -> None:
         """Give up this store's leases (all of them, or those of `group_ids`)."""
-        async with self._write() as db:
+        async with self._write() as db:  # several groups: alone
             if group_ids is None:
                 await self._exec(db, "DELETE FROM leases WHERE owner = ?", (self.owner,))
                 return

@@ -20,7 +20,7 @@ class LedgerMixin(RunMixin):
     # routing ------------------------------------------------------------
     async def record_decision(self, group_id: int, decision: Decision) -> None:
         """Store once; a second decision for the same seq is ignored."""
-        async with self._write() as db:
+        async with self._write(group_id) as db:
             group = await self._group_row(db, group_id)
             await self._message_row(db, group_id, decision.seq)
             inserted = await self._exec(
@@ -110,7 +110,7 @@ class LedgerMixin(RunMixin):
             raise InvalidInput(
                 f"unknown episode status {status!r}; use one of {', '.join(sorted(EPISODE_END_STATUSES))}"
             )
-        async with self._write() as db:
+        async with self._write(await self._group_of("episodes", episode_id)) as db:
             episode = await self._episode_row(db, episode_id)
             if not episode.running:
                 return None
@@ -193,7 +193,7 @@ class LedgerMixin(RunMixin):
         return None if row is None else (row["webhook_id"], row["token"])
 
     async def save_webhook(self, channel_id: str, webhook_id: str, token: str) -> None:
-        async with self._write() as db:
+        async with self._write() as db:  # a channel's, of no group: alone
             await self._exec(
                 db,
                 "INSERT INTO webhooks (channel_id, webhook_id, token) VALUES (?, ?, ?)"
@@ -203,7 +203,7 @@ class LedgerMixin(RunMixin):
             )
 
     async def forget_webhook(self, channel_id: str) -> None:
-        async with self._write() as db:
+        async with self._write() as db:  # a channel's, of no group: alone
             await self._exec(db, "DELETE FROM webhooks WHERE channel_id = ?", (channel_id,))
 
     # read cursors -------------------------------------------------------
@@ -218,7 +218,7 @@ class LedgerMixin(RunMixin):
 
     async def mark_seen(self, group_id: int, user_id: str, seq: int) -> int:
         """Clamp to 0..latest seq, never backwards; return the stored value."""
-        async with self._write() as db:
+        async with self._write(group_id) as db:
             group = await self._group_row(db, group_id)
             target = max(0, min(int(seq), int(group["latest_seq"])))
             await self._advance_seen(db, group_id, user_id, target)

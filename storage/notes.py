@@ -13,7 +13,7 @@ class NotesMixin(StoreBase):
         """Keep a note of the agent (removed agents included: a run may end after a removal)."""
         if not text.strip():
             raise InvalidInput("a note needs text")
-        async with self._write() as db:
+        async with self._write(await self._group_of("agents", agent_id)) as db:
             await self._agent_row(db, agent_id, include_removed=True)
             note_id = await self._insert(
                 db, "INSERT INTO agent_notes (agent_id, created_at, text) VALUES (?, ?, ?)",
@@ -38,6 +38,6 @@ class NotesMixin(StoreBase):
         return int(row[0]) if row is not None else 0
 
     async def clear_notes(self, agent_id: int) -> int:
-        async with self._write() as db:
+        async with self._write(await self._group_of("agents", agent_id)) as db:
             await self._agent_row(db, agent_id, include_removed=True)
             return await self._exec(db, "DELETE FROM agent_notes WHERE agent_id = ?", (agent_id,))

@@ -1,15 +1,49 @@
 """PostgreSQL: the store's backend over an asyncpg pool (`PostgresStore`).
 
-Writes are serialised the way SQLite's `BEGIN IMMEDIATE` serialises them: each
-write transaction first takes one transaction-scoped advisory lock for the
-whole schema (`pg_advisory_xact_lock`), so seq allocation, "append serialised
-per group", lease checks and everything else a write reads and then changes
-hold across processes exactly as on SQLite. In a process, writers queue on an
-asyncio lock first, so one pool connection (not one per waiting writer) waits
-for the database's lock. Reads run on the pool's other connections, outside
-transactions: each statement sees committed data, and never queues behind a
-write. A wait for the lock longer than the lock timeout is `StoreError`
-(`LOCKED_MESSAGE`), like SQLite's busy timeout.
+Writes are serialised per group, across processes, by transaction-scoped advisory
+locks in two levels:
+
+- a write about one group (`write(group_id)`: appends, runs, decisions, the group's
+  lease, ...) takes the schema's write lock SHARED, then the group's lock EXCLUSIVE;
+- a write about no group or several (`write()`: creating a group, renewing or
+  releasing leases, people's names, webhooks, a copy; and each migration) takes the
+  schema's write lock EXCLUSIVE, so it still excludes every other write.
+
+The schema's lock is the bigint key `hashtext('roundtable.write:<schema>')` (the one
+key every write took before, so an older process still excludes all of them); a
+group's lock is the two-int key `(hashtext('roundtable.write:<schema>'), group id)`
+(an id wrapped into int4: ids 2**32 apart would share a lock, which only makes them
+wait for each other). PostgreSQL keeps the one-bigint and two-int key spaces apart.
+A transaction takes the shared lock before its group's lock and never a second
+group's, so these locks cannot deadlock. So seq allocation, "append serialised per
+group", lease checks and everything else a write reads and then changes hold per
+group as on SQLite (where `BEGIN IMMEDIATE` admits one writer of any group): a write
+reads only its own group's rows, or takes the exclusive lock. (The one table two
+groups' writes share is the map of external ids, unique across groups: an insert there
+waits for the other group's and the mapping is read again, `StoreBase._map_external_ids`.)
+
+In a process, writers of one group queue on an asyncio lock of the group, schema-wide
+writers wait for the group writers in flight (and keep new ones out until they have
+run), and at most half the pool holds write transactions at once; so a waiting writer
+does not hold a pool connection, writes of different groups run on different
+connections, and reads keep connections of their own. Reads run outside transactions:
+each statement sees committed data, and never queues behind a write. A wait for a lock
+longer than the lock timeout is `StoreError` (`LOCKED_MESSAGE`), like SQLite's busy
+timeout.
+
+asyncpg caches prepared statements per connection; once another process changed a
+table (a migration), a cached `SELECT *` fails inside a transaction ("cached plan must
+not change result type"), where asyncpg cannot retry it. So each write transaction,
+in the round trip that takes its locks, also compares a fingerprint of the schema's
+columns (the row versions of their `pg_attribute` rows) with the one last seen, and
+drops the pool's statement cache before running any statement when it changed.
+Migrations hold the schema's exclusive write lock, so one never commits between that
+check and the statements after it (DDL run by hand, outside a migration, could: that
+write fails once, and asyncpg has dropped the cache for the next). The check costs
+no round trip but 0.1-0.3 ms of server time per write (planning and reading the
+`pg_attribute` rows), measured on a 2-core machine; re-running a write's whole body
+once on that failure instead would cost nothing until it happens, but needs every
+write written as a callable.
 
 Also the one place where asyncpg's exceptions become `StoreError`, so no asyncpg
 type escapes `storage/`. A URL's password never appears in a message.
@@ -31,6 +65,7 @@ import asyncpg
 from bot.core.errors import StoreError
 from storage.base import Clock
 from storage.db import DEFAULT_BUSY_TIMEOUT_MS, LOCKED_MESSAGE
+from storage.pg_locks import TABLES_SQL, WriteGate, changed_sql, fingerprint_sql, lock_sql
 from storage.pg_migrations import apply_pg_migrations, schema_of
 from storage.sql import POSTGRESQL, Db, Params, Row, numbered
 from storage.store import SqlStore
@@ -142,12 +177,18 @@ class PostgresBackend:
 
     dialect = POSTGRESQL
 
-    def __init__(self, pool: Any, label: str, write_key: str, applied: list[int] | None = None) -> None:
+    def __init__(
+        self, pool: Any, label: str, write_key: str, applied: list[int] | None = None, *,
+        schema_key: int = 0, tables: Sequence[int] = (), fingerprint: int = 0, pool_size: int = POOL_SIZE,
+    ) -> None:
         self.pool = pool
         self.label = label
         self.applied = applied or []
         self._write_key = write_key
-        self._write_lock = asyncio.Lock()
+        self._schema_key = schema_key  # hashtext(write_key): the schema's advisory lock
+        self._tables = list(tables)  # the oids of the schema's tables, for the fingerprint
+        self._fingerprint = fingerprint  # of their columns, when the statement cache was last valid
+        self._gate = WriteGate(pool_size // 2)
         self._closed = False
         # Appends are announced on a channel of this schema (stores of other schemas never hear them).
         self.channel = "roundtable_" + hashlib.sha1(write_key.encode()).hexdigest()[:24]
@@ -182,6 +223,9 @@ class PostgresBackend:
                 finally:
                     await conn.execute("RESET lock_timeout")
                 write_key = f"roundtable.write:{await schema_of(conn)}"
+                schema_key = int(await conn.fetchval("SELECT hashtext($1)", write_key))
+                tables = [int(r[0]) for r in await conn.fetch(TABLES_SQL)]
+                fingerprint = int(await conn.fetchval(fingerprint_sql(tables)))
         except BaseException as exc:
             if pool is not None:
                 pool.terminate()
@@ -192,7 +236,8 @@ class PostgresBackend:
                 raise StoreError(f"cannot open the database {label}: {reason}") from None
             raise
         log.info("opened database %s (%d migration(s) applied)", label, len(applied))
-        return cls(pool, label, write_key, applied)
+        return cls(pool, label, write_key, applied, schema_key=schema_key, tables=tables,
+                   fingerprint=fingerprint, pool_size=pool_size)
 
     async def announce(self, db: Db, group_id: int, origin: str) -> None:
         """NOTIFY the schema's channel with "GROUP ORIGIN"; PostgreSQL delivers it at commit (and
@@ -245,17 +290,32 @@ class PostgresBackend:
             self.pool.terminate()
 
     @asynccontextmanager
-    async def write(self) -> AsyncIterator[PgDb]:
-        """One write transaction holding the schema's write lock, or nothing at all."""
-        async with self._write_lock:
+    async def write(self, group_id: int | None = None) -> AsyncIterator[PgDb]:
+        """One write transaction, or nothing at all: about `group_id` (holding the schema's
+        write lock shared and the group's exclusive), or about no group or several (holding
+        the schema's write lock exclusive)."""
+        gate = self._gate.schema() if group_id is None else self._gate.group(group_id)
+        async with gate:
             self._check_open()
             try:
                 async with self.pool.acquire() as conn:
                     async with conn.transaction():
-                        await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", self._write_key)
+                        # One round trip: the locks, then (a statement of its own, so it sees what
+                        # committed while it waited) whether the schema's columns changed.
+                        status = await conn.execute(
+                            f"{lock_sql(self._schema_key, group_id)}; {changed_sql(self._tables, self._fingerprint)}")
+                        if status != "SELECT 0":
+                            await self._statements_outdated(conn)
                         yield PgDb(conn)
             except (asyncpg.PostgresError, *_CONNECTION_ERRORS) as exc:
                 raise pg_store_error(exc) from exc
+
+    async def _statements_outdated(self, conn: Any) -> None:
+        """Another process changed the schema's tables: drop the statements cached by the pool's
+        connections before any of them fails inside a transaction (where asyncpg cannot retry)."""
+        await conn.reload_schema_state()
+        self._fingerprint = int(await conn.fetchval(fingerprint_sql(self._tables)))
+        log.info("the database's tables changed (another process migrated them); prepared statements dropped")
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[PgDb]:

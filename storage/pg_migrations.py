@@ -9,7 +9,10 @@ store orders or compares by value (names, models, Discord ids) is `COLLATE "C"`:
 bytewise, as SQLite compares, whatever the database's locale.
 
 Migrations are applied under a session advisory lock (keyed by the schema), each
-in its own transaction, so two processes starting together apply each one once.
+in its own transaction, so two processes starting together apply each one once. Each
+transaction also holds the schema's write lock exclusive (see `storage.pg`): no store
+write runs while a table changes, and the next one sees the change before it runs a
+cached statement.
 """
 from __future__ import annotations
 
@@ -319,7 +322,8 @@ async def apply_pg_migrations(
     ids = [mid for mid, _, _ in registry]
     if ids != sorted(set(ids)):
         raise ValueError(f"migration ids must be unique and increasing: {ids}")
-    key = f"roundtable.migrate:{await schema_of(conn)}"
+    schema = await schema_of(conn)
+    key = f"roundtable.migrate:{schema}"
     await conn.execute("SELECT pg_advisory_lock(hashtext($1))", key)
     try:
         async with conn.transaction():
@@ -335,6 +339,7 @@ async def apply_pg_migrations(
             if mid in known:
                 continue
             async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", f"roundtable.write:{schema}")
                 if isinstance(step, str):
                     await conn.execute(step)
                 else:

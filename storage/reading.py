@@ -20,7 +20,7 @@ class ReadingMixin(LedgerMixin):
         usable = {name_key(n): n for n in names if n and n.strip()}
         if not usable:
             return
-        async with self._write() as db:
+        async with self._write() as db:  # a guild's names, of no one group: alone
             for key, name in usable.items():
                 await self._exec(
                     db,
@@ -63,7 +63,7 @@ class ReadingMixin(LedgerMixin):
 
     async def save_summary(self, group_id: int, summary: Summary, *, prompt_tokens: int = 0,
                            completion_tokens: int = 0) -> None:
-        async with self._write() as db:
+        async with self._write(group_id) as db:
             await self._exec(
                 db,
                 "INSERT INTO summaries (group_id, after_seq, through_seq, text, omitted, model, prompt_tokens,"

@@ -43,7 +43,7 @@ class RunMixin(LeaseMixin):
         lease only to post, when it is settled)."""
         if kind not in RUN_KINDS:
             raise InvalidInput(f"unknown run kind {kind!r}; use one of {', '.join(sorted(RUN_KINDS))}")
-        async with self._write() as db:
+        async with self._write(group_id) as db:
             group = await self._group_row(db, group_id)
             if kind == "group":
                 await self._require_lease(db, group_id)
@@ -63,7 +63,9 @@ class RunMixin(LeaseMixin):
                 " VALUES (?, ?, ?, ?, ?, 'running', ?)",
                 (group_id, agent_id, kind, snapshot_seq, episode_id, self._now()),
             )
-            return await self._run_row(db, run_id)
+            run = await self._run_row(db, run_id)
+        self._remember_group("runs", run.id, group_id)  # for finish_run's write, without a read
+        return run
 
     async def finish_run(self, run_id: int, result: RunResult, *, cap: int) -> FinishedRun:
         """Settle a running run (see the module docstring); a run already settled or
@@ -77,7 +79,7 @@ class RunMixin(LeaseMixin):
         if result.status not in RUN_END_STATUSES:
             known = ", ".join(sorted(RUN_END_STATUSES))
             raise InvalidInput(f"unknown run status {result.status!r}; use one of {known}")
-        async with self._write() as db:
+        async with self._write(await self._group_of("runs", run_id)) as db:
             run = await self._run_row(db, run_id)
             if run.status != "running":
                 return FinishedRun(run)
@@ -153,7 +155,7 @@ class RunMixin(LeaseMixin):
 
         Called by the process that just took the group's lease: no live process
         runs them any more (their cursors did not move, so they run again)."""
-        async with self._write() as db:
+        async with self._write(group_id) as db:
             count = await self._exec(
                 db,
                 "UPDATE runs SET status = 'interrupted', finished_at = ? WHERE group_id = ? AND status = 'running'",

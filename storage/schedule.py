@@ -36,7 +36,7 @@ class ScheduleMixin(StoreBase):
         """A schedule for an agent on the roster (its group is the agent's)."""
         if (when.every_seconds is None) == (when.at_time is None):
             raise InvalidInput("a schedule needs exactly one of every and at")
-        async with self._write() as db:
+        async with self._write(await self._group_of("agents", agent_id)) as db:
             agent = await self._agent_row(db, agent_id)
             schedule_id = await self._insert(
                 db,
@@ -61,7 +61,7 @@ class ScheduleMixin(StoreBase):
 
     async def remove_schedule(self, group_id: int, schedule_id: int) -> Schedule:
         """Take a live schedule of this group off; NotFound when there is none with that id here."""
-        async with self._write() as db:
+        async with self._write(group_id) as db:
             row = await self._one(
                 db, "SELECT * FROM schedules WHERE id = ? AND group_id = ? AND removed_at IS NULL",
                 (schedule_id, group_id))
@@ -86,7 +86,7 @@ class ScheduleMixin(StoreBase):
         transaction; None (nothing written) when it was removed or already fired for that slot."""
         if next_run_at <= schedule.next_run_at:
             raise ValueError("a fired schedule must move forward")
-        async with self._write() as db:
+        async with self._write(schedule.group_id) as db:
             changed = await self._exec(
                 db,
                 "UPDATE schedules SET next_run_at = ?, last_run_at = ?"

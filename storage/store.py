@@ -63,7 +63,7 @@ class SqlStore(NotesMixin, RecordMixin, ScheduleMixin):
             "parent_channel_id": parent_channel_id,
             "setup_message_id": setup_message_id,
         }
-        async with self._write() as db:
+        async with self._write() as db:  # the key is looked up across groups: alone
             row = await self._one(db, "SELECT id FROM groups WHERE key = ?", (key,))
             if row is None:
                 group_id = await self._insert(
@@ -116,7 +116,7 @@ class SqlStore(NotesMixin, RecordMixin, ScheduleMixin):
             changes["enabled"] = int(bool(enabled))
         if paused is not None:
             changes["paused"] = int(bool(paused))
-        async with self._write() as db:
+        async with self._write(group_id) as db:
             await self._group_row(db, group_id)
             await self._update(db, "groups", group_id, changes)
             return to_group(await self._group_row(db, group_id))
@@ -134,7 +134,7 @@ class SqlStore(NotesMixin, RecordMixin, ScheduleMixin):
     ) -> Agent:
         """Append to the roster; the cursor starts at the group's latest seq."""
         name = _clean_name(name)
-        async with self._write() as db:
+        async with self._write(group_id) as db:
             group = await self._group_row(db, group_id)
             await self._check_name_free(db, group_id, name)
             row = await self._one(
@@ -165,7 +165,7 @@ class SqlStore(NotesMixin, RecordMixin, ScheduleMixin):
                 changes[flag] = int(bool(changes[flag]))
         if "position" in changes and not isinstance(changes["position"], int):
             raise InvalidInput(f"position must be a whole number, not {changes['position']!r}")
-        async with self._write() as db:
+        async with self._write(await self._group_of("agents", agent_id)) as db:
             agent = await self._agent_row(db, agent_id)
             if "name" in changes:
                 await self._check_name_free(db, int(agent["group_id"]), str(changes["name"]), agent_id)
@@ -174,7 +174,7 @@ class SqlStore(NotesMixin, RecordMixin, ScheduleMixin):
 
     async def remove_agent(self, agent_id: int) -> None:
         """Take the agent off the roster (and its schedules); the row stays for old messages' references."""
-        async with self._write() as db:
+        async with self._write(await self._group_of("agents", agent_id)) as db:
             await self._agent_row(db, agent_id)
             await self._exec(db, "UPDATE agents SET removed_at = ? WHERE id = ?", (self._now(), agent_id))
             await self._exec(db, "UPDATE schedules SET removed_at = ? WHERE agent_id = ? AND removed_at IS NULL",
@@ -203,7 +203,7 @@ class SqlStore(NotesMixin, RecordMixin, ScheduleMixin):
     async def set_delivered_through(self, agent_id: int, seq: int) -> None:
         """Forward only, and never past the group's latest seq. Works on a removed
         agent too (a run that finishes after its agent was removed)."""
-        async with self._write() as db:
+        async with self._write(await self._group_of("agents", agent_id)) as db:
             agent = await self._agent_row(db, agent_id, include_removed=True)
             group = await self._group_row(db, int(agent["group_id"]))
             target = min(int(seq), int(group["latest_seq"]))
@@ -226,7 +226,7 @@ class SqlStore(NotesMixin, RecordMixin, ScheduleMixin):
     # messages -----------------------------------------------------------
     async def append_user_message(self, group_id: int, message: NewMessage) -> tuple[Message, Episode]:
         _require_author(message, "user")
-        async with self._write() as db:
+        async with self._write(group_id) as db:
             stored, episode = await self._append_task(db, group_id, message)
             if message.author_user_id is not None:
                 await self._advance_seen(db, group_id, message.author_user_id, stored.seq)
@@ -235,13 +235,13 @@ class SqlStore(NotesMixin, RecordMixin, ScheduleMixin):
     async def append_system_message(self, group_id: int, message: NewMessage) -> Message:
         """A notice: next seq, in the group's current episode; the streak is unchanged."""
         _require_author(message, "system")
-        async with self._write() as db:
+        async with self._write(group_id) as db:
             group = await self._group_row(db, group_id)
             return await self._append(db, group_id, message, episode_id=group["episode_id"])
 
     async def record_posted(self, group_id: int, seq: int, external_id: str) -> None:
         """One more part of the row reached the surface (a chunk, with its id)."""
-        async with self._write() as db:
+        async with self._write(group_id) as db:
             row = await self._message_row(db, group_id, seq)
             merged = unique([*to_message(row).external_ids, str(external_id)])
             await self._map_external_ids(db, group_id, seq, merged)
@@ -252,7 +252,7 @@ class SqlStore(NotesMixin, RecordMixin, ScheduleMixin):
 
     async def confirm_message(self, group_id: int, seq: int) -> None:
         """Every part of the row reached the surface."""
-        async with self._write() as db:
+        async with self._write(group_id) as db:
             await self._message_row(db, group_id, seq)
             await self._exec(
                 db, "UPDATE messages SET confirmed = 1 WHERE group_id = ? AND seq = ?", (group_id, seq)
@@ -328,7 +328,7 @@ class SqlStore(NotesMixin, RecordMixin, ScheduleMixin):
         """Move the group's ingest watermark forward to `message_id` (a decimal
         Discord id); never backwards."""
         key = str(int(message_id))  # canonical digits, so length then text orders numerically
-        async with self._write() as db:
+        async with self._write(group_id) as db:
             await self._group_row(db, group_id)
             await self._exec(
                 db,
@@ -340,7 +340,7 @@ class SqlStore(NotesMixin, RecordMixin, ScheduleMixin):
 
     async def set_delivery_problem(self, group_id: int, problem: str | None) -> bool:
         """Record (or clear, with None) a lasting refusal of the surface; True when it changed."""
-        async with self._write() as db:
+        async with self._write(group_id) as db:
             return bool(await self._exec(
                 db, "UPDATE groups SET delivery_problem = ? WHERE id = ?"
                     f" AND delivery_problem {self._sql.is_distinct} ?",
