@@ -34,16 +34,15 @@ timeout.
 asyncpg caches prepared statements per connection; once another process changed a
 table (a migration), a cached `SELECT *` fails inside a transaction ("cached plan must
 not change result type"), where asyncpg cannot retry it. So each write transaction,
-in the round trip that takes its locks, also compares a fingerprint of the schema's
-columns (the row versions of their `pg_attribute` rows) with the one last seen, and
-drops the pool's statement cache before running any statement when it changed.
-Migrations hold the schema's exclusive write lock, so one never commits between that
-check and the statements after it (DDL run by hand, outside a migration, could: that
-write fails once, and asyncpg has dropped the cache for the next). The check costs
-no round trip but 0.1-0.3 ms of server time per write (planning and reading the
-`pg_attribute` rows), measured on a 2-core machine; re-running a write's whole body
-once on that failure instead would cost nothing until it happens, but needs every
-write written as a callable.
+in the round trip that takes its locks, also compares the schema's migration version
+(the newest id in `_migrations`) with the one last seen, and drops the pool's statement
+cache before running any statement when it changed. Migrations hold the schema's
+exclusive write lock, so one never commits between that check and the statements after
+it. DDL run by hand, outside a migration, is not seen: a write it breaks fails once
+(`StoreError`, which the engine's loops retry), and asyncpg has dropped the cache for
+the next. (A first version compared a fingerprint of every column's `pg_attribute` row,
+which also saw DDL by hand, at 0.1-0.3 ms of server time per write: a quarter of one
+process's write throughput.)
 
 Also the one place where asyncpg's exceptions become `StoreError`, so no asyncpg
 type escapes `storage/`. A URL's password never appears in a message.
@@ -65,7 +64,7 @@ import asyncpg
 from bot.core.errors import StoreError
 from storage.base import Clock
 from storage.db import DEFAULT_BUSY_TIMEOUT_MS, LOCKED_MESSAGE
-from storage.pg_locks import TABLES_SQL, WriteGate, changed_sql, fingerprint_sql, lock_sql
+from storage.pg_locks import VERSION_SQL, WriteGate, changed_sql, lock_sql
 from storage.pg_migrations import apply_pg_migrations, schema_of
 from storage.sql import POSTGRESQL, Db, Params, Row, numbered
 from storage.store import SqlStore
@@ -179,15 +178,14 @@ class PostgresBackend:
 
     def __init__(
         self, pool: Any, label: str, write_key: str, applied: list[int] | None = None, *,
-        schema_key: int = 0, tables: Sequence[int] = (), fingerprint: int = 0, pool_size: int = POOL_SIZE,
+        schema_key: int = 0, version: int = 0, pool_size: int = POOL_SIZE,
     ) -> None:
         self.pool = pool
         self.label = label
         self.applied = applied or []
         self._write_key = write_key
         self._schema_key = schema_key  # hashtext(write_key): the schema's advisory lock
-        self._tables = list(tables)  # the oids of the schema's tables, for the fingerprint
-        self._fingerprint = fingerprint  # of their columns, when the statement cache was last valid
+        self._version = version  # the schema's migration version when the statement cache was last valid
         self._gate = WriteGate(pool_size // 2)
         self._closed = False
         # Appends are announced on a channel of this schema (stores of other schemas never hear them).
@@ -224,8 +222,7 @@ class PostgresBackend:
                     await conn.execute("RESET lock_timeout")
                 write_key = f"roundtable.write:{await schema_of(conn)}"
                 schema_key = int(await conn.fetchval("SELECT hashtext($1)", write_key))
-                tables = [int(r[0]) for r in await conn.fetch(TABLES_SQL)]
-                fingerprint = int(await conn.fetchval(fingerprint_sql(tables)))
+                version = int(await conn.fetchval(VERSION_SQL))
         except BaseException as exc:
             if pool is not None:
                 pool.terminate()
@@ -236,8 +233,7 @@ class PostgresBackend:
                 raise StoreError(f"cannot open the database {label}: {reason}") from None
             raise
         log.info("opened database %s (%d migration(s) applied)", label, len(applied))
-        return cls(pool, label, write_key, applied, schema_key=schema_key, tables=tables,
-                   fingerprint=fingerprint, pool_size=pool_size)
+        return cls(pool, label, write_key, applied, schema_key=schema_key, version=version, pool_size=pool_size)
 
     async def announce(self, db: Db, group_id: int, origin: str) -> None:
         """NOTIFY the schema's channel with "GROUP ORIGIN"; PostgreSQL delivers it at commit (and
@@ -301,9 +297,9 @@ class PostgresBackend:
                 async with self.pool.acquire() as conn:
                     async with conn.transaction():
                         # One round trip: the locks, then (a statement of its own, so it sees what
-                        # committed while it waited) whether the schema's columns changed.
+                        # committed while it waited) whether a migration ran since.
                         status = await conn.execute(
-                            f"{lock_sql(self._schema_key, group_id)}; {changed_sql(self._tables, self._fingerprint)}")
+                            f"{lock_sql(self._schema_key, group_id)}; {changed_sql(self._version)}")
                         if status != "SELECT 0":
                             await self._statements_outdated(conn)
                         yield PgDb(conn)
@@ -311,10 +307,10 @@ class PostgresBackend:
                 raise pg_store_error(exc) from exc
 
     async def _statements_outdated(self, conn: Any) -> None:
-        """Another process changed the schema's tables: drop the statements cached by the pool's
+        """Another process migrated the schema: drop the statements cached by the pool's
         connections before any of them fails inside a transaction (where asyncpg cannot retry)."""
         await conn.reload_schema_state()
-        self._fingerprint = int(await conn.fetchval(fingerprint_sql(self._tables)))
+        self._version = int(await conn.fetchval(VERSION_SQL))
         log.info("the database's tables changed (another process migrated them); prepared statements dropped")
 
     @asynccontextmanager

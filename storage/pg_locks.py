@@ -1,12 +1,12 @@
 """The write locks of a PostgreSQL schema (see `storage.pg`): in the process (`WriteGate`)
-and in the database (`lock_sql`), and the fingerprint of the schema's columns that tells
-a write transaction to drop asyncpg's cached statements (`changed_sql`, `fingerprint_sql`).
+and in the database (`lock_sql`), and the schema's migration version that tells a write
+transaction to drop asyncpg's cached statements (`changed_sql`, `VERSION_SQL`).
 """
 from __future__ import annotations
 
 import asyncio
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Callable, Sequence
+from typing import AsyncIterator, Callable
 
 
 def int4(value: int) -> int:
@@ -23,23 +23,14 @@ def lock_sql(schema_key: int, group_id: int | None) -> str:
             f" SELECT pg_advisory_xact_lock({int(schema_key)}, {int4(group_id)})")
 
 
-def fingerprint_sql(tables: Sequence[int]) -> str:
-    """One number that changes when a column of `tables` (oids) is added, dropped or altered:
-    the sum of the row versions (xmin) of their `pg_attribute` rows."""
-    oids = ", ".join(str(int(t)) for t in tables) or "0"
-    return f"SELECT COALESCE(SUM(xmin::text::bigint), 0) FROM pg_attribute WHERE attrelid IN ({oids})"
+VERSION_SQL = "SELECT COALESCE(MAX(id), 0) FROM _migrations"
 
 
-def changed_sql(tables: Sequence[int], fingerprint: int) -> str:
-    """A statement that returns one row when the fingerprint is no longer `fingerprint`, none
-    otherwise (its status, 'SELECT 1' or 'SELECT 0', is the answer: no value to fetch)."""
-    return f"{fingerprint_sql(tables)} HAVING COALESCE(SUM(xmin::text::bigint), 0) <> {int(fingerprint)}"
-
-
-TABLES_SQL = (
-    "SELECT oid FROM pg_class WHERE relkind IN ('r', 'p')"
-    " AND relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema()) ORDER BY oid"
-)
+def changed_sql(version: int) -> str:
+    """A statement that returns one row when the schema's migration version is no longer
+    `version`, none otherwise (its status, 'SELECT 1' or 'SELECT 0', is the answer: no value
+    to fetch). A read of a table of a handful of rows: no measurable cost per write."""
+    return f"SELECT 1 FROM _migrations HAVING COALESCE(MAX(id), 0) <> {int(version)}"
 
 
 class WriteGate:
