@@ -236,9 +236,9 @@ class StoreBase:
         inside the caller's transaction; the streak starts again."""
         group = await self._group_row(db, group_id)
         now = self._now()
-        await self._exec(
+        await self._exec(  # (SQLite's planner would walk every episode of the group by episodes_group_task)
             db,
-            "UPDATE episodes SET status = 'superseded', ended_at = ?"
+            f"UPDATE episodes{self._sql.indexed_by('episodes_running')} SET status = 'superseded', ended_at = ?"
             " WHERE group_id = ? AND status = 'running'",
             (now, group_id),
         )

@@ -14,7 +14,10 @@ busy timeout and, while another process holds the write lock, retried after
 async sleeps until the busy timeout runs out (then `StoreError`, after nothing
 was written). Writes of this process queue on the backend's lock, one
 transaction at a time; reads never queue and see committed data only (the
-read connection is not the one a transaction is open on).
+read connection is not the one a transaction is open on). A statement does not
+suspend the caller, so after `FAIR_SHARE` of store work the backend lets other
+tasks run before the next read or write; one long statement (a big export page)
+holds the loop for its own duration.
 
 aiosqlite opens the file and applies the migrations (`open_db_migrated`); an
 in-memory database, which no second connection can see, stays on that one
