@@ -79,19 +79,22 @@ async def open_db(
     return (await open_db_migrated(path, busy_timeout_ms=busy_timeout_ms))[0]
 
 
-def open_loop_connection(name: str, *, read_only: bool) -> sqlite3.Connection:
-    """A connection of `SqliteBackend` for the loop's thread: autocommit, rows by name, no busy
-    timeout (SQLite would wait for a lock by sleeping on the loop's thread; the backend waits
-    with async sleeps instead), foreign keys on, the same durability as the migrating one."""
-    conn = sqlite3.connect(name, isolation_level=None, timeout=0, check_same_thread=False)
+def open_loop_connection(name: str, *, read_only: bool,
+                         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> sqlite3.Connection:
+    """A connection of `SqliteBackend` for the loop's thread: autocommit, rows by name, foreign
+    keys on, the same durability as the migrating one, and no busy timeout once open (SQLite
+    would wait for a lock by sleeping on the loop's thread; the backend waits with async sleeps
+    instead). Blocking: it reads the schema (waiting up to `busy_timeout_ms` for another
+    process's checkpoint), so the first message does not; call it off the loop."""
+    conn = sqlite3.connect(name, isolation_level=None, timeout=busy_timeout_ms / 1000, check_same_thread=False)
     try:
         conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA busy_timeout = 0")
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA synchronous = NORMAL")
         if read_only:
             conn.execute("PRAGMA query_only = ON")
-        conn.execute("SELECT 1 FROM groups LIMIT 1").fetchall()  # reads the schema now, not on the first message
+        conn.execute("SELECT 1 FROM groups LIMIT 1").fetchall()
+        conn.execute("PRAGMA busy_timeout = 0")
     except BaseException:
         conn.close()
         raise
@@ -284,11 +287,15 @@ class SqliteBackend:
         opened: list[sqlite3.Connection] = []
         try:
             for read_only in (False, True):
-                opened.append(open_loop_connection(name, read_only=read_only))
-        except sqlite3.Error as exc:
+                opened.append(await asyncio.to_thread(open_loop_connection, name, read_only=read_only,
+                                                      busy_timeout_ms=busy_timeout_ms))
+        except BaseException as exc:
             for c in opened:
                 c.close()
-            raise StoreError(f"cannot open the database {path}: {_one_line(exc)}") from exc
+            if isinstance(exc, sqlite3.Error):
+                reason = LOCKED_MESSAGE if is_locked(exc) else _one_line(exc)
+                raise StoreError(f"cannot open the database {path}: {reason}") from exc
+            raise
         writer, reader = opened
         return cls(None, str(path), applied, writer=writer, reader=reader, busy_timeout_ms=busy_timeout_ms)
 
