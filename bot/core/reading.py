@@ -152,8 +152,12 @@ class Reading:
         stored = await self.store.get_summary(group.id, after, through, newer_than=time.time() - SUMMARY_FRESH)
         if stored is not None:
             return stored
-        rows = await self.store.messages(group.id, after=after, through=through)
+        # Each row costs at least one token, so none older than the newest CATCHUP_BUDGET rows can
+        # fit: those are not read at all (seqs have no gaps), however much is unread.
+        first = max(after, through - CATCHUP_BUDGET)
+        rows = await self.store.messages(group.id, after=first, through=through)
         kept, omitted = within_budget(rows, CATCHUP_BUDGET)
+        omitted += first - after
         prompt = fill(CATCHUP_PROMPT, person=reader.name, first=str(after + 1), words=str(CATCHUP_WORDS),
                       thread=render_thread(kept, omitted))
         model = self.model(group)
