@@ -272,6 +272,8 @@ async def test_ctrl_c_stops_at_once_and_restores_the_terminal(tmp_path, ttys, wh
                 await tty.shows("waiting for planner…")
             else:
                 tty.type("never sent")
+                if when == "while an agent types":  # as a person sees it before pressing Ctrl-C (typed
+                    await tty.shows("never sent")  # just before, it may be echoed after the stop)
         started = time.monotonic()
         tty.child.sendintr()
         if when == "twice":  # the second one while the first stops the console: it ends at once
