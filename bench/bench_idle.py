@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.fakes import InstantLLM, RecordingSurface  # noqa: E402
+from bench.places import with_schema  # noqa: E402
 from bench.scenario import Script  # noqa: E402
 from bot.adapters.tokens import estimate_tokens, make_token_counter  # noqa: E402
 from bot.core.engine import Engine  # noqa: E402
@@ -128,8 +129,7 @@ def main() -> None:
 
         asyncio.run(admin(f"CREATE SCHEMA {schema}"))
         try:
-            sep = "&" if "?" in args.pg else "?"
-            measure("postgresql", f"{args.pg}{sep}search_path={schema}", args.groups, args.agents, args.seconds)
+            measure("postgresql", with_schema(args.pg, schema), args.groups, args.agents, args.seconds)
         finally:
             asyncio.run(admin(f"DROP SCHEMA {schema} CASCADE"))
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.places import scratch_schema  # noqa: E402
 from bot.core.models import Decision, GroupSettings, NewMessage, RunResult, Usage  # noqa: E402
 from storage import SqlStore, open_store  # noqa: E402
 
@@ -145,17 +146,8 @@ async def main(args: argparse.Namespace) -> None:
         if args.only in (None, "sqlite"):
             results["sqlite"] = await measure("sqlite", str(Path(tmp) / "bench.db"), args)
     if args.only in (None, "postgresql"):
-        import asyncpg
-
-        schema = f"rt_bench_{uuid.uuid4().hex[:8]}"
-        admin = await asyncpg.connect(args.pg)
-        await admin.execute(f"CREATE SCHEMA {schema}")
-        try:
-            sep = "&" if "?" in args.pg else "?"
-            results["postgresql"] = await measure("postgresql", f"{args.pg}{sep}search_path={schema}", args)
-        finally:
-            await admin.execute(f"DROP SCHEMA {schema} CASCADE")
-            await admin.close()
+        async with scratch_schema(args.pg, f"rt_bench_{uuid.uuid4().hex[:8]}") as target:
+            results["postgresql"] = await measure("postgresql", target, args)
     print(f"{args.groups} groups x {args.agents} agents, {args.groups * args.history} rows in bulk"
           f" then {args.rows} through the store; {os.cpu_count()} CPUs")
     print(f"{'':12}{'bulk (s)':>9}{'turn (ms)':>10}{'read p50':>10}{'read p95':>10}"

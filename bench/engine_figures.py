@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator
 
 from bench.fakes import InstantLLM, RecordingSurface
+from bench.places import scratch_schema
 from bench.scenario import AGENTS, PERSON, TASK, Script
 from bot.adapters.tokens import estimate_tokens, make_token_counter
 from bot.core.engine import Engine
@@ -172,11 +173,6 @@ async def _cold_start(db: str, group_id: int, turns: int, repeat: int) -> dict[s
     return result
 
 
-def with_schema(url: str, schema: str) -> str:
-    """`url` with its connections' search_path set to `schema` (what `open_store` takes)."""
-    return f"{url}{'&' if '?' in url else '?'}search_path={schema}"
-
-
 @contextlib.asynccontextmanager
 async def _database(pg_url: str | None) -> AsyncIterator[str]:
     """Where one size is measured: a SQLite file in a temporary directory, or (with `pg_url`) a
@@ -185,18 +181,8 @@ async def _database(pg_url: str | None) -> AsyncIterator[str]:
         with tempfile.TemporaryDirectory(prefix="roundtable-bench-") as tmp:
             yield str(Path(tmp) / "bench.db")
         return
-    import asyncpg
-
-    schema = f"bench_{os.getpid()}_{next(_SCHEMAS)}"
-    admin = await asyncpg.connect(pg_url)
-    try:
-        await admin.execute(f"CREATE SCHEMA {schema}")
-        try:
-            yield with_schema(pg_url, schema)
-        finally:
-            await admin.execute(f"DROP SCHEMA {schema} CASCADE")
-    finally:
-        await admin.close()
+    async with scratch_schema(pg_url, f"bench_{os.getpid()}_{next(_SCHEMAS)}") as target:
+        yield target
 
 
 async def measure_size(n: int, turns: int = TURNS, repeats: int = REPEATS, pg_url: str | None = None) -> SizeFigures:

@@ -31,7 +31,7 @@ import sqlite3
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import AsyncIterator, Callable, Sequence
+from typing import AsyncIterator, Callable, Sequence, TypeVar
 
 import aiosqlite
 
@@ -40,6 +40,7 @@ from storage.migrations import apply_migrations
 from storage.sql import SQLITE, Db, Params, Row
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_BUSY_TIMEOUT_MS = 5000
 LOCKED_MESSAGE = "the database is locked by another process; try again"
@@ -199,6 +200,22 @@ class SqliteDb:
         await self.conn.executemany(sql, rows)
 
 
+async def when_free(attempt: Callable[[], T], timeout: float) -> T:
+    """`attempt()` now, or again after async sleeps (2 ms doubling to 50 ms) while SQLite says
+    the database is busy, for up to `timeout` seconds; then its error."""
+    deadline = time.monotonic() + timeout
+    delay = 0.002
+    while True:
+        try:
+            return attempt()
+        except sqlite3.Error as exc:
+            left = deadline - time.monotonic()
+            if not is_locked(exc) or left <= 0:
+                raise
+            await asyncio.sleep(min(delay, left))
+            delay = min(delay * 2, 0.05)
+
+
 class LoopDb:
     """`storage.sql.Db` over a plain sqlite3 connection used on the loop's thread."""
 
@@ -215,18 +232,11 @@ class LoopDb:
 
     async def _read(self, sql: str, params: Params) -> list[Row]:
         """The rows; a reader is busy only in rare moments (another connection recovering the
-        WAL after a crash): then it tries again after async sleeps, up to the busy timeout."""
-        deadline = time.monotonic() + self.busy_timeout
-        delay = 0.002
-        while True:
-            try:
-                return self._rows(sql, params)
-            except sqlite3.Error as exc:
-                left = deadline - time.monotonic()
-                if not is_locked(exc) or left <= 0 or self.conn.in_transaction:
-                    raise
-                await asyncio.sleep(min(delay, left))
-                delay = min(delay * 2, 0.05)
+        WAL after a crash): then it tries again, up to the busy timeout (inside a write
+        transaction it never is)."""
+        if self.conn.in_transaction:
+            return self._rows(sql, params)
+        return await when_free(lambda: self._rows(sql, params), self.busy_timeout)
 
     async def one(self, sql: str, params: Params = ()) -> Row | None:
         rows = await self._read(sql, params)
@@ -349,18 +359,10 @@ class SqliteBackend:
 
     async def _begin(self, conn: sqlite3.Connection) -> None:
         """`BEGIN IMMEDIATE`, waiting (asynchronously) up to the busy timeout for another process's write."""
-        deadline = time.monotonic() + self._busy_timeout
-        delay = 0.002
-        while True:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                return
-            except sqlite3.Error as exc:
-                left = deadline - time.monotonic()
-                if not is_locked(exc) or left <= 0:
-                    raise store_error(exc) from exc
-                await asyncio.sleep(min(delay, left))
-                delay = min(delay * 2, 0.05)
+        try:
+            await when_free(lambda: conn.execute("BEGIN IMMEDIATE"), self._busy_timeout)
+        except sqlite3.Error as exc:
+            raise store_error(exc) from exc
 
     @asynccontextmanager
     async def _write_threaded(self) -> AsyncIterator[Db]:
