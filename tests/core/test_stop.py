@@ -1,6 +1,13 @@
 import pytest
 
-from bot.core.stop import cap_notice, ends_with_terminate, guard_impersonation, near_repeat, strip_terminate
+from bot.core.stop import (
+    cap_notice,
+    ends_with_terminate,
+    guard_impersonation,
+    near_repeat,
+    speaker_label_end,
+    strip_terminate,
+)
 
 
 @pytest.mark.parametrize(
@@ -32,10 +39,36 @@ def test_terminate(text, ends, shown):
         ("Budget: I mean the budget is ok.", ""),
         ("The budget: about $1,000.", "The budget: about $1,000."),
         ("[budget] only lines by others", ""),
+        ("@planner: Day 1.", "Day 1."),
+        ("planner: planner: Day 1.", "Day 1."),
+        ("Day 1.\n  __budget__ : no", "Day 1."),
+        ("Day 1.\n[@alice] thanks", "Day 1."),
+        # a reply that opens with emphasis keeps it (it used to lose its leading * or _)
+        ("**Day 1**: Asakusa", "**Day 1**: Asakusa"),
+        ("*Quick note*: cheap", "*Quick note*: cheap"),
+        ("__init__ is fine", "__init__ is fine"),
     ],
 )
 def test_guard_impersonation(text, expected):
     assert guard_impersonation(text, "planner", ["planner", "budget", "alice"]) == expected
+
+
+@pytest.mark.parametrize(
+    "line, names, end",
+    [
+        ("bob smith: hi", ("bob smith", "bob"), len("bob smith:")),
+        ("bob: hi", ("bob smith", "bob"), len("bob:")),
+        ("BOB SMITH : hi", ("bob smith", "bob"), len("BOB SMITH :")),
+        ("**bob**: hi", ("bob",), len("**bob**:")),
+        ("[bob smith] hi", ("bob smith", "bob"), len("[bob smith]")),
+        ("[bob hi", ("bob",), 0),
+        ("bobby: hi", ("bob",), 0),
+        ("the bob: hi", ("bob",), 0),
+        ("", ("bob",), 0),
+    ],
+)
+def test_speaker_label_end(line, names, end):
+    assert speaker_label_end(line, names) == end
 
 
 def test_cap_notice_has_status_word():
