@@ -35,7 +35,7 @@ from typing import AsyncIterator, Callable, Sequence, TypeVar
 
 import aiosqlite
 
-from bot.core.errors import StoreError
+from bot.core.errors import StoreBusy, StoreError
 from storage.migrations import apply_migrations
 from storage.sql import SQLITE, Db, Params, Row
 
@@ -58,7 +58,7 @@ def is_locked(exc: BaseException) -> bool:
 def store_error(exc: sqlite3.Error) -> StoreError:
     """Translate a sqlite3 failure into a one-line `StoreError`."""
     if is_locked(exc):
-        return StoreError(LOCKED_MESSAGE)
+        return StoreBusy(LOCKED_MESSAGE)
     first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
     return StoreError(f"database error: {first_line}")
 

@@ -61,7 +61,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from bot.core.errors import StoreError
+from bot.core.errors import StoreBusy, StoreError
 from storage.base import Clock
 from storage.db import DEFAULT_BUSY_TIMEOUT_MS, LOCKED_MESSAGE
 from storage.pg_locks import VERSION_SQL, WriteGate, changed_sql, lock_sql
@@ -119,7 +119,7 @@ def _one_line(exc: BaseException, secrets: Sequence[str] = ()) -> str:
 def pg_store_error(exc: BaseException) -> StoreError:
     """Translate an asyncpg failure (or a lost connection) into a one-line `StoreError`."""
     if isinstance(exc, asyncpg.LockNotAvailableError):
-        return StoreError(LOCKED_MESSAGE)
+        return StoreBusy(LOCKED_MESSAGE)
     if isinstance(exc, _CONNECTION_ERRORS):
         return StoreError(f"database error: the connection to PostgreSQL failed: {_one_line(exc)}")
     return StoreError(f"database error: {_one_line(exc)}")

@@ -27,7 +27,7 @@ from bot.core import commands
 from bot.core.admin import Admin
 from bot.core.card import Attachment, reply_lines
 from bot.core.engine import Engine
-from bot.core.errors import Busy, InvalidInput, UserFacingError
+from bot.core.errors import Busy, InvalidInput, StoreError, UserFacingError
 from bot.core.models import Agent, Episode, Group, GroupSettings, Message
 from bot.core.ports import Recorder
 from bot.core.prompts import SYSTEM_AUTHOR
@@ -282,9 +282,14 @@ class Console:
                     for out in reply_lines(answer):
                         self.surface.write(out)
             else:
-                await self.post(line)
+                try:
+                    await self.post(line)
+                except StoreError as exc:  # not one that waits (a busy database is waited for)
+                    self.surface.error(f"your message was not saved ({exc})")
         except UserFacingError as exc:
             self.surface.error(str(exc))
+        except StoreError as exc:  # a command's transaction: nothing was changed
+            self.surface.error(f"{exc}; nothing was changed")
 
     async def post(self, line: str) -> None:
         """A message from the person; a hint when no agent can answer it or a tag names nobody."""
@@ -293,9 +298,14 @@ class Console:
         if not self.group.enabled:
             raise InvalidInput("Roundtable is off in this group: /roundtable setup turns it back on.")
         text = message_text(line)
-        await self.engine.post_user_message(self.group, author_name=self.person, user_id=self.person, text=text)
+        await self.engine.post_user_message(self.group, author_name=self.person, user_id=self.person, text=text,
+                                             waiting=self._not_saved_yet)
         for hint in await self.hints(text):
             self.surface.write(hint)
+
+    def _not_saved_yet(self, why: str) -> None:
+        self.surface.error(f"your message is not saved yet ({why.removesuffix('; try again')}); "
+                           "it will be as soon as the database is free")
 
     async def hints(self, text: str) -> list[str]:
         assert self.group is not None

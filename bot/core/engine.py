@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Mapping, TypeVar
 
 from bot.core.direct import DirectAnswer, DirectRuns
 from bot.core.dispatcher import GroupDispatcher
-from bot.core.errors import Busy
+from bot.core.errors import Busy, StoreBusy
 from bot.core.models import Agent, Episode, EpisodeResult, Group, Message, NewMessage, Usage
 from bot.core.outbox import Outbox, RetryPolicy
 from bot.core.ownership import LEASE_TTL, Ownership
@@ -249,12 +249,16 @@ class Engine:
         extra_agents: Iterable[Agent] = (),
         external_ids: Iterable[str] = (),
         wake: bool = True,
+        waiting: Callable[[str], None] | None = None,
     ) -> Message:
         """Commit a person's message (tags parsed now, once), show it, wake the dispatcher.
 
         `wake=False` lets a caller ingest a batch (e.g. missed messages) and wake once
         after it, so the batch is routed together. AlreadyStored when one of
-        `external_ids` is already a row.
+        `external_ids` is already a row. While another process holds the database
+        (`StoreBusy`: nothing was written) the message is tried again, with the retry
+        policy's waits, until it is stored (SPEC §4: ingest never drops); `waiting` is told
+        why once, at the first wait.
         """
         roster = await self.store.list_agents(group.id)
         people = await self.store.people(group.people_scope)
@@ -268,7 +272,19 @@ class Engine:
             external_ids=tuple(external_ids),
             token_count=self.counter.count(thread_line(author_name, text)),
         )
-        message, episode = await self.store.append_user_message(group.id, new)
+        failures = 0
+        while True:
+            try:
+                message, episode = await self.store.append_user_message(group.id, new)
+                break
+            except StoreBusy as exc:
+                failures += 1
+                delay = self.retry.delay(failures)
+                log.warning("group=%s: a message from %s is not stored yet (%s); trying again in %.1fs",
+                            group.id, author_name, exc, delay)
+                if failures == 1 and waiting is not None:
+                    waiting(str(exc))
+                await asyncio.sleep(delay)
         try:
             await self.surface.publish(group, message, None, record=_nothing)
         except Exception:  # a person's own row is stored; echoing it is only a courtesy

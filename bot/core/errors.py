@@ -63,6 +63,11 @@ class StoreError(RoundtableError):
     pass
 
 
+class StoreBusy(StoreError):
+    """Another process held the database longer than the busy timeout: nothing was written, and
+    the same write may succeed later."""
+
+
 class LeaseLost(RoundtableError):
     """This process no longer holds the group's lease: another process runs it now."""
 

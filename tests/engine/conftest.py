@@ -38,11 +38,12 @@ class Harness:
         self.engine: Engine
         self.group: Group
         self.engine_options: dict[str, Any] = {}  # more Engine arguments (a clock, the schedule tick)
+        self.store_options: dict[str, Any] = {}  # more `open_store` arguments (busy_timeout_ms)
 
     @contextlib.asynccontextmanager
     async def running(self, llm: ScriptedLLM | None = None, **settings: object) -> AsyncIterator["Harness"]:
         self.llm = llm or self.llm
-        self.store = await self.place.open()
+        self.store = await self.place.open(**self.store_options)
         self.engine = Engine(self.store, self.llm, self.surface, make_token_counter(), retry=FAST_RETRY,
                              **self.engine_options)
         self.group = await self.store.create_group("test:main", "main", GroupSettings(**settings))  # type: ignore[arg-type]

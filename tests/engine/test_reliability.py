@@ -12,7 +12,7 @@ from bot.adapters.tokens import make_token_counter
 from bot.core.engine import Engine
 from bot.core.models import GroupSettings, NewMessage, RunResult
 from bot.core.outbox import RetryPolicy
-from storage import SqlStore
+from storage import LOCKED_MESSAGE, SqlStore
 from tests.engine.conftest import FAST_RETRY
 from tests.fakes.databases import Place
 from tests.fakes.openai_server import FakeOpenAI, Reply
@@ -45,6 +45,26 @@ async def test_a_person_posting_during_a_run_keeps_its_tokens_and_terminate_in_t
         assert llm.participant_order == ["planner", "budget"]
         statuses = [(e.id, e.status) for e in harness.surface.episodes if not e.running]
         assert (b, "terminated") == statuses[-1] and statuses.count((b, "terminated")) == 1
+
+
+async def test_a_persons_message_waits_out_a_locked_database_and_is_stored_once(harness):
+    harness.store_options["busy_timeout_ms"] = 50
+    async with harness.running(mode="tags"):
+        group = await harness.store.get_group(harness.group.id)
+        told: list[str] = []
+        async with harness.place.hold_write_lock():  # another process writes for far longer than 50 ms
+            posting = asyncio.create_task(harness.engine.post_user_message(
+                group, author_name="alice", user_id="alice", text="kept through the lock", waiting=told.append))
+            for _ in range(500):
+                if told:
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.3)  # several more tries, all refused
+            assert not posting.done()
+        message = await asyncio.wait_for(posting, 10)
+        assert told == [LOCKED_MESSAGE]  # once, at the first wait
+        rows = [(m.seq, m.text) for m in await harness.store.messages(group.id)]
+        assert rows == [(message.seq, "kept through the lock")]
 
 
 async def test_a_late_reply_to_an_older_task_does_not_use_up_the_new_tasks_cap(harness):
