@@ -19,8 +19,10 @@ def ends_with_terminate(text: str) -> bool:
 
 
 def strip_terminate(text: str) -> str:
-    """The text as shown to people: a trailing TERMINATE removed."""
-    return _TRAILING_TERMINATE.sub("", text).rstrip()
+    """The text as shown to people: the trailing TERMINATE removed (and any repeats of it)."""
+    while (shown := _TRAILING_TERMINATE.sub("", text).rstrip()) != text:
+        text = shown
+    return shown
 
 
 _EMPHASIS = ("**", "__")

@@ -17,6 +17,7 @@ from bot.core.stop import (
         ("All set.\n\nTERMINATE.", True, "All set."),
         ("All set. **TERMINATE**", True, "All set."),
         ("TERMINATE", True, ""),
+        ("All set. TERMINATE TERMINATE", True, "All set."),
         ("Do not TERMINATE yet, budget.", False, "Do not TERMINATE yet, budget."),
         ("terminate", False, "terminate"),
         ("We are done", False, "We are done"),
