@@ -3,7 +3,10 @@
 What this file owns:
 
 - one `openai.AsyncOpenAI` with our timeout (seconds per connect/read/write,
-  default 60 rather than the SDK's 600) and the SDK's own retries
+  default 60 rather than the SDK's 600) and the SDK's own retries. The SDK's timeout
+  restarts with every byte received, so a server that trickles bytes would hold a call
+  for ever: each request (its retries included) also has a deadline of
+  timeout x (retries + 1) + 1 s, after which it is an `LLMTimeout` like any other
   (`max_retries`, default 2). The SDK retries 408/409/429/5xx, timeouts and
   connection errors with exponential backoff (0.5 s doubling, capped at 8 s,
   up to 25 % jitter) and honours a server's `retry-after-ms` / `Retry-After`
@@ -39,6 +42,7 @@ parameter, and the model is remembered so later calls use it directly.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import socket
@@ -47,6 +51,7 @@ import time
 from typing import Any, Sequence
 from urllib.parse import urlsplit
 
+import httpx2
 import openai
 
 from bot.adapters.tokens import make_token_counter
@@ -90,6 +95,9 @@ class OpenAILLM:
         self.default_model = default_model
         self.timeout = float(timeout)
         self.max_retries = max_retries
+        # A whole request, retries and their waits included (a second more, so that a plain hang
+        # is still the SDK's own timeout).
+        self.deadline = self.timeout * (max_retries + 1) + 1.0
         self._secret = api_key
         self._counter = counter if counter is not None else make_token_counter()
         # base_url=None: the SDK reads OPENAI_BASE_URL, else uses api.openai.com.
@@ -212,7 +220,10 @@ class OpenAILLM:
                 limit = "max_completion_tokens" if model in self._completion_tokens_models else "max_tokens"
                 attempt[limit] = max_tokens
             try:
-                return await self._client.chat.completions.create(**attempt)
+                async with asyncio.timeout(self.deadline):
+                    return await self._client.chat.completions.create(**attempt)
+            except TimeoutError:
+                raise _Overdue(self.deadline, self._client.base_url) from None
             except openai.BadRequestError as exc:
                 if "prompt_cache_key" in attempt and _names(exc, "prompt_cache_key"):
                     log.info("model %s rejects prompt_cache_key; sending none from now on", model)
@@ -292,6 +303,8 @@ class OpenAILLM:
 
     def _translate(self, exc: openai.OpenAIError, model: str) -> LLMError:
         where = f"model {model} at {self.host}"
+        if isinstance(exc, _Overdue):
+            return LLMTimeout(f"did not finish within {exc.seconds:g}s ({where})")
         if isinstance(exc, openai.APITimeoutError):
             return LLMTimeout(f"timed out after {self.timeout:g}s ({where})")
         if isinstance(exc, openai.APIConnectionError):
@@ -354,6 +367,14 @@ def _connection_problem(exc: BaseException) -> str:
             return "connection failed"
         cause = cause.__cause__ or cause.__context__
     return "could not connect"
+
+
+class _Overdue(openai.APITimeoutError):
+    """A request that went on past the adapter's deadline (a server sending bytes slowly)."""
+
+    def __init__(self, seconds: float, base_url: Any) -> None:
+        super().__init__(request=httpx2.Request("POST", f"{base_url}chat/completions"))
+        self.seconds = seconds
 
 
 def _host(url: str) -> str:

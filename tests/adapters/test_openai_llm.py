@@ -228,6 +228,18 @@ async def test_api_key_never_leaks(caplog: pytest.LogCaptureFixture) -> None:
     assert caplog.records and KEY not in caplog.text and KEY[-8:] not in caplog.text
 
 
+async def test_a_server_that_trickles_bytes_is_cut_at_the_deadline() -> None:
+    # The SDK's timeout restarts with every byte: one space every 0.1 s would hold the call 30 s.
+    async with FakeOpenAI([Reply("late", delay=30, trickle=0.1), Reply("on time")]) as srv:
+        async with make_llm(srv, timeout=0.3, max_retries=1) as llm:
+            started = time.monotonic()
+            with pytest.raises(LLMTimeout, match=r"did not finish within 1.6s") as info:
+                await llm.complete(MESSAGES)
+            assert time.monotonic() - started < 5
+            assert info.value.public == "the model did not answer in time"
+            assert (await llm.complete(MESSAGES)).text == "on time"
+
+
 def test_constructor_checks_arguments() -> None:
     with pytest.raises(ValueError, match="api_key"):
         OpenAILLM(api_key="", base_url=None, default_model="m")

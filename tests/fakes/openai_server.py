@@ -41,6 +41,8 @@ class Reply:
     headers: dict[str, str] | None = None
     error_body: dict[str, Any] | None = None  # non-200: default {"error": {...}} in OpenAI's shape
     delay: float = 0.0  # seconds to wait before answering (a hang, for timeout tests)
+    trickle: float = 0.0  # with `delay`: headers at once, then a space (valid leading JSON whitespace)
+    #                       every `trickle` seconds until `delay` has passed, then the body
     usage: dict[str, Any] | None | Literal["omit"] = None  # None: computed; "omit": no usage field
     logprobs: list[float] | None = None  # per-token log-probabilities of `text`
     finish_reason: str = "stop"
@@ -204,12 +206,26 @@ class FakeOpenAI:
                                headers={"x-should-retry": "false"})
         if isinstance(reply, str):
             reply = Reply(text=reply)
+        if reply.trickle > 0:
+            return await self._trickle(request, reply, recorded)
         if reply.delay > 0:
             try:
                 await asyncio.wait_for(self._closing.wait(), reply.delay)
             except asyncio.TimeoutError:
                 pass
         return self._render(reply, recorded)
+
+    async def _trickle(self, request: web.Request, reply: Reply, recorded: RecordedRequest) -> web.StreamResponse:
+        rendered = self._render(reply, recorded)
+        stream = web.StreamResponse(status=rendered.status, headers={"Content-Type": "application/json"})
+        await stream.prepare(request)
+        deadline = time.monotonic() + reply.delay
+        while time.monotonic() < deadline and not self._closing.is_set():
+            await stream.write(b" ")
+            await asyncio.sleep(reply.trickle)
+        await stream.write(rendered.body if isinstance(rendered.body, bytes) else b"")
+        await stream.write_eof()
+        return stream
 
     def _error(self, status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
         body = {"error": {"message": message, "type": _error_type(status), "param": None, "code": None}}
