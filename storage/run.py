@@ -123,6 +123,11 @@ class RunMixin(LeaseMixin):
             row = await self._one(db, "SELECT status FROM episodes WHERE id = ?", (run.episode_id,))
             if row is not None and row[0] == "stopped":
                 return "discarded", "the episode was stopped during the run", None
+        agent = await self._one(db, "SELECT enabled, removed_at FROM agents WHERE id = ?", (run.agent_id,))
+        if agent is not None and agent[1] is not None:
+            return "discarded", "the agent was removed during the run", None
+        if agent is not None and not agent[0]:
+            return "discarded", "the agent was disabled during the run", None
         current = run.episode_id == group["episode_id"]
         if current and int(group["agent_streak"]) >= cap:
             return "refused", str(CapReached(cap)), None

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from bot.core.errors import LLMTimeout
 from tests.fakes.scripted_llm import ScriptedLLM
 
@@ -116,6 +118,26 @@ async def test_coalescing_five_messages_during_a_run_make_one_more_run(harness):
         runs = await harness.fetch("SELECT snapshot_seq, status FROM runs ORDER BY id")
         # 5 follow-ups are seqs 2-6 and the first reply is seq 7: one more run, over all of them
         assert [tuple(r) for r in runs] == [(1, "posted"), (7, "posted")]
+
+
+@pytest.mark.parametrize("change", ["removed", "disabled"])
+async def test_a_reply_in_flight_is_dropped_when_its_agent_is_removed_or_disabled(harness, change):
+    llm = ScriptedLLM(default_agent_reply=lambda name, n: f"{name} reply {n}")
+    llm.gate = asyncio.Event()
+    async with harness.running(llm, mode="tags"):
+        await harness.say("@planner first")
+        await harness.until_called()
+        planner = await harness.store.find_agent(harness.group.id, "planner")
+        assert planner is not None
+        if change == "removed":
+            await harness.store.remove_agent(planner.id)
+        else:
+            await harness.store.update_agent(planner.id, enabled=False)
+        llm.gate.set()
+        await harness.idle()
+        assert await harness.thread() == ["[alice] @planner first"]
+        runs = await harness.fetch("SELECT status, error FROM runs")
+        assert [tuple(r) for r in runs] == [("discarded", f"the agent was {change} during the run")]
 
 
 async def test_burst_of_untagged_messages_costs_one_selector_call(harness):
