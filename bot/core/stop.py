@@ -97,6 +97,12 @@ def cap_notice(cap: int) -> str:
     return f"Stopped after {cap} agent messages (max_turns). Post a message to continue."
 
 
+def cap_refusal_notice(name: str, cap: int) -> str:
+    """Why an agent a turn was meant for did not answer (another agent reached the cap first)."""
+    return f"{name} did not answer: the group reached max_turns ({cap} agent messages in a row). " \
+           "Post a message to continue."
+
+
 def near_repeat(text: str, earlier: Sequence[str], threshold: float = 0.92) -> bool:
     """Whether `text` nearly repeats one of `earlier` (seed 003's parrot check).
 
@@ -126,6 +132,7 @@ __all__ = [
     "DEFAULT_MAX_TURNS",
     "TERMINATE",
     "cap_notice",
+    "cap_refusal_notice",
     "ends_with_terminate",
     "guard_impersonation",
     "near_repeat",

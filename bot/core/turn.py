@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from bot.core.context import Trimmed, load_thread, participant_step
-from bot.core.errors import LLMError
+from bot.core.errors import CapReached, LLMError
 from bot.core.memory import Answer, load_memory, run_with_memory
 from bot.core.models import Agent, ChatMessage, Group, Message, NewMessage, Run, RunResult, Usage
 from bot.core.prompts import participant_prompt, system_message, thread_line
-from bot.core.stop import ends_with_terminate, guard_impersonation, strip_terminate
+from bot.core.stop import cap_refusal_notice, ends_with_terminate, guard_impersonation, strip_terminate
 from bot.core.tags import parse_tags
 
 if TYPE_CHECKING:
@@ -84,16 +84,27 @@ class AgentTurn:
         engine = self.engine
         store = engine.store
         run = await store.start_run(group.id, agent.id, "group", snapshot)
-        try:
-            result, terminated = await self._call(group, agent, run, selector_usage)
-        except asyncio.CancelledError:
-            # Shutting down: the run stays undone (its agent runs again on the next start).
-            await self._interrupt(run, selector_usage)
-            raise
-        finished = await store.finish_run(run.id, result, cap=group.settings.max_agent_turns)
-        run, reply = finished.run, finished.reply
+        fresh = await store.get_group(group.id)
+        cap = fresh.settings.max_agent_turns
+        if run.episode_id is not None and run.episode_id == fresh.episode_id and fresh.agent_streak >= cap:
+            # The cap was reached while this run waited (another agent posted): a model call
+            # would only pay for a reply the store must refuse.
+            result, terminated = RunResult("refused", selector_usage=selector_usage, error=str(CapReached(cap)),
+                                           notice=await self._refusal_notice(run, agent, cap)), False
+        else:
+            try:
+                result, terminated = await self._call(group, agent, run, selector_usage)
+            except asyncio.CancelledError:
+                # Shutting down: the run stays undone (its agent runs again on the next start).
+                await self._interrupt(run, selector_usage)
+                raise
+        finished = await store.finish_run(run.id, result, cap=cap)
+        run, reply, notice = finished.run, finished.reply, finished.notice
         if result.reply is not None and reply is None:
             log.info("group=%s agent=%s run=%s not posted: %s", group.id, agent.name, run.id, run.error)
+        if run.status == "refused" and result.status != "refused":  # the store refused it: another agent posted first
+            told = await self._refusal_notice(run, agent, cap)
+            notice = await store.append_system_message(group.id, told) if told else notice
         if reply is not None:
             usage = result.usage
             log.info(
@@ -104,7 +115,13 @@ class AgentTurn:
                 usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
                 " (estimated)" if usage.estimated else "", reply.text[:300],
             )
-        return TurnOutcome(run, reply, terminated, finished.notice)
+        return TurnOutcome(run, reply, terminated, notice)
+
+    async def _refusal_notice(self, run: Run, agent: Agent, cap: int) -> NewMessage | None:
+        """Why `agent` did not answer, unless its episode already ended at the cap (that notice says it)."""
+        if run.episode_id is not None and (await self.engine.store.get_episode(run.episode_id)).status == "max_turns":
+            return None
+        return self.engine.notice(cap_refusal_notice(agent.name, cap))
 
     async def _call(self, group: Group, agent: Agent, run: Run, selector_usage: Usage) -> tuple[RunResult, bool]:
         """Prompt the agent and turn its answer into the run's result (and whether it said TERMINATE)."""

@@ -140,6 +140,33 @@ async def test_a_reply_in_flight_is_dropped_when_its_agent_is_removed_or_disable
         assert [tuple(r) for r in runs] == [("discarded", f"the agent was {change} during the run")]
 
 
+async def test_an_agent_whose_turn_comes_after_the_cap_is_not_called_and_people_are_told(harness):
+    llm = ScriptedLLM(default_agent_reply=lambda name, n: f"{name} reply {n}")
+    async with harness.running(llm, mode="tags", max_agent_turns=1):
+        await harness.say("@planner @budget both of you, please")
+        await harness.idle()
+        assert llm.participant_order == ["planner"]  # budget's call would only pay for a refused reply
+        assert await harness.thread() == [
+            "[alice] @planner @budget both of you, please",
+            "[planner] planner reply 1",
+            "[roundtable] Stopped after 1 agent messages (max_turns). Post a message to continue.",
+        ]  # that notice says why budget did not answer
+        runs = await harness.fetch("SELECT status FROM runs ORDER BY id")
+        assert [r[0] for r in runs] == ["posted", "refused"]
+
+
+async def test_an_agent_refused_after_another_ended_the_task_is_named(harness):
+    # planner says TERMINATE (the episode ends 'terminated', no cap notice); budget was tagged too
+    llm = ScriptedLLM(default_agent_reply=lambda name, n: f"{name} reply {n}" + (" TERMINATE" if n == 1 else ""))
+    async with harness.running(llm, mode="tags", max_agent_turns=1):
+        await harness.say("@planner @budget both of you, please")
+        await harness.idle()
+        assert llm.participant_order == ["planner"]
+        assert (await harness.thread())[-1] == (
+            "[roundtable] budget did not answer: the group reached max_turns (1 agent messages in a row). "
+            "Post a message to continue.")
+
+
 async def test_burst_of_untagged_messages_costs_one_selector_call(harness):
     llm = ScriptedLLM(selector=["budget", "TERMINATE"], default_agent_reply=lambda name, n: f"{name} {n}")
     llm.gate = asyncio.Event()
