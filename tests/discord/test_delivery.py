@@ -12,6 +12,7 @@ from tests.discord_emulator import DiscordEmulator
 from tests.fakes.openai_server import GroupChatScript
 
 WEBHOOK = r"^/webhooks/\d+/[\w.\-]{60,}"
+CHANNEL_MESSAGES = r"^/channels/\d+/messages$"
 
 
 @pytest.fixture
@@ -32,6 +33,11 @@ async def two_questions(harness) -> list[str]:
 
 def webhook_messages(emu: DiscordEmulator) -> list[str]:
     return [m["content"] for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id")]
+
+
+def webhook_authors(emu: DiscordEmulator) -> list[tuple[str, str]]:
+    return [(m["author"]["username"], m["content"]) for m in emu.channel_messages(emu.channel_id)
+            if m.get("webhook_id")]
 
 
 @pytest.mark.parametrize("fault", [
@@ -132,3 +138,33 @@ async def test_a_message_is_stored_after_the_database_was_locked_longer_than_the
     await harness.idle()
     rows = await harness.store.messages(1)
     assert [(r.author_name, r.text) for r in rows] == [("Alice", "@planner one"), ("planner", "First answer.")]
+
+
+async def test_a_row_is_posted_under_the_name_it_was_written_with(harness, script):
+    emu = harness.emu
+    await harness.setup_group(("planner", "plans"), mode="tags")
+    first = emu.hold("POST", WEBHOOK)  # the first attempt waits before Discord takes it ...
+    emu.fail_next("POST", WEBHOOK, 503)  # ... and is then refused
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner one")
+    await first.wait_arrived()
+    await harness.command("agent rename", {"name": "planner", "new_name": "chef"})
+    first.release()
+    await wait_confirmed(harness, 2)
+    assert webhook_authors(emu) == [("planner", "First answer.")]
+
+
+@pytest.mark.parametrize("read_fault", [dict(status=403, body={"message": "Missing Access", "code": 50001}),
+                                        dict(status=0, times=2)])  # a reset (aiohttp repeats a GET once)
+async def test_a_rename_while_an_unsure_post_is_looked_for_does_not_post_it_again(harness, script, read_fault):
+    emu = harness.emu
+    await harness.setup_group(("planner", "plans"), mode="tags")
+    emu.fail_next("POST", WEBHOOK, 502, after=True)  # in the channel; its answer is lost
+    reading = emu.hold("GET", CHANNEL_MESSAGES)  # the read-back waits ...
+    emu.fail_next("GET", CHANNEL_MESSAGES, **read_fault)  # ... then fails: the next attempt reads again
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner one")
+    await reading.wait_arrived()
+    await harness.command("agent rename", {"name": "planner", "new_name": "chef"})
+    reading.release()
+    row = await wait_confirmed(harness, 2)
+    assert webhook_authors(emu) == [("planner", "First answer.")]
+    assert len(row.external_ids) == 1

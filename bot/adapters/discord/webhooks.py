@@ -249,7 +249,7 @@ class DiscordSurface:
         hook_channel = group.parent_channel_id or group.channel_id or ""
         payload: dict[str, Any] = {
             "content": chunk,
-            "username": agent.name if agent else message.author_name,
+            "username": message.author_name,  # the row's snapshot: a later rename never changes an old row
             "allowed_mentions": allowed_mentions(chunk, message.tags.user_ids),
         }
         if agent is not None and agent.avatar_url:
@@ -356,6 +356,7 @@ class DiscordSurface:
         return found
 
     def _ours(self, seen: discord.Message, message: Message, agent: Agent | None) -> bool:
-        if message.author_type == "agent":
-            return seen.webhook_id is not None and seen.author.name == (agent.name if agent else message.author_name)
+        if message.author_type == "agent":  # posted under the row's name; a copy under the current one counts too
+            names = {message.author_name} | ({agent.name} if agent else set())
+            return seen.webhook_id is not None and seen.author.name in names
         return seen.webhook_id is None and self.bot.user is not None and seen.author.id == self.bot.user.id
