@@ -86,6 +86,7 @@ class DiscordSurface:
         self._tasks: set[asyncio.Task[None]] = set()  # reactions in flight
         self._closed = False
         self._fresh: dict[str, str] = {}  # a stored signed URL -> its latest refreshed copy
+        self._makers: dict[str, bool] = {}  # webhook id -> whether this bot made it
 
     @property
     def bot(self) -> discord.Client:
@@ -159,9 +160,41 @@ class DiscordSurface:
         self._webhooks[channel_id] = stored
         return stored
 
-    async def is_own_webhook(self, group: Group, webhook_id: int) -> bool:
+    async def is_own_post(self, group: Group, message: discord.Message) -> bool:
+        """Whether a webhook message came from this bot: through the group's webhook, or any
+        webhook this bot's application made (another process's, one made before the group's
+        current one). Such a message is never a person's."""
+        if message.webhook_id is None:
+            return False
+        if self.client is not None and message.application_id is not None \
+                and message.application_id == self.client.application_id:
+            return True
+        hook_id = str(message.webhook_id)
+        if hook_id in {cached for cached, _ in self._webhooks.values()}:
+            return True
         stored = await self.store.get_webhook(group.parent_channel_id or group.channel_id or "")
-        return stored is not None and stored[0] == str(webhook_id)
+        if stored is not None and stored[0] == hook_id:
+            return True
+        if hook_id not in self._makers:
+            maker = await self._maker(hook_id)
+            if maker is None:
+                return False  # unknown for now: asked again next time
+            self._makers[hook_id] = maker
+        return self._makers[hook_id]
+
+    async def _maker(self, hook_id: str) -> bool | None:
+        """Whether this bot made the webhook (Discord's `application_id` or creator); None when
+        Discord cannot say now."""
+        try:
+            data = await self.bot.http.request(Route("GET", "/webhooks/{webhook_id}", webhook_id=int(hook_id)))
+        except discord.NotFound:
+            return False
+        except (discord.HTTPException, *TRANSPORT_ERRORS) as exc:
+            log.warning("could not look up who made webhook %s: %s", hook_id, type(exc).__name__)
+            return None
+        ours = {str(i) for i in (self.bot.application_id, self.bot.user and self.bot.user.id) if i}
+        creator = data.get("user") or {}
+        return bool(ours & {str(data.get("application_id")), str(creator.get("id"))})
 
     # Surface -------------------------------------------------------------
     async def publish(self, group: Group, message: Message, agent: Agent | None, *,
