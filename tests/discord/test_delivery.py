@@ -168,3 +168,45 @@ async def test_a_rename_while_an_unsure_post_is_looked_for_does_not_post_it_agai
     row = await wait_confirmed(harness, 2)
     assert webhook_authors(emu) == [("planner", "First answer.")]
     assert len(row.external_ids) == 1
+
+
+def move_webhooks(emu: DiscordEmulator, name: str) -> str:
+    """An admin moves the group's webhook to another channel (Server Settings > Integrations)."""
+    elsewhere = emu.add_channel(emu.guild_id, name)
+    for hook in emu.webhooks.values():
+        if hook.channel_id == emu.channel_id:
+            hook.channel_id = elsewhere  # what PATCH /webhooks/{id} {"channel_id"} does
+    return elsewhere
+
+
+def posts_in(emu: DiscordEmulator, channel_id: str) -> list[str]:
+    return [m["content"] for m in emu.channel_messages(channel_id) if m.get("webhook_id")]
+
+
+async def test_a_webhook_moved_to_another_channel_is_replaced_and_its_stray_post_deleted(harness, script):
+    emu = harness.emu
+    await harness.setup_group(("planner", "plans"), mode="tags")
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner one")
+    await wait_confirmed(harness, 2)
+    elsewhere = move_webhooks(emu, "announcements")
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner two")
+    row = await wait_confirmed(harness, 4)
+    assert webhook_messages(emu) == ["First answer.", "Second answer."]
+    assert posts_in(emu, elsewhere) == []  # landed there, and deleted
+    assert len(emu.requests_matching("DELETE", WEBHOOK + r"/messages/\d+$")) == 1
+    assert row.external_ids == (emu.channel_messages(emu.channel_id)[-1]["id"],)
+    assert len(emu.requests_matching("POST", r"^/channels/\d+/webhooks$")) == 2  # setup's, and its replacement
+
+
+async def test_a_moved_webhook_that_cannot_be_replaced_is_reported(harness, script):
+    emu = harness.emu
+    await harness.setup_group(("planner", "plans"), mode="tags")
+    move_webhooks(emu, "announcements")
+    emu.deny_manage_webhooks = True
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner one")
+    await emu.wait_for(lambda: [m for m in emu.channel_messages(emu.channel_id) if "Manage Webhooks" in m["content"]],
+                       what="the alert")
+    emu.deny_manage_webhooks = False
+    await wait_confirmed(harness, 2)
+    assert webhook_messages(emu) == ["First answer."]
+    assert (await harness.store.get_group(1)).delivery_problem is None

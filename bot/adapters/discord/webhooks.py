@@ -3,7 +3,9 @@
 One webhook per group channel, created by `/roundtable setup`, stored, reused;
 threads post through the parent's webhook with `thread_id`. Every post sets
 `allowed_mentions` explicitly: never @everyone, @here or roles; only the
-people the agent tagged. Unknown Webhook (10015) -> recreate once and resend.
+people the agent tagged. Unknown Webhook (10015) -> recreate once and resend;
+likewise a post that lands in another channel (an admin moved the webhook),
+after deleting it there through the webhook.
 
 Exactly once. A reply is split into chunks; each chunk's id is recorded as
 soon as Discord answers. Webhook executes go out once per attempt (our own
@@ -72,6 +74,10 @@ def rendered(message: Message) -> str:
 
 class _UnknownWebhook(Exception):
     pass
+
+
+class _MovedWebhook(Exception):
+    """The post landed in another channel: an admin moved the webhook (its copy there is deleted)."""
 
 
 class DiscordSurface:
@@ -301,8 +307,15 @@ class DiscordSurface:
                 if attempt == 2:
                     raise DeliveryError("Discord does not know the group's new webhook either") from None
                 log.warning("group=%s webhook was deleted; creating a new one", group.id)
-                self._webhooks.pop(hook_channel, None)
-                await self.store.forget_webhook(hook_channel)
+            except _MovedWebhook:
+                if attempt == 2:
+                    where = self.where(group)
+                    raise DeliveryError("the group's new webhook posts in another channel too", problem=(
+                        f"My webhook's posts land outside {where}; check the webhooks in Server Settings > "
+                        f"Integrations and give my role Manage Webhooks in {where}.")) from None
+                log.warning("group=%s webhook %s was moved to another channel; creating a new one", group.id, hook_id)
+            self._webhooks.pop(hook_channel, None)
+            await self.store.forget_webhook(hook_channel)
         raise AssertionError("unreachable")
 
     async def _execute(self, group: Group, hook_id: str, token: str, payload: dict[str, Any],
@@ -327,11 +340,28 @@ class DiscordSurface:
             with contextlib.suppress(ValueError):
                 self._not_before[hook_id] = time.monotonic() + float(headers.get("X-RateLimit-Reset-After", "1"))
         if 200 <= status < 300 and isinstance(body, dict) and "id" in body:
+            landed = str(body.get("channel_id") or group.channel_id)
+            if group.channel_id and landed != group.channel_id:  # (a thread's posts are in the thread)
+                await self._delete_stray(group, url, str(body["id"]), landed)
+                raise _MovedWebhook()
             return str(body["id"])
         code = body.get("code") if isinstance(body, dict) else None
         if status == 404 and code == UNKNOWN_WEBHOOK:
             raise _UnknownWebhook()
         raise self._refusal(group, status, code, body, need="Manage Webhooks and Send Messages")
+
+    async def _delete_stray(self, group: Group, hook_url: str, message_id: str, channel_id: str) -> None:
+        """Delete, through the webhook, a post that landed in another channel; best effort."""
+        assert self._session is not None
+        try:
+            async with self._session.delete(f"{hook_url}/messages/{message_id}",
+                                            timeout=aiohttp.ClientTimeout(total=POST_TIMEOUT)) as resp:
+                outcome: object = resp.status
+        except TRANSPORT_ERRORS as exc:
+            outcome = type(exc).__name__
+        if outcome not in (204, 404):  # 404: gone already
+            log.warning("group=%s: a post that landed in channel %s could not be deleted (%s); it stays there",
+                        group.id, channel_id, outcome)
 
     async def _post_as_bot(self, group: Group, message: Message, index: int, chunk: str) -> str:
         payload = {"content": chunk, "allowed_mentions": {"parse": []},
