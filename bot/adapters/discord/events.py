@@ -229,9 +229,7 @@ class Ingest:
         if self.bot.user is not None and message.author.id == self.bot.user.id:
             return False
         if message.webhook_id is not None:
-            if await self.bot.surface.is_own_post(group, message):
-                return False
-            return group.settings.allow_bots
+            return group.settings.allow_bots and not await self.bot.surface.is_own_post(group, message)
         if message.author.bot and not group.settings.allow_bots:
             return False
         return bool(message.content or message.attachments)
