@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+import bot.adapters.discord.webhooks as webhooks
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.openai_server import GroupChatScript
 
@@ -210,3 +211,44 @@ async def test_a_moved_webhook_that_cannot_be_replaced_is_reported(harness, scri
     await wait_confirmed(harness, 2)
     assert webhook_messages(emu) == ["First answer."]
     assert (await harness.store.get_group(1)).delivery_problem is None
+
+
+def agent_post_requests(emu: DiscordEmulator) -> list:
+    return [r for r in emu.requests_matching("POST", WEBHOOK)
+            if not r.path.startswith(f"/webhooks/{emu.application_id}/")]  # not interaction follow-ups
+
+
+@pytest.fixture
+def slow_discord(monkeypatch):
+    """Production's waits for a post Discord may commit late, scaled down."""
+    monkeypatch.setattr(webhooks, "POST_TIMEOUT", 0.5)
+    monkeypatch.setattr(webhooks, "LATE_READS", (0.3, 0.6))
+    monkeypatch.setattr(webhooks, "LATE_CHECKS", (0.3, 1.0))
+
+
+async def test_a_post_discord_commits_soon_after_the_bot_gave_up_is_found_not_sent_again(harness, script, slow_discord):
+    emu = harness.emu
+    await harness.setup_group(("planner", "plans"), mode="tags")
+    reads = len(emu.requests_matching("GET", CHANNEL_MESSAGES))
+    slow = emu.hold("POST", WEBHOOK)  # Discord has the request; it takes it only after the bot gave up
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner one")
+    await slow.wait_arrived()
+    await emu.wait_for(lambda: len(emu.requests_matching("GET", CHANNEL_MESSAGES)) > reads, what="the read-back")
+    slow.release()
+    row = await wait_confirmed(harness, 2)
+    assert webhook_messages(emu) == ["First answer."]
+    assert len(agent_post_requests(emu)) == 1
+    assert row.external_ids == (emu.channel_messages(emu.channel_id)[-1]["id"],)
+
+
+async def test_a_post_discord_commits_after_it_was_sent_again_is_deleted(harness, script, slow_discord):
+    emu = harness.emu
+    await harness.setup_group(("planner", "plans"), mode="tags")
+    slow = emu.hold("POST", WEBHOOK)
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner one")
+    await slow.wait_arrived()
+    row = await wait_confirmed(harness, 2)  # sent again once the reads found nothing
+    slow.release()  # then Discord commits the first request too
+    await emu.wait_for(lambda: emu.requests_matching("DELETE", WEBHOOK + r"/messages/\d+$"), what="the delete")
+    assert webhook_messages(emu) == ["First answer."]
+    assert [m["id"] for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id")] == list(row.external_ids)
