@@ -12,9 +12,11 @@ lasting refusal (a missing permission) is recorded on the group, told to its
 people once, and retried until it is fixed. One bad row never stops a group:
 a posted part whose id is stored as another row already (our post, taken in as
 a person's message by another process) is recorded on this row, and a row that
-keeps failing for an unexpected reason (a bug) is skipped after a few tries. An episode's end is told to the
-surface (`announce`) once the rows committed before it are shown, so people
-see the reply that ended an episode before they see that it ended.
+keeps failing for an unexpected reason (a bug) is given up after a few tries
+(logged, and marked confirmed so the rows behind it go out). An episode's end
+is told to the surface (`announce`) once the rows committed before it are
+shown, so people see the reply that ended an episode before they see that it
+ended.
 """
 from __future__ import annotations
 
