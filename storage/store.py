@@ -20,14 +20,14 @@ import time
 import unicodedata
 from pathlib import Path
 
-from bot.core.errors import InvalidInput
+from bot.core.errors import AlreadyStored, InvalidInput
 from bot.core.models import Agent, Episode, Group, GroupSettings, Message, NewMessage, token_cost
 from bot.core.validation import check_name_free
 from storage.base import Clock
 from storage.db import DEFAULT_BUSY_TIMEOUT_MS, SqliteBackend
 from storage.notes import NotesMixin
 from storage.record import RecordMixin
-from storage.rows import dumps, settings_to_json, to_agent, to_group, to_message, unique
+from storage.rows import dumps, settings_to_json, strings_from_json, to_agent, to_group, to_message, unique
 from storage.schedule import ScheduleMixin
 from storage.sql import Db
 
@@ -242,13 +242,39 @@ class SqlStore(NotesMixin, RecordMixin, ScheduleMixin):
     async def record_posted(self, group_id: int, seq: int, external_id: str) -> None:
         """One more part of the row reached the surface (a chunk, with its id)."""
         async with self._write(group_id) as db:
-            row = await self._message_row(db, group_id, seq)
-            merged = unique([*to_message(row).external_ids, str(external_id)])
-            await self._map_external_ids(db, group_id, seq, merged)
-            await self._exec(
-                db, "UPDATE messages SET external_ids = ? WHERE group_id = ? AND seq = ?",
-                (dumps(list(merged)), group_id, seq),
+            await self._add_part(db, group_id, seq, str(external_id))
+
+    async def _add_part(self, db: Db, group_id: int, seq: int, external_id: str) -> None:
+        row = await self._message_row(db, group_id, seq)
+        merged = unique([*to_message(row).external_ids, external_id])
+        await self._map_external_ids(db, group_id, seq, merged)
+        await self._exec(
+            db, "UPDATE messages SET external_ids = ? WHERE group_id = ? AND seq = ?",
+            (dumps(list(merged)), group_id, seq),
+        )
+
+    async def take_posted(self, group_id: int, seq: int, external_id: str) -> int | None:
+        """Like `record_posted`, for our own post that a process took in as a person's row of the
+        group: the id moves to row `seq`, the person row keeps its text without it. The person
+        row's seq (None: no row held the id); AlreadyStored when another kind of row holds it."""
+        external_id = str(external_id)
+        async with self._write(group_id) as db:
+            held = await self._one(
+                db, "SELECT m.seq, m.author_type, m.external_ids FROM message_external_ids x"
+                " JOIN messages m ON m.group_id = x.group_id AND m.seq = x.seq"
+                " WHERE x.external_id = ? AND x.group_id = ?", (external_id, group_id),
             )
+            if held is not None and int(held["seq"]) == seq:
+                return None  # recorded already
+            if held is not None and held["author_type"] != "user":
+                raise AlreadyStored(f"message {external_id} is already stored (group {group_id}, seq {held['seq']})")
+            if held is not None:
+                left = [i for i in strings_from_json(held["external_ids"]) if i != external_id]
+                await self._exec(db, "UPDATE messages SET external_ids = ? WHERE group_id = ? AND seq = ?",
+                                 (dumps(left), group_id, held["seq"]))
+                await self._exec(db, "DELETE FROM message_external_ids WHERE external_id = ?", (external_id,))
+            await self._add_part(db, group_id, seq, external_id)
+        return None if held is None else int(held["seq"])
 
     async def confirm_message(self, group_id: int, seq: int) -> None:
         """Every part of the row reached the surface."""

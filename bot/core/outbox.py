@@ -9,9 +9,14 @@ a group's posts always leave in seq order. When an attempt may have reached
 people without being recorded (a crash, a reset connection) the next attempt
 first asks the surface to find what arrived, so nothing is shown twice. A
 lasting refusal (a missing permission) is recorded on the group, told to its
-people once, and retried until it is fixed. An episode's end is told to the
-surface (`announce`) once the rows committed before it are shown, so people
-see the reply that ended an episode before they see that it ended.
+people once, and retried until it is fixed. One bad row never stops a group:
+a posted part whose id is stored as another row already (our post, taken in as
+a person's message by another process) is recorded on this row, and a row that
+keeps failing for an unexpected reason (a bug) is given up after a few tries
+(logged, and marked confirmed so the rows behind it go out). An episode's end
+is told to the surface (`announce`) once the rows committed before it are
+shown, so people see the reply that ended an episode before they see that it
+ended.
 """
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from bot.core.errors import DeliveryError, LeaseLost, NotFound
+from bot.core.errors import AlreadyStored, DeliveryError, LeaseLost, NotFound, StoreError
 from bot.core.models import Agent, Episode, Group, Message
 from bot.core.worker import GroupWorker
 
@@ -28,6 +33,8 @@ if TYPE_CHECKING:
     from bot.core.engine import Engine
 
 log = logging.getLogger(__name__)
+
+GIVE_UP_AFTER = 5  # unexpected failures (a bug, not Discord or the database) showing one row before it is skipped
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,7 @@ class Outbox(GroupWorker):
     def __init__(self, engine: "Engine", group_id: int) -> None:
         super().__init__(engine, group_id)
         self.unsure: set[int] = set()  # rows an earlier attempt may have shown
+        self._broken: dict[int, int] = {}  # row -> unexpected failures showing it
         self._announcements: list[Episode] = []  # episode changes to tell once the rows before are shown
 
     def announce(self, episode: Episode) -> None:
@@ -102,11 +110,19 @@ class Outbox(GroupWorker):
                             self.group_id, seq, failures, exc, delay)
                 await asyncio.sleep(delay)
                 continue
-            except Exception:
+            except (StoreError, LeaseLost):
                 self.unsure.add(seq)  # e.g. a part's id could not be recorded: look before sending again
                 raise
+            except Exception:
+                self.unsure.add(seq)
+                self._broken[seq] = self._broken.get(seq, 0) + 1
+                if self._broken[seq] < GIVE_UP_AFTER:
+                    raise
+                log.exception("group=%s seq=%s could not be shown (%d unexpected failures); skipped, so the "
+                              "rows behind it go out", self.group_id, seq, self._broken[seq])
             await store.confirm_message(self.group_id, seq)
             self.unsure.discard(seq)
+            self._broken.pop(seq, None)
             if group.delivery_problem:
                 await self.engine.report_problem(group, None)
             return True
@@ -115,10 +131,26 @@ class Outbox(GroupWorker):
         store = self.engine.store
 
         async def record(external_id: str) -> None:
-            await store.record_posted(group.id, row.seq, external_id)
+            try:
+                await store.record_posted(group.id, row.seq, external_id)
+            except AlreadyStored:
+                await self._take_back(group, row, external_id)
 
         await self.engine.surface.publish(group, row, await self._author(row), resume=row.seq in self.unsure,
                                           record=record)
+
+    async def _take_back(self, group: Group, row: Message, external_id: str) -> None:
+        """A part the surface posted for `row` is stored as another row already: most likely a
+        process took our own post in as a person's message. That id moves to `row`; a holder
+        that is not a person's row keeps it, and the part counts as shown all the same."""
+        try:
+            person_seq = await self.engine.store.take_posted(group.id, row.seq, external_id)
+        except AlreadyStored as exc:
+            log.warning("group=%s seq=%s: its post %s is stored as another row (%s); counted as shown",
+                        group.id, row.seq, external_id, exc)
+            return
+        log.warning("group=%s seq=%s: its post %s had been taken in as a person's message (seq %s); "
+                    "it is recorded as this row's now", group.id, row.seq, external_id, person_seq)
 
     async def _author(self, message: Message) -> Agent | None:
         """The agent who wrote a row, or a stand-in with its snapshot name when it was removed since."""

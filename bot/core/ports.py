@@ -183,6 +183,13 @@ class ChatStore(Protocol):
         """One more part of the row reached the surface, with its external id."""
         ...
 
+    async def take_posted(self, group_id: int, seq: int, external_id: str) -> int | None:
+        """`record_posted` for an id that a process took in as a person's row of the group (our
+        own post, seen as someone else's): the id moves to row `seq`; the person row stays,
+        without it. That row's seq (None: no row held the id). AlreadyStored when a row that
+        is not a person's holds it."""
+        ...
+
     async def confirm_message(self, group_id: int, seq: int) -> None:
         """Every part of the row reached the surface."""
         ...

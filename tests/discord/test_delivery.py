@@ -8,10 +8,12 @@ import time
 
 import pytest
 
+import bot.adapters.discord.webhooks as webhooks
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.openai_server import GroupChatScript
 
 WEBHOOK = r"^/webhooks/\d+/[\w.\-]{60,}"
+CHANNEL_MESSAGES = r"^/channels/\d+/messages$"
 
 
 @pytest.fixture
@@ -32,6 +34,11 @@ async def two_questions(harness) -> list[str]:
 
 def webhook_messages(emu: DiscordEmulator) -> list[str]:
     return [m["content"] for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id")]
+
+
+def webhook_authors(emu: DiscordEmulator) -> list[tuple[str, str]]:
+    return [(m["author"]["username"], m["content"]) for m in emu.channel_messages(emu.channel_id)
+            if m.get("webhook_id")]
 
 
 @pytest.mark.parametrize("fault", [
@@ -132,3 +139,116 @@ async def test_a_message_is_stored_after_the_database_was_locked_longer_than_the
     await harness.idle()
     rows = await harness.store.messages(1)
     assert [(r.author_name, r.text) for r in rows] == [("Alice", "@planner one"), ("planner", "First answer.")]
+
+
+async def test_a_row_is_posted_under_the_name_it_was_written_with(harness, script):
+    emu = harness.emu
+    await harness.setup_group(("planner", "plans"), mode="tags")
+    first = emu.hold("POST", WEBHOOK)  # the first attempt waits before Discord takes it ...
+    emu.fail_next("POST", WEBHOOK, 503)  # ... and is then refused
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner one")
+    await first.wait_arrived()
+    await harness.command("agent rename", {"name": "planner", "new_name": "chef"})
+    first.release()
+    await wait_confirmed(harness, 2)
+    assert webhook_authors(emu) == [("planner", "First answer.")]
+
+
+@pytest.mark.parametrize("read_fault", [dict(status=403, body={"message": "Missing Access", "code": 50001}),
+                                        dict(status=0, times=2)])  # a reset (aiohttp repeats a GET once)
+async def test_a_rename_while_an_unsure_post_is_looked_for_does_not_post_it_again(harness, script, read_fault):
+    emu = harness.emu
+    await harness.setup_group(("planner", "plans"), mode="tags")
+    emu.fail_next("POST", WEBHOOK, 502, after=True)  # in the channel; its answer is lost
+    reading = emu.hold("GET", CHANNEL_MESSAGES)  # the read-back waits ...
+    emu.fail_next("GET", CHANNEL_MESSAGES, **read_fault)  # ... then fails: the next attempt reads again
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner one")
+    await reading.wait_arrived()
+    await harness.command("agent rename", {"name": "planner", "new_name": "chef"})
+    reading.release()
+    row = await wait_confirmed(harness, 2)
+    assert webhook_authors(emu) == [("planner", "First answer.")]
+    assert len(row.external_ids) == 1
+
+
+def move_webhooks(emu: DiscordEmulator, name: str) -> str:
+    """An admin moves the group's webhook to another channel (Server Settings > Integrations)."""
+    elsewhere = emu.add_channel(emu.guild_id, name)
+    for hook in emu.webhooks.values():
+        if hook.channel_id == emu.channel_id:
+            hook.channel_id = elsewhere  # what PATCH /webhooks/{id} {"channel_id"} does
+    return elsewhere
+
+
+def posts_in(emu: DiscordEmulator, channel_id: str) -> list[str]:
+    return [m["content"] for m in emu.channel_messages(channel_id) if m.get("webhook_id")]
+
+
+async def test_a_webhook_moved_to_another_channel_is_replaced_and_its_stray_post_deleted(harness, script):
+    emu = harness.emu
+    await harness.setup_group(("planner", "plans"), mode="tags")
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner one")
+    await wait_confirmed(harness, 2)
+    elsewhere = move_webhooks(emu, "announcements")
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner two")
+    row = await wait_confirmed(harness, 4)
+    assert webhook_messages(emu) == ["First answer.", "Second answer."]
+    assert posts_in(emu, elsewhere) == []  # landed there, and deleted
+    assert len(emu.requests_matching("DELETE", WEBHOOK + r"/messages/\d+$")) == 1
+    assert row.external_ids == (emu.channel_messages(emu.channel_id)[-1]["id"],)
+    assert len(emu.requests_matching("POST", r"^/channels/\d+/webhooks$")) == 2  # setup's, and its replacement
+
+
+async def test_a_moved_webhook_that_cannot_be_replaced_is_reported(harness, script):
+    emu = harness.emu
+    await harness.setup_group(("planner", "plans"), mode="tags")
+    move_webhooks(emu, "announcements")
+    emu.deny_manage_webhooks = True
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner one")
+    await emu.wait_for(lambda: [m for m in emu.channel_messages(emu.channel_id) if "Manage Webhooks" in m["content"]],
+                       what="the alert")
+    emu.deny_manage_webhooks = False
+    await wait_confirmed(harness, 2)
+    assert webhook_messages(emu) == ["First answer."]
+    assert (await harness.store.get_group(1)).delivery_problem is None
+
+
+def agent_post_requests(emu: DiscordEmulator) -> list:
+    return [r for r in emu.requests_matching("POST", WEBHOOK)
+            if not r.path.startswith(f"/webhooks/{emu.application_id}/")]  # not interaction follow-ups
+
+
+@pytest.fixture
+def slow_discord(monkeypatch):
+    """Production's waits for a post Discord may commit late, scaled down."""
+    monkeypatch.setattr(webhooks, "POST_TIMEOUT", 0.5)
+    monkeypatch.setattr(webhooks, "LATE_READS", (0.3, 0.6))
+    monkeypatch.setattr(webhooks, "LATE_CHECKS", (0.3, 1.0))
+
+
+async def test_a_post_discord_commits_soon_after_the_bot_gave_up_is_found_not_sent_again(harness, script, slow_discord):
+    emu = harness.emu
+    await harness.setup_group(("planner", "plans"), mode="tags")
+    reads = len(emu.requests_matching("GET", CHANNEL_MESSAGES))
+    slow = emu.hold("POST", WEBHOOK)  # Discord has the request; it takes it only after the bot gave up
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner one")
+    await slow.wait_arrived()
+    await emu.wait_for(lambda: len(emu.requests_matching("GET", CHANNEL_MESSAGES)) > reads, what="the read-back")
+    slow.release()
+    row = await wait_confirmed(harness, 2)
+    assert webhook_messages(emu) == ["First answer."]
+    assert len(agent_post_requests(emu)) == 1
+    assert row.external_ids == (emu.channel_messages(emu.channel_id)[-1]["id"],)
+
+
+async def test_a_post_discord_commits_after_it_was_sent_again_is_deleted(harness, script, slow_discord):
+    emu = harness.emu
+    await harness.setup_group(("planner", "plans"), mode="tags")
+    slow = emu.hold("POST", WEBHOOK)
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner one")
+    await slow.wait_arrived()
+    row = await wait_confirmed(harness, 2)  # sent again once the reads found nothing
+    slow.release()  # then Discord commits the first request too
+    await emu.wait_for(lambda: emu.requests_matching("DELETE", WEBHOOK + r"/messages/\d+$"), what="the delete")
+    assert webhook_messages(emu) == ["First answer."]
+    assert [m["id"] for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id")] == list(row.external_ids)

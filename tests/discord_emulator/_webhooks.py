@@ -24,6 +24,7 @@ class Webhook:
     token: str
     avatar: Optional[str] = None
     deleted: bool = False
+    made_by: Optional[str] = None  # the person who made it; None: the bot (its application)
 
 
 class WebhookMixin:
@@ -56,10 +57,10 @@ class WebhookMixin:
         ]
 
     # ------------------------------------------------------------- test-side
-    def add_webhook(self, channel_id: str, name: str = "Captain Hook") -> Webhook:
-        """Create a webhook directly (as if an admin had made one)."""
+    def add_webhook(self, channel_id: str, name: str = "Captain Hook", *, made_by: Optional[str] = None) -> Webhook:
+        """Create a webhook directly: as the bot made it, or (made_by: a user id) as a person did."""
         ch = self.channels[str(channel_id)]
-        hook = Webhook(self.snowflake(), ch.id, ch.guild_id, name, u.random_token())
+        hook = Webhook(self.snowflake(), ch.id, ch.guild_id, name, u.random_token(), made_by=made_by)
         self.webhooks[hook.id] = hook
         return hook
 
@@ -73,10 +74,10 @@ class WebhookMixin:
     def webhook_json(self, hook: Webhook, *, with_user: bool = True) -> dict:
         data = {"id": hook.id, "type": 1, "guild_id": hook.guild_id, "channel_id": hook.channel_id,
                 "name": hook.name, "avatar": hook.avatar, "token": hook.token,
-                "application_id": self.application_id,
+                "application_id": self.application_id if hook.made_by is None else None,
                 "url": f"https://discord.com/api/webhooks/{hook.id}/{hook.token}"}
         if with_user:
-            data["user"] = self.user_json(self.bot_user_id)
+            data["user"] = self.user_json(hook.made_by or self.bot_user_id)
         return data
 
     # ------------------------------------------------------------- CRUD

@@ -244,3 +244,41 @@ async def test_a_failure_notice_names_the_kind_of_failure_never_the_server_or_it
             await llm.aclose()
     assert notice.author_type == "system" and notice.text == expected
     assert str(server.port) not in notice.text and "127.0.0.1" not in notice.text
+
+
+class FixedIdSurface(RecordingSurface):
+    """Answers every agent post with the same id (as if a read-back found another row's post),
+    or, with `broken`, fails on rows with that text as a bug would."""
+
+    broken: str | None = None
+
+    async def publish(self, group, message, agent, *, resume=False, record):  # type: ignore[no-untyped-def]
+        if message.text == self.broken:
+            raise RuntimeError("a bug in the surface")
+        self.published.append(message)
+        if message.author_type == "agent":
+            await record("same-id")
+
+
+async def test_a_posted_id_another_row_holds_is_counted_as_shown_and_the_group_goes_on(harness):
+    harness.surface = FixedIdSurface()
+    async with harness.running(ScriptedLLM(agents={"planner": ["First.", "Second."]}), mode="tags"):
+        await harness.say("@planner one")
+        await harness.idle()
+        await harness.say("@planner two")
+        await harness.idle()
+        rows = await harness.store.messages(harness.group.id)
+        assert [(r.text, r.confirmed, r.external_ids) for r in rows if r.author_type == "agent"] == [
+            ("First.", True, ("same-id",)), ("Second.", True, ())]
+
+
+async def test_a_row_that_keeps_failing_unexpectedly_is_skipped_so_the_rows_behind_it_go_out(harness):
+    harness.surface = FixedIdSurface()
+    harness.surface.broken = "First."
+    async with harness.running(ScriptedLLM(agents={"planner": ["First.", "Second."]}), mode="tags"):
+        await harness.say("@planner one")
+        await harness.until_called(1)
+        await harness.say("@planner two")
+        await harness.idle()
+        assert [m.text for m in harness.surface.published if m.author_type == "agent"] == ["Second."]
+        assert all(r.confirmed for r in await harness.store.messages(harness.group.id))

@@ -430,6 +430,25 @@ async def test_parts_recorded_confirmation_and_external_id_lookups(store: SqlSto
         await store.confirm_message(group_id, 99)
 
 
+async def test_our_post_taken_in_as_a_persons_row_moves_to_the_agent_row(store: SqlStore, group_id: int) -> None:
+    agent = await store.add_agent(group_id, "a", "r", "p")
+    reply = await posted(store, group_id, agent.id)
+    copy, _ = await store.append_user_message(group_id, user("reply", ids=("500", "501")))
+    with pytest.raises(AlreadyStored):
+        await store.record_posted(group_id, reply.seq, "500")
+    assert await store.take_posted(group_id, reply.seq, "500") == copy.seq
+    assert (await store.get_message(group_id, reply.seq)).external_ids == ("500",)
+    assert (await store.get_message(group_id, copy.seq)).external_ids == ("501",)  # the row stays
+    assert (await store.find_message_by_external_id("500")).seq == reply.seq  # type: ignore[union-attr]
+    assert await store.take_posted(group_id, reply.seq, "500") is None  # recorded already
+    assert await store.take_posted(group_id, reply.seq, "502") is None  # nobody held it: recorded
+    assert (await store.get_message(group_id, reply.seq)).external_ids == ("500", "502")
+    note = await store.append_system_message(group_id, notice())
+    with pytest.raises(AlreadyStored):  # another row of ours holds it: left alone
+        await store.take_posted(group_id, note.seq, "500")
+    assert (await store.get_message(group_id, note.seq)).external_ids == ()
+
+
 async def test_watermark_moves_forward_only(store: SqlStore, group_id: int) -> None:
     assert (await store.get_group(group_id)).watermark is None
     for message_id, expected in [("1000", "1000"), ("999", "1000"), ("20000", "20000"), ("3000", "20000"),

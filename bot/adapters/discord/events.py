@@ -12,9 +12,10 @@ other channels or to the bot's own posts. A message that cannot be stored (a
 locked database) is retried until it is. When the history cannot be read (a
 missing permission), live messages are still stored and the watermark waits.
 
-The group's own webhook and the bot itself are never re-ingested; other bots
-and webhooks are ignored unless the group allows them. A Discord reply to an
-agent's message tags that agent. Attachments are noted by name and URL.
+The bot's own posts (as the bot, or through any webhook its application made)
+are never re-ingested; other bots and webhooks are ignored unless the group
+allows them. A Discord reply to an agent's message tags that agent.
+Attachments are noted by name and URL.
 """
 from __future__ import annotations
 
@@ -228,9 +229,7 @@ class Ingest:
         if self.bot.user is not None and message.author.id == self.bot.user.id:
             return False
         if message.webhook_id is not None:
-            if await self.bot.surface.is_own_webhook(group, message.webhook_id):
-                return False
-            return group.settings.allow_bots
+            return group.settings.allow_bots and not await self.bot.surface.is_own_post(group, message)
         if message.author.bot and not group.settings.allow_bots:
             return False
         return bool(message.content or message.attachments)

@@ -3,7 +3,9 @@
 One webhook per group channel, created by `/roundtable setup`, stored, reused;
 threads post through the parent's webhook with `thread_id`. Every post sets
 `allowed_mentions` explicitly: never @everyone, @here or roles; only the
-people the agent tagged. Unknown Webhook (10015) -> recreate once and resend.
+people the agent tagged. Unknown Webhook (10015) -> recreate once and resend;
+likewise a post that lands in another channel (an admin moved the webhook),
+after deleting it there through the webhook.
 
 Exactly once. A reply is split into chunks; each chunk's id is recorded as
 soon as Discord answers. Webhook executes go out once per attempt (our own
@@ -12,6 +14,11 @@ chunk twice); notices carry an enforced nonce. When an attempt may have
 reached the channel without its id being recorded (a crash, a reset
 connection, a 5xx), `publish(resume=True)` first reads the channel after the
 last recorded id and records the chunks that did arrive, then sends the rest.
+A webhook execute has no nonce, and one that timed out (or got a gateway's
+502/504) may still be committed later: the channel is read back again after
+growing waits (LATE_READS) before it is sent again, and after it was sent
+again a late copy is looked for for a while (LATE_CHECKS) and deleted through
+the webhook, so one copy stays, the one the row records.
 
 Every transport failure becomes a `DeliveryError` here: a passing fault (429,
 5xx, network) is retried by the engine's outbox; a lasting refusal (a missing
@@ -43,6 +50,11 @@ UNKNOWN_WEBHOOK = 10015
 UNKNOWN_CHANNEL = 10003
 SCAN_LIMIT = 500  # channel messages read back when looking for chunks that arrived unrecorded
 POST_TIMEOUT = 30.0
+# A webhook execute that timed out (or got a gateway's 502/504) may still be committed by Discord
+# later. Before posting it again the channel is read back after each of these waits; after posting
+# it again it is looked for at these times, and a late copy found is deleted.
+LATE_READS = (2.0, 10.0)
+LATE_CHECKS = (5.0, 60.0, 300.0)
 FRESH_MARGIN = 3600.0  # refresh a signed picture URL this long before it expires
 TYPING_EVERY = 8.0  # Discord shows typing for 10 s per request
 TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
@@ -74,6 +86,17 @@ class _UnknownWebhook(Exception):
     pass
 
 
+class _MaybeLater(DeliveryError):
+    """A post whose request Discord may still commit (it timed out, or a gateway gave up on it)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, maybe_shown=True)
+
+
+class _MovedWebhook(Exception):
+    """The post landed in another channel: an admin moved the webhook (its copy there is deleted)."""
+
+
 class DiscordSurface:
     """Implements the engine's Surface over a connected discord.py client."""
 
@@ -86,6 +109,8 @@ class DiscordSurface:
         self._tasks: set[asyncio.Task[None]] = set()  # reactions in flight
         self._closed = False
         self._fresh: dict[str, str] = {}  # a stored signed URL -> its latest refreshed copy
+        self._makers: dict[str, bool] = {}  # webhook id -> whether this bot made it
+        self._late: dict[tuple[int, int], tuple[str, str]] = {}  # (group, seq) -> the hook of a post that may land late
 
     @property
     def bot(self) -> discord.Client:
@@ -159,9 +184,41 @@ class DiscordSurface:
         self._webhooks[channel_id] = stored
         return stored
 
-    async def is_own_webhook(self, group: Group, webhook_id: int) -> bool:
+    async def is_own_post(self, group: Group, message: discord.Message) -> bool:
+        """Whether a webhook message came from this bot: through the group's webhook, or any
+        webhook this bot's application made (another process's, one made before the group's
+        current one). Such a message is never a person's."""
+        if message.webhook_id is None:
+            return False
+        if self.client is not None and message.application_id is not None \
+                and message.application_id == self.client.application_id:
+            return True
+        hook_id = str(message.webhook_id)
+        if hook_id in {cached for cached, _ in self._webhooks.values()}:
+            return True
         stored = await self.store.get_webhook(group.parent_channel_id or group.channel_id or "")
-        return stored is not None and stored[0] == str(webhook_id)
+        if stored is not None and stored[0] == hook_id:
+            return True
+        if hook_id not in self._makers:
+            maker = await self._maker(hook_id)
+            if maker is None:
+                return False  # unknown for now: asked again next time
+            self._makers[hook_id] = maker
+        return self._makers[hook_id]
+
+    async def _maker(self, hook_id: str) -> bool | None:
+        """Whether this bot made the webhook (Discord's `application_id` or creator); None when
+        Discord cannot say now."""
+        try:
+            data = await self.bot.http.request(Route("GET", "/webhooks/{webhook_id}", webhook_id=int(hook_id)))
+        except discord.NotFound:
+            return False
+        except (discord.HTTPException, *TRANSPORT_ERRORS) as exc:
+            log.warning("could not look up who made webhook %s: %s", hook_id, type(exc).__name__)
+            return None
+        ours = {str(i) for i in (self.bot.application_id, self.bot.user and self.bot.user.id) if i}
+        creator = data.get("user") or {}
+        return bool(ours & {str(data.get("application_id")), str(creator.get("id"))})
 
     # Surface -------------------------------------------------------------
     async def publish(self, group: Group, message: Message, agent: Agent | None, *,
@@ -172,9 +229,11 @@ class DiscordSurface:
         done = len(message.external_ids)
         if done >= len(chunks):
             return
+        key = (group.id, message.seq)
         if resume:
-            for external_id in await self._arrived(group, message, agent, chunks[done:]):
+            for external_id in await self._arrived_settled(group, message, agent, chunks[done:]):
                 log.info("group=%s seq=%s: chunk %d had reached the channel already", group.id, message.seq, done + 1)
+                self._late.pop(key, None)
                 await record(external_id)
                 done += 1
         for index in range(done, len(chunks)):
@@ -183,6 +242,10 @@ class DiscordSurface:
             else:
                 external_id = await self._post_as_bot(group, message, index, chunks[index])
             await record(external_id)
+            hook = self._late.pop(key, None)
+            if hook is not None:  # posted again while the first request may still land
+                self._background(self._drop_late_copy(group, message, chunks[index], external_id, hook),
+                                 f"late-copy-{group.id}-{message.seq}")
 
     async def alert(self, group: Group, text: str) -> None:
         """A plain message from the bot (outside the thread and its queue); best effort."""
@@ -249,7 +312,7 @@ class DiscordSurface:
         hook_channel = group.parent_channel_id or group.channel_id or ""
         payload: dict[str, Any] = {
             "content": chunk,
-            "username": agent.name if agent else message.author_name,
+            "username": message.author_name,  # the row's snapshot: a later rename never changes an old row
             "allowed_mentions": allowed_mentions(chunk, message.tags.user_ids),
         }
         if agent is not None and agent.avatar_url:
@@ -264,12 +327,22 @@ class DiscordSurface:
                 raise DeliveryError(str(exc), problem=str(exc)) from None
             try:
                 return await self._execute(group, hook_id, token, payload, params)
+            except _MaybeLater:
+                self._late[(group.id, message.seq)] = (hook_id, token)
+                raise
             except _UnknownWebhook:
                 if attempt == 2:
                     raise DeliveryError("Discord does not know the group's new webhook either") from None
                 log.warning("group=%s webhook was deleted; creating a new one", group.id)
-                self._webhooks.pop(hook_channel, None)
-                await self.store.forget_webhook(hook_channel)
+            except _MovedWebhook:
+                if attempt == 2:
+                    where = self.where(group)
+                    raise DeliveryError("the group's new webhook posts in another channel too", problem=(
+                        f"My webhook's posts land outside {where}; check the webhooks in Server Settings > "
+                        f"Integrations and give my role Manage Webhooks in {where}.")) from None
+                log.warning("group=%s webhook %s was moved to another channel; creating a new one", group.id, hook_id)
+            self._webhooks.pop(hook_channel, None)
+            await self.store.forget_webhook(hook_channel)
         raise AssertionError("unreachable")
 
     async def _execute(self, group: Group, hook_id: str, token: str, payload: dict[str, Any],
@@ -277,28 +350,53 @@ class DiscordSurface:
         """One webhook execute (no retries of its own): the new message's id."""
         if self._closed:
             raise DeliveryError("the bot is shutting down")
-        if self._session is None:
-            self._session = aiohttp.ClientSession(headers={"User-Agent": "DiscordBot (roundtable, 0.1)"})
+        session = self._http()
         wait = self._not_before.get(hook_id, 0.0) - time.monotonic()
         if wait > 0:
             await asyncio.sleep(min(wait, 60.0))
         url = f"{Route.BASE}/webhooks/{hook_id}/{token}"
         try:
-            async with self._session.post(url, json=payload, params=params,
+            async with session.post(url, json=payload, params=params,
                                           timeout=aiohttp.ClientTimeout(total=POST_TIMEOUT)) as resp:
                 body = await resp.json(content_type=None) if resp.content_length != 0 else None
                 status, headers = resp.status, resp.headers
+        except asyncio.TimeoutError:  # Discord may be committing it still
+            raise _MaybeLater(f"the webhook post got no answer in {POST_TIMEOUT:.0f}s") from None
         except (*TRANSPORT_ERRORS, ValueError) as exc:
             raise DeliveryError(f"the webhook post did not complete ({type(exc).__name__})", maybe_shown=True) from None
         if headers.get("X-RateLimit-Remaining") == "0":
             with contextlib.suppress(ValueError):
                 self._not_before[hook_id] = time.monotonic() + float(headers.get("X-RateLimit-Reset-After", "1"))
         if 200 <= status < 300 and isinstance(body, dict) and "id" in body:
+            landed = str(body.get("channel_id") or group.channel_id)
+            if group.channel_id and landed != group.channel_id:  # (a thread's posts are in the thread)
+                await self._delete_post(group, url, str(body["id"]), landed)
+                raise _MovedWebhook()
             return str(body["id"])
         code = body.get("code") if isinstance(body, dict) else None
+        if status in (502, 504):  # a gateway gave up; the server behind it may commit it still
+            raise _MaybeLater(f"Discord answered {status}")
         if status == 404 and code == UNKNOWN_WEBHOOK:
             raise _UnknownWebhook()
         raise self._refusal(group, status, code, body, need="Manage Webhooks and Send Messages")
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(headers={"User-Agent": "DiscordBot (roundtable, 0.1)"})
+        return self._session
+
+    async def _delete_post(self, group: Group, hook_url: str, message_id: str, channel_id: str,
+                           params: dict[str, str] | None = None) -> None:
+        """Delete one of the webhook's posts (in `channel_id`); best effort."""
+        try:
+            async with self._http().delete(f"{hook_url}/messages/{message_id}", params=params,
+                                            timeout=aiohttp.ClientTimeout(total=POST_TIMEOUT)) as resp:
+                outcome: object = resp.status
+        except TRANSPORT_ERRORS as exc:
+            outcome = type(exc).__name__
+        if outcome not in (204, 404):  # 404: gone already
+            log.warning("group=%s: a stray post in channel %s could not be deleted (%s); it stays there",
+                        group.id, channel_id, outcome)
 
     async def _post_as_bot(self, group: Group, message: Message, index: int, chunk: str) -> str:
         payload = {"content": chunk, "allowed_mentions": {"parse": []},
@@ -334,13 +432,46 @@ class DiscordSurface:
         return DeliveryError(f"Discord answered {status} (code {code})", problem=problem)
 
     # finding what arrived --------------------------------------------------
+    async def _arrived_settled(self, group: Group, message: Message, agent: Agent | None,
+                               chunks: list[str]) -> list[str]:
+        """`_arrived`; when the row's last post may still land, read again after each of LATE_READS."""
+        found = await self._arrived(group, message, agent, chunks)
+        waits = list(LATE_READS) if (group.id, message.seq) in self._late else []
+        while not found and waits:
+            log.info("group=%s seq=%s: its post may still land; looking again in %.0fs before posting it again",
+                     group.id, message.seq, waits[0])
+            await asyncio.sleep(waits.pop(0))
+            found = await self._arrived(group, message, agent, chunks)
+        return found
+
+    async def _drop_late_copy(self, group: Group, message: Message, chunk: str, kept: str,
+                              hook: tuple[str, str]) -> None:
+        """A chunk was posted again (as `kept`) while an earlier request for it might still land:
+        look for that copy for a while (LATE_CHECKS) and delete it through the webhook, so one stays."""
+        after = await self._after(group, message, parts=False)
+        where = {"thread_id": group.channel_id} if group.parent_channel_id and group.channel_id else None
+        waited = 0.0
+        for at in LATE_CHECKS:
+            await asyncio.sleep(max(0.0, at - waited))
+            waited = at
+            try:
+                async for seen in self.channel(group.channel_id or "0").history(
+                        limit=SCAN_LIMIT, after=after, oldest_first=True):
+                    if (str(seen.webhook_id) == hook[0] and str(seen.id) != kept and self._ours(seen, message, None)
+                            and seen.content.strip() == chunk.strip()
+                            and await self.store.find_message_by_external_id(str(seen.id)) is None):
+                        log.warning("group=%s seq=%s: an earlier attempt's post landed late; deleting that copy",
+                                    group.id, message.seq)
+                        await self._delete_post(group, f"{Route.BASE}/webhooks/{hook[0]}/{hook[1]}",
+                                                str(seen.id), group.channel_id or "", where)
+                        return
+            except (discord.HTTPException, *TRANSPORT_ERRORS) as exc:
+                log.debug("group=%s: looking for a late copy failed: %s", group.id, type(exc).__name__)
+
     async def _arrived(self, group: Group, message: Message, agent: Agent | None, chunks: list[str]) -> list[str]:
         """Ids of the leading `chunks` already in the channel after the row's last recorded
         part (or after the rows before it), in order."""
-        anchor = (message.external_ids[-1] if message.external_ids
-                  else await self.store.last_external_id(group.id, before_seq=message.seq) or group.setup_message_id)
-        after = discord.Object(int(anchor)) if anchor else discord.Object(
-            discord.utils.time_snowflake(discord.utils.utcnow()) - (600_000 << 22))
+        after = await self._after(group, message)
         found: list[str] = []
         try:
             async for seen in self.channel(group.channel_id or "0").history(
@@ -355,7 +486,16 @@ class DiscordSurface:
             raise DeliveryError(f"could not read the channel back ({type(exc).__name__})", maybe_shown=True) from None
         return found
 
+    async def _after(self, group: Group, message: Message, *, parts: bool = True) -> discord.Object:
+        """Where the row's posts can start: after its last recorded part (`parts`), or else after
+        the rows before it (or the group's setup; or else the last ten minutes)."""
+        anchor = (message.external_ids[-1] if parts and message.external_ids
+                  else await self.store.last_external_id(group.id, before_seq=message.seq) or group.setup_message_id)
+        return discord.Object(int(anchor)) if anchor else discord.Object(
+            discord.utils.time_snowflake(discord.utils.utcnow()) - (600_000 << 22))
+
     def _ours(self, seen: discord.Message, message: Message, agent: Agent | None) -> bool:
-        if message.author_type == "agent":
-            return seen.webhook_id is not None and seen.author.name == (agent.name if agent else message.author_name)
+        if message.author_type == "agent":  # posted under the row's name; a copy under the current one counts too
+            names = {message.author_name} | ({agent.name} if agent else set())
+            return seen.webhook_id is not None and seen.author.name in names
         return seen.webhook_id is None and self.bot.user is not None and seen.author.id == self.bot.user.id
