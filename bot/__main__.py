@@ -18,7 +18,7 @@ import dataclasses
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from bot.core.errors import ConfigError, StoreError, UserFacingError
 from bot.core.shards import parse_shards
@@ -40,6 +40,15 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]  # argparse's is NoReturn; so is this
         self.exit(2, f"roundtable: {message} (see {self.prog} --help)\n")
 
+
+
+def _named(option: str) -> Callable[[str], str]:
+    """An argparse type: a name with something in it (spaces around it dropped)."""
+    def name(value: str) -> str:
+        if not value.strip():
+            raise argparse.ArgumentTypeError(f"{option} needs a name, not an empty string")
+        return value.strip()
+    return name
 
 def version() -> str:
     """The installed distribution's version; from a source tree that is not installed, pyproject's."""
@@ -85,8 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "Input may be piped; at end of input the console waits until no agent is pending.",
     )
     console.add_argument("--db", metavar="FILE|URL", help=DB_HELP + "; a file's directory must exist")
-    console.add_argument("--group", default="main", help="group name inside the file (default: main)")
-    console.add_argument("--as", dest="person", default="you", help="who you are in the chat (default: you)")
+    console.add_argument("--group", default="main", type=_named("--group"),
+                         help="group name inside the file (default: main)")
+    console.add_argument("--as", dest="person", default="you", type=_named("--as"),
+                         help="who you are in the chat (default: you)")
     console.add_argument("-v", "--verbose", action="count", default=0,
                          help="log more: -v life-cycle and turns (INFO), -vv decisions (DEBUG); "
                               "by default only warnings and errors")

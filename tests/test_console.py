@@ -351,3 +351,18 @@ async def test_schedules_are_added_listed_and_removed(tmp_path):
     # the schedules are in the file: a later session lists the one left
     assert "  #2 planner: daily at 09:00 Europe/Paris; next run" in out2 and "#1 planner" not in out2
     assert "Traceback" not in err + err2
+
+
+async def test_the_console_refuses_a_person_named_like_an_agent_or_an_empty_name(tmp_path):
+    async with FakeOpenAI(GroupChatScript()) as srv:
+        await run_console(tmp_path, srv.base_url, '/agent add name:planner role:plans prompt:"You plan."\n')
+        code, out, err = await run_console(tmp_path, srv.base_url, "hello\n", "--as", "Planner")
+        assert code == 2 and out == ""
+        assert err.strip() == ("roundtable: --as Planner: an agent of the group 'main' has that name; "
+                               "the agents could not tell you apart. Choose another name.")
+        for option in ("--as", "--group"):
+            code, out, err = await run_console(tmp_path, srv.base_url, "hello\n", option, " ")
+            assert code == 2 and out == ""
+            assert err.strip().splitlines() == [
+                f"roundtable: argument {option}: {option} needs a name, not an empty string "
+                "(see roundtable console --help)"]

@@ -182,6 +182,9 @@ class Console:
         key = f"console:{self.group_name}"
         existing = await self.engine.store.find_group(key)
         self.group = existing or await self.admin.setup(key, self.group_name, self.defaults)
+        if await self.engine.store.find_agent(self.group.id, self.person) is not None:
+            raise InvalidInput(f"--as {self.person}: an agent of the group {self.group_name!r} has that name; "
+                               "the agents could not tell you apart. Choose another name.")
         await self.engine.store.remember_person(self.group.people_scope, self.person, [self.person])  # @you tags you
         await self.engine.start()
         holder = await self.engine.claim(self.group)
