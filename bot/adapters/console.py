@@ -175,6 +175,7 @@ class Console:
         self.interactive = interactive  # input is a terminal: the console may ask for what is missing
         self.group: Group | None = None
         self._hinted_for: tuple[tuple[str, bool], ...] | None = None  # the roster the no-agents hint was for
+        self._told_taken = False  # said that another process runs this group now
 
     async def open(self) -> Group:
         """Open (or set up) this console's group and take it: one process at a time runs a group.
@@ -300,11 +301,24 @@ class Console:
         self.group = await self.engine.store.get_group(self.group.id)
         if not self.group.enabled:
             raise InvalidInput("Roundtable is off in this group: /roundtable setup turns it back on.")
+        if not self.engine.owns(self.group.id):
+            await self._take_back(self.group)
         text = message_text(line)
         await self.engine.post_user_message(self.group, author_name=self.person, user_id=self.person, text=text,
                                              waiting=self._not_saved_yet)
         for hint in await self.hints(text):
             self.surface.write(hint)
+
+    async def _take_back(self, group: Group) -> None:
+        """This console lost its group (stalled past its lease, another took it): take it back if
+        it is free, else say once where it runs; messages are still saved and answered there."""
+        holder = await self.engine.claim(group)
+        if holder is not None and not self._told_taken:
+            self._told_taken = True
+            self.surface.error(f"the group {self.group_name!r} is run by another {holder} now (it took over "
+                               "while this console was stalled): your messages are saved here and answered there")
+        elif holder is None:
+            self._told_taken = False
 
     def _not_saved_yet(self, why: str) -> None:
         self.surface.error(f"your message is not saved yet ({why.removesuffix('; try again')}); "

@@ -145,3 +145,25 @@ async def test_end_of_input_while_paused_counts_what_waits(console):
     start = len(console.surface.screen.out.getvalue())
     await console.finish()
     assert "paused" not in console.surface.screen.out.getvalue()[start:]
+
+
+async def test_a_console_whose_group_was_taken_over_says_so_once_and_keeps_the_message(console, tmp_path):
+    await console.send('/agent add name:planner role:plans prompt:"You plan."')
+    group = console.group
+    console.engine.drop(group.id)  # what the lease keeper does when another process took the lease
+    await console.engine.store.release_leases([group.id])
+    other_store = await SqliteStore.open(tmp_path / "c.db")
+    other = Engine(other_store, ScriptedLLM(), ConsoleSurface(io.StringIO()), make_token_counter(),
+                   scope="console:main")
+    try:
+        assert await other.claim(group) is None
+        first = await console.send("@planner are you there?")
+        second = await console.send("@planner still?")
+        assert first[0].startswith("error: the group 'main' is run by another ") and "(pid " in first[0]
+        assert first[0].endswith("your messages are saved here and answered there")
+        assert not any(line.startswith("error:") for line in second)  # said once
+        texts = [m.text for m in await other_store.messages(group.id)]
+        assert texts[-2:] == ["@planner are you there?", "@planner still?"]
+    finally:
+        await other.close()
+        await other_store.close()
