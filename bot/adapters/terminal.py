@@ -51,7 +51,7 @@ PERSON_STYLE = "1"  # bold
 NOTICE_STYLE = "90"  # grey
 STATUS_STYLE = "2;3"  # dim italic
 ERROR_STYLE = "31"
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # and bidi overrides
 AGENT_STYLES = ("36", "35", "33", "32", "34", "96", "95", "93", "92", "94")  # never red, grey or plain bold
 
 

@@ -195,6 +195,12 @@ def find(path: Sequence[str]) -> Command:
     for command in COMMANDS:
         if command.path == wanted:
             return command
+    for command in COMMANDS:  # "/roundtable why 42": a command, then a value that is not name:value
+        if len(command.path) < len(wanted) and command.path == wanted[:len(command.path)]:
+            extra = " ".join(path[len(command.path):])
+            options = ", ".join(f"{o.name}:…" for o in command.options)
+            raise InvalidInput(f"Unexpected {extra!r} after /{' '.join(command.path)}: " + (
+                f"write its options as name:value ({options})." if options else "it takes no options."))
     raise InvalidInput(f"Unknown command /{' '.join(path)}; type /help for the list.")
 
 

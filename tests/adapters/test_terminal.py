@@ -169,6 +169,8 @@ def test_control_characters_never_reach_the_terminal():
     assert Screen(io.StringIO()).clean(text) == text  # a pipe gets what was said
     cleaned = TtyScreen(io.StringIO(), Editor(), colour=True).clean(text)
     assert cleaned == "ok\ufffd[2J\ufffdover\ufffd\ufffd1m\ttab\nnext"
+    # a right-to-left override would reorder the rest of the line on screen
+    assert TtyScreen(io.StringIO(), Editor(), colour=True).clean("a\u202eb\u2067c") == "a\ufffdb\ufffdc"
 
 
 def test_each_agent_keeps_its_colour():

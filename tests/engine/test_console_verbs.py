@@ -83,6 +83,9 @@ async def test_agent_verbs_and_errors(console):
     await console.send("/agent rename name:Planner2 new_name:planner")
     assert await console.send("/agent remove name:budget") == ["Removed budget. Its messages stay in the history."]
     assert (await console.send("/agent frobnicate name:x"))[0].startswith("error: Unknown command")
+    assert (await console.send("/roundtable why 42")) == [
+        "error: Unexpected '42' after /roundtable why: write its options as name:value (message:…)."]
+    assert (await console.send("/help me")) == ["error: Unexpected 'me' after /help: it takes no options."]
     assert (await console.send("/agent add name:x role:r prompt:p colour:red"))[0] == (
         "error: /agent add has no option 'colour' (options: name, role, prompt, model, avatar).")
     assert (await console.send("/agent add role:r"))[0] == (
