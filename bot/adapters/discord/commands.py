@@ -9,9 +9,16 @@ autocompleted. The declaration's rules run on every call: who may run it
 ephemeral and say why) and the same option checks as the console. A system
 prompt that was not given is asked for in a form (text input `prompt`).
 Tables of facts are answered as embeds.
+
+Discord sends every interaction to every session of a shard, so two processes on one
+database (a hot fail-over) both receive each command, click and form: the process whose
+store claims the interaction's id first handles it, the other stays silent (`take`).
+Discord waits 3 s for a command's first answer: one not given within `ANSWER_WITHIN` is
+deferred ("thinking…", only the person sees it), and the answer follows it.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import inspect
@@ -19,7 +26,7 @@ import io
 import logging
 import os
 import re
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Mapping
 
 import discord
 from discord import app_commands
@@ -30,7 +37,7 @@ from bot.core import validation as v
 from bot.core.admin import Admin
 from bot.core.card import Attachment, Card, MarkRead, Reply
 from bot.core.commands import Command, Option
-from bot.core.errors import UserFacingError
+from bot.core.errors import StoreError, UserFacingError
 from bot.core.models import Group, Message
 from bot.core.reading import Reader
 
@@ -44,6 +51,10 @@ TONE_COLOURS = {"neutral": discord.Colour.blurple(), "good": discord.Colour.gree
                 "warning": discord.Colour.gold(), "bad": discord.Colour.red()}
 WHY_MENU = "Why this reply?"
 MAX_IMAGE_BYTES = 8 * 2**20
+ANSWER_WITHIN = 2.0  # seconds: Discord waits 3 s for a command's first answer (a deferral counts)
+ALREADY_ACKNOWLEDGED = 40060  # Discord's code: the interaction's first answer was given (by another process)
+FIRST_ANSWER, ACKNOWLEDGED, LATE = "roundtable.first_answer", "roundtable.acknowledged", "roundtable.late"  # extras
+SOMETHING_WENT_WRONG = "Something went wrong; nothing was changed. The error is in the bot's log."
 
 
 def group_key(channel_id: int) -> str:
@@ -105,6 +116,9 @@ class MarkReadButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"
                              match: re.Match[str]) -> "MarkReadButton":
         return cls(match["marks"])
 
+    async def interaction_check(self, interaction: discord.Interaction) -> bool:
+        return await taken(interaction)
+
     async def callback(self, interaction: discord.Interaction) -> None:
         marks = [(int(g), int(q)) for g, q in (pair.split(".") for pair in self.marks.split(",") if pair)]
         reading = interaction.client.slash.admin.reading  # type: ignore[attr-defined]  # the client is our RoundtableBot
@@ -125,6 +139,9 @@ class Pager(discord.ui.View):
             self.remove_item(self.older)
         if mark is not None:
             self.add_item(MarkReadButton.of(mark))
+
+    async def interaction_check(self, interaction: discord.Interaction) -> bool:
+        return await taken(interaction)
 
     @discord.ui.button(label="◀ Newer", style=discord.ButtonStyle.secondary)
     async def newer(self, interaction: discord.Interaction, button: discord.ui.Button[Any]) -> None:
@@ -184,10 +201,50 @@ def _size(n: int) -> str:
 
 
 async def _send(interaction: discord.Interaction, part: dict[str, Any]) -> None:
-    if interaction.response.is_done():
-        await interaction.followup.send(ephemeral=True, **part)
-    else:
-        await interaction.response.send_message(ephemeral=True, **part)
+    async with first_answer(interaction) as due:
+        if due:
+            try:
+                await interaction.response.send_message(ephemeral=True, **part)
+                return
+            except discord.HTTPException as exc:
+                if exc.code != ALREADY_ACKNOWLEDGED:
+                    raise
+                interaction.extras[ACKNOWLEDGED] = True  # deferred by another process while the claim waited
+    await interaction.followup.send(ephemeral=True, **part)
+
+
+def answered(interaction: discord.Interaction) -> bool:
+    """Whether the interaction's first answer is given: by this process, or a deferral by another."""
+    return interaction.response.is_done() or bool(interaction.extras.get(ACKNOWLEDGED))
+
+
+@contextlib.asynccontextmanager
+async def first_answer(interaction: discord.Interaction) -> AsyncIterator[bool]:
+    """Hold the interaction's first answer while it is given (a late deferral waits meanwhile);
+    yields whether it is still to be given."""
+    lock = interaction.extras.setdefault(FIRST_ANSWER, asyncio.Lock())
+    async with lock:
+        yield not answered(interaction)
+
+
+async def defer(interaction: discord.Interaction) -> None:
+    """"thinking…" (only the person sees it), unless the first answer is given; the next
+    answer replaces it."""
+    async with first_answer(interaction) as due:
+        if not due:
+            return
+        try:
+            await interaction.response.defer(ephemeral=True, thinking=True)
+        except discord.HTTPException as exc:
+            if exc.code != ALREADY_ACKNOWLEDGED:
+                raise
+            interaction.extras[ACKNOWLEDGED] = True  # the other process's deferral, while the claim waited
+
+
+async def taken(interaction: discord.Interaction) -> bool:
+    """`SlashCommands.take` for a button or a form (their objects do not hold the bot)."""
+    slash: SlashCommands = interaction.client.slash  # type: ignore[attr-defined]  # the client is our RoundtableBot
+    return await slash.take(interaction)
 
 
 def reader_of(interaction: discord.Interaction) -> Reader:
@@ -205,12 +262,18 @@ class PromptModal(discord.ui.Modal):
         self.add_item(self.prompt)
         self.on_prompt = on_prompt
 
+    async def interaction_check(self, interaction: discord.Interaction) -> bool:
+        return await taken(interaction)
+
     async def on_submit(self, interaction: discord.Interaction) -> None:
         await self.on_prompt(interaction, self.prompt.value)
 
     async def on_error(self, interaction: discord.Interaction, error: Exception) -> None:  # type: ignore[override]  # discord.py's Modal types it more narrowly
         log.error("prompt form failed", exc_info=error)
-        await answer(interaction, "Something went wrong; nothing was changed. The error is in the bot's log.")
+        try:
+            await answer(interaction, SOMETHING_WENT_WRONG)
+        finally:
+            finish(interaction)
 
 
 # a command's call -------------------------------------------------------------
@@ -262,7 +325,11 @@ class DiscordCaller:
     async def ask_text(self, label: str, current: str | None) -> str | None:
         async def submitted(interaction: discord.Interaction, text: str) -> None:
             await self.slash.invoke(interaction, self.command, {**self.given, "prompt": text})
-        await self.interaction.response.send_modal(PromptModal(label, current, submitted))
+        async with first_answer(self.interaction) as due:
+            if not due:  # a form can only be the first answer
+                raise UserFacingError("The form for the prompt could not open (the bot was slow to answer); "
+                                      "run the command again, or give the prompt as its prompt option.")
+            await self.interaction.response.send_modal(PromptModal(label, current, submitted))
         return None
 
     @property
@@ -290,8 +357,7 @@ class DiscordCaller:
         if not (image.content_type or "").startswith("image/") or image.size > MAX_IMAGE_BYTES:
             raise UserFacingError(f"{image.filename} is not a picture Discord can show (PNG, JPEG, GIF or WebP, "
                                   f"at most {MAX_IMAGE_BYTES // 2**20} MB).")
-        if not self.interaction.response.is_done():  # copying the picture may take longer than Discord waits
-            await self.interaction.response.defer(ephemeral=True, thinking=True)
+        await defer(self.interaction)  # copying the picture may take longer than Discord waits
         channel = self.interaction.channel
         if not isinstance(channel, discord.abc.Messageable):
             raise UserFacingError("Add pictures in a text channel of the group.")
@@ -311,10 +377,62 @@ class SlashCommands:
         self.bot = bot
         self.admin = Admin(bot.engine)
         self.store = bot.engine.store
+        self._late: set[asyncio.Task[None]] = set()
 
+    # taking an interaction --------------------------------------------------------
+    async def take(self, interaction: discord.Interaction) -> bool:
+        """Whether this process handles the interaction (a command, an autocomplete, a click or a
+        form): the first process whose store claims its id. Another process stays silent: no
+        answer, no deferral, no error. From here on a command or form not answered within
+        ANSWER_WITHIN (the claim's own wait included) is deferred."""
+        if interaction.type in (discord.InteractionType.application_command, discord.InteractionType.modal_submit):
+            self._defer_when_late(interaction)
+        try:
+            won = await self.store.claim_interaction(str(interaction.id))
+        except StoreError as exc:  # better a second answer than none
+            log.warning("could not claim interaction %s (%s); handling it here", interaction.id, exc)
+            won = True
+        if not won:
+            finish(interaction)
+            log.debug("interaction %s is handled by another process", interaction.id)
+        return won
+
+    def _defer_when_late(self, interaction: discord.Interaction) -> None:
+        async def late() -> None:
+            await asyncio.sleep(ANSWER_WITHIN)
+            await defer(interaction)
+
+        task = asyncio.get_running_loop().create_task(late(), name=f"defer {interaction.id}")
+        interaction.extras[LATE] = task
+        self._late.add(task)
+        task.add_done_callback(self._deferred)
+
+    def _deferred(self, task: asyncio.Task[None]) -> None:
+        self._late.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("could not defer a slow command: %s", task.exception())
+
+    async def failed(self, interaction: discord.Interaction, error: app_commands.AppCommandError) -> None:
+        """A command that raised (the tree's on_error): logged with its traceback, answered briefly."""
+        name = interaction.command.qualified_name if interaction.command else "?"
+        log.error("command %s failed", name, exc_info=error)
+        try:
+            await _send(interaction, {"content": SOMETHING_WENT_WRONG})
+        except discord.HTTPException:
+            pass
+        finally:
+            finish(interaction)
+
+    # running a command ------------------------------------------------------------
     async def invoke(self, interaction: discord.Interaction, command: Command, given: Mapping[str, object]) -> None:
-        if command.is_slow(given) and not interaction.response.is_done():  # a model call: Discord waits only 3 s
-            await interaction.response.defer(ephemeral=True, thinking=True)
+        try:
+            await self._invoke(interaction, command, given)
+        finally:
+            finish(interaction)
+
+    async def _invoke(self, interaction: discord.Interaction, command: Command, given: Mapping[str, object]) -> None:
+        if command.is_slow(given):  # a model call: Discord waits only 3 s
+            await defer(interaction)
         if interaction.guild is not None:
             await self.bot.ingest.remember(str(interaction.guild.id), interaction.user)
         try:
@@ -397,6 +515,13 @@ class SlashCommands:
         if choices:
             callback.__discord_app_commands_param_choices__ = choices  # type: ignore[attr-defined]  # what app_commands.choices would set
         return callback
+
+
+def finish(interaction: discord.Interaction) -> None:
+    """The interaction is handled: no late deferral any more."""
+    late = interaction.extras.pop(LATE, None)
+    if late is not None:
+        late.cancel()
 
 
 def _annotation(option: Option) -> Any:

@@ -1,0 +1,88 @@
+"""Each interaction answered once and in time: by one of two processes on one database (Discord
+sends every interaction to every session of a shard), and within Discord's 3 s when Discord or
+the database is slow."""
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+
+import pytest
+
+from tests.discord.process import BotProcess, UniqueReplies
+from tests.discord_emulator import DiscordEmulator
+from tests.fakes.databases import Place
+from tests.fakes.openai_server import FakeOpenAI, GroupChatScript
+
+CALLBACK = r"^/interactions/\d+/[\w.\-]+/callback$"
+CREATE_WEBHOOK = r"^/channels/\d+/webhooks$"
+
+
+@pytest.fixture
+def script() -> GroupChatScript:
+    return GroupChatScript(default_agent_reply=lambda name, n: f"{name} answer {n}")
+
+
+async def test_two_processes_on_one_database_answer_each_interaction_once(tmp_path, place: Place):
+    async with DiscordEmulator() as emu, FakeOpenAI(UniqueReplies()) as llm:
+        a, b = (BotProcess(tmp_path, emu, llm, name=name, place=place) for name in ("a", "b"))
+        try:
+            await a.add_group(emu.channel_id)
+            await a.start()
+            await b.start()
+            answers, records = [], []
+            for n in range(3):
+                for name, options in [("agent add", {"name": f"extra{n}", "role": "r", "prompt": "You are extra."}),
+                                      ("agent remove", {"name": f"extra{n}"})]:
+                    records.append(await emu.invoke_command(emu.guild_id, emu.channel_id, emu.alice_id, name, options))
+                    answers.append((await records[-1].wait_response(5))["data"]["content"])
+            records.append(await emu.invoke_autocomplete(emu.guild_id, emu.channel_id, emu.alice_id, "agent show",
+                                                         {"name": "ec"}, "name"))
+            assert (await records[-1].wait_response(5))["data"]["choices"] == [{"name": "echo", "value": "echo"}]
+            await asyncio.sleep(1.0)  # a second answer, or an error, would have come by now
+            assert answers == [f"Added extra{n}: r. Tag it with @extra{n}." if i % 2 == 0 else
+                               f"Removed extra{n}. Its messages stay in the history." for n in range(3) for i in (0, 1)]
+            assert [(len(r.callbacks), len(r.followups)) for r in records] == [(1, 0)] * len(records)
+            assert [r.status for r in emu.requests_matching("POST", CALLBACK)] == [200] * len(records)  # none refused
+            for bot in (a, b):
+                log = bot.log.read_text()
+                assert " ERROR " not in log and "Traceback" not in log, bot.tail()
+        finally:
+            await a.close()
+            await b.close()
+
+
+async def answered_late(harness, record, seconds: float = 3.5) -> list[dict]:
+    """The callbacks the interaction got by its third second, once what held it for `seconds` let go."""
+    await asyncio.sleep(2.9)
+    first = list(record.callbacks)
+    await asyncio.sleep(seconds - 2.9 + 1.0)
+    return first
+
+
+async def test_a_setup_while_discord_is_slow_to_make_the_webhook_is_deferred_then_answered(harness):
+    emu = harness.emu
+    creating = emu.hold("POST", CREATE_WEBHOOK)
+    record = await emu.invoke_command(emu.guild_id, emu.channel_id, emu.alice_id, "roundtable setup", {})
+    await creating.wait_arrived()
+    release = asyncio.get_running_loop().call_later(3.5 - 0.1, creating.release)
+    first = await answered_late(harness, record)
+    release.cancel()
+    assert [c["type"] for c in first] == [5]  # "thinking…" before Discord gives up at 3 s
+    assert first[0]["ephemeral"]
+    assert [f["content"] for f in record.followups][0].startswith("Roundtable is on")
+
+
+async def test_an_agent_add_while_the_database_is_busy_is_deferred_then_answered(harness):
+    emu = harness.emu
+    await harness.setup_group(mode="tags")
+    other = sqlite3.connect(harness.db, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process (or `roundtable copy`) writing for 3.5 s
+    try:
+        record = await emu.invoke_command(emu.guild_id, emu.channel_id, emu.alice_id, "agent add",
+                                          {"name": "planner", "role": "plans", "prompt": "You plan."})
+        asyncio.get_running_loop().call_later(3.5, other.execute, "ROLLBACK")
+        first = await answered_late(harness, record)
+    finally:
+        other.close()
+    assert [c["type"] for c in first] == [5]
+    assert [f["content"] for f in record.followups] == ["Added planner: plans. Tag it with @planner."]
