@@ -1,6 +1,6 @@
 """Each interaction answered once and in time: by one of two processes on one database (Discord
-sends every interaction to every session of a shard), and within Discord's 3 s when Discord or
-the database is slow."""
+sends every interaction to every session of a shard), within Discord's 3 s when Discord or the
+database is slow, and with one webhook however many setups run at once."""
 from __future__ import annotations
 
 import asyncio
@@ -49,6 +49,32 @@ async def test_two_processes_on_one_database_answer_each_interaction_once(tmp_pa
         finally:
             await a.close()
             await b.close()
+
+
+async def test_two_setups_at_once_make_one_webhook(harness):
+    emu = harness.emu
+    creating = emu.hold("POST", CREATE_WEBHOOK, times=2)  # Discord is slow: both setups are in flight
+    records = [await emu.invoke_command(emu.guild_id, emu.channel_id, emu.alice_id, "roundtable setup", {})
+               for _ in range(2)]
+    await creating.wait_arrived()
+    await asyncio.sleep(0.3)  # the second setup is in flight too
+    creating.release()
+    for record in records:
+        assert "Roundtable is on" in (await record.wait_response(5))["data"]["content"]
+    hooks = [h.id for h in emu.webhooks.values() if h.channel_id == emu.channel_id and not h.deleted]
+    assert len(hooks) == 1
+    assert (await harness.store.get_webhook(emu.channel_id))[0] == hooks[0]
+
+
+async def test_setup_uses_the_webhook_this_bot_made_in_the_channel_before(harness):
+    emu = harness.emu
+    earlier = emu.add_webhook(emu.channel_id, "Roundtable")  # made by this bot; its row was lost (a new database)
+    await harness.setup_group(("planner", "plans"), mode="tags")
+    assert [h.id for h in emu.webhooks.values() if h.channel_id == emu.channel_id] == [earlier.id]
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner hello")
+    posted = await emu.wait_for(lambda: [m for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id")],
+                                timeout=10, what="planner's answer")
+    assert [(m["webhook_id"], m["content"]) for m in posted] == [(earlier.id, "planner answer 1")]
 
 
 async def answered_late(harness, record, seconds: float = 3.5) -> list[dict]:

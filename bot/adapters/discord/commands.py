@@ -305,9 +305,7 @@ class DiscordCaller:
         if not isinstance(channel, (discord.TextChannel, discord.Thread)) or interaction.guild is None:
             raise UserFacingError("Run /roundtable setup in a server text channel or thread.")
         parent = channel.parent_id if isinstance(channel, discord.Thread) else None
-        hook_channel = str(parent or channel.id)
-        if await self.slash.store.get_webhook(hook_channel) is None:
-            await bot.surface.create_webhook(hook_channel)
+        await self.slash.ensure_webhook(str(parent or channel.id))
         existing = self._group
         settings = existing.settings if existing else bot.group_defaults
         if mode:
@@ -378,6 +376,7 @@ class SlashCommands:
         self.admin = Admin(bot.engine)
         self.store = bot.engine.store
         self._late: set[asyncio.Task[None]] = set()
+        self._webhook_locks: dict[str, asyncio.Lock] = {}  # channel -> held while its webhook is found or made
 
     # taking an interaction --------------------------------------------------------
     async def take(self, interaction: discord.Interaction) -> bool:
@@ -422,6 +421,36 @@ class SlashCommands:
             pass
         finally:
             finish(interaction)
+
+    # the channel's webhook --------------------------------------------------------
+    async def ensure_webhook(self, channel_id: str) -> None:
+        """A webhook of the channel stored for the group's posts: the one stored, else one this bot
+        made there before (an earlier setup, whose row was lost or never written), else a new one.
+        One setup of a channel at a time (two admins, a double click), so they end with one webhook."""
+        async with self._webhook_locks.setdefault(channel_id, asyncio.Lock()):
+            if await self.store.get_webhook(channel_id) is not None:
+                return
+            made = await self._made_before(channel_id)
+            if made is None:
+                await self.bot.surface.create_webhook(channel_id)
+                return
+            assert made.token is not None
+            await self.store.save_webhook(channel_id, str(made.id), made.token)
+            log.info("channel %s: using the webhook %s this bot made there before", channel_id, made.id)
+
+    async def _made_before(self, channel_id: str) -> discord.Webhook | None:
+        """The oldest webhook of the channel that this bot made (None when it cannot tell)."""
+        channel = self.bot.get_channel(int(channel_id))
+        me = self.bot.user
+        if not isinstance(channel, discord.TextChannel) or me is None:
+            return None
+        try:
+            hooks = await channel.webhooks()
+        except discord.HTTPException:  # no Manage Webhooks, say: creating one says what is missing
+            return None
+        mine = [h for h in hooks if h.type is discord.WebhookType.incoming and h.token
+                and h.user is not None and h.user.id == me.id]
+        return min(mine, key=lambda h: h.id, default=None)
 
     # running a command ------------------------------------------------------------
     async def invoke(self, interaction: discord.Interaction, command: Command, given: Mapping[str, object]) -> None:
