@@ -1,9 +1,11 @@
 """Each interaction answered once and in time: by one of two processes on one database (Discord
 sends every interaction to every session of a shard), within Discord's 3 s when Discord or the
-database is slow, and with one webhook however many setups run at once."""
+database is slow, with one webhook however many setups run at once, and with a plain line for
+an option value Discord should not have let through."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 
 import pytest
@@ -112,3 +114,23 @@ async def test_an_agent_add_while_the_database_is_busy_is_deferred_then_answered
         other.close()
     assert [c["type"] for c in first] == [5]
     assert [f["content"] for f in record.followups] == ["Added planner: plans. Tag it with @planner."]
+
+
+@pytest.mark.parametrize("command, options, text", [
+    ("roundtable config", {"mode": "bogus"}, "mode must be one of selector, round_robin, tags (got 'bogus')."),
+    ("roundtable export", {"format": "pdf"}, "format must be one of html, json, md (got 'pdf')."),
+    ("roundtable config", {"operator_role": "999"}, "operator_role: there is no role 999 in this server."),
+])
+async def test_an_option_value_outside_its_choices_is_answered_by_name(harness, caplog, command, options, text):
+    await harness.setup_group(("planner", "plans"), mode="tags")
+    before = (await harness.store.list_groups())[0]
+    emu = harness.emu
+    with caplog.at_level(logging.INFO):
+        record = await emu.invoke_command(emu.guild_id, emu.channel_id, emu.alice_id, command, options)
+        reply = await record.wait_response(5)
+        # an export is deferred at once (it may take a while): its answer follows
+        data = (await record.wait_followups())[0] if reply["type"] == 5 else reply["data"]
+    assert text in data["content"] and data["flags"] & 64
+    assert (await harness.store.list_groups())[0] == before
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+

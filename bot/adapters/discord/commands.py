@@ -37,7 +37,7 @@ from bot.core import validation as v
 from bot.core.admin import Admin
 from bot.core.card import Attachment, Card, MarkRead, Reply
 from bot.core.commands import Command, Option
-from bot.core.errors import StoreError, UserFacingError
+from bot.core.errors import InvalidInput, StoreError, UserFacingError
 from bot.core.models import Group, Message
 from bot.core.reading import Reader
 
@@ -412,11 +412,17 @@ class SlashCommands:
             log.warning("could not defer a slow command: %s", task.exception())
 
     async def failed(self, interaction: discord.Interaction, error: app_commands.AppCommandError) -> None:
-        """A command that raised (the tree's on_error): logged with its traceback, answered briefly."""
+        """A command that raised (the tree's on_error): an option value Discord should not have
+        let through gets one line; anything else is logged with its traceback and answered briefly."""
         name = interaction.command.qualified_name if interaction.command else "?"
-        log.error("command %s failed", name, exc_info=error)
+        if isinstance(error, app_commands.TransformerError):
+            log.info("command %s: %s", name, error)
+            text = f"{error.value!r} is not a {error.type.name} this option takes; pick one from Discord's list."
+        else:
+            log.error("command %s failed", name, exc_info=error)
+            text = SOMETHING_WENT_WRONG
         try:
-            await _send(interaction, {"content": SOMETHING_WENT_WRONG})
+            await _send(interaction, {"content": text})
         except discord.HTTPException:
             pass
         finally:
@@ -529,10 +535,18 @@ class SlashCommands:
     def _callback(self, command: Command) -> Any:
         """A callback whose signature is the command's options, for discord.py to read."""
         async def callback(interaction: discord.Interaction, **values: Any) -> None:
-            given = {name: _plain(value) for name, value in values.items() if value is not None}
+            try:
+                given = {name: _plain(kinds[name], name, value) for name, value in values.items() if value is not None}
+            except UserFacingError as exc:
+                try:
+                    await answer(interaction, str(exc))
+                finally:
+                    finish(interaction)
+                return
             await self.invoke(interaction, command, given)
 
         options = command.options_for("discord")
+        kinds = {o.name: o.kind for o in options}
         parameters = [inspect.Parameter("interaction", inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                         annotation=discord.Interaction)]
         parameters += [inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, annotation=_annotation(o),
@@ -563,7 +577,7 @@ def _annotation(option: Option) -> Any:
     if kind == "boolean":
         return bool
     if kind == "choice":
-        return app_commands.Choice[str]
+        return str  # with its choices; the declaration checks the value (a modified client may send another)
     if kind == "role":
         return discord.Role
     if kind == "image":
@@ -573,10 +587,11 @@ def _annotation(option: Option) -> Any:
     return str
 
 
-def _plain(value: object) -> object:
+def _plain(kind: str, name: str, value: object) -> object:
     """A discord.py value as the declaration's handlers take it."""
-    if isinstance(value, app_commands.Choice):
-        return value.value
     if isinstance(value, discord.Role):
         return str(value.id)
+    if isinstance(value, discord.Object):  # an id Discord did not resolve (a modified client's)
+        what = "role" if kind == "role" else "such thing"
+        raise InvalidInput(f"{name}: there is no {what} {value.id} in this server.")
     return value  # an attachment stays itself: `DiscordCaller.keep_image` copies it
