@@ -25,12 +25,14 @@ def script() -> GroupChatScript:
 
 
 async def test_two_processes_on_one_database_answer_each_interaction_once(tmp_path, place: Place):
-    async with DiscordEmulator() as emu, FakeOpenAI(UniqueReplies()) as llm:
+    replies = UniqueReplies()
+    async with DiscordEmulator() as emu, FakeOpenAI(replies) as llm:
         a, b = (BotProcess(tmp_path, emu, llm, name=name, place=place) for name in ("a", "b"))
         try:
             await a.add_group(emu.channel_id)
             await a.start()
             await b.start()
+            await a.wait_settled()  # one of them runs the group
             answers, records = [], []
             for n in range(3):
                 for name, options in [("agent add", {"name": f"extra{n}", "role": "r", "prompt": "You are extra."}),
@@ -40,10 +42,17 @@ async def test_two_processes_on_one_database_answer_each_interaction_once(tmp_pa
             records.append(await emu.invoke_autocomplete(emu.guild_id, emu.channel_id, emu.alice_id, "agent show",
                                                          {"name": "ec"}, "name"))
             assert (await records[-1].wait_response(5))["data"]["choices"] == [{"name": "echo", "value": "echo"}]
+            replies.set_direct("echo", [f"direct answer {n}" for n in range(4)])
+            for n in range(4):  # only the process that runs the group can post: it handles them
+                records.append(await emu.invoke_command(emu.guild_id, emu.channel_id, emu.alice_id, "ask",
+                                                        {"agent": "echo", "prompt": f"hello {n}", "post": True}))
+                assert "answer is posted in the group" in (await records[-1].wait_followups(timeout=10))[0]["content"]
             await asyncio.sleep(1.0)  # a second answer, or an error, would have come by now
+            assert [m["content"] for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id")] == [
+                f"direct answer {n}" for n in range(4)]
             assert answers == [f"Added extra{n}: r. Tag it with @extra{n}." if i % 2 == 0 else
                                f"Removed extra{n}. Its messages stay in the history." for n in range(3) for i in (0, 1)]
-            assert [(len(r.callbacks), len(r.followups)) for r in records] == [(1, 0)] * len(records)
+            assert [(len(r.callbacks), len(r.followups)) for r in records] == [(1, 0)] * 7 + [(1, 1)] * 4
             assert [r.status for r in emu.requests_matching("POST", CALLBACK)] == [200] * len(records)  # none refused
             for bot in (a, b):
                 log = bot.log.read_text()

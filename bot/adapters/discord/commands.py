@@ -12,7 +12,9 @@ Tables of facts are answered as embeds.
 
 Discord sends every interaction to every session of a shard, so two processes on one
 database (a hot fail-over) both receive each command, click and form: the process whose
-store claims the interaction's id first handles it, the other stays silent (`take`).
+store claims the interaction's id first handles it, the other stays silent (`take`). The
+process that runs the channel's group is given a head start: only it can post an answer
+there (`/ask post:true`), and its engine hears of the change at once.
 Discord waits 3 s for a command's first answer: one not given within `ANSWER_WITHIN` is
 deferred ("thinking…", only the person sees it), and the answer follows it.
 """
@@ -52,6 +54,7 @@ TONE_COLOURS = {"neutral": discord.Colour.blurple(), "good": discord.Colour.gree
 WHY_MENU = "Why this reply?"
 MAX_IMAGE_BYTES = 8 * 2**20
 ANSWER_WITHIN = 2.0  # seconds: Discord waits 3 s for a command's first answer (a deferral counts)
+LEADER_FIRST = 0.3  # seconds a process that does not run the channel's group waits before it claims an interaction
 ALREADY_ACKNOWLEDGED = 40060  # Discord's code: the interaction's first answer was given (by another process)
 FIRST_ANSWER, ACKNOWLEDGED, LATE = "roundtable.first_answer", "roundtable.acknowledged", "roundtable.late"  # extras
 SOMETHING_WENT_WRONG = "Something went wrong; nothing was changed. The error is in the bot's log."
@@ -387,6 +390,8 @@ class SlashCommands:
         if interaction.type in (discord.InteractionType.application_command, discord.InteractionType.modal_submit):
             self._defer_when_late(interaction)
         try:
+            if await self._run_elsewhere(interaction.channel_id):
+                await asyncio.sleep(LEADER_FIRST)  # the process that runs the group claims first
             won = await self.store.claim_interaction(str(interaction.id))
         except StoreError as exc:  # better a second answer than none
             log.warning("could not claim interaction %s (%s); handling it here", interaction.id, exc)
@@ -395,6 +400,11 @@ class SlashCommands:
             finish(interaction)
             log.debug("interaction %s is handled by another process", interaction.id)
         return won
+
+    async def _run_elsewhere(self, channel_id: int | None) -> bool:
+        """Whether the channel is a group that another process runs (holds its lease)."""
+        group = await self.store.find_group(group_key(channel_id)) if channel_id is not None else None
+        return group is not None and await self.store.leased_elsewhere(group.id)
 
     def _defer_when_late(self, interaction: discord.Interaction) -> None:
         async def late() -> None:
