@@ -62,6 +62,33 @@ async def test_two_processes_on_one_database_answer_each_interaction_once(tmp_pa
             await b.close()
 
 
+async def test_two_processes_waiting_on_a_busy_database_defer_a_command_once_and_answer_it_once(tmp_path, place: Place):
+    async with DiscordEmulator() as emu, FakeOpenAI(UniqueReplies()) as llm:
+        a, b = (BotProcess(tmp_path, emu, llm, name=name, place=place) for name in ("a", "b"))
+        try:
+            await a.add_group(emu.channel_id)
+            await a.start()
+            await b.start()
+            await a.wait_settled()
+            async with place.hold_write_lock():  # another writer for 3.5 s: neither claim is decided in time
+                record = await emu.invoke_command(emu.guild_id, emu.channel_id, emu.alice_id, "agent add",
+                                                  {"name": "planner", "role": "plans", "prompt": "You plan."})
+                await asyncio.sleep(3.5)
+                first = list(record.callbacks)
+            await record.wait_followups(timeout=10)
+            await asyncio.sleep(1.0)  # a second answer, or an error, would have come by now
+            assert [c["type"] for c in first] == [5]  # deferred by one of them (both try; Discord takes one)
+            assert [f["content"] for f in record.followups] == ["Added planner: plans. Tag it with @planner."]
+            assert len(record.callbacks) == 1
+            assert [r.status for r in emu.requests_matching("POST", CALLBACK)].count(200) == 1
+            for bot in (a, b):
+                log = bot.log.read_text()
+                assert " ERROR " not in log and "Traceback" not in log, bot.tail()
+        finally:
+            await a.close()
+            await b.close()
+
+
 async def test_two_setups_at_once_make_one_webhook(harness):
     emu = harness.emu
     creating = emu.hold("POST", CREATE_WEBHOOK, times=2)  # Discord is slow: both setups are in flight
