@@ -73,7 +73,7 @@ class RoundtableBot(discord.Client):
         self.ready_once = asyncio.Event()
         self.slash.register(self.tree)
         self.tree.on_error = self.on_app_command_error  # type: ignore[method-assign]  # the tree calls it with our bot as client
-        self.tree.interaction_check = self.slash.take  # type: ignore[method-assign]  # each process of a shard gets every command
+        self.tree.interaction_check = self.slash.interactions.take  # type: ignore[method-assign]  # each process of a shard gets every command
 
     def serves(self, guild_id: str | int | None) -> bool:
         """Whether this process takes in that guild's channels (all of them, unless it runs some shards)."""

@@ -10,13 +10,8 @@ ephemeral and say why) and the same option checks as the console. A system
 prompt that was not given is asked for in a form (text input `prompt`).
 Tables of facts are answered as embeds.
 
-Discord sends every interaction to every session of a shard, so two processes on one
-database (a hot fail-over) both receive each command, click and form: the process whose
-store claims the interaction's id first handles it, the other stays silent (`take`). The
-process that runs the channel's group is given a head start: only it can post an answer
-there (`/ask post:true`), and its engine hears of the change at once.
-Discord waits 3 s for a command's first answer: one not given within `ANSWER_WITHIN` is
-deferred ("thinking…", only the person sees it), and the answer follows it.
+Each command, click and form is first taken (`bot.adapters.discord.interactions`): one
+process of several handles it, and one that is slow to answer is deferred in time.
 """
 from __future__ import annotations
 
@@ -28,18 +23,19 @@ import io
 import logging
 import os
 import re
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 
 import discord
 from discord import app_commands
 
+from bot.adapters.discord.interactions import Interactions, defer, finish, first_answer, send
 from bot.adapters.discord.render import jump_link, split_message
 from bot.core import commands as declared
 from bot.core import validation as v
 from bot.core.admin import Admin
 from bot.core.card import Attachment, Card, MarkRead, Reply
 from bot.core.commands import Command, Option
-from bot.core.errors import InvalidInput, StoreError, UserFacingError
+from bot.core.errors import InvalidInput, UserFacingError
 from bot.core.models import Group, Message
 from bot.core.reading import Reader
 
@@ -53,10 +49,6 @@ TONE_COLOURS = {"neutral": discord.Colour.blurple(), "good": discord.Colour.gree
                 "warning": discord.Colour.gold(), "bad": discord.Colour.red()}
 WHY_MENU = "Why this reply?"
 MAX_IMAGE_BYTES = 8 * 2**20
-ANSWER_WITHIN = 2.0  # seconds: Discord waits 3 s for a command's first answer (a deferral counts)
-LEADER_FIRST = 0.3  # seconds a process that does not run the channel's group waits before it claims an interaction
-ALREADY_ACKNOWLEDGED = 40060  # Discord's code: the interaction's first answer was given (by another process)
-FIRST_ANSWER, ACKNOWLEDGED, LATE = "roundtable.first_answer", "roundtable.acknowledged", "roundtable.late"  # extras
 SOMETHING_WENT_WRONG = "Something went wrong; nothing was changed. The error is in the bot's log."
 
 
@@ -175,7 +167,7 @@ async def answer(interaction: discord.Interaction, reply: Reply) -> None:
         cards = [reply] if isinstance(reply, Card) else list(reply)
         parts = [{"embeds": [card_embed(c) for c in cards[i:i + 10]]} for i in range(0, len(cards), 10)]
     for part in parts:
-        await _send(interaction, part)
+        await send(interaction, part)
 
 
 async def send_file(interaction: discord.Interaction, attachment: Attachment) -> None:
@@ -186,10 +178,10 @@ async def send_file(interaction: discord.Interaction, attachment: Attachment) ->
         if size > limit:
             text = (f"{attachment.text} The file is {_size(size)}, more than the {_size(limit)} Discord takes "
                     f"here: where the bot runs, `{attachment.elsewhere}` writes it.")
-            await _send(interaction, {"content": text})
+            await send(interaction, {"content": text})
             return
         with open(attachment.path, "rb") as data:
-            await _send(interaction, {"content": attachment.text,
+            await send(interaction, {"content": attachment.text,
                                       "file": discord.File(data, filename=attachment.filename)})
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -203,51 +195,10 @@ def _size(n: int) -> str:
     return f"{n / 2**20:.1f}".rstrip("0").rstrip(".") + " MB"
 
 
-async def _send(interaction: discord.Interaction, part: dict[str, Any]) -> None:
-    async with first_answer(interaction) as due:
-        if due:
-            try:
-                await interaction.response.send_message(ephemeral=True, **part)
-                return
-            except discord.HTTPException as exc:
-                if exc.code != ALREADY_ACKNOWLEDGED:
-                    raise
-                interaction.extras[ACKNOWLEDGED] = True  # deferred by another process while the claim waited
-    await interaction.followup.send(ephemeral=True, **part)
-
-
-def answered(interaction: discord.Interaction) -> bool:
-    """Whether the interaction's first answer is given: by this process, or a deferral by another."""
-    return interaction.response.is_done() or bool(interaction.extras.get(ACKNOWLEDGED))
-
-
-@contextlib.asynccontextmanager
-async def first_answer(interaction: discord.Interaction) -> AsyncIterator[bool]:
-    """Hold the interaction's first answer while it is given (a late deferral waits meanwhile);
-    yields whether it is still to be given."""
-    lock = interaction.extras.setdefault(FIRST_ANSWER, asyncio.Lock())
-    async with lock:
-        yield not answered(interaction)
-
-
-async def defer(interaction: discord.Interaction) -> None:
-    """"thinking…" (only the person sees it), unless the first answer is given; the next
-    answer replaces it."""
-    async with first_answer(interaction) as due:
-        if not due:
-            return
-        try:
-            await interaction.response.defer(ephemeral=True, thinking=True)
-        except discord.HTTPException as exc:
-            if exc.code != ALREADY_ACKNOWLEDGED:
-                raise
-            interaction.extras[ACKNOWLEDGED] = True  # the other process's deferral, while the claim waited
-
-
 async def taken(interaction: discord.Interaction) -> bool:
-    """`SlashCommands.take` for a button or a form (their objects do not hold the bot)."""
+    """`Interactions.take` for a button or a form (their objects do not hold the bot)."""
     slash: SlashCommands = interaction.client.slash  # type: ignore[attr-defined]  # the client is our RoundtableBot
-    return await slash.take(interaction)
+    return await slash.interactions.take(interaction)
 
 
 def reader_of(interaction: discord.Interaction) -> Reader:
@@ -378,48 +329,8 @@ class SlashCommands:
         self.bot = bot
         self.admin = Admin(bot.engine)
         self.store = bot.engine.store
-        self._late: set[asyncio.Task[None]] = set()
+        self.interactions = Interactions(self.store, group_key)
         self._webhook_locks: dict[str, asyncio.Lock] = {}  # channel -> held while its webhook is found or made
-
-    # taking an interaction --------------------------------------------------------
-    async def take(self, interaction: discord.Interaction) -> bool:
-        """Whether this process handles the interaction (a command, an autocomplete, a click or a
-        form): the first process whose store claims its id. Another process stays silent: no
-        answer, no deferral, no error. From here on a command or form not answered within
-        ANSWER_WITHIN (the claim's own wait included) is deferred."""
-        if interaction.type in (discord.InteractionType.application_command, discord.InteractionType.modal_submit):
-            self._defer_when_late(interaction)
-        try:
-            if await self._run_elsewhere(interaction.channel_id):
-                await asyncio.sleep(LEADER_FIRST)  # the process that runs the group claims first
-            won = await self.store.claim_interaction(str(interaction.id))
-        except StoreError as exc:  # better a second answer than none
-            log.warning("could not claim interaction %s (%s); handling it here", interaction.id, exc)
-            won = True
-        if not won:
-            finish(interaction)
-            log.debug("interaction %s is handled by another process", interaction.id)
-        return won
-
-    async def _run_elsewhere(self, channel_id: int | None) -> bool:
-        """Whether the channel is a group that another process runs (holds its lease)."""
-        group = await self.store.find_group(group_key(channel_id)) if channel_id is not None else None
-        return group is not None and await self.store.leased_elsewhere(group.id)
-
-    def _defer_when_late(self, interaction: discord.Interaction) -> None:
-        async def late() -> None:
-            await asyncio.sleep(ANSWER_WITHIN)
-            await defer(interaction)
-
-        task = asyncio.get_running_loop().create_task(late(), name=f"defer {interaction.id}")
-        interaction.extras[LATE] = task
-        self._late.add(task)
-        task.add_done_callback(self._deferred)
-
-    def _deferred(self, task: asyncio.Task[None]) -> None:
-        self._late.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("could not defer a slow command: %s", task.exception())
 
     async def failed(self, interaction: discord.Interaction, error: app_commands.AppCommandError) -> None:
         """A command that raised (the tree's on_error): an option value Discord should not have
@@ -432,7 +343,7 @@ class SlashCommands:
             log.error("command %s failed", name, exc_info=error)
             text = SOMETHING_WENT_WRONG
         try:
-            await _send(interaction, {"content": text})
+            await send(interaction, {"content": text})
         except discord.HTTPException:
             pass
         finally:
@@ -568,13 +479,6 @@ class SlashCommands:
         if choices:
             callback.__discord_app_commands_param_choices__ = choices  # type: ignore[attr-defined]  # what app_commands.choices would set
         return callback
-
-
-def finish(interaction: discord.Interaction) -> None:
-    """The interaction is handled: no late deferral any more."""
-    late = interaction.extras.pop(LATE, None)
-    if late is not None:
-        late.cancel()
 
 
 def _annotation(option: Option) -> Any:
