@@ -42,6 +42,12 @@ async def test_two_processes_on_one_database_answer_each_interaction_once(tmp_pa
             records.append(await emu.invoke_autocomplete(emu.guild_id, emu.channel_id, emu.alice_id, "agent show",
                                                          {"name": "ec"}, "name"))
             assert (await records[-1].wait_response(5))["data"]["choices"] == [{"name": "echo", "value": "echo"}]
+            form = await emu.invoke_command(emu.guild_id, emu.channel_id, emu.alice_id, "agent add",
+                                            {"name": "local", "role": "knows Tokyo"})
+            custom_id = (await form.wait_response(5))["data"]["custom_id"]  # the form, from one of them
+            records += [form, await emu.submit_modal(emu.guild_id, emu.channel_id, emu.alice_id, custom_id,
+                                                     {"prompt": "You know Tokyo."})]
+            assert (await records[-1].wait_response(5))["data"]["content"].startswith("Added local")
             replies.set_direct("echo", [f"direct answer {n}" for n in range(4)])
             for n in range(4):  # only the process that runs the group can post: it handles them
                 records.append(await emu.invoke_command(emu.guild_id, emu.channel_id, emu.alice_id, "ask",
@@ -52,7 +58,7 @@ async def test_two_processes_on_one_database_answer_each_interaction_once(tmp_pa
                 f"direct answer {n}" for n in range(4)]
             assert answers == [f"Added extra{n}: r. Tag it with @extra{n}." if i % 2 == 0 else
                                f"Removed extra{n}. Its messages stay in the history." for n in range(3) for i in (0, 1)]
-            assert [(len(r.callbacks), len(r.followups)) for r in records] == [(1, 0)] * 7 + [(1, 1)] * 4
+            assert [(len(r.callbacks), len(r.followups)) for r in records] == [(1, 0)] * 9 + [(1, 1)] * 4
             assert [r.status for r in emu.requests_matching("POST", CALLBACK)] == [200] * len(records)  # none refused
             for bot in (a, b):
                 log = bot.log.read_text()
