@@ -3,7 +3,8 @@ move a deployment; any direction works), verified afterwards by row counts and c
 
 The destination is written in one transaction (nothing of a failed copy remains), table by
 table in foreign-key order, `groups.episode_id` set once the episodes exist (the two refer to
-each other). Leases are not copied: they belong to the processes of the old database. The
+each other). Leases and taken interactions are not copied: they belong to the processes of the old
+database. The
 migration ledger is not copied either: the destination has its own, at the same version (both
 are migrated when opened). Identity sequences on PostgreSQL continue after the copied ids.
 
@@ -42,7 +43,7 @@ TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("agent_notes", ("id",)),
     ("schedules", ("id",)),
 )
-NOT_COPIED = ("leases", "_migrations")
+NOT_COPIED = ("leases", "interactions", "_migrations")
 IDENTITY_TABLES = ("groups", "agents", "episodes", "runs", "agent_notes", "schedules")
 
 

@@ -1,5 +1,5 @@
-"""Store methods around the thread: decisions, episodes, usage, webhooks and
-read cursors. Mixed into `storage.store.SqliteStore`."""
+"""Store methods around the thread: decisions, episodes, usage, webhooks, taken
+interactions and read cursors. Mixed into `storage.store.SqliteStore`."""
 from __future__ import annotations
 
 import logging
@@ -14,6 +14,7 @@ from storage.sql import Db, Row
 log = logging.getLogger(__name__)
 
 EPISODE_END_STATUSES = frozenset(get_args(EpisodeStatus)) - {"running"}
+INTERACTIONS_KEPT = 24 * 3600.0  # seconds a taken interaction's id is kept (Discord answers one for 15 minutes)
 
 
 class LedgerMixin(RunMixin):
@@ -205,6 +206,20 @@ class LedgerMixin(RunMixin):
     async def forget_webhook(self, channel_id: str) -> None:
         async with self._write() as db:  # a channel's, of no group: alone
             await self._exec(db, "DELETE FROM webhooks WHERE channel_id = ?", (channel_id,))
+
+    # interactions -------------------------------------------------------
+    async def claim_interaction(self, interaction_id: str) -> bool:
+        """Take a Discord interaction for this process: True for the first store to ask, False for
+        every later one (another process, or a second delivery). Ids older than a day are dropped
+        on the way (an index range of the few expired rows)."""
+        now = self._now()
+        async with self._write() as db:  # of no group: alone
+            taken = await self._exec(
+                db, "INSERT INTO interactions (id, owner, claimed_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                (interaction_id, self.owner, now),
+            )
+            await self._exec(db, "DELETE FROM interactions WHERE claimed_at < ?", (now - INTERACTIONS_KEPT,))
+        return taken == 1
 
     # read cursors -------------------------------------------------------
     async def get_seen(self, group_id: int, user_id: str) -> int | None:

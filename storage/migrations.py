@@ -282,6 +282,18 @@ M008_AGENT_ROWS = """
 CREATE INDEX messages_agent_rows ON messages(group_id, seq) WHERE author_type = 'agent';
 """
 
+M009_INTERACTIONS = """
+-- Slash commands, buttons and forms a process has taken (Discord sends each to every session of a
+-- shard, so two processes on one database both receive it): the first to insert the id handles it.
+-- Rows older than a day are deleted as new ones come (Discord's interaction tokens last 15 minutes).
+CREATE TABLE interactions (
+    id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    claimed_at REAL NOT NULL
+);
+CREATE INDEX interactions_claimed_at ON interactions(claimed_at);
+"""
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "create tables", M001_CREATE_TABLES),
     (2, "leases, ingest watermark, delivery problem", M002_OWNERSHIP_AND_CATCH_UP),
@@ -291,6 +303,7 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (6, "agent memory", M006_AGENT_MEMORY),
     (7, "schedules", M007_SCHEDULES),
     (8, "index of agent rows", M008_AGENT_ROWS),
+    (9, "interactions taken by a process", M009_INTERACTIONS),
 ]
 
 _CREATE_LEDGER = """

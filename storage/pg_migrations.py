@@ -269,6 +269,15 @@ M008_AGENT_ROWS = """
 CREATE INDEX messages_agent_rows ON messages(group_id, seq) WHERE author_type = 'agent';
 """
 
+M009_INTERACTIONS = """
+CREATE TABLE interactions (
+    id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    claimed_at DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX interactions_claimed_at ON interactions(claimed_at);
+"""
+
 PG_STEPS: dict[int, Step] = {
     1: M001_CREATE_TABLES,
     2: M002_OWNERSHIP_AND_CATCH_UP,
@@ -278,6 +287,7 @@ PG_STEPS: dict[int, Step] = {
     6: M006_AGENT_MEMORY,
     7: M007_SCHEDULES,
     8: M008_AGENT_ROWS,
+    9: M009_INTERACTIONS,
 }
 
 # storage.migrations.MIGRATIONS' ids and names, each with its PostgreSQL step (a migration added

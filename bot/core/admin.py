@@ -7,9 +7,10 @@ decided before it runs (`bot.core.commands.run`).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
-from typing import Mapping
+from typing import AsyncIterator, Mapping
 
 from bot.core import validation as v
 from bot.core.card import Attachment, Card, Field, Tone
@@ -242,9 +243,21 @@ class Admin:
     async def agent(self, group: Group, name: str) -> Agent:
         agent = await self.store.find_agent(group.id, name.strip().lstrip("@"))
         if agent is None:
-            names = ", ".join(a.name for a in await self.store.list_agents(group.id)) or "none yet"
-            raise NotFound(f"No agent named {name!r} in this group (agents: {names}).")
+            raise await self._no_agent(group, name)
         return agent
+
+    async def _no_agent(self, group: Group, name: str) -> NotFound:
+        names = ", ".join(a.name for a in await self.store.list_agents(group.id)) or "none yet"
+        return NotFound(f"No agent named {name!r} in this group (agents: {names}).")
+
+    @contextlib.asynccontextmanager
+    async def _still_there(self, group: Group, name: str) -> AsyncIterator[None]:
+        """Around a change of an agent just looked up: one removed meanwhile (by another
+        process, say) is answered as if it had been gone already, not with the store's id."""
+        try:
+            yield
+        except NotFound:
+            raise await self._no_agent(group, name) from None
 
     async def check_name_free(self, group: Group, name: str) -> None:
         v.check_name_free(name, [a.name for a in await self.store.list_agents(group.id)])
@@ -275,7 +288,8 @@ class Admin:
                 return f"Memory is already {'on' if memory else 'off'} for {agent.name}."
             return f"Nothing to change for {agent.name}: give role, prompt, model, avatar or memory."
         await self._check_tools(agent, update)
-        agent = await self.store.update_agent(agent.id, **update)
+        async with self._still_there(group, name):
+            agent = await self.store.update_agent(agent.id, **update)
         if "memory" in update:
             return f"Updated {agent.name}: memory is {'on' if agent.memory else 'off'}."
         return f"Updated {agent.name}."
@@ -293,18 +307,21 @@ class Admin:
 
     async def rename_agent(self, group: Group, name: str, new_name: str) -> str:
         agent = await self.agent(group, name)
-        renamed = await self.store.update_agent(agent.id, name=v.agent_name(new_name))
+        async with self._still_there(group, name):
+            renamed = await self.store.update_agent(agent.id, name=v.agent_name(new_name))
         return (f"Renamed {agent.name} to {renamed.name}: tag it with @{renamed.name}. "
                 f"Its earlier messages keep the name {agent.name}.")
 
     async def remove_agent(self, group: Group, name: str) -> str:
         agent = await self.agent(group, name)
-        await self.store.remove_agent(agent.id)
+        async with self._still_there(group, name):
+            await self.store.remove_agent(agent.id)
         return f"Removed {agent.name}. Its messages stay in the history."
 
     async def set_enabled(self, group: Group, name: str, enabled: bool) -> str:
         agent = await self.agent(group, name)
-        await self.store.update_agent(agent.id, enabled=enabled)
+        async with self._still_there(group, name):
+            await self.store.update_agent(agent.id, enabled=enabled)
         if enabled:
             self.engine.wake(group.id)
         return f"{agent.name} is {'enabled' if enabled else 'disabled'}."

@@ -432,8 +432,16 @@ class WebhookStore(Protocol):
     async def forget_webhook(self, channel_id: str) -> None: ...
 
 
+class InteractionStore(Protocol):
+    """Which process handles a Discord interaction (each process of a shard receives every one)."""
+
+    async def claim_interaction(self, interaction_id: str) -> bool:
+        """True for the first caller of any process with this id, False for every later one."""
+        ...
+
+
 class Store(ChatStore, MemoryStore, ScheduleStore, RecordStore, ReadingStore, LeaseStore, WebhookStore,
-            Protocol):
+            InteractionStore, Protocol):
     """Durable state. Every method is atomic; appends are serialised per group.
 
     Seqs are per group, 1, 2, 3 ... without gaps. `group.latest_seq` is the

@@ -48,6 +48,30 @@ async def console(tmp_path):
         await store.close()
 
 
+@pytest.mark.parametrize("verb", ["remove name:extra", "disable name:extra", "rename name:extra new_name:other",
+                                  "edit name:extra role:another prompt:q"])
+async def test_an_agent_another_process_removes_meanwhile_is_answered_by_name(console, tmp_path, verb):
+    """The agent is found, then another process removes it before the change: the same answer
+    as when it was gone already, never the store's id."""
+    await console.send("/agent add name:extra role:r prompt:p")
+    store, other = console.engine.store, await SqliteStore.open(tmp_path / "c.db")
+    find_agent, found = store.find_agent, []
+
+    async def found_then_removed(group_id, name):  # type: ignore[no-untyped-def]
+        if not found:  # the first lookup: then the other process removes it
+            found.append(await find_agent(group_id, name))
+            await other.remove_agent(found[0].id)
+        return found[0]  # and a later lookup still sees it (read before the removal)
+
+    store.find_agent = found_then_removed
+    try:
+        out = await console.send(f"/agent {verb}")
+    finally:
+        del store.find_agent
+        await other.close()
+    assert out == ["error: No agent named 'extra' in this group (agents: none yet)."]
+
+
 async def test_agent_verbs_and_errors(console):
     out = await console.send('/agent add name:planner role:"drafts the itinerary" prompt:"You plan."')
     assert out == ["Added planner: drafts the itinerary. Tag it with @planner."]

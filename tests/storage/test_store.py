@@ -574,6 +574,20 @@ async def test_webhooks_save_replace_forget(store: SqlStore) -> None:
     assert await store.get_webhook("c1") is None
 
 
+# interactions ---------------------------------------------------------------
+
+
+async def test_an_interaction_is_taken_by_one_of_two_processes_and_old_ids_are_dropped(place: Place) -> None:
+    clock = FakeClock(0.0)
+    async with await place.open(clock=clock) as a, await place.open(clock=clock) as b:
+        taken = await asyncio.gather(*(s.claim_interaction(f"i{n}") for n in range(5) for s in (a, b)))
+        assert [taken[i] + taken[i + 1] for i in range(0, 10, 2)] == [1] * 5  # one of the two, for each id
+        assert not await a.claim_interaction("i0") and not await b.claim_interaction("i0")
+        clock.now += 2 * 24 * 3600
+        assert await a.claim_interaction("new")
+        assert await place.fetch("SELECT id FROM interactions") == [("new",)]
+
+
 # failures -------------------------------------------------------------------
 
 

@@ -73,6 +73,7 @@ class RoundtableBot(discord.Client):
         self.ready_once = asyncio.Event()
         self.slash.register(self.tree)
         self.tree.on_error = self.on_app_command_error  # type: ignore[method-assign]  # the tree calls it with our bot as client
+        self.tree.interaction_check = self.slash.interactions.take  # type: ignore[method-assign]  # each process of a shard gets every command
 
     def serves(self, guild_id: str | int | None) -> bool:
         """Whether this process takes in that guild's channels (all of them, unless it runs some shards)."""
@@ -117,15 +118,7 @@ class RoundtableBot(discord.Client):
         await self.ingest.on_reaction(payload)
 
     async def on_app_command_error(self, interaction: discord.Interaction, error: app_commands.AppCommandError) -> None:
-        log.error("command %s failed", interaction.command.name if interaction.command else "?", exc_info=error)
-        text = "Something went wrong; nothing was changed. The error is in the bot's log."
-        try:
-            if interaction.response.is_done():
-                await interaction.followup.send(text, ephemeral=True)
-            else:
-                await interaction.response.send_message(text, ephemeral=True)
-        except discord.HTTPException:
-            pass
+        await self.slash.failed(interaction, error)
 
 
 class ShardedRoundtableBot(RoundtableBot, discord.AutoShardedClient):

@@ -9,9 +9,13 @@ autocompleted. The declaration's rules run on every call: who may run it
 ephemeral and say why) and the same option checks as the console. A system
 prompt that was not given is asked for in a form (text input `prompt`).
 Tables of facts are answered as embeds.
+
+Each command, click and form is first taken (`bot.adapters.discord.interactions`): one
+process of several handles it, and one that is slow to answer is deferred in time.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import inspect
@@ -24,13 +28,14 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 import discord
 from discord import app_commands
 
+from bot.adapters.discord.interactions import Interactions, defer, finish, first_answer, send
 from bot.adapters.discord.render import jump_link, split_message
 from bot.core import commands as declared
 from bot.core import validation as v
 from bot.core.admin import Admin
 from bot.core.card import Attachment, Card, MarkRead, Reply
 from bot.core.commands import Command, Option
-from bot.core.errors import UserFacingError
+from bot.core.errors import InvalidInput, UserFacingError
 from bot.core.models import Group, Message
 from bot.core.reading import Reader
 
@@ -44,6 +49,7 @@ TONE_COLOURS = {"neutral": discord.Colour.blurple(), "good": discord.Colour.gree
                 "warning": discord.Colour.gold(), "bad": discord.Colour.red()}
 WHY_MENU = "Why this reply?"
 MAX_IMAGE_BYTES = 8 * 2**20
+SOMETHING_WENT_WRONG = "Something went wrong; nothing was changed. The error is in the bot's log."
 
 
 def group_key(channel_id: int) -> str:
@@ -105,6 +111,9 @@ class MarkReadButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"
                              match: re.Match[str]) -> "MarkReadButton":
         return cls(match["marks"])
 
+    async def interaction_check(self, interaction: discord.Interaction) -> bool:
+        return await taken(interaction)
+
     async def callback(self, interaction: discord.Interaction) -> None:
         marks = [(int(g), int(q)) for g, q in (pair.split(".") for pair in self.marks.split(",") if pair)]
         reading = interaction.client.slash.admin.reading  # type: ignore[attr-defined]  # the client is our RoundtableBot
@@ -125,6 +134,9 @@ class Pager(discord.ui.View):
             self.remove_item(self.older)
         if mark is not None:
             self.add_item(MarkReadButton.of(mark))
+
+    async def interaction_check(self, interaction: discord.Interaction) -> bool:
+        return await taken(interaction)
 
     @discord.ui.button(label="◀ Newer", style=discord.ButtonStyle.secondary)
     async def newer(self, interaction: discord.Interaction, button: discord.ui.Button[Any]) -> None:
@@ -155,7 +167,7 @@ async def answer(interaction: discord.Interaction, reply: Reply) -> None:
         cards = [reply] if isinstance(reply, Card) else list(reply)
         parts = [{"embeds": [card_embed(c) for c in cards[i:i + 10]]} for i in range(0, len(cards), 10)]
     for part in parts:
-        await _send(interaction, part)
+        await send(interaction, part)
 
 
 async def send_file(interaction: discord.Interaction, attachment: Attachment) -> None:
@@ -166,10 +178,10 @@ async def send_file(interaction: discord.Interaction, attachment: Attachment) ->
         if size > limit:
             text = (f"{attachment.text} The file is {_size(size)}, more than the {_size(limit)} Discord takes "
                     f"here: where the bot runs, `{attachment.elsewhere}` writes it.")
-            await _send(interaction, {"content": text})
+            await send(interaction, {"content": text})
             return
         with open(attachment.path, "rb") as data:
-            await _send(interaction, {"content": attachment.text,
+            await send(interaction, {"content": attachment.text,
                                       "file": discord.File(data, filename=attachment.filename)})
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -183,11 +195,10 @@ def _size(n: int) -> str:
     return f"{n / 2**20:.1f}".rstrip("0").rstrip(".") + " MB"
 
 
-async def _send(interaction: discord.Interaction, part: dict[str, Any]) -> None:
-    if interaction.response.is_done():
-        await interaction.followup.send(ephemeral=True, **part)
-    else:
-        await interaction.response.send_message(ephemeral=True, **part)
+async def taken(interaction: discord.Interaction) -> bool:
+    """`Interactions.take` for a button or a form (their objects do not hold the bot)."""
+    slash: SlashCommands = interaction.client.slash  # type: ignore[attr-defined]  # the client is our RoundtableBot
+    return await slash.interactions.take(interaction)
 
 
 def reader_of(interaction: discord.Interaction) -> Reader:
@@ -205,12 +216,18 @@ class PromptModal(discord.ui.Modal):
         self.add_item(self.prompt)
         self.on_prompt = on_prompt
 
+    async def interaction_check(self, interaction: discord.Interaction) -> bool:
+        return await taken(interaction)
+
     async def on_submit(self, interaction: discord.Interaction) -> None:
         await self.on_prompt(interaction, self.prompt.value)
 
     async def on_error(self, interaction: discord.Interaction, error: Exception) -> None:  # type: ignore[override]  # discord.py's Modal types it more narrowly
         log.error("prompt form failed", exc_info=error)
-        await answer(interaction, "Something went wrong; nothing was changed. The error is in the bot's log.")
+        try:
+            await answer(interaction, SOMETHING_WENT_WRONG)
+        finally:
+            finish(interaction)
 
 
 # a command's call -------------------------------------------------------------
@@ -242,9 +259,7 @@ class DiscordCaller:
         if not isinstance(channel, (discord.TextChannel, discord.Thread)) or interaction.guild is None:
             raise UserFacingError("Run /roundtable setup in a server text channel or thread.")
         parent = channel.parent_id if isinstance(channel, discord.Thread) else None
-        hook_channel = str(parent or channel.id)
-        if await self.slash.store.get_webhook(hook_channel) is None:
-            await bot.surface.create_webhook(hook_channel)
+        await self.slash.ensure_webhook(str(parent or channel.id))
         existing = self._group
         settings = existing.settings if existing else bot.group_defaults
         if mode:
@@ -262,7 +277,11 @@ class DiscordCaller:
     async def ask_text(self, label: str, current: str | None) -> str | None:
         async def submitted(interaction: discord.Interaction, text: str) -> None:
             await self.slash.invoke(interaction, self.command, {**self.given, "prompt": text})
-        await self.interaction.response.send_modal(PromptModal(label, current, submitted))
+        async with first_answer(self.interaction) as due:
+            if not due:  # a form can only be the first answer
+                raise UserFacingError("The form for the prompt could not open (the bot was slow to answer); "
+                                      "run the command again, or give the prompt as its prompt option.")
+            await self.interaction.response.send_modal(PromptModal(label, current, submitted))
         return None
 
     @property
@@ -290,8 +309,7 @@ class DiscordCaller:
         if not (image.content_type or "").startswith("image/") or image.size > MAX_IMAGE_BYTES:
             raise UserFacingError(f"{image.filename} is not a picture Discord can show (PNG, JPEG, GIF or WebP, "
                                   f"at most {MAX_IMAGE_BYTES // 2**20} MB).")
-        if not self.interaction.response.is_done():  # copying the picture may take longer than Discord waits
-            await self.interaction.response.defer(ephemeral=True, thinking=True)
+        await defer(self.interaction)  # copying the picture may take longer than Discord waits
         channel = self.interaction.channel
         if not isinstance(channel, discord.abc.Messageable):
             raise UserFacingError("Add pictures in a text channel of the group.")
@@ -311,10 +329,66 @@ class SlashCommands:
         self.bot = bot
         self.admin = Admin(bot.engine)
         self.store = bot.engine.store
+        self.interactions = Interactions(self.store, group_key)
+        self._webhook_locks: dict[str, asyncio.Lock] = {}  # channel -> held while its webhook is found or made
 
+    async def failed(self, interaction: discord.Interaction, error: app_commands.AppCommandError) -> None:
+        """A command that raised (the tree's on_error): an option value Discord should not have
+        let through gets one line; anything else is logged with its traceback and answered briefly."""
+        name = interaction.command.qualified_name if interaction.command else "?"
+        if isinstance(error, app_commands.TransformerError):
+            log.info("command %s: %s", name, error)
+            text = f"{error.value!r} is not a {error.type.name} this option takes; pick one from Discord's list."
+        else:
+            log.error("command %s failed", name, exc_info=error)
+            text = SOMETHING_WENT_WRONG
+        try:
+            await send(interaction, {"content": text})
+        except discord.HTTPException:
+            pass
+        finally:
+            finish(interaction)
+
+    # the channel's webhook --------------------------------------------------------
+    async def ensure_webhook(self, channel_id: str) -> None:
+        """A webhook of the channel stored for the group's posts: the one stored, else one this bot
+        made there before (an earlier setup, whose row was lost or never written), else a new one.
+        One setup of a channel at a time (two admins, a double click), so they end with one webhook."""
+        async with self._webhook_locks.setdefault(channel_id, asyncio.Lock()):
+            if await self.store.get_webhook(channel_id) is not None:
+                return
+            made = await self._made_before(channel_id)
+            if made is None:
+                await self.bot.surface.create_webhook(channel_id)
+                return
+            assert made.token is not None
+            await self.store.save_webhook(channel_id, str(made.id), made.token)
+            log.info("channel %s: using the webhook %s this bot made there before", channel_id, made.id)
+
+    async def _made_before(self, channel_id: str) -> discord.Webhook | None:
+        """The oldest webhook of the channel that this bot made (None when it cannot tell)."""
+        channel = self.bot.get_channel(int(channel_id))
+        me = self.bot.user
+        if not isinstance(channel, discord.TextChannel) or me is None:
+            return None
+        try:
+            hooks = await channel.webhooks()
+        except discord.HTTPException:  # no Manage Webhooks, say: creating one says what is missing
+            return None
+        mine = [h for h in hooks if h.type is discord.WebhookType.incoming and h.token
+                and h.user is not None and h.user.id == me.id]
+        return min(mine, key=lambda h: h.id, default=None)
+
+    # running a command ------------------------------------------------------------
     async def invoke(self, interaction: discord.Interaction, command: Command, given: Mapping[str, object]) -> None:
-        if command.is_slow(given) and not interaction.response.is_done():  # a model call: Discord waits only 3 s
-            await interaction.response.defer(ephemeral=True, thinking=True)
+        try:
+            await self._invoke(interaction, command, given)
+        finally:
+            finish(interaction)
+
+    async def _invoke(self, interaction: discord.Interaction, command: Command, given: Mapping[str, object]) -> None:
+        if command.is_slow(given):  # a model call: Discord waits only 3 s
+            await defer(interaction)
         if interaction.guild is not None:
             await self.bot.ingest.remember(str(interaction.guild.id), interaction.user)
         try:
@@ -382,10 +456,18 @@ class SlashCommands:
     def _callback(self, command: Command) -> Any:
         """A callback whose signature is the command's options, for discord.py to read."""
         async def callback(interaction: discord.Interaction, **values: Any) -> None:
-            given = {name: _plain(value) for name, value in values.items() if value is not None}
+            try:
+                given = {name: _plain(kinds[name], name, value) for name, value in values.items() if value is not None}
+            except UserFacingError as exc:
+                try:
+                    await answer(interaction, str(exc))
+                finally:
+                    finish(interaction)
+                return
             await self.invoke(interaction, command, given)
 
         options = command.options_for("discord")
+        kinds = {o.name: o.kind for o in options}
         parameters = [inspect.Parameter("interaction", inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                         annotation=discord.Interaction)]
         parameters += [inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, annotation=_annotation(o),
@@ -409,7 +491,7 @@ def _annotation(option: Option) -> Any:
     if kind == "boolean":
         return bool
     if kind == "choice":
-        return app_commands.Choice[str]
+        return str  # with its choices; the declaration checks the value (a modified client may send another)
     if kind == "role":
         return discord.Role
     if kind == "image":
@@ -419,10 +501,11 @@ def _annotation(option: Option) -> Any:
     return str
 
 
-def _plain(value: object) -> object:
+def _plain(kind: str, name: str, value: object) -> object:
     """A discord.py value as the declaration's handlers take it."""
-    if isinstance(value, app_commands.Choice):
-        return value.value
     if isinstance(value, discord.Role):
         return str(value.id)
+    if isinstance(value, discord.Object):  # an id Discord did not resolve (a modified client's)
+        what = "role" if kind == "role" else "such thing"
+        raise InvalidInput(f"{name}: there is no {what} {value.id} in this server.")
     return value  # an attachment stays itself: `DiscordCaller.keep_image` copies it
