@@ -84,20 +84,20 @@ class AgentTurn:
         engine = self.engine
         store = engine.store
         run = await store.start_run(group.id, agent.id, "group", snapshot)
-        fresh = await store.get_group(group.id)
-        cap = fresh.settings.max_agent_turns
-        if run.episode_id is not None and run.episode_id == fresh.episode_id and fresh.agent_streak >= cap:
-            # The cap was reached while this run waited (another agent posted): a model call
-            # would only pay for a reply the store must refuse.
-            result, terminated = RunResult("refused", selector_usage=selector_usage, error=str(CapReached(cap)),
-                                           notice=await self._refusal_notice(run, agent, cap)), False
-        else:
-            try:
+        try:
+            fresh = await store.get_group(group.id)
+            cap = fresh.settings.max_agent_turns
+            if run.episode_id is not None and run.episode_id == fresh.episode_id and fresh.agent_streak >= cap:
+                # The cap was reached while this run waited (another agent posted): a model call
+                # would only pay for a reply the store must refuse.
+                result, terminated = RunResult("refused", selector_usage=selector_usage, error=str(CapReached(cap)),
+                                               notice=await self._refusal_notice(run, agent, cap)), False
+            else:
                 result, terminated = await self._call(group, agent, run, selector_usage)
-            except asyncio.CancelledError:
-                # Shutting down: the run stays undone (its agent runs again on the next start).
-                await self._interrupt(run, selector_usage)
-                raise
+        except asyncio.CancelledError:
+            # Shutting down: the run stays undone (its agent runs again on the next start).
+            await self._interrupt(run, selector_usage)
+            raise
         finished = await store.finish_run(run.id, result, cap=cap)
         run, reply, notice = finished.run, finished.reply, finished.notice
         if result.reply is not None and reply is None:
