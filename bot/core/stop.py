@@ -46,7 +46,7 @@ def _name_at(line: str, i: int, name: str) -> int:
 
 
 def _label_at(line: str, i: int, name: str) -> int:
-    """The end of "[name]", "[@name]", "name:", "@name:" or "name**:" / "name:**"-style labels at `i`, or 0."""
+    """The end of a label at `i`: "[name]", "[@name]", "name:", "@name:", "name **:" (any case), or 0."""
     if line.startswith("[", i):
         end = _name_at(line, i + 1 + line.startswith("@", i + 1), name)
         if end >= 0 and line.startswith("]", end):
