@@ -24,6 +24,11 @@ def script() -> GroupChatScript:
     return GroupChatScript(default_agent_reply=lambda name, n: f"{name} answer {n}")
 
 
+def assert_clean_logs(*bots: BotProcess) -> None:
+    for bot in bots:
+        log = bot.log.read_text()
+        assert " ERROR " not in log and "Traceback" not in log, bot.tail()
+
 async def test_two_processes_on_one_database_answer_each_interaction_once(tmp_path, place: Place):
     replies = UniqueReplies()
     async with DiscordEmulator() as emu, FakeOpenAI(replies) as llm:
@@ -60,9 +65,7 @@ async def test_two_processes_on_one_database_answer_each_interaction_once(tmp_pa
                                f"Removed extra{n}. Its messages stay in the history." for n in range(3) for i in (0, 1)]
             assert [(len(r.callbacks), len(r.followups)) for r in records] == [(1, 0)] * 9 + [(1, 1)] * 4
             assert [r.status for r in emu.requests_matching("POST", CALLBACK)] == [200] * len(records)  # none refused
-            for bot in (a, b):
-                log = bot.log.read_text()
-                assert " ERROR " not in log and "Traceback" not in log, bot.tail()
+            assert_clean_logs(a, b)
         finally:
             await a.close()
             await b.close()
@@ -87,9 +90,7 @@ async def test_two_processes_waiting_on_a_busy_database_defer_a_command_once_and
             assert [f["content"] for f in record.followups] == ["Added planner: plans. Tag it with @planner."]
             assert len(record.callbacks) == 1
             assert [r.status for r in emu.requests_matching("POST", CALLBACK)].count(200) == 1
-            for bot in (a, b):
-                log = bot.log.read_text()
-                assert " ERROR " not in log and "Traceback" not in log, bot.tail()
+            assert_clean_logs(a, b)
         finally:
             await a.close()
             await b.close()
