@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from bot.core.errors import StoreError
+from bot.core.health import StoreHealth
 from storage.base import Clock
 from storage.db import DEFAULT_BUSY_TIMEOUT_MS, LOCKED_MESSAGE, open_db
 from storage.migrations import MIGRATIONS, apply_migrations
@@ -51,16 +52,17 @@ def describe(target: str | Path) -> str:
 
 
 async def open_store(
-    target: str | Path, *, clock: Clock = time.time, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+    target: str | Path, *, clock: Clock = time.time, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    health: StoreHealth | None = None,
 ) -> SqlStore:
     """The store at `target`: a `postgresql://` URL opens PostgreSQL; a path or `sqlite:///path`
     opens (creating) that SQLite file. Migrations are applied; problems raise `StoreError` (one
-    line, no password)."""
+    line, no password). `health`: the tracker of whether it takes writes (default: the usual)."""
     if is_postgres(target):
         from storage.pg import PostgresStore
 
-        return await PostgresStore.open(str(target), clock=clock, busy_timeout_ms=busy_timeout_ms)
-    return await SqliteStore.open(sqlite_path(target), clock=clock, busy_timeout_ms=busy_timeout_ms)
+        return await PostgresStore.open(str(target), clock=clock, busy_timeout_ms=busy_timeout_ms, health=health)
+    return await SqliteStore.open(sqlite_path(target), clock=clock, busy_timeout_ms=busy_timeout_ms, health=health)
 
 
 __all__ = ["LOCKED_MESSAGE", "MIGRATIONS", "SqlStore", "SqliteStore", "apply_migrations", "describe",

@@ -9,6 +9,10 @@ group's rows; one that touches no group or several takes `_write()`, which exclu
 every other write. Either way a write sees every write of its group committed before
 it, so seq allocation, leases and the checks inside a write are as safe as a single
 process's. Reads see committed data.
+
+Every write transaction's outcome goes to the store's `health` (`bot.core.health`): the
+one place that notices a database which takes no writes (a full disk, a read-only
+file), whichever caller's write it was.
 """
 from __future__ import annotations
 
@@ -21,7 +25,8 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
 from typing import AsyncIterator, Callable, Literal, Protocol, Sequence, TypeVar
 
-from bot.core.errors import AlreadyStored, NotFound, StoreError
+from bot.core.errors import AlreadyStored, NotFound, StoreError, StoreUnwritable
+from bot.core.health import StoreHealth
 from bot.core.models import Episode, Message, NewMessage, token_cost
 from storage.rows import dumps, tags_to_json, to_message, unique
 from storage.sql import Db, Dialect, Params, Row
@@ -62,11 +67,59 @@ class Backend(Protocol):
         ...
 
 
+class _Watched:
+    """A write transaction's `Db` that remembers its write statements, for the store's health:
+    which statement failed, or which a committed transaction ran."""
+
+    __slots__ = ("db", "statements", "failed")
+
+    def __init__(self, db: Db) -> None:
+        self.db = db
+        self.statements: set[str] = set()
+        self.failed: str | None = None
+
+    def blamed(self) -> set[str]:
+        """The statement that failed; else (the commit failed) every write statement it ran."""
+        return {self.failed} if self.failed is not None else self.statements
+
+    async def one(self, sql: str, params: Params = ()) -> Row | None:
+        return await self.db.one(sql, params)
+
+    async def all(self, sql: str, params: Params = ()) -> list[Row]:
+        return await self.db.all(sql, params)
+
+    async def exec(self, sql: str, params: Params = ()) -> int:
+        self.statements.add(sql)
+        try:
+            return await self.db.exec(sql, params)
+        except BaseException:
+            self.failed = sql
+            raise
+
+    async def insert(self, sql: str, params: Params = ()) -> int:
+        self.statements.add(sql)
+        try:
+            return await self.db.insert(sql, params)
+        except BaseException:
+            self.failed = sql
+            raise
+
+    async def exec_many(self, sql: str, rows: Sequence[Params]) -> None:
+        self.statements.add(sql)
+        try:
+            await self.db.exec_many(sql, rows)
+        except BaseException:
+            self.failed = sql
+            raise
+
+
 class StoreBase:
     """Transactions, error translation, shared lookups."""
 
-    def __init__(self, backend: Backend, *, clock: Clock = time.time) -> None:
+    def __init__(self, backend: Backend, *, clock: Clock = time.time, health: StoreHealth | None = None) -> None:
+        """`health`: the tracker told of every write's outcome (default: one with the usual waits)."""
         self._backend = backend
+        self.health = health or StoreHealth()
         self._sql = backend.dialect
         self._clock = clock
         self._closed = False
@@ -127,8 +180,15 @@ class StoreBase:
         changes that group's rows only (and rows of no group that no other write touches);
         without, it is alone among the database's writes."""
         self._check_open()
-        async with self._backend.write(group_id) as db:
-            yield db
+        watched: _Watched | None = None
+        try:
+            async with self._backend.write(group_id) as db:
+                watched = _Watched(db)
+                yield watched
+        except StoreUnwritable as exc:
+            self.health.failed(exc.public, watched.blamed() if watched is not None else ())
+            raise
+        self.health.committed(watched.statements if watched is not None else ())
 
     async def _group_of(self, table: str, row_id: int) -> int | None:
         """The group of row `row_id` of `table` (agents, runs, episodes), read before a write
@@ -217,7 +277,7 @@ class StoreBase:
         episode) or 'keep' (notices, replies to an older episode).
         """
         group = await self._group_row(db, group_id)
-        await self._backend.announce(db, group_id, self.owner)
+        await self._backend.announce(db.db if isinstance(db, _Watched) else db, group_id, self.owner)
         seq, now = int(group["latest_seq"]) + 1, self._now()
         before = int(group["tokens_total"])
         confirmed = message.author_type == "user" or bool(message.external_ids)

@@ -35,7 +35,7 @@ from typing import AsyncIterator, Callable, Sequence, TypeVar
 
 import aiosqlite
 
-from bot.core.errors import StoreBusy, StoreError
+from bot.core.errors import StoreBusy, StoreError, StoreUnwritable
 from storage.migrations import apply_migrations
 from storage.sql import SQLITE, Db, Params, Row
 
@@ -55,11 +55,39 @@ def is_locked(exc: BaseException) -> bool:
     return "locked" in text or "busy" in text
 
 
+# SQLite's primary result codes that mean "nothing can be written until someone fixes the file or
+# its disk", and what each tells people (`StoreUnwritable.public`).
+UNWRITABLE = {
+    13: "the database file or its disk is full",  # SQLITE_FULL
+    8: "the database file is read-only",  # SQLITE_READONLY
+    10: "the disk failed to write (an I/O error)",  # SQLITE_IOERR
+    14: "the database file cannot be opened for writing",  # SQLITE_CANTOPEN
+    3: "access to the database file is denied",  # SQLITE_PERM
+}
+
+
+def unwritable_reason(exc: sqlite3.Error) -> str | None:
+    """What is wrong, for people, when `exc` says the file cannot be written; else None."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return UNWRITABLE.get(code & 0xFF)  # an extended code carries its primary one in the low byte
+    text = str(exc).lower()
+    if "disk is full" in text:
+        return UNWRITABLE[13]
+    if "readonly database" in text:
+        return UNWRITABLE[8]
+    return None
+
+
 def store_error(exc: sqlite3.Error) -> StoreError:
-    """Translate a sqlite3 failure into a one-line `StoreError`."""
+    """Translate a sqlite3 failure into a one-line `StoreError` (`StoreBusy` for a lock held too
+    long, `StoreUnwritable` for a file that takes no writes)."""
     if is_locked(exc):
         return StoreBusy(LOCKED_MESSAGE)
     first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
+    reason = unwritable_reason(exc)
+    if reason is not None:
+        return StoreUnwritable(f"database error: {first_line}", public=reason)
     return StoreError(f"database error: {first_line}")
 
 

@@ -61,7 +61,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from bot.core.errors import StoreBusy, StoreError
+from bot.core.errors import StoreBusy, StoreError, StoreUnwritable
+from bot.core.health import StoreHealth
 from storage.base import Clock
 from storage.db import DEFAULT_BUSY_TIMEOUT_MS, LOCKED_MESSAGE
 from storage.pg_locks import VERSION_SQL, WriteGate, changed_sql, lock_sql
@@ -116,10 +117,28 @@ def _one_line(exc: BaseException, secrets: Sequence[str] = ()) -> str:
     return text
 
 
+def unwritable_reason(exc: BaseException) -> str | None:
+    """What is wrong, for people, when the server refused a write for a reason someone has to
+    fix (its disk is full, the database is read-only, the user may not write); else None."""
+    if isinstance(exc, asyncpg.DiskFullError):
+        return "the database server's disk is full"
+    if isinstance(exc, asyncpg.InsufficientResourcesError):
+        return "the database server is out of resources (disk, memory or connections)"
+    if isinstance(exc, asyncpg.ReadOnlySQLTransactionError):
+        return "the database is read-only"
+    if isinstance(exc, asyncpg.InsufficientPrivilegeError):
+        return "the database user may not write"
+    return None
+
+
 def pg_store_error(exc: BaseException) -> StoreError:
-    """Translate an asyncpg failure (or a lost connection) into a one-line `StoreError`."""
+    """Translate an asyncpg failure (or a lost connection) into a one-line `StoreError`
+    (`StoreBusy` for a lock held too long, `StoreUnwritable` for a write the server refuses)."""
     if isinstance(exc, asyncpg.LockNotAvailableError):
         return StoreBusy(LOCKED_MESSAGE)
+    reason = unwritable_reason(exc)
+    if reason is not None:
+        return StoreUnwritable(f"database error: {_one_line(exc)}", public=reason)
     if isinstance(exc, _CONNECTION_ERRORS):
         return StoreError(f"database error: the connection to PostgreSQL failed: {_one_line(exc)}")
     return StoreError(f"database error: {_one_line(exc)}")
@@ -334,9 +353,10 @@ class PostgresStore(SqlStore):
     @classmethod
     async def open(
         cls, url: str, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS, clock: Clock = time.time,
-        schema: str | None = None,
+        schema: str | None = None, health: StoreHealth | None = None,
     ) -> "PostgresStore":
-        return cls(await PostgresBackend.open(url, lock_timeout_ms=busy_timeout_ms, schema=schema), clock=clock)
+        return cls(await PostgresBackend.open(url, lock_timeout_ms=busy_timeout_ms, schema=schema), clock=clock,
+                   health=health)
 
 
 __all__ = ["PostgresBackend", "PostgresStore", "mask_url", "pg_store_error"]

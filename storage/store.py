@@ -21,6 +21,7 @@ import unicodedata
 from pathlib import Path
 
 from bot.core.errors import AlreadyStored, InvalidInput
+from bot.core.health import StoreHealth
 from bot.core.models import Agent, Episode, Group, GroupSettings, Message, NewMessage, token_cost
 from bot.core.validation import check_name_free
 from storage.base import Clock
@@ -392,10 +393,11 @@ class SqliteStore(SqlStore):
 
     @classmethod
     async def open(
-        cls, path: str | Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS, clock: Clock = time.time
+        cls, path: str | Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS, clock: Clock = time.time,
+        health: StoreHealth | None = None,
     ) -> "SqliteStore":
-        """Open the file at `path` (migrating it) and wrap it in a store."""
-        return cls(await SqliteBackend.open(path, busy_timeout_ms=busy_timeout_ms), clock=clock)
+        """Open the file at `path` (migrating it) and wrap it in a store (`health`: see `StoreBase`)."""
+        return cls(await SqliteBackend.open(path, busy_timeout_ms=busy_timeout_ms), clock=clock, health=health)
 
 
 __all__ = ["SqlStore", "SqliteStore"]

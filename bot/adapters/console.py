@@ -322,7 +322,7 @@ class Console:
 
     def _not_saved_yet(self, why: str) -> None:
         self.surface.error(f"your message is not saved yet ({why.removesuffix('; try again')}); "
-                           "it will be as soon as the database is free")
+                           "it will be as soon as the database takes it")
 
     async def hints(self, text: str) -> list[str]:
         assert self.group is not None

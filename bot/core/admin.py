@@ -18,6 +18,7 @@ from bot.core.context import find_window, participant_step
 from bot.core.engine import Engine
 from bot.core.errors import InvalidInput, NotFound, UserFacingError
 from bot.core.export import file_name, plural, when, write_export
+from bot.core.health import outage_status
 from bot.core.models import Agent, Decision, Group, GroupSettings
 from bot.core.pricing import dollars
 from bot.core.reading import Reader, Reading
@@ -160,6 +161,9 @@ class Admin:
             fields.append(Field("context", seen, inline=False))
         if group.delivery_problem:
             fields.append(Field("delivery problem", group.delivery_problem, inline=False))
+        outage = self.store.health.outage
+        if outage is not None:
+            fields.append(Field("database problem", outage_status(outage, self.store.health.clock()), inline=False))
         upcoming = await self.store.next_schedule(group.id)
         if upcoming is not None:
             fields.append(Field("next schedule", f"#{upcoming.id} {await self.schedules.describe(upcoming)}",
@@ -167,7 +171,7 @@ class Admin:
         if viewer is not None:
             fields.append(Field("unread for you", str(await self.reading.unread_count(group, viewer))))
         fields.extend(settings_fields(group.settings))
-        tone: Tone = "bad" if group.delivery_problem else "warning" if state != "on" else "good"
+        tone: Tone = "bad" if group.delivery_problem or outage else "warning" if state != "on" else "good"
         return Card(f"{group.name} ({state})", fields=tuple(fields), tone=tone)
 
     async def context_seen(self, group: Group, through: int) -> str:

@@ -6,6 +6,9 @@ background tasks: per owned group a dispatcher (routing and runs) and an
 outbox (showing committed rows), plus the lease keeper and the schedule
 ticker (`bot.core.scheduler`). A process runs only
 the groups of its `scope` whose lease it holds (`bot.core.ownership`).
+When the database takes no writes for a while (the store's `health`), the
+people of every group run here are told once, on the surface directly (the
+notice cannot be stored), and once more when it works again.
 Background tasks are kept in a set with a done-callback that logs failures.
 """
 from __future__ import annotations
@@ -19,7 +22,8 @@ from typing import Callable, Iterable, Mapping, TypeVar
 
 from bot.core.direct import DirectAnswer, DirectRuns
 from bot.core.dispatcher import GroupDispatcher
-from bot.core.errors import Busy, StoreBusy
+from bot.core.errors import Busy, StoreBusy, StoreUnwritable
+from bot.core.health import Outage, fixed_notice, outage_notice
 from bot.core.models import Agent, Episode, EpisodeResult, Group, Message, NewMessage, Usage
 from bot.core.outbox import Outbox, RetryPolicy
 from bot.core.ownership import LEASE_TTL, Ownership
@@ -73,6 +77,8 @@ class Engine:
         self._closed = False
         self.clock = clock
         self.scheduler = Scheduler(self, schedule_tick)
+        self._told = asyncio.Lock()  # store outage notices go out one after the other, in order
+        self._unsubscribe = store.health.subscribe(self._store_health_changed)
 
     # life cycle ----------------------------------------------------------
     async def start(self) -> None:
@@ -102,6 +108,7 @@ class Engine:
         """Stop taking work, interrupt the runs in flight (recorded as 'interrupted'),
         give up the leases. The store stays open (its owner closes it)."""
         self._closed = True
+        self._unsubscribe()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -256,9 +263,10 @@ class Engine:
         `wake=False` lets a caller ingest a batch (e.g. missed messages) and wake once
         after it, so the batch is routed together. AlreadyStored when one of
         `external_ids` is already a row. While another process holds the database
-        (`StoreBusy`: nothing was written) the message is tried again, with the retry
-        policy's waits, until it is stored (SPEC §4: ingest never drops); `waiting` is told
-        why once, at the first wait.
+        (`StoreBusy`) or it takes no writes (`StoreUnwritable`: a full disk; nothing was
+        written either way) the message is tried again, with the retry policy's waits,
+        until it is stored (SPEC §4: ingest never drops); `waiting` is told why once, at
+        the first wait.
         """
         roster = await self.store.list_agents(group.id)
         people = await self.store.people(group.people_scope)
@@ -277,14 +285,17 @@ class Engine:
             try:
                 message, episode = await self.store.append_user_message(group.id, new)
                 break
-            except StoreBusy as exc:
+            except (StoreBusy, StoreUnwritable) as exc:
                 failures += 1
                 delay = self.retry.delay(failures)
                 log.warning("group=%s: a message from %s is not stored yet (%s); trying again in %.1fs",
                             group.id, author_name, exc, delay)
                 if failures == 1 and waiting is not None:
-                    waiting(str(exc))
-                await asyncio.sleep(delay)
+                    waiting(exc.public if isinstance(exc, StoreUnwritable) else str(exc))
+                if isinstance(exc, StoreUnwritable):
+                    await self.store.health.until_writable(delay)
+                else:
+                    await asyncio.sleep(delay)
         try:
             await self.surface.publish(group, message, None, record=_nothing)
         except Exception:  # a person's own row is stored; echoing it is only a courtesy
@@ -348,6 +359,22 @@ class Engine:
             await self.surface.alert(group, problem)
         except Exception:  # best effort: /roundtable status shows it too
             log.warning("group=%s: could not tell the channel about the problem", group.id, exc_info=True)
+
+    def _store_health_changed(self, outage: Outage) -> None:
+        """The database stopped taking writes for a while, or takes them again: tell people."""
+        if self._closed:
+            return
+        text = outage_notice(outage) if outage.fixed_at is None else fixed_notice(outage)
+        self.spawn(self._tell_groups(text), "store-health")
+
+    async def _tell_groups(self, text: str) -> None:
+        """`text` on the surface of every group run here, directly (not a row: it may not be storable)."""
+        async with self._told:
+            for group_id in sorted(self.ownership.owned):
+                try:
+                    await self.surface.alert(await self.store.get_group(group_id), text)
+                except Exception:  # best effort: /roundtable status shows it too
+                    log.warning("group=%s: could not tell people about the database", group_id, exc_info=True)
 
     # results -------------------------------------------------------------
     async def episode_result(self, episode_id: int) -> EpisodeResult:

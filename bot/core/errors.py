@@ -10,6 +10,8 @@
     │   └── Forbidden          the person may not do that
     ├── CapReached             an agent post refused: the turn cap is reached
     ├── StoreError             the database failed (locked, corrupt, ...)
+    │   ├── StoreBusy          another process held it longer than the busy timeout
+    │   └── StoreUnwritable    it refuses writes: a full disk, a read-only file, ...
     ├── LeaseLost              another process runs this group now
     ├── LLMError               the model call failed after the client's retries
     │   ├── LLMTimeout
@@ -66,6 +68,17 @@ class StoreError(RoundtableError):
 class StoreBusy(StoreError):
     """Another process held the database longer than the busy timeout: nothing was written, and
     the same write may succeed later."""
+
+
+class StoreUnwritable(StoreError):
+    """The database refuses writes (a full disk, a read-only file or database, a write the
+    server refused): nothing was written, and nothing will be until someone fixes it.
+    `str()` is for the log; `public` says what is wrong in words for people (never a path
+    or a server's text)."""
+
+    def __init__(self, message: str, *, public: str) -> None:
+        super().__init__(message)
+        self.public = public
 
 
 class LeaseLost(RoundtableError):

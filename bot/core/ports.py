@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import AsyncContextManager, AsyncIterator, Awaitable, Callable, Iterable, Protocol, Sequence
 
+from bot.core.health import StoreHealth
 from bot.core.models import (
     Agent,
     ChatMessage,
@@ -446,5 +447,8 @@ class Store(ChatStore, MemoryStore, ScheduleStore, RecordStore, ReadingStore, Le
 
     Seqs are per group, 1, 2, 3 ... without gaps. `group.latest_seq` is the
     newest seq. Methods raise `NotFound` / `InvalidInput` for bad ids or
-    duplicates and `StoreError` when the database fails.
+    duplicates and `StoreError` when the database fails (`StoreUnwritable` when
+    it takes no writes: a full disk, a read-only file).
     """
+
+    health: StoreHealth  # told every write's outcome: whether the database takes writes

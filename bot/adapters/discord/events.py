@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable, ParamSpec, TypeVar
 import aiohttp
 import discord
 
-from bot.core.errors import AlreadyStored, StoreError
+from bot.core.errors import AlreadyStored, StoreError, StoreUnwritable
 from bot.core.models import Agent, Group
 
 if TYPE_CHECKING:
@@ -197,7 +197,10 @@ class Ingest:
                 delay = self.bot.engine.retry.delay(failures)
                 log.warning("group=%s message %s not stored yet (%s); retrying in %.1fs",
                             group.id, message.id, exc, delay)
-                await asyncio.sleep(delay)
+                if isinstance(exc, StoreUnwritable):  # stored as soon as the database takes writes again
+                    await self.store.health.until_writable(delay)
+                else:
+                    await asyncio.sleep(delay)
             except Exception:
                 failures += 1
                 if failures >= GIVE_UP_AFTER:
