@@ -8,8 +8,10 @@ the first retry within 2 s, then doubling up to 60 s); rows behind it wait, so
 a group's posts always leave in seq order. When an attempt may have reached
 people without being recorded (a crash, a reset connection) the next attempt
 first asks the surface to find what arrived, so nothing is shown twice. A
-lasting refusal (a missing permission) is recorded on the group, told to its
-people once, and retried until it is fixed. One bad row never stops a group:
+refusal (a missing permission) that lasts, i.e. is met by a second attempt in
+a row or is still there `LASTING_AFTER` seconds later, is recorded on the
+group, told to its people once, and retried until it is fixed; one refusal
+that the next attempt gets past is only a warning in the log. One bad row never stops a group:
 a posted part whose id is stored as another row already (our post, taken in as
 a person's message by another process) is recorded on this row, and a row that
 keeps failing for an unexpected reason (a bug) is given up after a few tries
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 GIVE_UP_AFTER = 5  # unexpected failures (a bug, not Discord or the database) showing one row before it is skipped
+LASTING_AFTER = 10.0  # seconds after a refusal when a row still not shown makes it a lasting one
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,8 @@ class Outbox(GroupWorker):
         """Show `row` (as just read, with the parts recorded so far) completely, however many attempts
         it takes; False when the group was turned off meanwhile."""
         store, policy = self.engine.store, self.engine.retry
-        failures = 0
+        failures = refusals = 0
+        problem, refused_at = "", 0.0  # the latest refusal's text for people; the engine's clock at the first
         seq = row.seq
         while True:
             if await store.leased_elsewhere(self.group_id):
@@ -104,7 +108,10 @@ class Outbox(GroupWorker):
                 if exc.maybe_shown:
                     self.unsure.add(seq)
                 if exc.problem:
-                    await self.engine.report_problem(group, exc.problem)
+                    refusals, problem = refusals + 1, exc.problem
+                    refused_at = refused_at if refusals > 1 else self.engine.clock()
+                if refusals and (refusals > 1 or self.engine.clock() - refused_at >= LASTING_AFTER):
+                    await self.engine.report_problem(group, problem)  # it lasts: told once, until fixed
                 delay = policy.delay(failures, exc.retry_after)
                 log.warning("group=%s seq=%s not shown (attempt %d): %s; retrying in %.1fs",
                             self.group_id, seq, failures, exc, delay)

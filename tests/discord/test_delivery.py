@@ -3,6 +3,7 @@ database, a failing typing endpoint. Everything arrives without a restart, once,
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import time
 
@@ -58,6 +59,22 @@ async def test_a_post_discord_did_not_take_arrives_without_a_restart_once_in_ord
     assert [(r.author_name, r.confirmed, len(r.external_ids)) for r in rows if r.author_type == "agent"] == [
         ("planner", True, 1), ("planner", True, 1)]
     assert script.participant_order == ["planner", "planner"]  # re-sent, never re-generated
+
+
+async def test_one_refusal_that_the_retry_gets_past_is_neither_told_nor_an_error(harness, script, caplog):
+    emu = harness.emu
+    await harness.setup_group(("planner", "plans"), mode="tags")
+    emu.fail_next("POST", WEBHOOK, 403, body={"message": "Missing Permissions", "code": 50013})
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner one")
+    await wait_confirmed(harness, 2)
+    assert [r.status for r in agent_post_requests(emu)] == [403, 200]
+    assert webhook_messages(emu) == ["First answer."]
+    assert [m["content"] for m in emu.channel_messages(emu.channel_id)
+            if m["author"]["id"] == str(emu.bot_user_id)] == []  # no "I can't post in #general ..."
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert any(r.levelno == logging.WARNING and "403" in r.getMessage() for r in caplog.records)
+    status = await harness.command("roundtable status")
+    assert "delivery problem" not in harness.embed_fields(status)
 
 
 async def test_a_lasting_refusal_is_told_once_shown_in_status_and_cleared_when_fixed(harness, script):

@@ -10,6 +10,7 @@ import pytest
 
 from bot.adapters.tokens import make_token_counter
 from bot.core.engine import Engine
+from bot.core.errors import DeliveryError
 from bot.core.models import GroupSettings, NewMessage, RunResult
 from bot.core.outbox import RetryPolicy
 from storage import LOCKED_MESSAGE, SqlStore
@@ -110,6 +111,51 @@ async def test_a_lasting_refusal_is_recorded_told_once_and_cleared(harness):
         assert harness.surface.alerts == ["Give my role Send Messages."]
         assert [m.text for m in harness.surface.published if m.author_type == "agent"] == ["Waited."]
         assert (await harness.store.get_group(harness.group.id)).delivery_problem is None
+
+
+class ScriptedFailures(RecordingSurface):
+    """Fails its first posts as scripted: "refused" (a missing permission), "down" (a 503); each
+    failure is `seconds_apart` later on the engine's clock than the one before."""
+
+    def __init__(self, failures: list[str], clock: "StepClock", seconds_apart: float) -> None:
+        super().__init__()
+        self.script, self.clock, self.seconds_apart = list(failures), clock, seconds_apart
+
+    async def publish(self, group, message, agent, *, resume=False, record):  # type: ignore[no-untyped-def]
+        if message.author_type == "agent" and self.script:
+            self.clock.now += self.seconds_apart
+            kind = self.script.pop(0)
+            raise DeliveryError(f"Discord answered {kind}", problem="Give my role Send Messages."
+                                if kind == "refused" else None)
+        await super().publish(group, message, agent, resume=resume, record=record)
+
+
+class StepClock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize("failures, seconds_apart, told", [
+    (["refused"], 1.0, False),  # one refusal the next attempt gets past: a warning in the log only
+    (["refused", "down"], 1.0, False),  # what failed the second time was not the refusal
+    (["refused", "refused"], 1.0, True),  # a second refusal in a row: it lasts
+    (["refused", "down", "down"], 6.0, True),  # still not shown 10 s after the refusal
+])
+async def test_a_refusal_is_told_only_when_it_lasts(sqlite_harness, caplog, failures, seconds_apart, told):
+    clock = StepClock()
+    sqlite_harness.engine_options["clock"] = clock
+    sqlite_harness.surface = ScriptedFailures(failures, clock, seconds_apart)
+    async with sqlite_harness.running(ScriptedLLM(agents={"planner": ["Shown."]}), mode="tags"):
+        await sqlite_harness.say("@planner go")
+        await sqlite_harness.idle()
+        shown = [m.text for m in sqlite_harness.surface.published if m.author_type == "agent"]
+        assert shown == ["Shown."]
+        assert sqlite_harness.surface.alerts == (["Give my role Send Messages."] if told else [])
+        assert (await sqlite_harness.store.get_group(sqlite_harness.group.id)).delivery_problem is None
+    assert any(r.levelname == "ERROR" and "Send Messages" in r.getMessage() for r in caplog.records) == told
 
 
 class CountingLLM(ScriptedLLM):
