@@ -6,11 +6,12 @@ import asyncio
 import logging
 import sqlite3
 import time
+from typing import Iterator
 
 import pytest
 
 import bot.adapters.discord.webhooks as webhooks
-from tests.discord_emulator import DiscordEmulator
+from tests.discord_emulator import DiscordEmulator, Hold
 from tests.fakes.openai_server import GroupChatScript
 
 WEBHOOK = r"^/webhooks/\d+/[\w.\-]{60,}"
@@ -267,5 +268,48 @@ async def test_a_post_discord_commits_after_it_was_sent_again_is_deleted(harness
     row = await wait_confirmed(harness, 2)  # sent again once the reads found nothing
     slow.release()  # then Discord commits the first request too
     await emu.wait_for(lambda: emu.requests_matching("DELETE", WEBHOOK + r"/messages/\d+$"), what="the delete")
+    assert webhook_messages(emu) == ["First answer."]
+    assert [m["id"] for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id")] == list(row.external_ids)
+
+
+class LateLooks:
+    """Production's LATE_CHECKS scaled down, which let the first request of a post land right after
+    the `land_after`-th look for it: that request is released then, and the next look's read waits
+    until the copy is in the channel. `looked_at`: the looks begun, in production seconds."""
+
+    def __init__(self, emu: DiscordEmulator, slow: Hold, land_after: int, scale: float = 0.01) -> None:
+        self.emu, self.slow, self.land_after, self.scale = emu, slow, land_after, scale
+        self.checks = webhooks.LATE_CHECKS
+        self.looked_at: list[float] = []
+        self.landed_after: float | None = None
+        self.next_read: Hold | None = None
+
+    def __iter__(self) -> Iterator[float]:
+        for at in self.checks:
+            if len(self.looked_at) == self.land_after:  # the earlier looks found nothing: the copy lands now
+                self.landed_after = self.looked_at[-1]
+                self.next_read = self.emu.hold("GET", CHANNEL_MESSAGES)
+                self.slow.release()
+            self.looked_at.append(at)
+            yield at * self.scale
+
+
+@pytest.mark.parametrize("land_after", [1, 2, 3])
+async def test_a_late_copy_is_deleted_within_20_s_of_landing(harness, script, monkeypatch, land_after):
+    emu = harness.emu
+    monkeypatch.setattr(webhooks, "POST_TIMEOUT", 0.5)
+    monkeypatch.setattr(webhooks, "LATE_READS", (0.3, 0.6))
+    await harness.setup_group(("planner", "plans"), mode="tags")
+    slow = emu.hold("POST", WEBHOOK)
+    looks = LateLooks(emu, slow, land_after)
+    monkeypatch.setattr(webhooks, "LATE_CHECKS", looks)
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner one")
+    await slow.wait_arrived()
+    row = await wait_confirmed(harness, 2)  # sent again once the reads found nothing
+    await emu.wait_for(lambda: looks.next_read is not None and len(webhook_messages(emu)) == 2, timeout=15,
+                       what="the late copy")
+    looks.next_read.release()  # the next look reads the channel
+    await emu.wait_for(lambda: emu.requests_matching("DELETE", WEBHOOK + r"/messages/\d+$"), what="the delete")
+    assert looks.landed_after is not None and looks.looked_at[-1] - looks.landed_after <= 20
     assert webhook_messages(emu) == ["First answer."]
     assert [m["id"] for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id")] == list(row.external_ids)

@@ -52,9 +52,10 @@ SCAN_LIMIT = 500  # channel messages read back when looking for chunks that arri
 POST_TIMEOUT = 30.0
 # A webhook execute that timed out (or got a gateway's 502/504) may still be committed by Discord
 # later. Before posting it again the channel is read back after each of these waits; after posting
-# it again it is looked for at these times, and a late copy found is deleted.
+# it again it is looked for at these times (seconds after), and a late copy found is deleted: often
+# early, so a copy that lands in the first minute is gone within 20 s of landing.
 LATE_READS = (2.0, 10.0)
-LATE_CHECKS = (5.0, 60.0, 300.0)
+LATE_CHECKS = (5.0, 10.0, 20.0, 40.0, 60.0, 120.0, 300.0)
 FRESH_MARGIN = 3600.0  # refresh a signed picture URL this long before it expires
 TYPING_EVERY = 8.0  # Discord shows typing for 10 s per request
 TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
