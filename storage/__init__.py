@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from bot.core.errors import StoreError
-from bot.core.health import StoreHealth
+from bot.core.store_health import StoreHealth
 from storage.base import Clock
 from storage.db import DEFAULT_BUSY_TIMEOUT_MS, LOCKED_MESSAGE, open_db
 from storage.migrations import MIGRATIONS, apply_migrations

@@ -10,7 +10,7 @@ every other write. Either way a write sees every write of its group committed be
 it, so seq allocation, leases and the checks inside a write are as safe as a single
 process's. Reads see committed data.
 
-Every write transaction's outcome goes to the store's `health` (`bot.core.health`): the
+Every write transaction's outcome goes to the store's `health` (`bot.core.store_health`): the
 one place that notices a database which takes no writes (a full disk, a read-only
 file), whichever caller's write it was.
 """
@@ -26,8 +26,8 @@ from types import TracebackType
 from typing import AsyncIterator, Callable, Literal, Protocol, Sequence, TypeVar
 
 from bot.core.errors import AlreadyStored, NotFound, StoreError, StoreUnwritable
-from bot.core.health import StoreHealth
 from bot.core.models import Episode, Message, NewMessage, token_cost
+from bot.core.store_health import StoreHealth
 from storage.rows import dumps, tags_to_json, to_message, unique
 from storage.sql import Db, Dialect, Params, Row
 

@@ -62,7 +62,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 
 from bot.core.errors import StoreBusy, StoreError, StoreUnwritable
-from bot.core.health import StoreHealth
+from bot.core.store_health import StoreHealth
 from storage.base import Clock
 from storage.db import DEFAULT_BUSY_TIMEOUT_MS, LOCKED_MESSAGE
 from storage.pg_locks import VERSION_SQL, WriteGate, changed_sql, lock_sql

@@ -21,8 +21,8 @@ import unicodedata
 from pathlib import Path
 
 from bot.core.errors import AlreadyStored, InvalidInput
-from bot.core.health import StoreHealth
 from bot.core.models import Agent, Episode, Group, GroupSettings, Message, NewMessage, token_cost
+from bot.core.store_health import StoreHealth
 from bot.core.validation import check_name_free
 from storage.base import Clock
 from storage.db import DEFAULT_BUSY_TIMEOUT_MS, SqliteBackend

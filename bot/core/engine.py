@@ -23,7 +23,6 @@ from typing import Callable, Iterable, Mapping, TypeVar
 from bot.core.direct import DirectAnswer, DirectRuns
 from bot.core.dispatcher import GroupDispatcher
 from bot.core.errors import Busy, StoreBusy, StoreUnwritable
-from bot.core.health import Outage, fixed_notice, outage_notice
 from bot.core.models import Agent, Episode, EpisodeResult, Group, Message, NewMessage, Usage
 from bot.core.outbox import Outbox, RetryPolicy
 from bot.core.ownership import LEASE_TTL, Ownership
@@ -34,6 +33,7 @@ from bot.core.scheduler import TICK, Scheduler
 from bot.core.shards import Shards
 from bot.core.spending import budget_reached_notice, month_cost
 from bot.core.stop import strip_terminate
+from bot.core.store_health import Outage, fixed_notice, outage_notice
 from bot.core.tags import parse_tags, with_agents
 from bot.core.turn import AgentTurn, TurnOutcome
 from bot.core.worker import GroupWorker
@@ -372,7 +372,9 @@ class Engine:
         async with self._told:
             for group_id in sorted(self.ownership.owned):
                 try:
-                    await self.surface.alert(await self.store.get_group(group_id), text)
+                    group = await self.store.get_group(group_id)
+                    if group.enabled:
+                        await self.surface.alert(group, text)
                 except Exception:  # best effort: /roundtable status shows it too
                     log.warning("group=%s: could not tell people about the database", group_id, exc_info=True)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import AsyncContextManager, AsyncIterator, Awaitable, Callable, Iterable, Protocol, Sequence
 
-from bot.core.health import StoreHealth
 from bot.core.models import (
     Agent,
     ChatMessage,
@@ -30,6 +29,7 @@ from bot.core.models import (
     Usage,
 )
 from bot.core.schedule import Schedule, When
+from bot.core.store_health import StoreHealth
 
 
 class TokenCounter(Protocol):
