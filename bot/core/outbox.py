@@ -11,11 +11,12 @@ first asks the surface to find what arrived, so nothing is shown twice. A
 refusal (a missing permission) that lasts, i.e. is met by a second attempt in
 a row or is still there `LASTING_AFTER` seconds later, is recorded on the
 group, told to its people once, and retried until it is fixed; one refusal
-that the next attempt gets past is only a warning in the log. One bad row never stops a group:
-a posted part whose id is stored as another row already (our post, taken in as
-a person's message by another process) is recorded on this row, and a row that
-keeps failing for an unexpected reason (a bug) is given up after a few tries
-(logged, and marked confirmed so the rows behind it go out). An episode's end
+that the next attempt gets past is only a warning in the log. One bad row
+never stops a group: a posted part whose id is stored as another row already
+(our post, taken in as a person's message by another process) is recorded on
+this row, and a row that keeps failing for an unexpected reason (a bug) is
+given up after a few tries (logged, and marked confirmed so the rows behind it
+go out). An episode's end
 is told to the surface (`announce`) once the rows committed before it are
 shown, so people see the reply that ended an episode before they see that it
 ended.

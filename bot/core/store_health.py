@@ -21,7 +21,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Collection, Iterable
+from typing import Callable, Collection
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class StoreHealth:
             await asyncio.wait_for(self._writable.wait(), timeout)
 
     # what the store says ---------------------------------------------------
-    def failed(self, reason: str, statements: Iterable[str]) -> None:
+    def failed(self, reason: str, statements: Collection[str]) -> None:
         """A write transaction was refused (`reason`, for people); `statements`: the statement
         that failed, or (a refused commit) those the transaction ran; none: it could not begin."""
         now = self.clock()
