@@ -312,6 +312,8 @@ def help_text(surface: str) -> str:
     for command in COMMANDS:
         lines.append(f"{command.usage(surface)}  {command.description}")
     if surface == "console":
+        lines.append("/attach PATH  Attach a file (an image or a text file) to your next message; "
+                     "/attach alone lists them, /detach drops them")
         lines.append('Options are name:value; quote values with spaces: role:"drafts the itinerary".')
         lines.append("Anything else is a message from you; tag agents with @name.")
     return "\n".join(lines)
