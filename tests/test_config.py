@@ -236,7 +236,8 @@ def test_providers_are_read_from_their_settings():
     ({"ROUNDTABLE_PROVIDER_A B_BASE_URL": "http://x"}, "the provider name 'A B' must be letters, digits"),
     ({"ROUNDTABLE_PROVIDER_X_BASE_URL": "http://x", "ROUNDTABLE_PROVIDER_x_BASE_URL": "http://y"},
      "provider x is defined twice"),
-    ({"ROUNDTABLE_MAX_IMAGES": "21"}, "ROUNDTABLE_MAX_IMAGES='21' is malformed: use a whole number of images from 0 to 20"),
+    ({"ROUNDTABLE_MAX_IMAGES": "21"},
+     "ROUNDTABLE_MAX_IMAGES='21' is malformed: use a whole number of images from 0 to 20"),
     ({"ROUNDTABLE_MAX_TEXT": "lots"}, "ROUNDTABLE_MAX_TEXT='lots' is malformed: use a whole number of characters"),
 ])
 def test_provider_and_attachment_problems_are_one_line(env, problem):

@@ -230,6 +230,7 @@ class PromptFiles:
         self.max_images = settings.max_images
         self.images = images
         self.task_seq = task_seq
+        self.withheld = 0  # images named only because the model takes none
         self._nonce = secrets.token_hex(6)
         self._marker = re.compile(f"\x00{self._nonce}:(\\d+)\x00")
         self._slots: list[_Slot] = []
@@ -259,6 +260,7 @@ class PromptFiles:
         if over:
             return file_line(file, over)
         if not self.images:
+            self.withheld += 1
             return file_line(file, NO_IMAGES)
         self._slots.append(_Slot(message.seq, index, file, message.seq == self.task_seq))
         return f"{file_line(file)}\x00{self._nonce}:{len(self._slots) - 1}\x00"

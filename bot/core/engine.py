@@ -76,6 +76,7 @@ class Engine:
         self.clock = clock
         self.scheduler = Scheduler(self, schedule_tick)
         self._images: OrderedDict[tuple[int, int, int], str] = OrderedDict()  # fetched images, as data URLs
+        self._told_no_images: set[str | None] = set()  # models whose images were named only, logged once
 
     # life cycle ----------------------------------------------------------
     async def start(self) -> None:
@@ -224,6 +225,13 @@ class Engine:
         async def fetch(file: SharedFile) -> bytes:
             return await self.surface.file_data(group, file)
         return ImageSource(fetch, group.id, self._images)
+
+    def withheld_images(self, model: str | None, count: int) -> None:
+        """A prompt named `count` images only, as `model` takes none: the log says so once per model."""
+        if count and model not in self._told_no_images:
+            self._told_no_images.add(model)
+            log.info("model %s does not take images: its prompts name each image instead",
+                     model or "(the default model)")
 
     async def ask(self, group: Group, agent: Agent, prompt: str, *, asker: str, post: bool = False) -> DirectAnswer:
         """A direct run (`/ask`): `agent` answers `asker` privately (and in the group, with `post`)."""

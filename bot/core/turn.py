@@ -140,6 +140,7 @@ class AgentTurn:
         files = PromptFiles(group.settings, images=engine.llm.takes_images(agent.model),
                             task_seq=task.seq if task else None)
         messages, others = build_messages(group, agent, roster, trimmed, task, memory, files)
+        engine.withheld_images(agent.model, files.withheld)
         async with engine.surface.working(group, agent):
             messages = await files.fill_images(messages, engine.images(group))
             answer = await self._complete(group, agent, messages)

@@ -90,7 +90,8 @@ async def test_a_python_file_is_inlined_and_a_long_log_is_cut_with_a_note(harnes
     await emu.wait_for(lambda: len(harness.webhook_posts()) >= 1, timeout=15)
     log_text = "".join(f"2025-01-01 12:00:{i % 60:02d} INFO request {i} served\n" for i in range(5200))
     assert len(log_text) > 200_000
-    await emu.user_post(emu.channel_id, emu.alice_id, "@planner why so slow?", attachments=[("big.log", log_text.encode())])
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner why so slow?",
+                        attachments=[("big.log", log_text.encode())])
     await emu.wait_for(lambda: len(harness.webhook_posts()) >= 2, timeout=15)
     await harness.idle()
     first, second = participant_requests(harness, "planner")
