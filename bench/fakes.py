@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import AsyncIterator, Sequence
 
 from bench.scenario import Script, classify
-from bot.core.models import Agent, ChatMessage, Completion, Episode, Group, Message, Usage
+from bot.core.attachments import FileUnavailable
+from bot.core.models import Agent, ChatMessage, Completion, Episode, Group, Message, SharedFile, Usage
 from bot.core.ports import Recorder
 
 
@@ -35,6 +36,9 @@ class RecordingSurface:
 
     async def alert(self, group: Group, text: str) -> None:
         self.alerts.append(text)
+
+    async def file_data(self, group: Group, file: SharedFile) -> bytes:
+        raise FileUnavailable("the bench shares no files")
 
     @contextlib.asynccontextmanager
     async def working(self, group: Group, agent: Agent) -> AsyncIterator[None]:
@@ -87,6 +91,12 @@ class InstantLLM:
 
     async def tools_refusal(self, model: str | None) -> str | None:
         return "the bench's scripted model does not take tool calls"
+
+    def takes_images(self, model: str | None) -> bool:
+        return False
+
+    async def model_names(self) -> dict[str, list[str] | None]:
+        return {"default": None}
 
     def participant_runs(self) -> dict[str, int]:
         runs: dict[str, int] = {}

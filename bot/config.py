@@ -11,13 +11,24 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Mapping, TypeVar
 from urllib.parse import urlsplit
 
 from bot.core.errors import ConfigError, InvalidInput
-from bot.core.models import DEFAULT_CONTEXT_BUDGET, DEFAULT_MAX_TURNS, DEFAULT_SELECTOR_BUDGET, MAX_TURNS_RANGE
+from bot.core.models import (
+    DEFAULT_CONTEXT_BUDGET,
+    DEFAULT_MAX_IMAGES,
+    DEFAULT_MAX_TEXT,
+    DEFAULT_MAX_TURNS,
+    DEFAULT_PROVIDER,
+    DEFAULT_SELECTOR_BUDGET,
+    MAX_IMAGES_RANGE,
+    MAX_TEXT_RANGE,
+    MAX_TURNS_RANGE,
+)
 from bot.core.pricing import Price, merged_prices, parse_prices
 from bot.core.shards import Shards, parse_shards
 from bot.core.validation import CONTEXT_BUDGET_RANGE
@@ -26,6 +37,21 @@ T = TypeVar("T")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 REDACTED_URL = "<redacted URL>"
 DEFAULT_ENV_FILE = ".env"
+PROVIDER_KEY = re.compile(r"^ROUNDTABLE_PROVIDER_(?P<name>.+)_(?P<what>BASE_URL|API_KEY)$")
+PROVIDER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+NO_KEY = "none"  # sent as the key of a provider without one (a local server that ignores it)
+
+
+@dataclass(frozen=True)
+class Provider:
+    """A named OpenAI-compatible endpoint: ROUNDTABLE_PROVIDER_<NAME>_BASE_URL / _API_KEY."""
+
+    name: str  # lower case, as models name it (`local/llama3.1:8b`)
+    base_url: str
+    api_key: str = NO_KEY
+
+    def __repr__(self) -> str:  # never print the key
+        return f"Provider(name={self.name!r}, base_url={redact_url(self.base_url)!r})"
 
 
 @dataclass(frozen=True)
@@ -46,6 +72,9 @@ class Settings:
     discord_guild_id: int | None = None
     price_overrides: dict[str, Price] = field(default_factory=dict)  # ROUNDTABLE_PRICES
     shards: Shards | None = None  # ROUNDTABLE_SHARDS / ROUNDTABLE_SHARD_COUNT (or run --shards / --shard-count)
+    providers: tuple[Provider, ...] = ()  # the named ones; the default is openai_base_url / openai_api_key
+    max_images: int = DEFAULT_MAX_IMAGES
+    max_text: int = DEFAULT_MAX_TEXT
 
     @property
     def prices(self) -> dict[str, Price]:
@@ -193,6 +222,43 @@ def _prices(raw: str) -> dict[str, Price]:
         raise _Malformed(str(exc)) from None
 
 
+def _providers(env: Mapping[str, str], problems: list[str]) -> tuple[Provider, ...]:
+    """The providers named by ROUNDTABLE_PROVIDER_<NAME>_BASE_URL / _API_KEY (problems appended)."""
+    found: dict[str, dict[str, str]] = {}
+    for key, value in env.items():
+        match = PROVIDER_KEY.match(key)
+        if match is None:
+            continue
+        name = match["name"]
+        if not PROVIDER_NAME.match(name):
+            problems.append(f"{key}: the provider name {name!r} must be letters, digits, '_' or '-'")
+            continue
+        if name.lower() == DEFAULT_PROVIDER:
+            problems.append(f"{key}: {DEFAULT_PROVIDER!r} is the name of the provider of OPENAI_BASE_URL and "
+                            "OPENAI_API_KEY; choose another name")
+            continue
+        found.setdefault(name, {})[match["what"]] = (value or "").strip()
+    providers = []
+    for name, values in sorted(found.items()):
+        prefix = f"ROUNDTABLE_PROVIDER_{name}"
+        if not values.get("BASE_URL"):
+            problems.append(f"{prefix}_BASE_URL is missing: provider {name.lower()} needs the http(s) URL of its "
+                            "OpenAI-compatible API, e.g. http://127.0.0.1:11434/v1")
+            continue
+        try:
+            url = _url(values["BASE_URL"])
+        except _Malformed as exc:
+            problems.append(f"{prefix}_BASE_URL is malformed ({exc}): use an http(s) URL such as "
+                            "http://127.0.0.1:11434/v1")
+            continue
+        providers.append(Provider(name.lower(), url, values.get("API_KEY") or NO_KEY))
+    names = [p.name for p in providers]
+    for twice in sorted({n for n in names if names.count(n) > 1}):
+        problems.append(f"provider {twice} is defined twice (names are case-insensitive): keep one "
+                        "ROUNDTABLE_PROVIDER_<NAME>_BASE_URL for it")
+    return tuple(providers)
+
+
 def load_settings(env: Mapping[str, str], *, need_discord: bool, missing_note: str | None = None,
                   need_llm: bool = True) -> Settings:
     """The settings in `env`, or one `ConfigError` naming every problem. `need_llm=False`
@@ -234,6 +300,11 @@ def load_settings(env: Mapping[str, str], *, need_discord: bool, missing_note: s
         price_overrides=r.parsed("ROUNDTABLE_PRICES", {}, _prices,
                                  "use model=input/cached/output;... in dollars per million tokens, "
                                  "e.g. gpt-4o=2.50/1.25/10;llama3=0/0/0", secret=True),
+        providers=_providers(env, r.problems),
+        max_images=r.parsed("ROUNDTABLE_MAX_IMAGES", DEFAULT_MAX_IMAGES, _in_range(*MAX_IMAGES_RANGE, int),
+                            f"use a whole number of images from {MAX_IMAGES_RANGE[0]} to {MAX_IMAGES_RANGE[1]}"),
+        max_text=r.parsed("ROUNDTABLE_MAX_TEXT", DEFAULT_MAX_TEXT, _in_range(*MAX_TEXT_RANGE, int),
+                          f"use a whole number of characters from {MAX_TEXT_RANGE[0]} to {MAX_TEXT_RANGE[1]:,}"),
     )
     try:
         shards = parse_shards(env.get("ROUNDTABLE_SHARDS"), env.get("ROUNDTABLE_SHARD_COUNT") or None)

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Sequence
 
+from bot.core.attachments import FileUnavailable
 from bot.core.engine import Engine
 from bot.core.errors import InvalidInput
-from bot.core.models import Agent, Episode, EpisodeResult, Group, GroupSettings, Message
+from bot.core.models import Agent, Episode, EpisodeResult, Group, GroupSettings, Message, SharedFile
 from bot.core.ports import LLM, Recorder, TokenCounter
 from storage import open_store
 
@@ -45,6 +46,9 @@ class _Quiet:
 
     async def alert(self, group: Group, text: str) -> None:
         return None
+
+    async def file_data(self, group: Group, file: SharedFile) -> bytes:
+        raise FileUnavailable("a group chat run in code has no files")
 
     @contextlib.asynccontextmanager
     async def working(self, group: Group, agent: Agent) -> AsyncIterator[None]:

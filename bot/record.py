@@ -97,8 +97,8 @@ async def export(settings: Settings, *, db: str | None, group: str, fmt: str, ou
 
 async def replay(settings: Settings, *, db: str | None, group: str, seq: int | None, episode: int | None,
                  model: str | None, out: TextIO | None = None) -> int:
-    from bot.adapters.openai_llm import OpenAILLM
     from bot.adapters.tokens import make_token_counter
+    from bot.wiring import make_providers
 
     write = (out or sys.stdout).write
     if (seq is None) == (episode is None):
@@ -106,15 +106,16 @@ async def replay(settings: Settings, *, db: str | None, group: str, seq: int | N
     async with opened(db, settings) as store:
         found = await find_group(store, group)
         chosen_model = model or found.settings.selector_model or settings.selector_model or settings.model
-        async with OpenAILLM(api_key=settings.openai_api_key, base_url=settings.openai_base_url,
-                             default_model=settings.model, timeout=settings.llm_timeout,
-                             max_retries=settings.llm_max_retries, counter=make_token_counter()) as llm:
+        llm = make_providers(settings, make_token_counter())
+        try:
             await llm.check()
             if seq is not None:
                 lines = side_by_side(await replay_message(store, llm, found, seq, model=chosen_model), found)
             else:
                 assert episode is not None
                 lines = episode_report(await replay_episode(store, llm, found, episode, model=chosen_model), episode)
+        finally:
+            await llm.aclose()
     for line in [*lines, f"(selector model {chosen_model}; today's roster and settings; nothing stored changed)"]:
         write(line + "\n")
     return 0

@@ -7,12 +7,13 @@ import sys
 from typing import AsyncIterator, Callable
 
 from bot.adapters.openai_llm import OpenAILLM
+from bot.adapters.providers import Providers
 from bot.adapters.tokens import make_token_counter
 from bot.config import Settings
 from bot.core.engine import Engine
 from bot.core.errors import StoreError
-from bot.core.models import GroupSettings
-from bot.core.ports import Store, Surface
+from bot.core.models import DEFAULT_PROVIDER, GroupSettings
+from bot.core.ports import Store, Surface, TokenCounter
 from storage.store import SqlStore
 
 log = logging.getLogger(__name__)
@@ -20,7 +21,21 @@ log = logging.getLogger(__name__)
 
 def group_defaults(settings: Settings) -> GroupSettings:
     return GroupSettings(max_agent_turns=settings.max_agent_turns, context_budget=settings.context_budget,
-                         selector_budget=settings.selector_budget)
+                         selector_budget=settings.selector_budget, max_images=settings.max_images,
+                         max_text=settings.max_text)
+
+
+def make_providers(settings: Settings, counter: TokenCounter) -> Providers:
+    """One OpenAI client per provider: the default (OPENAI_*) and each ROUNDTABLE_PROVIDER_<NAME>_*."""
+    def client(provider: str, api_key: str, base_url: str | None) -> OpenAILLM:
+        return OpenAILLM(api_key=api_key, base_url=base_url, default_model=settings.model,
+                         timeout=settings.llm_timeout, max_retries=settings.llm_max_retries, counter=counter,
+                         provider=provider)
+
+    clients = {DEFAULT_PROVIDER: client(DEFAULT_PROVIDER, settings.openai_api_key, settings.openai_base_url)}
+    for provider in settings.providers:
+        clients[provider.name] = client(provider.name, provider.api_key, provider.base_url)
+    return Providers(clients, default_model=settings.model)
 
 
 @contextlib.asynccontextmanager
@@ -30,23 +45,16 @@ async def open_engine(
     """The engine over the store, the OpenAI client and a surface built on the store.
 
     `db` (--db) or else `settings.db_path` (ROUNDTABLE_DB) names the database: a
-    SQLite file (its directory must exist) or a `postgresql://` URL. The model server
-    is checked (reachable, key accepted) before the engine exists, so nothing is
-    taken in when it fails: problems raise `ConfigError` / `StoreError` (one line).
+    SQLite file (its directory must exist) or a `postgresql://` URL. The model servers
+    (every provider) are checked (reachable, key accepted) before the engine exists, so nothing
+    is taken in when none answers: problems raise `ConfigError` / `StoreError` (one line).
     `scope`: the groups this process runs (see `Engine`); `label` names the process
     to another one that finds a group taken ("console", "discord bot")."""
     counter = make_token_counter(allow_download=True)
     store = await open_store(db, settings.db_path)
     try:
         store.owner_label = label
-        llm = OpenAILLM(
-            api_key=settings.openai_api_key,
-            base_url=settings.openai_base_url,
-            default_model=settings.model,
-            timeout=settings.llm_timeout,
-            max_retries=settings.llm_max_retries,
-            counter=counter,
-        )
+        llm = make_providers(settings, counter)
         try:
             await llm.check()
             surface = make_surface(store)

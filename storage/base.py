@@ -28,7 +28,7 @@ from typing import AsyncIterator, Callable, Literal, Protocol, Sequence, TypeVar
 from bot.core.errors import AlreadyStored, NotFound, StoreError, StoreUnwritable
 from bot.core.models import Episode, Message, NewMessage, token_cost
 from bot.core.store_health import StoreHealth
-from storage.rows import dumps, tags_to_json, to_message, unique
+from storage.rows import attachments_to_json, dumps, tags_to_json, to_message, unique
 from storage.sql import Db, Dialect, Params, Row
 
 log = logging.getLogger(__name__)
@@ -327,13 +327,13 @@ class StoreBase:
             db,
             "INSERT INTO messages (group_id, seq, author_type, author_name, author_user_id,"
             " author_agent_id, source_run_id, text, tags, external_ids, confirmed, token_count,"
-            " reply_to_seq, episode_id, created_at, tokens_before)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?)",
+            " reply_to_seq, episode_id, created_at, tokens_before, attachments)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?)",
             (
                 group_id, seq, message.author_type, message.author_name, message.author_user_id,
                 message.author_agent_id, message.source_run_id, message.text,
                 tags_to_json(message.tags), dumps(list(external_ids)), int(confirmed),
-                message.token_count, episode_id, now, tokens_before,
+                message.token_count, episode_id, now, tokens_before, attachments_to_json(message.attachments),
             ),
         )
         await self._map_external_ids(db, group_id, seq, external_ids)  # after the row: a foreign key
@@ -343,7 +343,7 @@ class StoreBase:
             author_user_id=message.author_user_id, author_agent_id=message.author_agent_id,
             source_run_id=message.source_run_id, external_ids=external_ids,
             confirmed=confirmed, token_count=message.token_count, episode_id=episode_id,
-            created_at=now, tokens_before=tokens_before,
+            created_at=now, tokens_before=tokens_before, attachments=message.attachments,
         )
 
     async def _map_external_ids(

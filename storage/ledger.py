@@ -28,8 +28,8 @@ class LedgerMixin(RunMixin):
                 db,
                 "INSERT INTO decisions (group_id, seq, source, agent_ids, agent_names,"
                 " selector_raw, attempts, confidence, prompt_tokens, completion_tokens,"
-                " cached_tokens, estimated, terminate, note, created_at, model)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                " cached_tokens, estimated, terminate, note, created_at, model, provider)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 (
                     group_id,
                     decision.seq,
@@ -47,6 +47,7 @@ class LedgerMixin(RunMixin):
                     decision.note,
                     decision.created_at or self._now(),
                     decision.model or None,
+                    decision.provider or None,
                 ),
             )
             routed = int(group["routed_through"])
@@ -159,21 +160,24 @@ class LedgerMixin(RunMixin):
             runs = await self._all(
                 db,
                 "SELECT a.name, COALESCE(r.model, ''), COUNT(*), SUM(r.prompt_tokens), SUM(r.completion_tokens),"
-                " SUM(r.cached_tokens), MAX(r.estimated) FROM runs AS r JOIN agents AS a ON a.id = r.agent_id"
-                " WHERE r.group_id = ? AND r.started_at >= ? GROUP BY a.name, r.model ORDER BY a.name, r.model",
+                " SUM(r.cached_tokens), MAX(r.estimated), COALESCE(r.provider, '')"
+                " FROM runs AS r JOIN agents AS a ON a.id = r.agent_id WHERE r.group_id = ? AND r.started_at >= ?"
+                " GROUP BY a.name, r.model, r.provider ORDER BY a.name, r.model, r.provider",
                 (group_id, since),
             )
             selector = await self._all(
                 db,
                 "SELECT 'selector', COALESCE(model, ''), SUM(attempts), SUM(prompt_tokens), SUM(completion_tokens),"
-                " SUM(cached_tokens), MAX(estimated) FROM decisions WHERE group_id = ? AND created_at >= ?"
-                " AND attempts > 0 GROUP BY model ORDER BY model",
+                " SUM(cached_tokens), MAX(estimated), COALESCE(provider, '') FROM decisions"
+                " WHERE group_id = ? AND created_at >= ? AND attempts > 0 GROUP BY model, provider"
+                " ORDER BY model, provider",
                 (group_id, since),
             )
             catchup = await self._all(
                 db,
-                "SELECT 'catch-up', model, SUM(calls), SUM(prompt_tokens), SUM(completion_tokens), 0, 0"
-                " FROM summaries WHERE group_id = ? AND created_at >= ? GROUP BY model ORDER BY model",
+                "SELECT 'catch-up', model, SUM(calls), SUM(prompt_tokens), SUM(completion_tokens), 0, 0,"
+                " COALESCE(provider, '') FROM summaries WHERE group_id = ? AND created_at >= ?"
+                " GROUP BY model, provider ORDER BY model, provider",
                 (group_id, since),
             )
         out: list[Spend] = []
@@ -182,7 +186,7 @@ class LedgerMixin(RunMixin):
         for kind, rows in sources:
             for r in rows:
                 usage = Usage(int(r[3] or 0), int(r[4] or 0), int(r[5] or 0), bool(r[6]))
-                out.append(Spend(str(r[0]), kind, str(r[1] or ""), int(r[2] or 0), usage))
+                out.append(Spend(str(r[0]), kind, str(r[1] or ""), int(r[2] or 0), usage, str(r[7] or "")))
         return out
 
     # webhooks -----------------------------------------------------------

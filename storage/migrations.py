@@ -294,6 +294,15 @@ CREATE TABLE interactions (
 CREATE INDEX interactions_claimed_at ON interactions(claimed_at);
 """
 
+M010_FILES_AND_PROVIDERS = """
+-- The files people shared with a message (name, type, size, Discord ids, a text file's content),
+-- as a JSON list, immutable like the tags; and the provider each model call ran on (NULL before).
+ALTER TABLE messages ADD COLUMN attachments TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE runs ADD COLUMN provider TEXT;
+ALTER TABLE decisions ADD COLUMN provider TEXT;
+ALTER TABLE summaries ADD COLUMN provider TEXT;
+"""
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "create tables", M001_CREATE_TABLES),
     (2, "leases, ingest watermark, delivery problem", M002_OWNERSHIP_AND_CATCH_UP),
@@ -304,6 +313,7 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (7, "schedules", M007_SCHEDULES),
     (8, "index of agent rows", M008_AGENT_ROWS),
     (9, "interactions taken by a process", M009_INTERACTIONS),
+    (10, "files shared with messages; providers of model calls", M010_FILES_AND_PROVIDERS),
 ]
 
 _CREATE_LEDGER = """

@@ -278,6 +278,13 @@ CREATE TABLE interactions (
 CREATE INDEX interactions_claimed_at ON interactions(claimed_at);
 """
 
+M010_FILES_AND_PROVIDERS = """
+ALTER TABLE messages ADD COLUMN attachments TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE runs ADD COLUMN provider TEXT COLLATE "C";
+ALTER TABLE decisions ADD COLUMN provider TEXT COLLATE "C";
+ALTER TABLE summaries ADD COLUMN provider TEXT COLLATE "C";
+"""
+
 PG_STEPS: dict[int, Step] = {
     1: M001_CREATE_TABLES,
     2: M002_OWNERSHIP_AND_CATCH_UP,
@@ -288,6 +295,7 @@ PG_STEPS: dict[int, Step] = {
     7: M007_SCHEDULES,
     8: M008_AGENT_ROWS,
     9: M009_INTERACTIONS,
+    10: M010_FILES_AND_PROVIDERS,
 }
 
 # storage.migrations.MIGRATIONS' ids and names, each with its PostgreSQL step (a migration added

@@ -59,7 +59,7 @@ class ReadingMixin(LedgerMixin):
         if row is None:
             return None
         return Summary(int(row["after_seq"]), int(row["through_seq"]), row["text"], int(row["omitted"]),
-                       row["model"], float(row["created_at"]))
+                       row["model"], float(row["created_at"]), row["provider"] or "")
 
     async def save_summary(self, group_id: int, summary: Summary, *, prompt_tokens: int = 0,
                            completion_tokens: int = 0) -> None:
@@ -67,12 +67,13 @@ class ReadingMixin(LedgerMixin):
             await self._exec(
                 db,
                 "INSERT INTO summaries (group_id, after_seq, through_seq, text, omitted, model, prompt_tokens,"
-                " completion_tokens, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " completion_tokens, created_at, provider) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (group_id, after_seq, through_seq) DO UPDATE SET text = excluded.text,"
                 " omitted = excluded.omitted, model = excluded.model, created_at = excluded.created_at,"
+                " provider = excluded.provider,"
                 " prompt_tokens = summaries.prompt_tokens + excluded.prompt_tokens,"  # what every call cost
                 " completion_tokens = summaries.completion_tokens + excluded.completion_tokens,"
                 " calls = summaries.calls + 1",
                 (group_id, summary.after, summary.through, summary.text, summary.omitted, summary.model,
-                 prompt_tokens, completion_tokens, self._now()),
+                 prompt_tokens, completion_tokens, self._now(), summary.provider or None),
             )

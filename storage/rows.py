@@ -18,6 +18,7 @@ from bot.core.models import (
     Message,
     Note,
     Run,
+    SharedFile,
     Tags,
     Usage,
 )
@@ -70,6 +71,21 @@ def tags_from_json(text: str | None) -> Tags:
         operators=bool(data.get("operators", False)),
         all_agents=bool(data.get("all_agents", False)),
     )
+
+
+_FILE_FIELDS = {f.name for f in dataclasses.fields(SharedFile)}
+
+
+def attachments_to_json(files: Sequence[SharedFile]) -> str:
+    """The files of a row, each with only the fields that are set (a file's text may be long)."""
+    return dumps([{k: v for k, v in dataclasses.asdict(f).items() if v not in (None, "")} for f in files])
+
+
+def attachments_from_json(text: str | None) -> tuple[SharedFile, ...]:
+    """Known keys are read, unknown ones ignored (a later version may write more)."""
+    data = json.loads(text or "[]")
+    return tuple(SharedFile(**{k: v for k, v in item.items() if k in _FILE_FIELDS})
+                 for item in data if isinstance(item, dict) and "name" in item and "kind" in item)
 
 
 def strings_from_json(text: str | None) -> tuple[str, ...]:
@@ -154,6 +170,7 @@ def to_message(row: Row) -> Message:
         episode_id=row["episode_id"],
         created_at=float(row["created_at"]),
         tokens_before=int(row["tokens_before"]),
+        attachments=attachments_from_json(row["attachments"]),
     )
 
 
@@ -186,6 +203,7 @@ def to_decision(row: Row) -> Decision:
         note=row["note"],
         created_at=float(row["created_at"]),
         model=row["model"] or "",
+        provider=row["provider"] or "",
     )
 
 
@@ -206,4 +224,5 @@ def to_run(row: Row) -> Run:
         finished_at=row["finished_at"],
         model=row["model"] or "",
         memory_skipped=None if row["memory_skipped"] is None else bool(row["memory_skipped"]),
+        provider=row["provider"] or "",
     )

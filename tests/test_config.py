@@ -214,3 +214,33 @@ def test_a_postgresql_url_in_roundtable_db_is_shown_without_its_password() -> No
                              need_discord=False)
     assert settings.db_path == "postgresql://rt:pw-S3cret@db:5432/rt"  # what the store connects with
     assert "pw-S3cret" not in repr(settings) and "db:5432/rt" in repr(settings)
+
+
+def test_providers_are_read_from_their_settings():
+    env = dict(BASE, ROUNDTABLE_PROVIDER_LOCAL_BASE_URL="http://127.0.0.1:11434/v1/",
+               ROUNDTABLE_PROVIDER_OPEN_ROUTER_BASE_URL="https://openrouter.ai/api/v1",
+               ROUNDTABLE_PROVIDER_OPEN_ROUTER_API_KEY="sk-or-secret")
+    s = load_settings(env, need_discord=True)
+    assert [(p.name, p.base_url, p.api_key) for p in s.providers] == [
+        ("local", "http://127.0.0.1:11434/v1", "none"), ("open_router", "https://openrouter.ai/api/v1", "sk-or-secret")]
+    assert "sk-or-secret" not in repr(s) + repr(s.providers)
+    assert (s.max_images, s.max_text) == (4, 40_000)
+
+
+@pytest.mark.parametrize("env, problem", [
+    ({"ROUNDTABLE_PROVIDER_LOCAL_API_KEY": "k"},
+     "ROUNDTABLE_PROVIDER_LOCAL_BASE_URL is missing: provider local needs the http(s) URL"),
+    ({"ROUNDTABLE_PROVIDER_LOCAL_BASE_URL": "localhost:11434"},
+     "ROUNDTABLE_PROVIDER_LOCAL_BASE_URL is malformed (it must start with http:// or https://)"),
+    ({"ROUNDTABLE_PROVIDER_DEFAULT_BASE_URL": "http://x"}, "'default' is the name of the provider of OPENAI_BASE_URL"),
+    ({"ROUNDTABLE_PROVIDER_A B_BASE_URL": "http://x"}, "the provider name 'A B' must be letters, digits"),
+    ({"ROUNDTABLE_PROVIDER_X_BASE_URL": "http://x", "ROUNDTABLE_PROVIDER_x_BASE_URL": "http://y"},
+     "provider x is defined twice"),
+    ({"ROUNDTABLE_MAX_IMAGES": "21"},
+     "ROUNDTABLE_MAX_IMAGES='21' is malformed: use a whole number of images from 0 to 20"),
+    ({"ROUNDTABLE_MAX_TEXT": "lots"}, "ROUNDTABLE_MAX_TEXT='lots' is malformed: use a whole number of characters"),
+])
+def test_provider_and_attachment_problems_are_one_line(env, problem):
+    with pytest.raises(ConfigError) as info:
+        load_settings(dict(BASE, **env), need_discord=True)
+    assert problem in str(info.value) and "\n" not in str(info.value)

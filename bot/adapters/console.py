@@ -8,6 +8,10 @@ plain lines. A message nobody can answer gets a hint (no agents yet, an @tag
 that names nobody). At end of input the console waits until no agent is
 pending (a paused group: it says how many messages wait, and ends).
 
+`/attach PATH` attaches a file to the person's next message (several may wait; `/attach`
+alone lists them, `/detach` drops them): a text file is read at once and kept with the
+row, an image is kept by its path and read when a run is made (`bot.core.attachments`).
+
 How lines are read and shown (prompt, line editing, the typing status, colour)
 is `bot.adapters.terminal`'s business; this module only says what to show.
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import mimetypes
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -25,10 +30,11 @@ from bot.adapters.commandline import parse_command
 from bot.adapters.terminal import ERROR_STYLE, Screen, and_list
 from bot.core import commands
 from bot.core.admin import Admin
+from bot.core.attachments import FileUnavailable, brief_text, image_size, size_text, take_in
 from bot.core.card import Attachment, reply_lines
 from bot.core.engine import Engine
 from bot.core.errors import Busy, InvalidInput, StoreError, UserFacingError
-from bot.core.models import Agent, Episode, Group, GroupSettings, Message
+from bot.core.models import Agent, Episode, Group, GroupSettings, Message, SharedFile
 from bot.core.ports import Recorder
 from bot.core.prompts import SYSTEM_AUTHOR
 from bot.core.reading import Reader
@@ -37,6 +43,9 @@ from bot.core.tags import parse_tags, unknown_tags
 from bot.core.validation import message_text
 
 log = logging.getLogger(__name__)
+
+ATTACH_MAX_BYTES = 25 * 1024 * 1024  # a file the console attaches (Discord's own limit for most servers)
+ATTACH_MAX_FILES = 10  # files with one message (as Discord)
 
 
 class ConsoleSurface:
@@ -56,13 +65,20 @@ class ConsoleSurface:
                       resume: bool = False, record: Recorder) -> None:
         if message.external_ids:
             return  # printed before (the terminal cannot be read back, so `resume` changes nothing)
-        text = strip_terminate(message.text) if message.author_type == "agent" else message.text
+        text = strip_terminate(message.text) if message.author_type == "agent" else brief_text(message)
         author = self.screen.author(self.screen.clean(message.author_name), message.author_type)
         self.screen.print(f"{author} {self.screen.clean(text)}", replaces_echo=message.author_type == "user")
         await record(f"console:{group.id}:{message.seq}")
 
     async def alert(self, group: Group, text: str) -> None:
         self.screen.print(f"{self.screen.author(SYSTEM_AUTHOR, 'system')} {self.screen.clean(text)}")
+
+    async def file_data(self, group: Group, file: SharedFile) -> bytes:
+        """A file attached in the console, read again from its path (it must still be there)."""
+        try:
+            return await asyncio.to_thread(Path(file.url).read_bytes)
+        except OSError as exc:
+            raise FileUnavailable(f"{file.url}: {exc.strerror or type(exc).__name__}") from None
 
     @contextlib.asynccontextmanager
     async def working(self, group: Group, agent: Agent) -> AsyncIterator[None]:
@@ -176,6 +192,7 @@ class Console:
         self.group: Group | None = None
         self._hinted_for: tuple[tuple[str, bool], ...] | None = None  # the roster the no-agents hint was for
         self._told_taken = False  # said that another process runs this group now
+        self.attached: list[SharedFile] = []  # files for the person's next message (/attach)
 
     async def open(self) -> Group:
         """Open (or set up) this console's group and take it: one process at a time runs a group.
@@ -276,7 +293,12 @@ class Console:
         if not line.strip():
             return
         try:
-            if line.lstrip().startswith("/"):
+            word = line.split(maxsplit=1)[0].lower()
+            if word in ("/attach", "/detach"):
+                for out in await (self.attach(line.strip()[len(word):].strip()) if word == "/attach"
+                                  else self.detach()):
+                    self.surface.write(out)
+            elif line.lstrip().startswith("/"):
                 typed = parse_command(line)
                 answer = await commands.run(commands.find(typed.path), self.admin, ConsoleCaller(self, read_line),
                                              typed.options)
@@ -304,8 +326,13 @@ class Console:
         if not self.engine.owns(self.group.id):
             await self._take_back(self.group)
         text = message_text(line)
-        await self.engine.post_user_message(self.group, author_name=self.person, user_id=self.person, text=text,
-                                             waiting=self._not_saved_yet)
+        files, self.attached = self.attached, []
+        try:
+            await self.engine.post_user_message(self.group, author_name=self.person, user_id=self.person, text=text,
+                                                 waiting=self._not_saved_yet, attachments=files)
+        except BaseException:
+            self.attached = files + self.attached  # not stored: they wait for the next message
+            raise
         for hint in await self.hints(text):
             self.surface.write(hint)
 
@@ -319,6 +346,51 @@ class Console:
                                "while this console was stalled): your messages are saved here and answered there")
         elif holder is None:
             self._told_taken = False
+
+    async def attach(self, typed: str) -> list[str]:
+        """`/attach PATH`: the file goes with the next message. `/attach` alone: what waits."""
+        if not typed:
+            if not self.attached:
+                return ["Nothing is attached. /attach PATH attaches a file (an image or a text file) to your "
+                        "next message."]
+            return [f"Attached to your next message: {', '.join(_label(f) for f in self.attached)} "
+                    "(/detach drops them)."]
+        if len(self.attached) >= ATTACH_MAX_FILES:
+            raise InvalidInput(f"A message takes at most {ATTACH_MAX_FILES} files; send it first, or /detach.")
+        path = Path(typed.strip('"').strip("'")).expanduser()
+        shown = str(path)
+        if not path.exists():
+            raise InvalidInput(f"No file at {shown} (from {Path.cwd()}): /attach takes the path of a file.")
+        if path.is_dir():
+            raise InvalidInput(f"{shown} is a directory: attach its files one at a time.")
+        try:
+            size = path.stat().st_size
+        except OSError as exc:
+            raise InvalidInput(f"Could not read {shown}: {exc.strerror or type(exc).__name__}.") from None
+        if size > ATTACH_MAX_BYTES:
+            raise InvalidInput(f"{shown} is {size_text(size)}; a file can be at most {size_text(ATTACH_MAX_BYTES)}.")
+        try:
+            data = await asyncio.to_thread(path.read_bytes)
+        except OSError as exc:
+            raise InvalidInput(f"Could not read {shown}: {exc.strerror or type(exc).__name__}.") from None
+        ctype = mimetypes.guess_type(path.name)[0] or ""
+        dims = image_size(data)
+
+        async def read() -> bytes:
+            return data
+
+        file = await take_in(SharedFile(path.name, "other", len(data), ctype, str(path.resolve()),
+                                        width=dims[0] if dims else None, height=dims[1] if dims else None), read)
+        self.attached.append(file)
+        what = {"image": "an image", "text": "a text file", "other": "a file agents see by name only"}[file.kind]
+        note = f"; {file.note}" if file.note else ""
+        return [f"Attached {_label(file)}: {what}{note}. It goes with your next message."]
+
+    async def detach(self) -> list[str]:
+        if not self.attached:
+            return ["Nothing was attached."]
+        dropped, self.attached = self.attached, []
+        return [f"Dropped {', '.join(f.name for f in dropped)}: your next message goes without them."]
 
     def _not_saved_yet(self, why: str) -> None:
         self.surface.error(f"your message is not saved yet ({why.removesuffix('; try again')}); "
@@ -365,6 +437,10 @@ def keep_file(attachment: Attachment, directory: Path) -> str:
         Path(attachment.path).unlink(missing_ok=True)
         raise UserFacingError(f"Could not write {target}: {exc.strerror or type(exc).__name__}.") from None
     return f"{attachment.text} Written to {target}"
+
+
+def _label(file: SharedFile) -> str:
+    return f"{file.name} ({size_text(file.size)})"
 
 
 NO_AGENTS = ('No agents here yet: add one with /agent add name:planner role:"drafts the itinerary" '

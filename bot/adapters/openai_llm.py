@@ -35,6 +35,13 @@ become `Completion.tool_calls` (its content may then be null). `tools_refusal()`
 asks once per model, with one tiny forced tool call, whether the model takes
 tools: a definite answer is remembered, a failure to ask is not.
 
+Images (`ChatMessage.parts`) are sent as `image_url` content parts (data URLs). A model
+known not to take them (`TEXT_ONLY`: OpenAI's text-only chat models), or one that refused
+them once (a 400/415/422/500 naming images, vision or multimodal input while the request
+carried images), gets each image's fallback text instead: the refused call is repeated
+at once without them, the model remembered and the log says so once per model.
+`model_names()` lists the server's models for autocompletion (cached `MODEL_LIST_TTL`).
+
 `max_tokens` is sent as `max_tokens` (what llama.cpp, Ollama, vLLM, LM Studio
 and OpenAI's chat models all accept). OpenAI's reasoning models reject it with
 a 400 naming `max_completion_tokens`; then the call is repeated once with that
@@ -57,7 +64,7 @@ import openai
 from bot.adapters.tokens import make_token_counter
 from bot.config import redact_url
 from bot.core.errors import ConfigError, LLMError, LLMRateLimited, LLMRejected, LLMTimeout, LLMUnavailable
-from bot.core.models import ChatMessage, Completion, Tool, ToolCall, Usage
+from bot.core.models import DEFAULT_PROVIDER, ChatMessage, Completion, Tool, ToolCall, Usage
 from bot.core.ports import TokenCounter
 
 log = logging.getLogger(__name__)
@@ -69,6 +76,12 @@ _TOKENISH = re.compile(r"(?i:\b(?:sk-|bearer\s+)\S+)|\bBasic\s+(?=[A-Za-z]*[0-9+
 _PER_MESSAGE = 3
 _PER_REPLY = 3
 _OPENAI_API = "https://api.openai.com/v1"  # the SDK's default base URL
+# OpenAI's chat models that take no images (others are tried, and remembered when they refuse).
+TEXT_ONLY = re.compile(r"^(gpt-3\.5|gpt-4(-0314|-0613|-32k.*)?$|o1-mini|o1-preview|o3-mini|gpt-oss|text-|davinci)",
+                       re.IGNORECASE)
+_IMAGEISH = re.compile(r"(?i)image|vision|multimodal|multi-modal")
+MODEL_LIST_TTL = 600.0  # seconds a provider's list of models is kept
+MODEL_LIST_TIMEOUT = 3.0  # seconds to list them (autocomplete answers within Discord's 3 s)
 
 
 class OpenAILLM:
@@ -83,7 +96,10 @@ class OpenAILLM:
         timeout: float = 60.0,
         max_retries: int = 2,
         counter: TokenCounter | None = None,
+        provider: str = DEFAULT_PROVIDER,
     ) -> None:
+        """`provider`: the name of the provider this client serves (`bot.adapters.providers`); its
+        settings are named in start-up problems (OPENAI_* for the default one)."""
         if not api_key:
             raise ValueError("api_key is required (any non-empty string for servers that ignore it)")
         if not default_model:
@@ -105,9 +121,19 @@ class OpenAILLM:
             api_key=api_key, base_url=base_url, timeout=self.timeout, max_retries=max_retries
         )
         self.host = _host(str(self._client.base_url))
+        self.provider = provider
+        if provider == DEFAULT_PROVIDER:
+            url_setting, self.key_setting = "OPENAI_BASE_URL", "OPENAI_API_KEY"
+        else:
+            prefix = f"ROUNDTABLE_PROVIDER_{provider.upper()}"
+            url_setting, self.key_setting = f"{prefix}_BASE_URL", f"{prefix}_API_KEY"
         # How start-up problems name the server: the setting when there is one (never its credentials).
         url = redact_url(str(self._client.base_url).rstrip("/"))
-        self._server = f"{url} (OPENAI_BASE_URL is not set)" if url == _OPENAI_API else f"OPENAI_BASE_URL={url}"
+        self._server = f"{url} ({url_setting} is not set)" if url == _OPENAI_API else f"{url_setting}={url}"
+        self._no_image_models: set[str] = set()
+        self._models: list[str] | None = None
+        self._models_at = 0.0
+        self._models_lock = asyncio.Lock()
         self._completion_tokens_models: set[str] = set()
         self._no_cache_key_models: set[str] = set()
         self._tools_answers: dict[str, str | None] = {}  # model -> tools_refusal's definite answer
@@ -147,8 +173,8 @@ class OpenAILLM:
             raise ConfigError(f"{self._server} did not answer ({_connection_problem(exc)}); "
                               "check that the server runs") from None
         if isinstance(exc, openai.APIStatusError) and exc.status_code in (401, 403):
-            raise ConfigError(f"OPENAI_API_KEY was refused by {self.host}: HTTP {exc.status_code}{self._detail(exc)}; "
-                              "set the right key") from None
+            raise ConfigError(f"{self.key_setting} was refused by {self.host}: HTTP {exc.status_code}"
+                              f"{self._detail(exc)}; set the right key") from None
         status = f"HTTP {exc.status_code}" if isinstance(exc, openai.APIStatusError) else type(exc).__name__
         log.warning("start-up check: %s at %s failed (%s); starting anyway", what, self.host, status)
 
@@ -170,6 +196,8 @@ class OpenAILLM:
     ) -> Completion:
         """One chat completion. Raises `LLMError` subclasses; never other errors."""
         name = model or self.default_model
+        if not self.takes_images(name):
+            messages = [m.without_images() for m in messages]
         started = time.monotonic()
         try:
             response = await self._create(messages, name, max_tokens, logprobs, cache_key,
@@ -201,11 +229,13 @@ class OpenAILLM:
         tool_choice: dict[str, Any] | None = None,
     ) -> Any:
         """One request; a 400 naming `max_completion_tokens` or `prompt_cache_key` is repeated
-        adapted (each at most once), and the model remembered so later calls are sent right."""
+        adapted (each at most once), and so is a refusal of images (without them); the model is
+        remembered so later calls are sent right."""
         kwargs: dict[str, Any] = {
             "model": model,
             "messages": [_message_json(m) for m in messages],
         }
+        images = any(m.images for m in messages)
         if logprobs:
             kwargs["logprobs"] = True
         if tools:
@@ -224,8 +254,16 @@ class OpenAILLM:
                     return await self._client.chat.completions.create(**attempt)
             except TimeoutError:
                 raise _Overdue(self.deadline, self._client.base_url) from None
-            except openai.BadRequestError as exc:
-                if "prompt_cache_key" in attempt and _names(exc, "prompt_cache_key"):
+            except openai.APIStatusError as exc:
+                if images and exc.status_code in (400, 415, 422, 500) and _IMAGEISH.search(self._detail(exc)):
+                    log.warning("model %s at %s does not take images (HTTP %s%s); its prompts name the images "
+                                "instead from now on", model, self.host, exc.status_code, self._detail(exc))
+                    self._no_image_models.add(model)
+                    images = False
+                    kwargs["messages"] = [_message_json(m.without_images()) for m in messages]
+                elif not isinstance(exc, openai.BadRequestError):
+                    raise
+                elif "prompt_cache_key" in attempt and _names(exc, "prompt_cache_key"):
                     log.info("model %s rejects prompt_cache_key; sending none from now on", model)
                     self._no_cache_key_models.add(model)
                 elif "max_tokens" in attempt and _names(exc, "max_completion_tokens"):
@@ -233,6 +271,32 @@ class OpenAILLM:
                     self._completion_tokens_models.add(model)
                 else:
                     raise
+
+    def takes_images(self, model: str | None) -> bool:
+        """False for OpenAI's text-only models and for a model that refused images before."""
+        name = model or self.default_model
+        return name not in self._no_image_models and not TEXT_ONLY.match(name)
+
+    async def model_names(self) -> dict[str, list[str] | None]:
+        """This provider's models (`list_models`), as the `LLM` port gives them."""
+        return {self.provider: await self.list_models()}
+
+    async def list_models(self) -> list[str] | None:
+        """The server's models (GET /models), kept `MODEL_LIST_TTL` seconds; None when it cannot list them."""
+        async with self._models_lock:
+            if self._models is not None and time.monotonic() - self._models_at < MODEL_LIST_TTL:
+                return self._models
+            try:
+                quick = self._client.with_options(timeout=MODEL_LIST_TIMEOUT, max_retries=0)
+                async with asyncio.timeout(MODEL_LIST_TIMEOUT + 1):
+                    page = await quick.models.list()
+                self._models = sorted({str(m.id) for m in page.data if getattr(m, "id", None)})
+            except (openai.OpenAIError, TimeoutError, AttributeError, TypeError) as exc:
+                log.info("could not list the models at %s (%s)", self.host, type(exc).__name__)
+                if self._models is None:
+                    return None
+            self._models_at = time.monotonic()
+            return self._models
 
     def _completion(self, response: Any, messages: Sequence[ChatMessage], model: str) -> Completion:
         choices = getattr(response, "choices", None)
@@ -298,7 +362,8 @@ class OpenAILLM:
             cached = getattr(details, "cached_tokens", None) or 0
             return Usage(int(prompt), int(completion), int(cached), estimated=False)
         count = self._counter.count
-        prompt_est = sum(count(m.content) + _PER_MESSAGE for m in messages) + _PER_REPLY
+        prompt_est = sum(count(m.content) + _PER_MESSAGE + sum(i.tokens for i in m.images) for m in messages)
+        prompt_est += _PER_REPLY
         return Usage(prompt_est, count(text), 0, estimated=True)
 
     def _translate(self, exc: openai.OpenAIError, model: str) -> LLMError:
@@ -404,7 +469,11 @@ def _tool_json(tool: Tool) -> dict[str, Any]:
 
 
 def _message_json(message: ChatMessage) -> dict[str, Any]:
-    """A message in the wire format: assistant tool calls and tool results as OpenAI spells them."""
+    """A message in the wire format: assistant tool calls, tool results and image parts as OpenAI spells them."""
+    if message.images:
+        return {"role": message.role, "content": [
+            {"type": "text", "text": p} if isinstance(p, str) else {"type": "image_url", "image_url": {"url": p.url}}
+            for p in message.parts]}
     if message.role == "tool":
         return {"role": "tool", "tool_call_id": message.tool_call_id or "", "content": message.content}
     if message.tool_calls:

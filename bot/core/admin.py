@@ -18,7 +18,7 @@ from bot.core.context import find_window, participant_step
 from bot.core.engine import Engine
 from bot.core.errors import InvalidInput, NotFound, UserFacingError
 from bot.core.export import file_name, plural, when, write_export
-from bot.core.models import Agent, Decision, Group, GroupSettings
+from bot.core.models import DEFAULT_PROVIDER, Agent, Decision, Group, GroupSettings
 from bot.core.pricing import dollars
 from bot.core.reading import Reader, Reading
 from bot.core.schedule_verbs import ScheduleVerbs
@@ -32,7 +32,7 @@ CONFIG_FIELDS = {  # option name -> GroupSettings field
     "context_budget": "context_budget", "selector_budget": "selector_budget", "pace": "pace",
     "selector_model": "selector_model",
     "operator_role": "operator_role", "allow_bots": "allow_bots", "brief": "brief", "min_confidence": "min_confidence",
-    "monthly_budget": "monthly_budget",
+    "monthly_budget": "monthly_budget", "max_images": "max_images", "max_text": "max_text",
 }
 
 
@@ -68,6 +68,7 @@ def settings_fields(settings: GroupSettings) -> tuple[Field, ...]:
         "operator_role": settings.operator_role or "(Manage Server)", "allow_bots": settings.allow_bots,
         "brief": brief, "min_confidence": settings.min_confidence or "off",
         "monthly_budget": dollars(settings.monthly_budget) if settings.monthly_budget else "off",
+        "max_images": settings.max_images, "max_text": f"{settings.max_text:,}",
     }
     return tuple(Field(k, str(val)) for k, val in shown.items())
 
@@ -109,6 +110,8 @@ class Admin:
     async def config(self, group: Group, changes: Mapping[str, object]) -> Card:
         if not changes:
             return Card("Settings", fields=settings_fields(group.settings))
+        if changes.get("selector_model"):
+            await self.check_model(str(changes["selector_model"]))
         updated = await self.store.update_group(
             group.id, settings=group.settings.with_changes(**parse_config(changes)))
         if "monthly_budget" in changes and await self.engine.check_budget(group.id):
@@ -266,8 +269,28 @@ class Admin:
     async def check_name_free(self, group: Group, name: str) -> None:
         v.check_name_free(name, [a.name for a in await self.store.list_agents(group.id)])
 
+    async def check_model(self, model: str | None) -> None:
+        """Refuse a model whose `name/` prefix names no provider, when the default provider (where
+        such a model would run, as the whole string) lists its models and this is not one of them.
+        Anything else is taken: a provider's list may not show every model it serves."""
+        text = (model or "").strip()
+        prefix, slash, _ = text.partition("/")
+        if not slash:
+            return
+        lists = await self.engine.llm.model_names()
+        if prefix.lower() in lists:
+            return
+        default = lists.get(DEFAULT_PROVIDER)
+        if default is None or text in default:
+            return
+        raise InvalidInput(
+            f"No provider is named {prefix!r} (providers: {', '.join(lists)}), and the default provider has no "
+            f"model {text!r}. Define it with ROUNDTABLE_PROVIDER_{prefix.upper()}_BASE_URL (and _API_KEY), "
+            "or pick a model the list offers.")
+
     async def add_agent(self, group: Group, name: str, role: str, prompt: str,
                         model: str | None = None, avatar: str | None = None) -> str:
+        await self.check_model(v.model(model))
         agent = await self.store.add_agent(
             group.id, v.agent_name(name), v.role(role), v.system_prompt(prompt),
             model=v.model(model), avatar_url=v.avatar_url(avatar),
@@ -283,6 +306,7 @@ class Admin:
             update["system_prompt"] = v.system_prompt(changes["prompt"] or "")
         if changes.get("model") is not None:
             update["model"] = v.model(changes["model"])
+            await self.check_model(update["model"])  # type: ignore[arg-type]  # v.model gives str | None
         if changes.get("avatar") is not None:
             update["avatar_url"] = v.avatar_url(changes["avatar"])
         if memory is not None and memory != agent.memory:

@@ -23,10 +23,11 @@ from bot.core.admin import Admin
 from bot.core.card import Attachment, Reply
 from bot.core.errors import Forbidden, InvalidInput, UserFacingError
 from bot.core.export import FORMATS
-from bot.core.models import MAX_TURNS_RANGE, MODES, Group, Message
+from bot.core.models import MAX_IMAGES_RANGE, MAX_TEXT_RANGE, MAX_TURNS_RANGE, MODES, Group, Message
 from bot.core.reading import Reader
 
-Kind = Literal["text", "long_text", "integer", "number", "boolean", "choice", "role", "message", "agent", "image"]
+Kind = Literal["text", "long_text", "integer", "number", "boolean", "choice", "role", "message", "agent", "image",
+               "model"]  # model: text, completed from the providers' model lists
 Who = Literal["everyone", "operators", "operators_to_change"]
 
 NOT_SET_UP = "Roundtable is not set up here: an admin can run /roundtable setup."
@@ -163,6 +164,15 @@ def convert(option: Option, raw: object) -> object:
     if option.max_length is not None and len(text) > option.max_length:
         raise InvalidInput(f"{option.name} is {len(text)} characters long; the limit is {option.max_length}.")
     return text
+
+
+def model_choices(lists: Mapping[str, Sequence[str] | None], typed: str, limit: int = 25) -> list[str]:
+    """The listed models (`LLM.model_names`) containing `typed`, those starting with it first."""
+    key = typed.strip().casefold()
+    found = dict.fromkeys(m for models in lists.values() for m in models or () if len(m) <= v.MODEL_MAX)
+    matches = [m for m in found if key in m.casefold()]
+    matches.sort(key=lambda m: (not m.casefold().startswith(key), m.casefold()))
+    return matches[:limit]
 
 
 def check_options(command: Command, given: Mapping[str, object], surface: str) -> dict[str, object]:
@@ -312,6 +322,8 @@ def help_text(surface: str) -> str:
     for command in COMMANDS:
         lines.append(f"{command.usage(surface)}  {command.description}")
     if surface == "console":
+        lines.append("/attach PATH  Attach a file (an image or a text file) to your next message; "
+                     "/attach alone lists them, /detach drops them")
         lines.append('Options are name:value; quote values with spaces: role:"drafts the itinerary".')
         lines.append("Anything else is a message from you; tag agents with @name.")
     return "\n".join(lines)
@@ -341,7 +353,8 @@ COMMANDS: tuple[Command, ...] = (
                 Option("selector_budget", "tokens of thread the selector reads", "integer",
                        low=v.CONTEXT_BUDGET_RANGE[0], high=v.CONTEXT_BUDGET_RANGE[1]),
                 Option("pace", "seconds between agent messages", "number", low=v.PACE_RANGE[0], high=v.PACE_RANGE[1]),
-                Option("selector_model", "the model that picks the next speaker", max_length=v.MODEL_MAX),
+                Option("selector_model", "the model that picks the next speaker (provider/model on a named "
+                       "provider)", "model", max_length=v.MODEL_MAX),
                 Option("operator_role", "the role whose members run the group", "role"),
                 Option("allow_bots", "take in messages of other bots and webhooks", "boolean"),
                 Option("brief", "text added to every agent's system prompt", "long_text", max_length=v.BRIEF_MAX),
@@ -349,6 +362,10 @@ COMMANDS: tuple[Command, ...] = (
                        low=0.0, high=1.0),
                 Option("monthly_budget", "dollars of model calls a month; reached: the group pauses (0: no budget)",
                        "number", low=0.0, high=1_000_000.0),
+                Option("max_images", "images of a message (and of a prompt) sent to models that take images",
+                       "integer", low=MAX_IMAGES_RANGE[0], high=MAX_IMAGES_RANGE[1]),
+                Option("max_text", "characters of a message's text files put in prompts (the rest is cut)",
+                       "integer", low=MAX_TEXT_RANGE[0], high=MAX_TEXT_RANGE[1]),
             ), who="operators_to_change"),
     Command(("roundtable", "pause"), "Hold deliveries (messages are still recorded)",
             lambda inv: inv.admin.pause(inv.group), who="operators"),
@@ -371,7 +388,8 @@ COMMANDS: tuple[Command, ...] = (
         Option("name", "1-32 letters, digits, _ - .", required=True, max_length=v.NAME_MAX),
         Option("role", "one line: what it does", required=True, max_length=v.ROLE_MAX),
         PROMPT,
-        Option("model", "its model (default: the bot's)", max_length=v.MODEL_MAX),
+        Option("model", "its model (default: the bot's; provider/model on a named provider)", "model",
+               max_length=v.MODEL_MAX),
         Option("avatar", "the URL of its picture", max_length=v.URL_MAX),
         AVATAR_IMAGE,
     ), who="operators"),
@@ -379,7 +397,8 @@ COMMANDS: tuple[Command, ...] = (
         AGENT,
         Option("role", "one line: what it does", max_length=v.ROLE_MAX),
         PROMPT,
-        Option("model", "its model (empty: the bot's)", max_length=v.MODEL_MAX),
+        Option("model", "its model (empty: the bot's; provider/model on a named provider)", "model",
+               max_length=v.MODEL_MAX),
         Option("avatar", "the URL of its picture", max_length=v.URL_MAX),
         AVATAR_IMAGE,
         Option("memory", "on: it saves notes with memory_write and sees them in later runs", "boolean",

@@ -31,7 +31,9 @@ no task slot: when its place was cut, the task line is shown first.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
+from bot.core.attachments import brief_text
 from bot.core.models import Message, token_cost
 from bot.core.ports import ChatStore
 from bot.core.prompts import render_thread
@@ -47,9 +49,10 @@ class Trimmed:
     task_pulled_up: Message | None  # the task, shown first because its place was cut
     task_seq: int | None = None  # shown as a reference line only (its text is in the prompt's <task>)
 
-    def render(self) -> str:
+    def render(self, show: Callable[[Message], str] = brief_text) -> str:
+        """The thread's lines; `show` gives a row's text with its files (default: a short line per file)."""
         return render_thread(self.kept, self.omitted, self.task_pulled_up, reference=self.task_seq,
-                             reference_text=TASK_REFERENCE)
+                             reference_text=TASK_REFERENCE, show=show)
 
     def split(self, seq: int) -> tuple["Trimmed", tuple[Message, ...]]:
         """The thread through row `seq` (with the marker and any pulled-up task), and the rows after it."""

@@ -20,9 +20,10 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
+from bot.core.attachments import brief_text
 from bot.core.errors import LeaseLost, LLMError, UserFacingError
 from bot.core.memory import load_memory
-from bot.core.models import Agent, ChatMessage, Group, Message, NewMessage, RunResult, Usage
+from bot.core.models import Agent, ChatMessage, Completion, Group, Message, NewMessage, RunResult, Usage
 from bot.core.prompts import system_message, thread_line
 from bot.core.spending import budget_refusal, month_cost
 from bot.core.stop import ends_with_terminate, guard_impersonation, strip_terminate
@@ -53,7 +54,7 @@ def direct_messages(group: Group, agent: Agent, recent: Sequence[Message], asker
                     post: bool, memory: str = "") -> list[ChatMessage]:
     """The system message (with the agent's `<memory>` notes when memory is on), the group's
     recent rows, then the person's prompt. A direct run reads the notes; only group runs write them."""
-    lines = "\n".join(thread_line(m.author_name, m.text) for m in recent) or NO_RECENT
+    lines = "\n".join(thread_line(m.author_name, brief_text(m)) for m in recent) or NO_RECENT
     where = ("your answer will also be posted in the group chat" if post
              else "only they will see your answer")
     return [
@@ -101,19 +102,22 @@ class DirectRuns:
             cleaned = guard_impersonation(completion.text, agent.name, others)
             text = strip_terminate(cleaned)
             if not text:
-                await store.finish_run(run.id, RunResult("empty", completion.usage, model=completion.model), cap=0)
+                await store.finish_run(run.id, RunResult("empty", completion.usage, model=completion.model,
+                                                         provider=completion.provider), cap=0)
                 return DirectAnswer(agent, "", completion.usage,
                                     not_posted="the answer was empty" if post else None)
             if not post:
-                await store.finish_run(run.id, RunResult("answered", completion.usage, model=completion.model),
+                await store.finish_run(run.id, RunResult("answered", completion.usage, model=completion.model,
+                                                 provider=completion.provider),
                                        cap=0)
                 log.info("group=%s agent=%s direct run=%s answered %s privately", group.id, agent.name, run.id, asker)
                 return DirectAnswer(agent, text, completion.usage)
-            return await self._post(group, agent, run.id, cleaned, text, completion.usage, completion.model, roster)
+            return await self._post(group, agent, run.id, cleaned, text, completion, roster)
 
-    async def _post(self, group: Group, agent: Agent, run_id: int, cleaned: str, text: str, usage: Usage,
-                    model: str, roster: Sequence[Agent]) -> DirectAnswer:
+    async def _post(self, group: Group, agent: Agent, run_id: int, cleaned: str, text: str, completion: Completion,
+                    roster: Sequence[Agent]) -> DirectAnswer:
         """Settle the run with its answer as a group reply, under the rules of any reply."""
+        usage, model, provider = completion.usage, completion.model, completion.provider
         engine = self.engine
         store = engine.store
         reply = NewMessage(
@@ -124,10 +128,11 @@ class DirectRuns:
         )
         fresh = await store.get_group(group.id)
         try:
-            finished = await store.finish_run(run_id, RunResult("posted", usage, reply=reply, model=model),
-                                              cap=fresh.settings.max_agent_turns)
+            finished = await store.finish_run(
+                run_id, RunResult("posted", usage, reply=reply, model=model, provider=provider),
+                cap=fresh.settings.max_agent_turns)
         except LeaseLost:
-            await store.finish_run(run_id, RunResult("answered", usage, model=model,
+            await store.finish_run(run_id, RunResult("answered", usage, model=model, provider=provider,
                                                      error="another process runs the group"), cap=0)
             return DirectAnswer(agent, text, usage, not_posted="another process runs this group right now")
         if finished.reply is None:

@@ -17,13 +17,15 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Coroutine
 from typing import Callable, Iterable, Mapping, TypeVar
 
+from bot.core.attachments import ImageSource, counted_text, images_tokens
 from bot.core.direct import DirectAnswer, DirectRuns
 from bot.core.dispatcher import GroupDispatcher
 from bot.core.errors import Busy, StoreBusy, StoreUnwritable
-from bot.core.models import Agent, Episode, EpisodeResult, Group, Message, NewMessage, Usage
+from bot.core.models import Agent, Episode, EpisodeResult, Group, Message, NewMessage, SharedFile, Usage
 from bot.core.outbox import Outbox, RetryPolicy
 from bot.core.ownership import LEASE_TTL, Ownership
 from bot.core.ports import LLM, Store, Surface, TokenCounter
@@ -79,6 +81,8 @@ class Engine:
         self.scheduler = Scheduler(self, schedule_tick)
         self._told = asyncio.Lock()  # store outage notices go out one after the other, in order
         self._unsubscribe = store.health.subscribe(self._store_health_changed)
+        self._images: OrderedDict[tuple[int, int, int], str] = OrderedDict()  # fetched images, as data URLs
+        self._told_no_images: set[str | None] = set()  # models whose images were named only, logged once
 
     # life cycle ----------------------------------------------------------
     async def start(self) -> None:
@@ -223,6 +227,19 @@ class Engine:
         await self.check_budget(group.id)
         return outcome
 
+    def images(self, group: Group) -> ImageSource:
+        """People's images of `group`, fetched through the surface when a run is made (kept in memory a while)."""
+        async def fetch(file: SharedFile) -> bytes:
+            return await self.surface.file_data(group, file)
+        return ImageSource(fetch, group.id, self._images)
+
+    def withheld_images(self, model: str | None, count: int) -> None:
+        """A prompt named `count` images only, as `model` takes none: the log says so once per model."""
+        if count and model not in self._told_no_images:
+            self._told_no_images.add(model)
+            log.info("model %s does not take images: its prompts name each image instead",
+                     model or "(the default model)")
+
     async def ask(self, group: Group, agent: Agent, prompt: str, *, asker: str, post: bool = False) -> DirectAnswer:
         """A direct run (`/ask`): `agent` answers `asker` privately (and in the group, with `post`)."""
         answer = await self._direct.ask(group, agent, prompt, asker=asker, post=post)
@@ -257,6 +274,7 @@ class Engine:
         external_ids: Iterable[str] = (),
         wake: bool = True,
         waiting: Callable[[str], None] | None = None,
+        attachments: Iterable[SharedFile] = (),
     ) -> Message:
         """Commit a person's message (tags parsed now, once), show it, wake the dispatcher.
 
@@ -266,11 +284,15 @@ class Engine:
         (`StoreBusy`) or it takes no writes (`StoreUnwritable`: a full disk; nothing was
         written either way) the message is tried again, with the retry policy's waits,
         until it is stored (SPEC §4: ingest never drops); `waiting` is told why once, at
-        the first wait.
+        the first wait. `attachments`: the files shared with it (`bot.core.attachments`),
+        counted in the row's tokens as agents' prompts show them (text within `max_text`, images at
+        the provider's estimate).
         """
         roster = await self.store.list_agents(group.id)
         people = await self.store.people(group.people_scope)
         tags = with_agents(parse_tags(text, roster, people=people), [a for a in extra_agents if a.enabled])
+        files = tuple(attachments)
+        settings = group.settings
         new = NewMessage(
             author_type="user",
             author_name=author_name,
@@ -278,7 +300,9 @@ class Engine:
             tags=tags,
             author_user_id=user_id,
             external_ids=tuple(external_ids),
-            token_count=self.counter.count(thread_line(author_name, text)),
+            token_count=self.counter.count(thread_line(author_name, counted_text(text, files, settings.max_text)))
+            + images_tokens(files, settings.max_images),
+            attachments=files,
         )
         failures = 0
         while True:

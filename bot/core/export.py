@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import AsyncIterator, Callable
 
+from bot.core.attachments import size_text
 from bot.core.errors import InvalidInput
 from bot.core.markdown import escape_html_in_prose
-from bot.core.models import Agent, Decision, Episode, Group, Message, Run, Usage
+from bot.core.models import Agent, Decision, Episode, Group, Message, Run, SharedFile, Usage
 from bot.core.ports import Store
 
 FORMATS = ("html", "json", "md")
@@ -200,12 +201,37 @@ async def write_markdown(record: Record, write: Write, now: float) -> Totals:
         if entry.run is not None:
             totals.runs += 1
             totals.usage = totals.usage + entry.run.usage
-            head += f" · {entry.run.model or 'model not recorded'}, {tokens(entry.run.usage)} tokens"
+            on = f" on {entry.run.provider}" if entry.run.provider else ""
+            head += f" · {entry.run.model or 'model not recorded'}{on}, {tokens(entry.run.usage)} tokens"
         quoted = "\n".join(f"> {line}" if line else ">" for line in
                            escape_html_in_prose(m.text, record.people).split("\n"))
+        for file in m.attachments:
+            quoted += f"\n>\n> 📎 {_md_file(file)}"
         write(f"\n{head}\n{quoted}\n")
     write(f"\n---\n\n{plural(totals.messages, 'message')}, {plural(totals.episodes, 'episode')}.\n")
     return totals
+
+
+def file_facts(file: SharedFile) -> str:
+    """(image, 1280×720, 245 KB), (text, 30 KB, 30,120 characters), (file, application/pdf, 1.2 MB)."""
+    parts = [{"image": "image", "text": "text", "other": "file"}[file.kind]]
+    if file.kind == "image" and file.width and file.height:
+        parts.append(f"{file.width}×{file.height}")
+    if file.kind == "other" and file.content_type:
+        parts.append(file.content_type)
+    parts.append(size_text(file.size))
+    if file.kind == "text" and file.chars:
+        parts.append(plural(file.chars, "character"))
+    if file.note:
+        parts.append(file.note)
+    return f"({', '.join(parts)})"
+
+
+def _md_file(file: SharedFile) -> str:
+    name = _md_name(file.name)
+    if file.url.startswith(("https://", "http://")):
+        name = f"[{name}](<{file.url}>)"
+    return f"{name} {file_facts(file)}"
 
 
 def _md_name(name: str) -> str:

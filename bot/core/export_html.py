@@ -12,6 +12,7 @@ the reader's setting. No script.
 from __future__ import annotations
 
 import zlib
+from pathlib import Path
 
 from bot.core.export import (
     Entry,
@@ -21,13 +22,14 @@ from bot.core.export import (
     author_label,
     chosen,
     episode_line,
+    file_facts,
     iso,
     plural,
     tokens,
     when,
 )
 from bot.core.markdown import escape, to_html
-from bot.core.models import Decision, Message
+from bot.core.models import Decision, Message, SharedFile
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'none'; base-uri 'none'"
 
@@ -78,6 +80,8 @@ padding:1px 5px;border-radius:5px}
 .text pre code{background:none;padding:0;white-space:pre}
 .text pre .lang{position:absolute;top:4px;right:10px;font-size:.7rem;color:var(--muted)}
 .text a{color:var(--accent)}
+.files{margin:.3em 0;font-size:.9rem}.file span{color:var(--muted)}.file a{color:var(--accent)}
+.file pre{background:var(--code);border-radius:8px;padding:8px 12px;overflow-x:auto;max-height:30em}
 .mention{color:var(--accent);font-weight:600}
 .spoiler{background:var(--text);color:transparent;border-radius:4px}.spoiler:hover{color:var(--bg)}
 details.why{margin-top:6px;font-size:.82rem;color:var(--muted)}
@@ -118,10 +122,22 @@ def decision_facts(decision: Decision) -> list[tuple[str, str]]:
     if decision.confidence is not None:
         facts.append(("confidence", f"{decision.confidence:.2f}"))
     if decision.usage.prompt_tokens or decision.usage.completion_tokens:
-        facts.append(("selector tokens", tokens(decision.usage) + (f" ({decision.model})" if decision.model else "")))
+        on = f" on {decision.provider}" if decision.provider else ""
+        model = f" ({decision.model}{on})" if decision.model else ""
+        facts.append(("selector tokens", tokens(decision.usage) + model))
     if decision.note:
         facts.append(("note", decision.note))
     return facts
+
+
+def file_href(file: SharedFile) -> str:
+    """Where a file can be opened: its URL (Discord's expires after a day; Discord opens it again for a
+    member), or a console file's path as a file: URL."""
+    if file.url.startswith(("https://", "http://")):
+        return file.url
+    if file.url.startswith("/"):
+        return Path(file.url).as_uri()
+    return ""
 
 
 def why(entry: Entry) -> str:
@@ -130,7 +146,8 @@ def why(entry: Entry) -> str:
     summary: list[str] = []
     if entry.run is not None:
         run = entry.run
-        facts.append(("run", f"#{run.id} {run.status} · {run.model or 'model not recorded'}"))
+        facts.append(("run", f"#{run.id} {run.status} · {run.model or 'model not recorded'}"
+                      + (f" on {run.provider}" if run.provider else "")))
         facts.append(("tokens", tokens(run.usage)))
     if entry.earlier_task is not None:
         facts.append(("answers", f"the earlier task #{entry.earlier_task} (a person posted during the run)"))
@@ -157,7 +174,26 @@ def message_html(entry: Entry, people: dict[str, str]) -> str:
             f"{avatar(m.author_name)}<div class=\"body\"><div class=\"who\"><span class=\"name\">"
             f"{escape(m.author_name)}</span>{badge}<a class=\"seq\" href=\"#m{m.seq}\">#{m.seq}</a>"
             f"<time datetime=\"{iso(m.created_at)}\">{escape(when(m.created_at))}</time></div>"
-            f"<div class=\"text\">{to_html(m.text, people)}</div>{why(entry)}</div></article>\n")
+            f"<div class=\"text\">{to_html(m.text, people)}</div>{files_html(m)}{why(entry)}</div></article>\n")
+
+
+def files_html(message: Message) -> str:
+    """A line per shared file: an image as a link (never loaded by the page), a text file's content
+    folded under its name, another file by name."""
+    lines = []
+    for file in message.attachments:
+        facts = escape(file_facts(file))
+        href = file_href(file)
+        name = (f'<a href="{escape(href)}" rel="noreferrer noopener" target="_blank">{escape(file.name)}</a>'
+                if href else escape(file.name))
+        if file.kind == "text" and file.text is not None:
+            cut = f"\n… {file.chars - len(file.text):,} more characters not kept" if file.chars > len(file.text) else ""
+            lines.append(f'<details class="file"><summary>📄 {escape(file.name)} <span>{facts}</span></summary>'
+                         f"<pre><code>{escape(file.text + cut)}</code></pre></details>")
+        else:
+            icon = "🖼" if file.kind == "image" else "📎"
+            lines.append(f'<div class="file">{icon} {name} <span>{facts}</span></div>')
+    return f'<div class="files">{"".join(lines)}</div>' if lines else ""
 
 
 async def write_html(record: Record, write: Write, now: float) -> Totals:

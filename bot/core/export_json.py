@@ -4,7 +4,8 @@ One object: `format` and `version`, the group, the range, the roster, then the
 episodes, the messages (each with its routing decision) and the runs of the
 range, each list written a page at a time, and `totals` last. Times are ISO
 8601 in UTC; token counts are those the provider reported (`estimated` when
-they were counted locally). Version 1; a change that breaks a reader bumps it.
+they were counted locally). Version 2 (1 had no `attachments` of messages and no
+`provider` of runs and decisions); a change that breaks a reader bumps it.
 """
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ import dataclasses
 import json
 
 from bot.core.export import Record, Totals, Write, iso
-from bot.core.models import Agent, Decision, Episode, Message, Run, Usage
+from bot.core.models import Agent, Decision, Episode, Message, Run, SharedFile, Usage
 
 FORMAT = "roundtable-export"
-VERSION = 1
+VERSION = 2
 
 
 def _dump(value: object) -> str:
@@ -40,11 +41,20 @@ def episode_json(episode: Episode) -> dict[str, object]:
             "started_at": iso(episode.started_at), "ended_at": iso(episode.ended_at)}
 
 
+def file_json(file: SharedFile) -> dict[str, object]:
+    discord = ({"attachment_id": file.attachment_id, "message_id": file.message_id, "channel_id": file.channel_id}
+               if file.attachment_id else None)
+    return {"name": file.name, "kind": file.kind, "content_type": file.content_type or None, "size": file.size,
+            "width": file.width, "height": file.height, "url": file.url or None, "discord": discord,
+            "text": file.text, "chars": file.chars, "note": file.note or None}
+
+
 def decision_json(decision: Decision) -> dict[str, object]:
     return {"source": decision.source, "agent_ids": list(decision.agent_ids),
             "agent_names": list(decision.agent_names), "terminate": decision.terminate,
             "selector_raw": list(decision.selector_raw), "attempts": decision.attempts,
             "confidence": decision.confidence, "model": decision.model or None,
+            "provider": decision.provider or None,
             "usage": usage_json(decision.usage), "note": decision.note, "created_at": iso(decision.created_at)}
 
 
@@ -56,6 +66,7 @@ def message_json(message: Message, decision: Decision | None) -> dict[str, objec
                    "agent_id": message.author_agent_id},
         "created_at": iso(message.created_at),
         "text": message.text,
+        "attachments": [file_json(f) for f in message.attachments],
         "tags": {"agent_ids": list(tags.agent_ids), "agent_names": list(tags.agent_names),
                  "user_ids": list(tags.user_ids), "operators": tags.operators, "all_agents": tags.all_agents},
         "episode_id": message.episode_id,
@@ -69,7 +80,7 @@ def message_json(message: Message, decision: Decision | None) -> dict[str, objec
 def run_json(run: Run, agent_name: str) -> dict[str, object]:
     return {"id": run.id, "agent_id": run.agent_id, "agent_name": agent_name, "kind": run.kind,
             "snapshot_seq": run.snapshot_seq, "episode_id": run.episode_id, "status": run.status,
-            "model": run.model or None, "usage": usage_json(run.usage),
+            "model": run.model or None, "provider": run.provider or None, "usage": usage_json(run.usage),
             "selector_usage": usage_json(run.selector_usage), "posted_seq": run.posted_seq, "error": run.error,
             "started_at": iso(run.started_at), "finished_at": iso(run.finished_at),
             "memory_skipped": run.memory_skipped}

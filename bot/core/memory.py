@@ -101,6 +101,7 @@ class Answer:
     wrote: bool
     calls: int
     error: LLMError | None = None  # a model call before the reminder failed: the run failed
+    provider: str = ""
 
     @property
     def skipped(self) -> bool:
@@ -116,26 +117,27 @@ async def run_with_memory(llm: LLM, store: MemoryStore, agent: Agent, messages: 
     text after the reminder. A failed call before the reminder fails the run; a failed
     reminder step keeps the reply (and the run skipped its note)."""
     conversation = list(messages)
-    usage, model, calls, wrote = Usage(), "", 0, False
+    usage, model, calls, wrote, provider = Usage(), "", 0, False, ""
     reply: str | None = None
 
     async def step() -> Completion:
-        nonlocal usage, model, calls
+        nonlocal usage, model, calls, provider
         completion = await llm.complete(conversation, model=agent.model, cache_key=cache_key, tools=(MEMORY_TOOL,))
         usage, model, calls = usage + completion.usage, completion.model or model, calls + 1
+        provider = completion.provider or provider
         return completion
 
     for _ in range(MAX_TOOL_STEPS):
         try:
             completion = await step()
         except LLMError as exc:
-            return Answer("", usage, model, wrote, calls, error=exc)
+            return Answer("", usage, model, wrote, calls, error=exc, provider=provider)
         if not completion.tool_calls:
             reply = completion.text
             break
         wrote = await _answer(store, agent, completion, conversation) or wrote
     if wrote:
-        return Answer(reply or "", usage, model, True, calls)
+        return Answer(reply or "", usage, model, True, calls, provider=provider)
     if reply is not None:
         conversation.append(ChatMessage("assistant", reply))
     conversation.append(ChatMessage("user", REMINDER))
@@ -144,10 +146,10 @@ async def run_with_memory(llm: LLM, store: MemoryStore, agent: Agent, messages: 
         completion = await step()
     except LLMError as exc:
         log.warning("agent=%s: the memory reminder step failed: %s", agent.name, exc)
-        return Answer(reply or "", usage, model, False, calls)
+        return Answer(reply or "", usage, model, False, calls, provider=provider)
     if completion.tool_calls:
         wrote = await _answer(store, agent, completion, conversation)
-    return Answer(reply or completion.text, usage, model, wrote, calls)
+    return Answer(reply or completion.text, usage, model, wrote, calls, provider=provider)
 
 
 async def _answer(store: MemoryStore, agent: Agent, completion: Completion, conversation: list[ChatMessage]) -> bool:

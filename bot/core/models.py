@@ -24,6 +24,12 @@ DEFAULT_MAX_TURNS = 12
 MAX_TURNS_RANGE = (1, 100)
 DEFAULT_CONTEXT_BUDGET = 6000
 DEFAULT_SELECTOR_BUDGET = 1500
+DEFAULT_MAX_IMAGES = 4
+DEFAULT_MAX_TEXT = 40_000
+MAX_IMAGES_RANGE = (0, 20)
+MAX_TEXT_RANGE = (0, 1_000_000)
+DEFAULT_PROVIDER = "default"  # the provider of OPENAI_BASE_URL / OPENAI_API_KEY
+FileKind = Literal["image", "text", "other"]
 
 
 def token_cost(token_count: int) -> int:
@@ -47,6 +53,8 @@ class GroupSettings:
     brief: str = ""
     min_confidence: float | None = None
     monthly_budget: float | None = None  # dollars a calendar month (UTC); reached: the group pauses
+    max_images: int = DEFAULT_MAX_IMAGES  # images sent from one message, and in one prompt
+    max_text: int = DEFAULT_MAX_TEXT  # characters of a message's text files inlined in prompts
 
     def with_changes(self, **changes: Any) -> "GroupSettings":
         return replace(self, **changes)
@@ -120,6 +128,32 @@ class Tags:
 
 
 @dataclass(frozen=True)
+class SharedFile:
+    """A file a person attached to a message (`bot.core.attachments`), immutable like its row.
+
+    `kind` is decided when the message is stored: an image (sent to models that take images,
+    fetched when a run is made), a text file (its content read then and kept in `text`:
+    `chars` is its whole length, `text` may hold less when it was too long to keep), or
+    another file (named only). `url`: where the surface fetches it (Discord: the signed CDN
+    URL as given, refreshed before use; console: the file's path). `note`: why a text file's
+    content is missing (too big, not UTF-8, could not be fetched)."""
+
+    name: str
+    kind: FileKind
+    size: int = 0  # bytes
+    content_type: str = ""
+    url: str = ""
+    attachment_id: str | None = None  # Discord's ids, to refresh its URL
+    message_id: str | None = None
+    channel_id: str | None = None
+    width: int | None = None
+    height: int | None = None
+    text: str | None = None
+    chars: int = 0
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class NewMessage:
     """A message about to be appended; the store gives it its seq."""
 
@@ -132,6 +166,7 @@ class NewMessage:
     source_run_id: int | None = None
     external_ids: tuple[str, ...] = ()
     token_count: int = 0
+    attachments: tuple[SharedFile, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -151,6 +186,7 @@ class Message:
     episode_id: int | None = None
     created_at: float = 0.0
     tokens_before: int = 0  # the thread cost of the group's earlier rows (running sum of token_cost)
+    attachments: tuple[SharedFile, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -202,6 +238,7 @@ class Spend:
     model: str
     calls: int
     usage: Usage
+    provider: str = ""  # "" when it was not recorded
 
 
 @dataclass(frozen=True)
@@ -220,6 +257,7 @@ class Decision:
     note: str = ""
     created_at: float = 0.0
     model: str = ""  # the selector model that answered ("" when no model was called, or not recorded)
+    provider: str = ""  # the provider it ran on ("" when not recorded)
 
 
 @dataclass(frozen=True)
@@ -239,6 +277,7 @@ class Run:
     finished_at: float | None = None
     model: str = ""  # the model that answered ("" when none did, or not recorded)
     memory_skipped: bool | None = None  # memory on: whether the run ended without a note; None: memory off
+    provider: str = ""  # the provider the model ran on ("" when not recorded)
 
 
 @dataclass(frozen=True)
@@ -257,6 +296,7 @@ class RunResult:
     error: str | None = None
     model: str = ""  # the model that answered, for its price
     memory_skipped: bool | None = None  # None when memory was off for the run
+    provider: str = ""
 
 
 @dataclass(frozen=True)
@@ -276,6 +316,7 @@ class Summary:
     omitted: int = 0  # the oldest rows left out to fit the budget
     model: str = ""
     created_at: float = 0.0
+    provider: str = ""
 
 
 @dataclass(frozen=True)
@@ -297,16 +338,41 @@ class Tool:
 
 
 @dataclass(frozen=True)
+class ImagePart:
+    """An image inside a message to a model: a data URL (the model server need not reach the
+    surface), its estimated prompt tokens, and the text that stands in its place for a model
+    that does not take images."""
+
+    url: str
+    fallback: str
+    tokens: int = 0
+
+
+@dataclass(frozen=True)
 class ChatMessage:
     """One message sent to a chat model.
 
     An assistant message may carry the `tool_calls` it made; each is answered by a
-    `tool` message whose `tool_call_id` names the call and whose content is the result."""
+    `tool` message whose `tool_call_id` names the call and whose content is the result.
+    A user message may have `parts`: its text in pieces with images between them (the text
+    parts joined are `content`)."""
 
     role: Literal["system", "user", "assistant", "tool"]
     content: str
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
+    parts: tuple[str | ImagePart, ...] = ()
+
+    @property
+    def images(self) -> tuple[ImagePart, ...]:
+        return tuple(p for p in self.parts if isinstance(p, ImagePart))
+
+    def without_images(self) -> "ChatMessage":
+        """The message as a model that does not take images gets it: each image's fallback text in its place."""
+        if not self.images:
+            return self
+        text = "".join(p if isinstance(p, str) else p.fallback for p in self.parts)
+        return replace(self, content=text, parts=())
 
 
 @dataclass(frozen=True)
@@ -317,6 +383,7 @@ class Completion:
     logprob: float | None = None  # sum of the reply's token log-probabilities
     finish_reason: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
+    provider: str = ""  # the provider that answered (set by the provider router)
 
 
 @dataclass(frozen=True)

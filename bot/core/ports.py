@@ -23,6 +23,7 @@ from bot.core.models import (
     Note,
     Run,
     RunResult,
+    SharedFile,
     Spend,
     Summary,
     Tool,
@@ -63,6 +64,18 @@ class LLM(Protocol):
         not, or that it could not be checked. Never raises."""
         ...
 
+    def takes_images(self, model: str | None) -> bool:
+        """False when `model` (None: the default) is known not to take image parts (the prompt then
+        names each image instead of fetching it). A model that refuses them later is remembered,
+        and the call repeated with each image's fallback text."""
+        ...
+
+    async def model_names(self) -> dict[str, list[str] | None]:
+        """Per provider (`DEFAULT_PROVIDER` for the default one), the models it lists, as an agent's
+        model is written (`name/model` on a named provider); None where the list is not known.
+        Cached; refreshed now and then. Never raises."""
+        ...
+
 
 Recorder = Callable[[str], Awaitable[None]]
 
@@ -92,6 +105,11 @@ class Surface(Protocol):
 
     async def alert(self, group: Group, text: str) -> None:
         """Best effort: tell the group's people about a lasting delivery problem, outside the thread."""
+        ...
+
+    async def file_data(self, group: Group, file: SharedFile) -> bytes:
+        """The bytes of a file a person shared in `group` (Discord: its URL refreshed first, as
+        they expire). Raises `bot.core.attachments.FileUnavailable` when they cannot be had."""
         ...
 
 

@@ -11,6 +11,10 @@ price of its model unless the table names the snapshot itself (OpenAI priced
 `gpt-4o-2024-05-13` above `gpt-4o`). OpenAI counts cached tokens inside
 `prompt_tokens`, so the cached part is priced at the cached rate and the rest
 at the input rate.
+
+A model on a named provider (`bot.adapters.providers`) is priced by `provider/model` in
+ROUNDTABLE_PRICES when that is given (`local/llama3.1:8b=0/0/0`), else by its model name
+like any other (a second OpenAI account's `gpt-4o` costs what gpt-4o costs).
 """
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-from bot.core.models import Usage
+from bot.core.models import DEFAULT_PROVIDER, Usage
 
 PRICES_AS_OF = "August 2025"
 MILLION = 1_000_000
@@ -70,10 +74,15 @@ DEFAULT_PRICES: dict[str, Price] = {
 }
 
 
-def price_of(model: str, prices: Mapping[str, Price]) -> Price | None:
-    """The price of `model` (a dated snapshot falls back to its model); None when none is known."""
+def price_of(model: str, prices: Mapping[str, Price], provider: str = "") -> Price | None:
+    """The price of `model` (a dated snapshot falls back to its model); None when none is known.
+    On a named `provider`, `provider/model` first."""
     if not model:
         return None
+    if provider and provider != DEFAULT_PROVIDER:
+        qualified = price_of(f"{provider}/{model}", prices)
+        if qualified is not None:
+            return qualified
     name = model.strip()
     if name in prices:
         return prices[name]

@@ -6,8 +6,9 @@ people's messages are safe.
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import Callable, Sequence
 
+from bot.core.attachments import brief_text
 from bot.core.models import Agent, Message
 
 SPEAKER_SELECTOR_PROMPT = """\
@@ -56,15 +57,16 @@ def thread_line(author_name: str, text: str) -> str:
 
 def render_thread(
     messages: Sequence[Message], omitted: int = 0, task_first: Message | None = None, *,
-    reference: int | None = None, reference_text: str = "",
+    reference: int | None = None, reference_text: str = "", show: Callable[[Message], str] = brief_text,
 ) -> str:
-    """Thread lines; the row whose seq is `reference` shows `reference_text` (its text is elsewhere)."""
+    """Thread lines; the row whose seq is `reference` shows `reference_text` (its text is elsewhere).
+    `show` gives a row's text with its files (default: a short line per file)."""
     lines: list[str] = []
     if task_first is not None:
-        lines.append(thread_line(task_first.author_name, task_first.text))
+        lines.append(thread_line(task_first.author_name, show(task_first)))
     if omitted:
         lines.append(thread_line(SYSTEM_AUTHOR, f"({omitted} earlier messages omitted)"))
-    lines.extend(thread_line(m.author_name, reference_text if m.seq == reference else m.text) for m in messages)
+    lines.extend(thread_line(m.author_name, reference_text if m.seq == reference else show(m)) for m in messages)
     return "\n".join(lines)
 
 

@@ -168,7 +168,7 @@ class Reading:
             log.warning("group=%s catch-up summary failed: %s", group.id, exc)
             raise UserFacingError(f"Could not write the summary: {exc.public}. Nothing was marked read.") from None
         text = completion.text.strip() or "(the model wrote nothing)"
-        summary = Summary(after, through, text, omitted, completion.model)
+        summary = Summary(after, through, text, omitted, completion.model, provider=completion.provider)
         await self.store.save_summary(group.id, summary, prompt_tokens=completion.usage.prompt_tokens,
                                       completion_tokens=completion.usage.completion_tokens)
         return summary

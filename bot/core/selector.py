@@ -44,6 +44,7 @@ class Selection:
     usage: Usage
     note: str = ""
     model: str = ""  # the model that answered (for its price)
+    provider: str = ""
 
 
 def parse_reply(reply: str, eligible: Sequence[str], known: Sequence[str] = ()) -> Parsed:
@@ -105,7 +106,7 @@ async def select_speaker(
     raw: list[str] = []
     usage = Usage()
     error = ""
-    answered = ""  # the model that answered, once one did
+    answered, provider = "", ""  # the model that answered (and its provider), once one did
     for attempt in (1, 2):
         try:
             completion = await llm.complete(messages, model=model, max_tokens=20, logprobs=min_confidence is not None,
@@ -116,20 +117,22 @@ async def select_speaker(
             error = str(exc)
             continue
         usage = usage + completion.usage
-        answered = completion.model or model or ""
+        answered, provider = completion.model or model or "", completion.provider
         raw.append(completion.text)
         parsed = parse_reply(completion.text, names, [a.name for a in enabled])
         if parsed.error is None:
             confidence = _confidence(completion.logprob)
             if parsed.terminate:
-                return Selection(None, True, "selector", tuple(raw), attempt, confidence, usage, model=answered)
+                return Selection(None, True, "selector", tuple(raw), attempt, confidence, usage, model=answered,
+                                 provider=provider)
             agent = next(a for a in eligible if a.name == parsed.name)
             if min_confidence is not None and confidence is not None and confidence < min_confidence:
                 fallback = _rotation(roster, eligible, rotate_after)
                 note = f"confidence {confidence:.2f} below {min_confidence:.2f}"
                 return Selection(fallback, False, "low_confidence", tuple(raw), attempt, confidence, usage, note,
-                                 answered)
-            return Selection(agent, False, "selector", tuple(raw), attempt, confidence, usage, model=answered)
+                                 answered, provider)
+            return Selection(agent, False, "selector", tuple(raw), attempt, confidence, usage, model=answered,
+                             provider=provider)
         error = parsed.error
         log.debug("selector reply rejected (attempt %d): %s", attempt, error)
         messages = [
@@ -142,7 +145,8 @@ async def select_speaker(
             ),
         ]
     fallback = _rotation(roster, eligible, rotate_after)
-    return Selection(fallback, False, "fallback", tuple(raw), 2, None, usage, f"selector failed: {error}", answered)
+    return Selection(fallback, False, "fallback", tuple(raw), 2, None, usage, f"selector failed: {error}", answered,
+                     provider)
 
 
 def _rotation(roster: Sequence[Agent], eligible: Sequence[Agent], rotate_after: int | None) -> Agent | None:
@@ -180,5 +184,5 @@ async def selector_decision(
     source = selection.source if (ids or selection.terminate) else "none"
     return Decision(
         message.seq, source, ids, names, selection.raw, selection.attempts, selection.confidence,
-        selection.usage, selection.terminate, selection.note, model=selection.model,
+        selection.usage, selection.terminate, selection.note, model=selection.model, provider=selection.provider,
     )

@@ -3,7 +3,8 @@
 `/roundtable usage [days]` shows, per agent and for the selector (and catch-up
 summaries, when there were any): calls, prompt / cached / completion tokens and
 their cost at the configured prices (`bot.core.pricing`), then a total line.
-Calls of a model with no known price are counted and named, never priced.
+Calls of a model with no known price are counted and named, never priced. When
+any call ran on a named provider, every line names the providers of its calls.
 
 A group's optional `monthly_budget` (dollars per calendar month, UTC) is
 checked after each run settles: when the month's priced cost reaches it, the
@@ -18,7 +19,7 @@ from datetime import datetime, timezone
 from typing import Iterable, Mapping
 
 from bot.core.card import Card, Field
-from bot.core.models import Group, Spend, Usage
+from bot.core.models import DEFAULT_PROVIDER, Group, Spend, Usage
 from bot.core.ports import RecordStore
 from bot.core.pricing import PRICES_AS_OF, Price, dollars, price_of
 
@@ -36,6 +37,10 @@ class Line:
     cost: float  # dollars, of the priced calls
     unpriced: tuple[str, ...] = ()  # models with no price known ("" = not recorded)
     unpriced_calls: int = 0
+    providers: tuple[str, ...] = ()  # named when a report has calls on a named provider
+
+    def _on(self) -> str:
+        return f" · on {', '.join(self.providers)}" if self.providers else ""
 
     def describe(self) -> str:
         u = self.usage
@@ -43,38 +48,43 @@ class Line:
                   f"{u.cached_tokens:,} cached / {u.completion_tokens:,} completion tokens"
                   + (" (estimated)" if u.estimated else ""))
         if not self.unpriced:
-            return f"{tokens} · {dollars(self.cost)}"
+            return f"{tokens} · {dollars(self.cost)}{self._on()}"
         models = ", ".join(m or "model not recorded" for m in self.unpriced)
         missing = f"{NO_PRICE} for {models} ({self.unpriced_calls:,} call{'' if self.unpriced_calls == 1 else 's'})"
         if self.unpriced_calls == self.calls:
-            return f"{tokens} · {missing}"
-        return f"{tokens} · {dollars(self.cost)} + {missing}"
+            return f"{tokens} · {missing}{self._on()}"
+        return f"{tokens} · {dollars(self.cost)} + {missing}{self._on()}"
 
 
 def tally(spends: Iterable[Spend], prices: Mapping[str, Price]) -> list[Line]:
     """One line per spender (agents by name, then the selector, then catch-up), costs at `prices`."""
     grouped: dict[tuple[int, str], list[Spend]] = {}
+    named = False
     for spend in spends:
         if spend.calls or spend.usage.prompt_tokens or spend.usage.completion_tokens:
             grouped.setdefault((KIND_ORDER[spend.kind], spend.who), []).append(spend)
+            named = named or spend.provider not in ("", DEFAULT_PROVIDER)
     lines = []
     for (_, who), parts in sorted(grouped.items(), key=lambda item: (item[0][0], item[0][1].casefold())):
-        lines.append(_line(who, parts, prices))
+        lines.append(_line(who, parts, prices, named))
     return lines
 
 
-def _line(who: str, parts: list[Spend], prices: Mapping[str, Price]) -> Line:
+def _line(who: str, parts: list[Spend], prices: Mapping[str, Price], named: bool = False) -> Line:
     usage, cost, unpriced, unpriced_calls = Usage(), 0.0, [], 0
     for part in parts:
         usage = usage + part.usage
-        price = price_of(part.model, prices)
+        price = price_of(part.model, prices, part.provider)
         if price is None:
             if part.usage.prompt_tokens or part.usage.completion_tokens:
-                unpriced.append(part.model)
+                qualified = part.provider not in ("", DEFAULT_PROVIDER) and part.model
+                unpriced.append(f"{part.provider}/{part.model}" if qualified else part.model)
                 unpriced_calls += part.calls
         else:
             cost += price.cost(part.usage)
-    return Line(who, sum(p.calls for p in parts), usage, cost, tuple(dict.fromkeys(unpriced)), unpriced_calls)
+    providers = tuple(dict.fromkeys(p.provider or "provider not recorded" for p in parts)) if named else ()
+    return Line(who, sum(p.calls for p in parts), usage, cost, tuple(dict.fromkeys(unpriced)), unpriced_calls,
+                providers)
 
 
 def total(lines: Iterable[Line]) -> Line:

@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
+from bot.core.attachments import PromptFiles
 from bot.core.context import Trimmed, load_thread, participant_step
 from bot.core.errors import CapReached, LLMError
 from bot.core.memory import Answer, load_memory, run_with_memory
@@ -47,7 +48,8 @@ CONTINUED = "(the conversation since then)"
 
 
 def build_messages(
-    group: Group, agent: Agent, roster: Sequence[Agent], trimmed: Trimmed, task: Message | None, memory: str = ""
+    group: Group, agent: Agent, roster: Sequence[Agent], trimmed: Trimmed, task: Message | None, memory: str = "",
+    files: PromptFiles | None = None,
 ) -> tuple[list[ChatMessage], list[str]]:
     """System message, the Participant prompt, and the episode's newer rows after it.
 
@@ -56,17 +58,19 @@ def build_messages(
     message. So within an episode each call's messages extend the previous
     call's (until the window moves) and the provider's prompt cache keeps all
     of it: only the rows since the agent's last turn are new. `memory` (the agent's
-    `<memory>` block, when memory is on) ends the system message.
+    `<memory>` block, when memory is on) ends the system message. `files` shows people's files
+    (`bot.core.attachments`): text inlined, images as parts still to fetch (`PromptFiles.fill_images`).
     """
+    files = files or PromptFiles(group.settings, images=False)
     others = others_in(trimmed.shown, roster, agent)
-    task_text = task.text if task else "(no task yet: follow the conversation)"
+    task_text = files.text(task) if task else "(no task yet: follow the conversation)"
     before, after = trimmed.split(task.seq) if task else (trimmed, ())
-    prompt = participant_prompt(agent, others, task_text, before.render())
+    prompt = participant_prompt(agent, others, task_text, before.render(files.text))
     messages = [ChatMessage("system", system_message(agent, group.settings.brief, memory)), ChatMessage("user", prompt)]
     if after:
-        lines = "\n".join(thread_line(m.author_name, m.text) for m in after)
+        lines = "\n".join(thread_line(m.author_name, files.text(m)) for m in after)
         messages.append(ChatMessage("user", f"{CONTINUED}\n{lines}"))
-    return messages, others
+    return files.parts(messages), others
 
 
 def cache_key(group: Group, agent_id: int | None) -> str:
@@ -133,15 +137,19 @@ class AgentTurn:
                                     task_seq=task.seq if task else None, task_apart=task is not None,
                                     step=participant_step(group.settings.context_budget))
         memory = await load_memory(store, agent, engine.counter)
-        messages, others = build_messages(group, agent, roster, trimmed, task, memory)
+        files = PromptFiles(group.settings, images=engine.llm.takes_images(agent.model),
+                            task_seq=task.seq if task else None)
+        messages, others = build_messages(group, agent, roster, trimmed, task, memory, files)
+        engine.withheld_images(agent.model, files.withheld)
         async with engine.surface.working(group, agent):
+            messages = await files.fill_images(messages, engine.images(group))
             answer = await self._complete(group, agent, messages)
         if answer.error is not None:
             exc = answer.error
             log.warning("group=%s agent=%s run=%s failed: %s", group.id, agent.name, run.id, exc)
             failure = engine.notice(f"{agent.name} could not answer: {exc.public}. Its turn was skipped.")
             return RunResult("failed", answer.usage, selector_usage, error=str(exc), notice=failure,
-                             model=answer.model), False
+                             model=answer.model, provider=answer.provider), False
         usage, skipped = answer.usage, (answer.skipped if agent.memory else None)
         if skipped:
             log.info("group=%s agent=%s run=%s: memory_skipped (no note after the reminder)",
@@ -153,7 +161,7 @@ class AgentTurn:
                      group.id, agent.name, run.id)
             notice = None if terminated else engine.notice(f"{agent.name} had nothing to add (its reply was empty).")
             return RunResult("empty", usage, selector_usage, notice=notice, model=answer.model,
-                             memory_skipped=skipped), terminated
+                             memory_skipped=skipped, provider=answer.provider), terminated
         reply = NewMessage(
             author_type="agent",
             author_name=agent.name,
@@ -164,7 +172,7 @@ class AgentTurn:
             token_count=engine.counter.count(thread_line(agent.name, cleaned)),
         )
         return RunResult("posted", usage, selector_usage, reply=reply, model=answer.model,
-                         memory_skipped=skipped), terminated
+                         memory_skipped=skipped, provider=answer.provider), terminated
 
     async def _complete(self, group: Group, agent: Agent, messages: list[ChatMessage]) -> Answer:
         """The agent's answer: one call, or with memory on, the memory_write loop (`bot.core.memory`)."""
@@ -175,7 +183,7 @@ class AgentTurn:
             completion = await llm.complete(messages, model=agent.model, cache_key=key)
         except LLMError as exc:
             return Answer("", Usage(), "", False, 1, error=exc)
-        return Answer(completion.text, completion.usage, completion.model, False, 1)
+        return Answer(completion.text, completion.usage, completion.model, False, 1, provider=completion.provider)
 
     async def _interrupt(self, run: Run, selector_usage: Usage) -> None:
         try:

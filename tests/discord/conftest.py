@@ -33,16 +33,18 @@ class BotHarness:
         self.store: SqliteStore | None = None
         self.surface: DiscordSurface | None = None
         self._task: asyncio.Task[None] | None = None
-        self._llm: OpenAILLM | None = None
+        self._llm: Any = None
         self.engine_options: dict[str, Any] = {}  # more Engine arguments (a clock, the schedule tick)
         self.store_options: dict[str, Any] = {}  # more SqliteStore.open arguments (its health tracker)
+        self.make_llm: Any = None  # (token counter) -> the LLM port, instead of one client of llm_server
 
     async def start(self, *, wait_ready: bool = True, busy_timeout_ms: int = 5000) -> RoundtableBot:
         await point_at(self.emu.api_base)
         self.store = await SqliteStore.open(self.db, busy_timeout_ms=busy_timeout_ms, **self.store_options)
         counter = make_token_counter()
-        self._llm = OpenAILLM(api_key="sk-test", base_url=self.llm_server.base_url, default_model="fake-model",
-                              timeout=10, max_retries=1, counter=counter)
+        self._llm = self.make_llm(counter) if self.make_llm else OpenAILLM(
+            api_key="sk-test", base_url=self.llm_server.base_url, default_model="fake-model", timeout=10,
+            max_retries=1, counter=counter)
         self.surface = DiscordSurface(self.store)
         self.engine = Engine(self.store, self._llm, self.surface, counter, scope="discord:", retry=FAST_RETRY,
                              **self.engine_options)

@@ -58,7 +58,8 @@ async def test_reply_to_an_agent_tags_it_and_attachments_are_noted(harness, scri
     await harness.idle()
     rows = await harness.store.messages(1)
     assert rows[2].author_name == "Bob" and rows[2].tags.agent_names == ("planner",)
-    assert "[attachment: shrine.jpg (" in rows[2].text
+    assert rows[2].text == "what about this?"
+    assert [(f.name, f.kind) for f in rows[2].attachments] == [("shrine.jpg", "image")]
 
 
 async def test_cap_yields_exactly_max_turns_posts_and_one_notice(harness, script):

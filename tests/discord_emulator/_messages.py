@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import mimetypes
+import struct
 import time
 from typing import Any, Dict, Iterable, List, Optional
 
@@ -37,16 +39,27 @@ class MessagesMixin:
 
     def _attachment_json(self, att: Any, channel_id: str = "0") -> dict:
         """An attachment object. Uploaded bytes are kept and served at a signed, expiring URL
-        on this emulator (`/cdn/attachments/...?ex=<hex expiry>&hm=...`), like Discord's CDN."""
+        on this emulator (`/cdn/attachments/...?ex=<hex expiry>&hm=...`), like Discord's CDN.
+
+        `att`: a filename, a `(filename, bytes)` pair, or a dict {"filename", "data", "content_type",
+        "size", "width", "height", ...}. As Discord does, the content type is guessed from the name
+        when not given, and a PNG's width and height are read from its header."""
         if isinstance(att, str):
             att = {"filename": att}
+        elif isinstance(att, tuple):
+            att = {"filename": att[0], "data": att[1]}
         aid = self.snowflake()
         name = att.get("filename", "file.bin")
         blob = att.get("data", b"")
-        self.files[aid] = (att.get("content_type") or "application/octet-stream", blob)
+        ctype = att.get("content_type") or mimetypes.guess_type(name)[0]
+        if ctype and ctype.startswith("text/") and "charset" not in ctype:
+            ctype += "; charset=utf-8"
+        self.files[aid] = (ctype or "application/octet-stream", blob)
         url = self.cdn_url(channel_id, aid, name)
         data = {"id": aid, "filename": name, "size": att.get("size", len(blob)), "url": url, "proxy_url": url,
-                "content_type": att.get("content_type"), "flags": 0}
+                "content_type": ctype, "flags": 0}
+        if blob[:8] == b"\x89PNG\r\n\x1a\n" and len(blob) >= 24:
+            data["width"], data["height"] = struct.unpack(">II", blob[16:24])
         data.update({k: v for k, v in att.items() if k not in ("id", "data")})
         return data
 
@@ -165,7 +178,14 @@ class MessagesMixin:
                         mention_author: bool = True) -> dict:
         """A person posts in a channel/thread. Stored, then MESSAGE_CREATE unless dispatch=False.
 
-        attachments: iterable of filenames or partial attachment dicts ({"filename", "size", "url"...}).
+        attachments: files the person attached, each a `(filename, bytes)` pair, a filename alone
+        (no bytes), or a dict {"filename", "data", "content_type", "size", "width", "height"}.
+        The bytes are served at a signed CDN URL that expires after `attachment_ttl` seconds
+        (POST /attachments/refresh-urls gives fresh ones); the content type is guessed from the
+        name, a PNG's width and height read from it. For example:
+
+            await emu.user_post(emu.channel_id, emu.alice_id, "@planner what is wrong here?",
+                                attachments=[("screenshot.png", png_bytes), ("app.py", source.encode())])
         """
         channel = self.channels[str(channel_id)]
         user_id = str(user_id)

@@ -304,7 +304,7 @@ class RestMixin:
         if aid not in self.files or (aid, expires) not in self.file_expiry or expires < time.time():
             return web.Response(status=404, text="This content is no longer available.")
         content_type, data = self.files[aid]
-        return web.Response(body=data, content_type=content_type)
+        return web.Response(body=data, headers={"Content-Type": content_type})
 
     async def _h_refresh_urls(self, request: web.Request) -> web.Response:
         """POST /attachments/refresh-urls: fresh signed URLs for attachment URLs."""

@@ -10,7 +10,9 @@ and GET /v1/models. Each chat request is answered by the responder, a callable
 `(body) -> Reply | str | Awaitable[Reply | str]` (a str means `Reply(text=...)`),
 or a list of replies answered in order. A `Reply` may carry `tool_calls`
 (`tool_call("memory_write", note="...")`), sent as OpenAI sends them. `GroupChatScript` is a
-ready-made responder for group-chat tests.
+ready-made responder for group-chat tests. `text_only` models answer a request carrying image
+parts with OpenAI's 400 for them (recorded, not passed to the responder); `image_urls(body)`
+lists the images a request carried.
 """
 from __future__ import annotations
 
@@ -90,6 +92,19 @@ def message_text(message: Any) -> str:
     return ""
 
 
+def image_urls(body: dict[str, Any]) -> list[str]:
+    """The `image_url` parts' URLs of every message of a request, in order."""
+    urls = []
+    for message in body.get("messages", []):
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            urls += [p["image_url"]["url"] for p in content if isinstance(p, dict) and p.get("type") == "image_url"]
+    return urls
+
+
+IMAGES_REFUSED = "Invalid content type. image_url is only supported by certain models."
+
+
 def closed_base_url() -> str:
     """A base URL on 127.0.0.1 where nothing listens (connection refused)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -130,6 +145,7 @@ class FakeOpenAI:
         responder: Responder | Sequence[ReplyLike] | None = None,
         *,
         models: Sequence[str] = ("fake-model",),
+        text_only: Sequence[str] = (),
     ) -> None:
         if responder is None:
             responder = lambda body: Reply(text="ok")  # noqa: E731
@@ -137,6 +153,7 @@ class FakeOpenAI:
             responder = ReplyQueue(responder)
         self.responder: Responder = responder
         self.models = list(models)
+        self.text_only = set(text_only)  # models that refuse image parts with a 400
         self.requests: list[RecordedRequest] = []
         self.errors: list[BaseException] = []  # exceptions raised by the responder
         self.port = 0
@@ -195,6 +212,8 @@ class FakeOpenAI:
         problem = _tool_sequence_problem(body["messages"])
         if problem:
             return self._error(400, problem)
+        if body["model"] in self.text_only and image_urls(body):
+            return self._error(400, IMAGES_REFUSED)
         try:
             reply = self.responder(recorded)
             if inspect.isawaitable(reply):

@@ -46,10 +46,18 @@ class ScriptedLLM:
     direct_gate: asyncio.Event | None = None  # when set, direct calls wait for it
     tools_reason: str | None = None  # tools_refusal's answer (None: every model takes tool calls)
     tools_asked: list[str | None] = field(default_factory=list)
+    text_only: set[str | None] = field(default_factory=set)  # models takes_images says no for
+    models: dict[str, list[str] | None] = field(default_factory=lambda: {"default": None})  # model_names
 
     async def tools_refusal(self, model: str | None) -> str | None:
         self.tools_asked.append(model)
         return self.tools_reason
+
+    def takes_images(self, model: str | None) -> bool:
+        return model not in self.text_only
+
+    async def model_names(self) -> dict[str, list[str] | None]:
+        return dict(self.models)
 
     @property
     def participant_order(self) -> list[str]:

@@ -5,8 +5,9 @@ import asyncio
 import contextlib
 from typing import AsyncIterator
 
+from bot.core.attachments import FileUnavailable
 from bot.core.errors import DeliveryError
-from bot.core.models import Agent, Episode, Group, Message
+from bot.core.models import Agent, Episode, Group, Message, SharedFile
 from bot.core.ports import Recorder
 
 
@@ -20,6 +21,8 @@ class RecordingSurface:
         self.alerts: list[str] = []
         self.events: list[str] = []  # "row N" when row N is shown, "episode E STATUS" when told
         self.delay = 0.0  # seconds each publish takes
+        self.files: dict[str, bytes] = {}  # a shared file's url -> its bytes (file_data)
+        self.fetched: list[str] = []  # the urls file_data was asked for, in order
 
     async def publish(self, group: Group, message: Message, agent: Agent | None, *,
                       resume: bool = False, record: Recorder) -> None:
@@ -35,6 +38,12 @@ class RecordingSurface:
 
     async def alert(self, group: Group, text: str) -> None:
         self.alerts.append(text)
+
+    async def file_data(self, group: Group, file: SharedFile) -> bytes:
+        self.fetched.append(file.url)
+        if file.url not in self.files:
+            raise FileUnavailable(f"no file at {file.url}")
+        return self.files[file.url]
 
     @contextlib.asynccontextmanager
     async def working(self, group: Group, agent: Agent) -> AsyncIterator[None]:

@@ -34,7 +34,7 @@ from bot.core import commands as declared
 from bot.core import validation as v
 from bot.core.admin import Admin
 from bot.core.card import Attachment, Card, MarkRead, Reply
-from bot.core.commands import Command, Option
+from bot.core.commands import Command, Option, model_choices
 from bot.core.errors import InvalidInput, UserFacingError
 from bot.core.models import Group, Message
 from bot.core.reading import Reader
@@ -411,6 +411,13 @@ class SlashCommands:
         return [app_commands.Choice(name=a.name, value=a.name)
                 for a in await self.store.list_agents(group.id) if typed in a.name.casefold()][:25]
 
+    async def autocomplete_model(
+        self, interaction: discord.Interaction, current: str
+    ) -> list[app_commands.Choice[str]]:
+        """Every provider's listed models (`provider/model` on a named one) containing what is typed."""
+        return [app_commands.Choice(name=m, value=m)
+                for m in model_choices(await self.bot.engine.llm.model_names(), current)]
+
     async def why_this_reply(self, interaction: discord.Interaction, message: discord.Message) -> None:
         """The message menu: `/roundtable why` for the message it was opened on."""
         await self.invoke(interaction, declared.find(("roundtable", "why")), {"message": str(message.id)})
@@ -430,6 +437,8 @@ class SlashCommands:
             for option in command.options_for("discord"):
                 if option.kind == "agent":
                     app.autocomplete(option.name)(self.autocomplete_agent)
+                elif option.kind == "model":
+                    app.autocomplete(option.name)(self.autocomplete_model)
             if parent is None:
                 tree.add_command(app)
             else:

@@ -15,7 +15,8 @@ missing permission), live messages are still stored and the watermark waits.
 The bot's own posts (as the bot, or through any webhook its application made)
 are never re-ingested; other bots and webhooks are ignored unless the group
 allows them. A Discord reply to an agent's message tags that agent.
-Attachments are noted by name and URL.
+Attachments are kept with the row (`bot.core.attachments`): name, type, size, Discord's ids
+and URL, an image's size; a text file's content is read now, an image's when a run is made.
 """
 from __future__ import annotations
 
@@ -27,8 +28,9 @@ from typing import TYPE_CHECKING, Awaitable, Callable, ParamSpec, TypeVar
 import aiohttp
 import discord
 
+from bot.core.attachments import FileUnavailable, take_in
 from bot.core.errors import AlreadyStored, StoreError, StoreUnwritable
-from bot.core.models import Agent, Group
+from bot.core.models import Agent, Group, SharedFile
 
 if TYPE_CHECKING:
     from bot.adapters.discord.client import RoundtableBot
@@ -42,10 +44,34 @@ BLIND_RETRY = 300.0  # seconds between tries to read a history the bot may not r
 GIVE_UP_AFTER = 5  # unexpected (non-database) failures storing one message before it is skipped
 
 
+TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
+
+
 def message_text(message: discord.Message) -> str:
-    parts = [message.content] if message.content else []
-    parts.extend(f"[attachment: {a.filename} ({a.url})]" for a in message.attachments)
-    return "\n".join(parts)
+    return message.content or ""
+
+
+def shared_file(message: discord.Message, attachment: discord.Attachment) -> SharedFile:
+    """What a row keeps of an attachment before its kind is decided (`take_in`)."""
+    return SharedFile(
+        name=attachment.filename, kind="other", size=attachment.size, content_type=attachment.content_type or "",
+        url=attachment.url, attachment_id=str(attachment.id), message_id=str(message.id),
+        channel_id=str(message.channel.id), width=attachment.width, height=attachment.height)
+
+
+async def shared_files(message: discord.Message) -> list[SharedFile]:
+    """The message's attachments as rows keep them, a text file's content read from the CDN now."""
+    files = []
+    for attachment in message.attachments:
+        async def fetch(attachment: discord.Attachment = attachment) -> bytes:
+            try:
+                return await attachment.read()
+            except discord.HTTPException as exc:
+                raise FileUnavailable(f"Discord's CDN answered HTTP {exc.status}") from None
+            except TRANSPORT_ERRORS as exc:
+                raise FileUnavailable(f"the CDN could not be reached ({type(exc).__name__})") from None
+        files.append(await take_in(shared_file(message, attachment), fetch))
+    return files
 
 
 def person_names(user: discord.abc.User) -> list[str]:
@@ -223,6 +249,7 @@ class Ingest:
         await self.bot.engine.post_user_message(
             group, author_name=message.author.display_name, user_id=str(message.author.id),
             text=message_text(message)[:8000], extra_agents=replied, external_ids=[str(message.id)], wake=wake,
+            attachments=await shared_files(message),
         )
         return True
 

@@ -38,8 +38,9 @@ import discord
 from discord.http import Route
 
 from bot.adapters.discord.render import mention_policy, neutralize_mass_mentions, split_message
+from bot.core.attachments import FileUnavailable
 from bot.core.errors import DeliveryError, UserFacingError
-from bot.core.models import Agent, Episode, Group, Message
+from bot.core.models import Agent, Episode, Group, Message, SharedFile
 from bot.core.ports import Recorder, Store
 from bot.core.stop import strip_terminate
 
@@ -149,8 +150,20 @@ class DiscordSurface:
                                                json={"attachment_urls": [url]})
             self._fresh[url] = str(data["refreshed_urls"][0]["refreshed"])
         except (discord.HTTPException, *TRANSPORT_ERRORS, KeyError, IndexError, TypeError) as exc:
-            log.warning("could not refresh a picture's URL: %s", type(exc).__name__)
+            log.warning("could not refresh an attachment's URL: %s", type(exc).__name__)
         return self._fresh.get(url, url)
+
+    async def file_data(self, group: Group, file: SharedFile) -> bytes:
+        """A shared file's bytes from Discord's CDN, its signed URL refreshed first when it has
+        expired or soon will (a run made hours after the message, or after a restart)."""
+        if not file.url:
+            raise FileUnavailable("no URL was stored")
+        try:
+            return await self.bot.http.get_from_cdn(await self.fresh_url(file.url))
+        except discord.HTTPException as exc:
+            raise FileUnavailable(f"Discord's CDN answered HTTP {exc.status}") from None
+        except TRANSPORT_ERRORS as exc:
+            raise FileUnavailable(f"the CDN could not be reached ({type(exc).__name__})") from None
 
     # webhooks ------------------------------------------------------------
     async def create_webhook(self, channel_id: str) -> tuple[str, str]:

@@ -1,0 +1,134 @@
+"""What people share in Discord reaches the agents: images as image parts (fetched when the run is
+made, the expired URL refreshed first, also after a restart), text files inlined (cut with a note past
+max_text), and a model that takes no images gets a line naming the file instead."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import struct
+import time
+import zlib
+from urllib.parse import parse_qs, urlsplit
+
+from tests.fakes.openai_server import GroupChatScript, image_urls, message_text
+
+
+def png(width: int, height: int) -> bytes:
+    """A valid PNG of that size (one grey pixel row repeated)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    rows = b"".join(b"\x00" + b"\x80" * width for _ in range(height))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+async def until(condition, timeout: float = 10.0) -> None:
+    """Wait for an async condition, with a generous bound."""
+    deadline = time.monotonic() + timeout
+    while not await condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        await asyncio.sleep(0.02)
+
+
+def participant_requests(harness, name: str) -> list[dict]:
+    return [r for r in harness.llm_server.requests
+            if GroupChatScript.classify(r) == ("participant", name)]
+
+
+async def test_an_image_reaches_the_model_as_an_image_part_also_after_a_restart_with_its_url_expired(
+        harness, script):
+    emu = harness.emu
+    script.set_agent("planner", ["I see a grey square.", "Still grey."])
+    await harness.setup_group(("planner", "drafts the itinerary"), mode="tags")
+    image = png(64, 48)
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner what is this?", attachments=[("shot.png", image)])
+    await emu.wait_for(lambda: len(harness.webhook_posts()) >= 1, timeout=15)
+    await harness.idle()
+    [request] = participant_requests(harness, "planner")
+    data_url = "data:image/png;base64," + base64.b64encode(image).decode()
+    assert image_urls(request) == [data_url]
+    text = "".join(message_text(m) for m in request["messages"])
+    assert "[image: shot.png, 64×48, " in text
+    row = (await harness.store.messages(1))[-2]
+    assert row.text == "@planner what is this?"
+    [file] = row.attachments
+    assert (file.name, file.kind, file.width, file.height, file.size) == ("shot.png", "image", 64, 48, len(image))
+    assert file.attachment_id and file.message_id and file.channel_id == emu.channel_id
+
+    # Paused: the next image waits; the bot stops, the URL expires, the bot starts, then the run is made.
+    await harness.command("roundtable pause")
+    emu.attachment_ttl = 1.0
+    second = png(8, 8)
+    posted = await emu.user_post(emu.channel_id, emu.alice_id, "@planner and this one?",
+                                 attachments=[("small.png", second)])
+
+    async def stored() -> bool:
+        return any(r.text == "@planner and this one?" for r in await harness.store.messages(1))
+    await until(stored)
+    await harness.idle()
+    await harness.stop()
+    url = posted["attachments"][0]["url"]
+    expires = int(parse_qs(urlsplit(url).query)["ex"][0], 16)
+    await emu.wait_for(lambda: time.time() > expires + 0.01, timeout=10, what="the URL to expire")
+    await harness.start()
+    await harness.command("roundtable resume")
+    await emu.wait_for(lambda: len(harness.webhook_posts()) >= 2, timeout=15)
+    await harness.idle()
+    later = participant_requests(harness, "planner")[-1]
+    assert "data:image/png;base64," + base64.b64encode(second).decode() in image_urls(later)
+    assert any(r["original"] == url for r in emu.refreshed_urls)
+
+
+async def test_a_python_file_is_inlined_and_a_long_log_is_cut_with_a_note(harness, script):
+    emu = harness.emu
+    script.set_agent("planner", ["Read the code.", "Read the log."])
+    await harness.setup_group(("planner", "reviews"), mode="tags")
+    source = "".join(f"def f{i}(x):\n    return x + {i}  # line {i}\n" for i in range(690))  # ~30 kB
+    assert 29_000 < len(source) < 33_000
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner review this", attachments=[("app.py", source.encode())])
+    await emu.wait_for(lambda: len(harness.webhook_posts()) >= 1, timeout=15)
+    log_text = "".join(f"2025-01-01 12:00:{i % 60:02d} INFO request {i} served\n" for i in range(5200))
+    assert len(log_text) > 200_000
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner why so slow?",
+                        attachments=[("big.log", log_text.encode())])
+    await emu.wait_for(lambda: len(harness.webhook_posts()) >= 2, timeout=15)
+    await harness.idle()
+    first, second = participant_requests(harness, "planner")
+    first_text = "".join(message_text(m) for m in first["messages"])
+    assert source.rstrip("\n") in first_text and '<file name="app.py"' in first_text
+    assert not image_urls(first)
+    second_text = "".join(message_text(m) for m in second["messages"])
+    kept = log_text[:40_000]  # max_text's default
+    assert kept.rstrip("\n") in second_text and log_text[:40_001] not in second_text
+    assert f"… {len(log_text) - 40_000:,} more characters of big.log left out" in second_text
+    rows = await harness.store.messages(1)
+    stored = [f for r in rows for f in r.attachments]
+    assert [(f.name, f.kind, f.chars) for f in stored] == [("app.py", "text", len(source)),
+                                                          ("big.log", "text", len(log_text))]
+    assert stored[1].text == log_text  # the whole log is kept, for restarts and exports
+
+
+async def test_a_model_that_takes_no_images_gets_a_line_naming_the_file_and_the_log_says_so_once(
+        harness, script, caplog):
+    emu = harness.emu
+    harness.llm_server.text_only.add("plain-model")
+    script.set_agent("critic", ["No picture for me.", "Still none."])
+    await harness.setup_group(mode="tags")
+    reply = await harness.command("agent add", {"name": "critic", "role": "criticises", "prompt": "You criticise.",
+                                                "model": "plain-model"})
+    assert reply["data"]["content"].startswith("Added critic"), reply
+    caplog.set_level(logging.INFO, logger="bot.adapters.openai_llm")
+    for n in (1, 2):
+        await emu.user_post(emu.channel_id, emu.alice_id, f"@critic look {n}", attachments=[(f"p{n}.png", png(4, 4))])
+        await emu.wait_for(lambda n=n: len(harness.webhook_posts()) >= n, timeout=15)
+    await harness.idle()
+    requests = [r for r in harness.llm_server.requests if r["model"] == "plain-model"]
+    # The first call carried the image and was refused; it was repeated at once without it; the
+    # second message's call went without the image from the start.
+    assert [bool(image_urls(r)) for r in requests] == [True, False, False]
+    assert [p["content"] for p in harness.webhook_posts()] == ["No picture for me.", "Still none."]
+    last = "".join(message_text(m) for m in requests[-1]["messages"])
+    assert "[image: p2.png, 4×4, " in last and "(not shown: this model does not take images)" in last
+    told = [r for r in caplog.records if "does not take images" in r.getMessage()]
+    assert len(told) == 1 and "plain-model" in told[0].getMessage()

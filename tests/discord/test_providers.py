@@ -1,0 +1,65 @@
+"""Providers in Discord: `/agent add model:` completes from every provider's model list, and an agent on a
+named provider answers through it."""
+from __future__ import annotations
+
+import pytest
+
+from bot.adapters.openai_llm import OpenAILLM
+from bot.adapters.providers import Providers
+from tests.fakes.openai_server import FakeOpenAI, GroupChatScript
+
+
+@pytest.fixture
+async def local_server():
+    async with FakeOpenAI(GroupChatScript(agents={"coder": ["Done on the local box."]}),
+                          models=["llama3.1:8b", "qwen2.5-coder:7b"]) as srv:
+        yield srv
+
+
+@pytest.fixture
+async def harness(tmp_path, script, original_discord_endpoints, local_server):
+    from tests.discord.conftest import BotHarness
+    from tests.discord_emulator import DiscordEmulator
+
+    async with DiscordEmulator() as emu, FakeOpenAI(script, models=["fake-model", "gpt-4o-mini"]) as llm_server:
+        h = BotHarness(emu, llm_server, tmp_path / "roundtable.db")
+
+        def make(counter):
+            def client(name: str, url: str) -> OpenAILLM:
+                return OpenAILLM(api_key="sk-test", base_url=url, default_model="fake-model", timeout=10,
+                                 max_retries=0, counter=counter, provider=name)
+            return Providers({"default": client("default", llm_server.base_url),
+                              "local": client("local", local_server.base_url)}, default_model="fake-model")
+        h.make_llm = make
+        await h.start()
+        try:
+            yield h
+        finally:
+            await h.stop()
+
+
+async def test_model_autocompletes_from_every_provider_and_the_agent_runs_on_its_own(harness, local_server):
+    emu = harness.emu
+    await harness.setup_group(mode="tags")
+    auto = await emu.invoke_autocomplete(emu.guild_id, emu.channel_id, emu.alice_id, "agent add",
+                                         {"name": "coder", "role": "codes", "model": "loc"}, "model")
+    choices = [c["value"] for c in (await auto.wait_response(5))["data"]["choices"]]
+    assert choices == ["local/llama3.1:8b", "local/qwen2.5-coder:7b"]
+    auto = await emu.invoke_autocomplete(emu.guild_id, emu.channel_id, emu.alice_id, "agent add",
+                                         {"name": "coder", "role": "codes", "model": "mini"}, "model")
+    assert [c["value"] for c in (await auto.wait_response(5))["data"]["choices"]] == ["gpt-4o-mini"]
+    refused = await harness.command("agent add", {"name": "coder", "role": "codes", "prompt": "You code.",
+                                                  "model": "lokal/llama3.1:8b"})
+    assert "No provider is named 'lokal' (providers: default, local)" in refused["data"]["content"]
+    added = await harness.command("agent add", {"name": "coder", "role": "codes", "prompt": "You code.",
+                                                "model": "local/llama3.1:8b"})
+    assert added["data"]["content"].startswith("Added coder"), added
+    await emu.user_post(emu.channel_id, emu.alice_id, "@coder write it")
+    await emu.wait_for(lambda: harness.webhook_posts(), timeout=15)
+    await harness.idle()
+    assert harness.webhook_posts()[0]["content"] == "Done on the local box."
+    assert [r["model"] for r in local_server.requests] == ["llama3.1:8b"]
+    run = (await harness.store.runs_by_id([1]))[1]
+    assert (run.model, run.provider) == ("llama3.1:8b", "local")
+    usage = await harness.command("roundtable usage")
+    assert harness.embed_fields(usage)["coder"].endswith("· on local")
