@@ -6,8 +6,6 @@ import logging
 import sys
 from typing import AsyncIterator, Callable
 
-from bot.adapters.openai_llm import OpenAILLM
-from bot.adapters.tokens import make_token_counter
 from bot.config import Settings
 from bot.core.engine import Engine
 from bot.core.errors import StoreError
@@ -35,6 +33,9 @@ async def open_engine(
     taken in when it fails: problems raise `ConfigError` / `StoreError` (one line).
     `scope`: the groups this process runs (see `Engine`); `label` names the process
     to another one that finds a group taken ("console", "discord bot")."""
+    from bot.adapters.openai_llm import OpenAILLM  # here, not at the top: the verbs that need only the
+    from bot.adapters.tokens import make_token_counter  # database (migrate, copy, export) start without them
+
     counter = make_token_counter(allow_download=True)
     store = await open_store(db, settings.db_path)
     try:
