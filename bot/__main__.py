@@ -6,7 +6,7 @@
     roundtable replay     ask the selector again about past messages; nothing stored changes
     roundtable migrate    bring the database's schema up to date and print its version
     roundtable copy       copy every row into an empty database (SQLite -> PostgreSQL), verified
-    roundtable bench      issue 9's benchmark (tokens vs AutoGen, prompt cache, engine overhead)
+    roundtable bench      the benchmark (tokens vs AutoGen, prompt cache, engine overhead)
 
 Every start-up problem is one line on stderr (`roundtable: ...`) and exit code 2.
 """
@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     from bench.cli import add_arguments as bench_arguments
 
     bench_arguments(verbs.add_parser(
-        "bench", help="issue 9's benchmark on this machine: prompt tokens and cache vs AutoGen, engine overhead "
+        "bench", help="a benchmark on this machine: prompt tokens and cache vs AutoGen, engine overhead "
                       "(needs no settings; nothing leaves 127.0.0.1)",
         description=BENCH_DESCRIPTION))
     return parser

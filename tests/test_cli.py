@@ -66,6 +66,14 @@ async def test_version(tmp_path):
     assert result.out == f"roundtable {metadata.version('roundtable')}\n" == "roundtable 0.1.0\n"
 
 
+@pytest.mark.parametrize("verb", ["", "run", "console", "export", "replay", "migrate", "copy", "bench"])
+async def test_help_speaks_to_users(tmp_path, verb):
+    result = await roundtable(tmp_path, *([verb] if verb else []), "--help")
+    assert result.code == 0 and result.err == "" and "usage: roundtable" in result.out
+    for internal in ("issue", "target", "seed 0"):
+        assert internal not in result.out.lower(), (internal, result.out)
+
+
 def test_version_without_an_installed_distribution_reads_pyproject(monkeypatch):
     from bot import __main__ as cli
 
