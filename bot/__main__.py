@@ -32,6 +32,7 @@ CONSOLE_LOG_LEVELS = ("WARNING", "INFO", "DEBUG")  # by the number of -v
 DB_HELP = ("SQLite file (or sqlite:///FILE) or postgresql://USER@HOST/DATABASE URL "
            "(default: ROUNDTABLE_DB or roundtable.db)")
 FORMATS = ("html", "json", "md")  # bot.core.export.FORMATS (not imported here: --help stays fast)
+ENV_FILE_HELP = "settings file to load first (default: .env here, when there is one)"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -78,8 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="roundtable", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"roundtable {version()}",
                         help="print the version and exit")
-    parser.add_argument("--env-file", metavar="FILE",
-                        help="settings file to load first (default: .env here, when there is one)")
+    parser.add_argument("--env-file", metavar="FILE", help=ENV_FILE_HELP)
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
     run = verbs.add_parser("run", help="start the Discord bot (needs DISCORD_TOKEN and the LLM settings; "
                                        "logs at ROUNDTABLE_LOG_LEVEL)")
@@ -144,6 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
         "bench", help="a benchmark on this machine: prompt tokens and cache vs AutoGen, engine overhead "
                       "(needs no settings; nothing leaves 127.0.0.1)",
         description=BENCH_DESCRIPTION))
+    for verb in verbs.choices.values():  # `roundtable console --env-file x` as `roundtable --env-file x console`
+        verb.add_argument("--env-file", metavar="FILE", default=argparse.SUPPRESS, help=ENV_FILE_HELP)
     return parser
 
 

@@ -86,10 +86,28 @@ def test_version_without_an_installed_distribution_reads_pyproject(monkeypatch):
 
 # settings files ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("verb", ["run", "console"])
-async def test_a_missing_env_file_is_named(tmp_path, verb):
-    result = await roundtable(tmp_path, "--env-file", "prod.env", verb, OPENAI_API_KEY=KEY, DISCORD_TOKEN="x")
+VERB_ARGS = {  # each verb that reads settings, with the arguments it needs to get that far
+    "run": [], "console": [], "migrate": [], "copy": ["--from", "a.db", "--to", "b.db"],
+    "export": ["--group", "main", "--format", "md"], "replay": ["--group", "main", "--seq", "1"],
+}
+
+
+@pytest.mark.parametrize("where", ["before the verb", "after the verb"])
+@pytest.mark.parametrize("verb", list(VERB_ARGS))
+async def test_a_missing_env_file_is_named(tmp_path, verb, where):
+    option = ["--env-file", "prod.env"]
+    args = [*option, verb, *VERB_ARGS[verb]] if where == "before the verb" else [verb, *VERB_ARGS[verb], *option]
+    result = await roundtable(tmp_path, *args, OPENAI_API_KEY=KEY, DISCORD_TOKEN="x")
     assert result.problem == "roundtable: --env-file prod.env does not exist"
+
+
+async def test_the_env_file_after_the_verb_wins_and_one_before_it_still_counts(tmp_path):
+    (tmp_path / "a.env").write_text("ROUNDTABLE_DB=a.db\n")
+    (tmp_path / "b.env").write_text("ROUNDTABLE_DB=b.db\n")
+    assert (await roundtable(tmp_path, "--env-file", "a.env", "migrate")).out.startswith("roundtable: a.db is at")
+    assert (await roundtable(tmp_path, "migrate", "--env-file", "b.env")).out.startswith("roundtable: b.db is at")
+    both = await roundtable(tmp_path, "--env-file", "a.env", "migrate", "--env-file", "b.env")
+    assert both.out.startswith("roundtable: b.db is at") and both.out.endswith("(applied 0 now)\n"), both.err
 
 
 async def test_an_env_file_that_is_a_directory_is_named(tmp_path):
@@ -104,11 +122,14 @@ async def test_env_file_dev_null_reads_no_settings(tmp_path):
     assert line.startswith("roundtable: OPENAI_API_KEY is missing") and "no .env file" not in line
 
 
-async def test_the_env_file_given_is_read(tmp_path):
+@pytest.mark.parametrize("where", ["before the verb", "after the verb"])
+async def test_the_env_file_given_is_read(tmp_path, where):
     async with FakeOpenAI(GroupChatScript(agents={"planner": ["Read it."]})) as srv:
         (tmp_path / "other.env").write_text(f"OPENAI_API_KEY={KEY}\nOPENAI_BASE_URL={srv.base_url}\n")
         (tmp_path / ".env").write_text("OPENAI_BASE_URL=http://127.0.0.1:9/v1\n")  # not read: another file was given
-        result = await roundtable(tmp_path, "--env-file", "other.env", "console", stdin=SESSION)
+        args = ["--env-file", "other.env", "console"] if where == "before the verb" else [
+            "console", "--env-file", "other.env"]
+        result = await roundtable(tmp_path, *args, stdin=SESSION)
     assert result.code == 0, result.err
     assert "[planner] Read it." in result.out
 

@@ -229,9 +229,10 @@ class TtyScreen(Screen):
         if self._columns is not None:
             return self._columns
         try:
-            return max(os.get_terminal_size(self.out.fileno()).columns, 10)
+            columns = os.get_terminal_size(self.out.fileno()).columns
         except (OSError, ValueError):
             return 80
+        return max(columns, 10) if columns else 80  # 0: the terminal does not say (a pty nobody sized)
 
     def _erase(self, *, keep_echo: bool = True) -> None:
         """Clear the bottom (status, echo, prompt); the cursor ends at the start of its first row.

@@ -154,6 +154,33 @@ def test_end_of_input_clears_the_prompt_and_finish_leaves_plain_lines(tty):
     assert term.rows() == ["[budget] late"]
 
 
+def test_a_terminal_that_does_not_say_its_width_is_taken_as_80_columns():
+    """A pseudo-terminal nobody sized says 0 columns: the status is not cut to a stub ("planner…")."""
+    import fcntl
+    import struct
+    import termios
+
+    controller, terminal = os.openpty()
+    try:
+        fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 0, 0, 0))
+        assert os.get_terminal_size(terminal).columns == 0
+
+        class Unsized(Terminal):
+            def fileno(self) -> int:
+                return terminal
+
+        term, editor = Unsized(80), Editor()
+        screen = TtyScreen(term, editor, colour=False)  # type: ignore[arg-type]  # no columns: asks the terminal
+        prompt_with(term, screen, editor, "hello")
+        screen.set_status("planner, budget and local are typing…")
+        screen.print("[planner] hi")
+        assert term.rows() == ["[planner] hi", "planner, budget and local are typing…", "you> hello"]
+        assert term.cursor == (2, 10)
+    finally:
+        os.close(controller)
+        os.close(terminal)
+
+
 def test_colours_only_when_asked():
     plain = Screen(io.StringIO())
     assert plain.author("planner", "agent") == "[planner]" and plain.paint("error:", "31") == "error:"
