@@ -91,7 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
         "console", help="a local group chat in this terminal over the same engine (needs only the LLM settings)",
         description="Type messages as PERSON, or slash commands as text, e.g. "
                     '/agent add name:planner role:"drafts the itinerary" prompt:"You plan trips." '
-                    "Input may be piped; at end of input the console waits until no agent is pending.",
+                    "Input may be piped; at end of input the console waits until no agent is pending. "
+                    "Exit code: 0 when every line was taken; 1 when piped input had a line refused (an unknown "
+                    "command, a bad option, a message that was not saved: the lines are named on stderr); 2 for "
+                    "a start-up problem; 130 after Ctrl-C.",
     )
     console.add_argument("--db", metavar="FILE|URL", help=DB_HELP + "; a file's directory must exist")
     console.add_argument("--group", default="main", type=_named("--group"),

@@ -134,7 +134,7 @@ async def run_console(settings: Settings, *, db: str | None, group: str, person:
             console = Console(engine, surface, person=person, group_name=group, defaults=group_defaults(settings),
                               interactive=sys.stdin.isatty())
             await console.run(term.read_line, greet=term.is_tty)
-    return 0
+    return console.exit_code(sys.stderr)
 
 
 async def run_discord(settings: Settings) -> int:
