@@ -208,7 +208,7 @@ class Console:
                 self.surface.write(
                     f"Roundtable console: group {group.name}, {_count(len(agents), 'agent')}, mode "
                     f"{group.settings.mode}. Type a message, or /help for commands; Ctrl-D quits once the "
-                    "agents are done, Ctrl-C at once.")
+                    "agents are done, Ctrl-C at once (with a line typed, it drops the line).")
             while True:
                 line = await read_line()
                 if not line:

@@ -141,6 +141,20 @@ def test_the_typed_line_after_enter(tty, typed, kind_of_answer, rows):
     assert term.rows()[-2 if kind_of_answer == "the next prompt" else -1] == "planner is typing…"
 
 
+@pytest.mark.parametrize("typed", ["half a li", "x" * 35, "y" * 74])  # one row, a row exactly, two rows
+def test_a_line_dropped_by_ctrl_c_stays_marked_and_the_next_prompt_is_below(tty, typed):
+    term, screen, editor = tty
+    screen.set_status("planner is typing…")
+    prompt_with(term, screen, editor, typed)
+    term.write("\n")  # readline accepted the line (Ctrl-C is bound to that) and moved to the next row
+    editor.text, editor.cursor = "", 0
+    screen.dropped(typed)
+    prompt_with(term, screen, editor, "")
+    shown = "you> " + typed + "^C"
+    assert term.rows() == [shown[i:i + 40] for i in range(0, len(shown), 40)] + ["planner is typing…", "you>"]
+    assert term.cursor == (len(term.rows()) - 1, 5)
+
+
 def test_end_of_input_clears_the_prompt_and_finish_leaves_plain_lines(tty):
     term, screen, editor = tty
     screen.set_status("planner is typing…")
