@@ -1,1 +1,1 @@
-"""The token and engine benchmark of issue 9: `python -m bench` or `roundtable bench`."""
+"""The token and engine benchmark: `python -m bench` or `roundtable bench`."""

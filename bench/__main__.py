@@ -1,4 +1,4 @@
-"""`python -m bench`: issue 9's benchmark (see bench.cli)."""
+"""`python -m bench`: the token and engine benchmark (see bench.cli)."""
 import sys
 
 from bench.cli import main

@@ -1,4 +1,5 @@
-"""The one table, and issue 9's targets read off it ("met" / "not met")."""
+"""The one table of figures; and, for docs/benchmarks.md only, issue 9's targets read off it
+("met" / "not met": `python -m bench --targets`)."""
 from __future__ import annotations
 
 import math
@@ -200,11 +201,13 @@ def targets(results: Results) -> list[str]:
     return out
 
 
-def render(results: Results) -> str:
+def render(results: Results, *, with_targets: bool = False) -> str:
+    """The header and the table; `with_targets`: also the targets' reading, for docs/benchmarks.md."""
     parts = [*results.header, "", table(results)]
     if results.autogen_line:
         parts += ["", results.autogen_line]
-    parts += ["", "Targets (issue 9)"]
-    parts += [f"  {line}" for line in targets(results)]
+    if with_targets:
+        parts += ["", "Targets (issue 9)"]
+        parts += [f"  {line}" for line in targets(results)]
     return "\n".join(parts)
 

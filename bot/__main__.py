@@ -6,7 +6,7 @@
     roundtable replay     ask the selector again about past messages; nothing stored changes
     roundtable migrate    bring the database's schema up to date and print its version
     roundtable copy       copy every row into an empty database (SQLite -> PostgreSQL), verified
-    roundtable bench      issue 9's benchmark (tokens vs AutoGen, prompt cache, engine overhead)
+    roundtable bench      the benchmark (tokens vs AutoGen, prompt cache, engine overhead)
 
 Every start-up problem is one line on stderr (`roundtable: ...`) and exit code 2.
 """
@@ -32,6 +32,7 @@ CONSOLE_LOG_LEVELS = ("WARNING", "INFO", "DEBUG")  # by the number of -v
 DB_HELP = ("SQLite file (or sqlite:///FILE) or postgresql://USER@HOST/DATABASE URL "
            "(default: ROUNDTABLE_DB or roundtable.db)")
 FORMATS = ("html", "json", "md")  # bot.core.export.FORMATS (not imported here: --help stays fast)
+ENV_FILE_HELP = "settings file to load first (default: .env here, when there is one)"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -78,8 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="roundtable", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"roundtable {version()}",
                         help="print the version and exit")
-    parser.add_argument("--env-file", metavar="FILE",
-                        help="settings file to load first (default: .env here, when there is one)")
+    parser.add_argument("--env-file", metavar="FILE", help=ENV_FILE_HELP)
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
     run = verbs.add_parser("run", help="start the Discord bot (needs DISCORD_TOKEN and the LLM settings; "
                                        "logs at ROUNDTABLE_LOG_LEVEL)")
@@ -91,7 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
         "console", help="a local group chat in this terminal over the same engine (needs only the LLM settings)",
         description="Type messages as PERSON, or slash commands as text, e.g. "
                     '/agent add name:planner role:"drafts the itinerary" prompt:"You plan trips." '
-                    "Input may be piped; at end of input the console waits until no agent is pending.",
+                    "Input may be piped; at end of input the console waits until no agent is pending. "
+                    "Exit code: 0 when every line was taken; 1 when piped input had a line refused (an unknown "
+                    "command, a bad option, a message that was not saved: the lines are named on stderr); 2 for "
+                    "a start-up problem; 130 after Ctrl-C.",
     )
     console.add_argument("--db", metavar="FILE|URL", help=DB_HELP + "; a file's directory must exist")
     console.add_argument("--group", default="main", type=_named("--group"),
@@ -141,9 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
     from bench.cli import add_arguments as bench_arguments
 
     bench_arguments(verbs.add_parser(
-        "bench", help="issue 9's benchmark on this machine: prompt tokens and cache vs AutoGen, engine overhead "
+        "bench", help="a benchmark on this machine: prompt tokens and cache vs AutoGen, engine overhead "
                       "(needs no settings; nothing leaves 127.0.0.1)",
         description=BENCH_DESCRIPTION))
+    for verb in verbs.choices.values():  # `roundtable console --env-file x` as `roundtable --env-file x console`
+        verb.add_argument("--env-file", metavar="FILE", default=argparse.SUPPRESS, help=ENV_FILE_HELP)
     return parser
 
 

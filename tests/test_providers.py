@@ -97,7 +97,7 @@ async def test_an_undefined_provider_prefix_is_refused_when_the_default_provider
         code, out, err = await console(tmp_path, env, (
             '/agent add name:a role:r prompt:p model:nowhere/llama3\n'
             '/agent add name:b role:r prompt:p model:openai/gpt-4o\n'))
-    assert code == 0, err
+    assert code == 1, err  # the refused line makes piped input exit 1
     assert ("error: No provider is named 'nowhere' (providers: default), and the default provider has no model "
             "'nowhere/llama3'. Define it with ROUNDTABLE_PROVIDER_NOWHERE_BASE_URL (and _API_KEY), or pick a model "
             "the list offers.") in out
@@ -116,7 +116,7 @@ async def test_a_console_image_reaches_a_named_provider_as_an_image_part(tmp_pat
             "/roundtable config mode:tags\n"
             "/attach missing.png\n/attach .\n/attach shot.png\n/attach notes.md\n/attach\n"
             "@looker what is in it?\n"))
-    assert code == 0, err
+    assert code == 1, err  # the refused /attach lines make piped input exit 1
     lines = out.splitlines()
     assert f"error: No file at missing.png (from {tmp_path}): /attach takes the path of a file." in lines
     assert "error: . is a directory: attach its files one at a time." in lines

@@ -3,8 +3,11 @@ each export format, replay through a scripted local model server (the real opena
 input as one line with exit code 2. Replay changes nothing stored."""
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import sqlite3
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -14,7 +17,7 @@ from bot.core.models import Completion, Usage
 from tests.engine.conftest import Harness
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript
 from tests.fakes.scripted_llm import ScriptedLLM
-from tests.test_cli import KEY, roundtable
+from tests.test_cli import KEY, clean_env, roundtable
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "docs" / "export-schema.json").read_text())
 
@@ -88,6 +91,33 @@ async def test_export_bad_input_is_one_line(tmp_path, db, args, line):
                               OPENAI_API_KEY=KEY)
     assert result.problem == line
     assert KEY not in result.err
+
+
+# The verbs that need only the database run main() in a child that then lists the heavy clients it imported
+# (the openai client alone took 5-8 s to import on a loaded machine).
+IMPORTS_CHILD = """\
+import json, sys
+from bot.__main__ import main
+code = main(sys.argv[1:])
+heavy = sorted({name.split(".")[0] for name in sys.modules} & {"openai", "discord", "tiktoken", "aiohttp", "httpx"})
+print(json.dumps({"code": code, "heavy": heavy}))
+"""
+
+
+@pytest.mark.parametrize("args", [
+    ["migrate", "--db", "rt.db"],
+    ["export", "--db", "rt.db", "--group", "main", "--format", "html", "--out", "t.html"],
+    ["export", "--db", "rt.db", "--group", "main", "--format", "json"],
+    ["copy", "--from", "rt.db", "--to", "copy.db"],
+], ids=["migrate", "export html", "export json", "copy"])
+async def test_the_verbs_that_need_only_the_database_load_no_model_or_discord_client(tmp_path, db, args):
+    assert db == tmp_path / "rt.db"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", IMPORTS_CHILD, "--env-file", os.devnull, *args, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, cwd=tmp_path, env=clean_env(OPENAI_API_KEY=KEY))
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    assert json.loads(out.decode().splitlines()[-1]) == {"code": 0, "heavy": []}, err.decode()
 
 
 async def test_export_of_a_missing_database_creates_none(tmp_path):

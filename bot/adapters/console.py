@@ -6,7 +6,8 @@ person (default `you`). Every public message is printed once as it is
 posted, as `[author] text`; notices as `[roundtable] text`; command answers as
 plain lines. A message nobody can answer gets a hint (no agents yet, an @tag
 that names nobody). At end of input the console waits until no agent is
-pending (a paused group: it says how many messages wait, and ends).
+pending (a paused group: it says how many messages wait, and ends). `refused` lists the input
+lines that were answered with an error and taken for nothing (the exit code of piped input says so).
 
 `/attach PATH` attaches a file to the person's next message (several may wait; `/attach`
 alone lists them, `/detach` drops them): a text file is read at once and kept with the
@@ -43,6 +44,7 @@ from bot.core.tags import parse_tags, unknown_tags
 from bot.core.validation import message_text
 
 log = logging.getLogger(__name__)
+EXIT_REFUSED = 1  # piped input with a refused line (README, `roundtable console --help`)
 
 ATTACH_MAX_BYTES = 25 * 1024 * 1024  # a file the console attaches (Discord's own limit for most servers)
 ATTACH_MAX_FILES = 10  # files with one message (as Discord)
@@ -193,6 +195,8 @@ class Console:
         self._hinted_for: tuple[tuple[str, bool], ...] | None = None  # the roster the no-agents hint was for
         self._told_taken = False  # said that another process runs this group now
         self.attached: list[SharedFile] = []  # files for the person's next message (/attach)
+        self.lines_read = 0
+        self.refused: list[int] = []  # input lines (numbered from 1) refused: an unknown command, a bad option, ...
 
     async def open(self) -> Group:
         """Open (or set up) this console's group and take it: one process at a time runs a group.
@@ -221,11 +225,12 @@ class Console:
                 self.surface.write(
                     f"Roundtable console: group {group.name}, {_count(len(agents), 'agent')}, mode "
                     f"{group.settings.mode}. Type a message, or /help for commands; Ctrl-D quits once the "
-                    "agents are done, Ctrl-C at once.")
+                    "agents are done, Ctrl-C at once (with a line typed, it drops the line).")
             while True:
                 line = await read_line()
                 if not line:
                     break
+                self.lines_read += 1
                 await self.handle(line.rstrip("\n"), read_line)
             await self.finish()
         except asyncio.CancelledError:
@@ -260,6 +265,18 @@ class Console:
                 return
             names = await self.waiting_for(await self.engine.store.get_group(group.id)) or ["the agents"]
         self.surface.write(f"waiting for {and_list(names)}… (Ctrl-C to stop now)")
+
+    def exit_code(self, stderr: TextIO) -> int:
+        """After the end of input: 1 when input that was not a terminal (a pipe, a file) had a line
+        refused (one line on `stderr` says which), so a script can tell; else 0. A terminal saw
+        each error as it was typed."""
+        if not self.refused or self.interactive:
+            return 0
+        count, shown = len(self.refused), ", ".join(map(str, self.refused[:10]))
+        more = ", ..." if count > 10 else ""
+        print(f"roundtable: {count} of {self.lines_read} input lines {'was' if count == 1 else 'were'} refused "
+              f"(line{'' if count == 1 else 's'} {shown}{more}); exit code {EXIT_REFUSED}", file=stderr)
+        return EXIT_REFUSED
 
     def stopped(self) -> None:
         self.surface.screen.finish()
@@ -311,11 +328,16 @@ class Console:
                 try:
                     await self.post(line)
                 except StoreError as exc:  # not one that waits (a busy database is waited for)
-                    self.surface.error(f"your message was not saved ({exc})")
+                    self._refuse(f"your message was not saved ({exc})")
         except UserFacingError as exc:
-            self.surface.error(str(exc))
+            self._refuse(str(exc))
         except StoreError as exc:  # a command's transaction: nothing was changed
-            self.surface.error(f"{exc}; nothing was changed")
+            self._refuse(f"{exc}; nothing was changed")
+
+    def _refuse(self, error: str) -> None:
+        self.surface.error(error)
+        if self.lines_read not in self.refused:
+            self.refused.append(self.lines_read)
 
     async def post(self, line: str) -> None:
         """A message from the person; a hint when no agent can answer it or a tag names nobody."""

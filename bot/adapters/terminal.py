@@ -9,6 +9,12 @@
   at the end, however the session ends.
 - elsewhere (pipes, files): lines are read and written as they are.
 
+Ctrl-C, as in other REPLs: with part of a line typed, it drops that line (shown ending in
+`^C`) and asks again; on an empty line it stops the console at once, as a Ctrl-C anywhere
+else does. While readline reads, the terminal passes Ctrl-C to it as a key (bound to
+accept the line; the key that ended it is read back) instead of as a signal; an empty line
+ended by it raises the signal itself, so every stop goes through the one SIGINT handler.
+
 Lines are read in a daemon thread, never in the event loop's executor: asyncio.run
 waits for executor threads at exit, so a read blocked on the keyboard would hold
 Ctrl-C up until the next key. A pipe is read with `os.read`, not through
@@ -45,6 +51,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T", ctypes.c_int, ctypes.c_char_p)
 
 MORE_PROMPT = "...> "
+CTRL_C = 3
 HISTORY_LENGTH = 1000
 RESET = "\x1b[0m"
 PERSON_STYLE = "1"  # bold
@@ -141,6 +148,7 @@ class LineEditor(Protocol):
 class _Echo:
     text: str  # prompt + the line typed, still on screen right above the cursor
     kind: str  # "message" (its `[you] text` replaces it), "keep", "drop" (a blank line)
+    mark: str = ""  # written after `text` when it is kept (`^C`: a line dropped)
 
 
 class TtyScreen(Screen):
@@ -224,14 +232,22 @@ class TtyScreen(Screen):
             kind = "drop" if not line.strip() else "keep" if more or line.lstrip().startswith("/") else "message"
             self._echo = _Echo(prompt + line, kind)
 
+    def dropped(self, line: str) -> None:
+        """readline returned `line`, ended by Ctrl-C: it stays on screen marked `^C`, and is not sent."""
+        with self._lock:
+            prompt, self._prompt = self._prompt, None
+            if not self._finished and prompt is not None:
+                self._echo = _Echo(prompt + line, "keep", "^C")
+
     # drawing (with the lock held)
     def _width(self) -> int:
         if self._columns is not None:
             return self._columns
         try:
-            return max(os.get_terminal_size(self.out.fileno()).columns, 10)
+            columns = os.get_terminal_size(self.out.fileno()).columns
         except (OSError, ValueError):
             return 80
+        return max(columns, 10) if columns else 80  # 0: the terminal does not say (a pty nobody sized)
 
     def _erase(self, *, keep_echo: bool = True) -> None:
         """Clear the bottom (status, echo, prompt); the cursor ends at the start of its first row.
@@ -246,7 +262,7 @@ class TtyScreen(Screen):
             up += -(-cells(self._echo.text) // width) or 1
         self._write((f"\x1b[{up}A" if up else "") + "\r\x1b[J")
         if self._echo is not None and self._echo.kind != "drop" and keep_echo:
-            self._write(self._echo.text + "\n")
+            self._write(self._echo.text + self._echo.mark + "\n")
         self._echo = None
 
     def _draw(self) -> None:
@@ -296,6 +312,17 @@ class _Readline:
         lib = _library(module)
         self._rl_point = _variable(lib, ctypes.c_int, "rl_point")
         self._rl_display_prompt = _variable(lib, ctypes.c_char_p, "rl_display_prompt")
+        self._rl_executing_key = _variable(lib, ctypes.c_int, "rl_executing_key")  # GNU readline >= 6.3
+
+    def take_ctrl_c(self) -> bool:
+        """Bind Ctrl-C to accept the line, when the key that ended a line can be read back."""
+        if self._rl_executing_key is None:
+            return False
+        self.module.parse_and_bind(r'"\C-c": accept-line')
+        return True
+
+    def ended_by_ctrl_c(self) -> bool:
+        return self._rl_executing_key is not None and self._rl_executing_key.value == CTRL_C
 
     def buffer(self) -> str:
         return str(self.module.get_line_buffer())
@@ -357,11 +384,30 @@ class _Modes:
         self.termios = termios
         self.fd = fd
         self.saved = termios.tcgetattr(fd)
+        self.interrupt_is_a_key = False  # while reading: Ctrl-C goes to readline instead of raising SIGINT
         atexit.register(self.restore)
+
+    def interrupts_with_ctrl_c(self) -> bool:
+        """Whether Ctrl-C is the terminal's interrupt character (it is unless changed with stty;
+        another one, such as Ctrl-X, may be a prefix of readline's keys: it is left a signal)."""
+        key = self.saved[6][self.termios.VINTR]
+        return (key[0] if isinstance(key, bytes) else key) == CTRL_C
 
     def restore(self) -> None:
         with contextlib.suppress(self.termios.error, OSError):
             self.termios.tcsetattr(self.fd, self.termios.TCSANOW, self.saved)
+
+    def reading(self) -> None:
+        """The modes readline starts from: the saved ones, Ctrl-C a key when `interrupt_is_a_key`."""
+        if not self.interrupt_is_a_key:
+            return self.restore()
+        attrs = list(self.saved)
+        attrs[6] = list(attrs[6])
+        try:
+            attrs[6][self.termios.VINTR] = bytes([os.fpathconf(self.fd, "PC_VDISABLE")])
+            self.termios.tcsetattr(self.fd, self.termios.TCSANOW, attrs)
+        except (self.termios.error, OSError, ValueError):
+            self.restore()
 
     def quiet(self) -> None:
         """No echo between reads: keys typed while readline is not reading would garble the screen
@@ -402,6 +448,8 @@ class LineReader:
             loop, future, more = self._requests.get()
             try:
                 line, error = self.read(more=more), None
+            except _Interrupted:  # the console is being stopped
+                continue
             except (OSError, ValueError) as exc:  # handed to the reader's caller
                 line, error = "", exc
             try:
@@ -444,20 +492,32 @@ class TtyLineReader(LineReader):
 
     def read(self, *, more: bool) -> str:
         prompt = MORE_PROMPT if more else self.prompt
-        self.screen.reading(prompt)
-        self.modes.restore()  # readline echoes what it reads itself
-        try:
-            line: str | None = input(prompt)
-        except EOFError:
-            line = None
-        finally:
-            self.modes.quiet()
+        while True:
+            self.screen.reading(prompt)
+            self.modes.reading()  # readline echoes what it reads itself
+            try:
+                line: str | None = input(prompt)
+            except EOFError:
+                line = None
+            finally:
+                self.modes.quiet()
+            if line is None or not self.modes.interrupt_is_a_key or not self.editor.ended_by_ctrl_c():
+                break
+            if not line:  # Ctrl-C on an empty line: stop, through the SIGINT handler as everywhere else
+                self.screen.read(line, more=more)
+                os.kill(os.getpid(), signal.SIGINT)
+                raise _Interrupted
+            self.screen.dropped(line)  # Ctrl-C with part of a line typed: drop it, ask again
         self.screen.read(line, more=more)
         if line is None:
             return ""
         if not more:
             self.editor.remember(line)
         return line + "\n"
+
+
+class _Interrupted(Exception):
+    """The read ended in Ctrl-C on an empty line: SIGINT was raised, the read is never answered."""
 
 
 # the session ----------------------------------------------------------------------
@@ -512,14 +572,15 @@ EXIT_INTERRUPTED = 130
 
 
 @contextlib.contextmanager
-def _interrupts(force: Callable[[], None]) -> Iterator[None]:
+def _interrupts(force: Callable[[], None]) -> Iterator[bool]:
     """Ctrl-C: the first goes to the handler in place (asyncio.run's: it cancels the console,
     which stops cleanly: runs recorded as interrupted, exit 130). One more while that stop
     runs calls `force`, which ends the process at once: a run still marked running is
-    taken as interrupted by the next start, so nothing is lost either way."""
+    taken as interrupted by the next start, so nothing is lost either way. Yields whether
+    Ctrl-C is handled here."""
     previous = signal.getsignal(signal.SIGINT)
     if not callable(previous) or threading.current_thread() is not threading.main_thread():
-        yield  # Ctrl-C is ignored here, or not ours to handle
+        yield False  # Ctrl-C is ignored here, or not ours to handle
         return
     pressed = 0
 
@@ -535,7 +596,7 @@ def _interrupts(force: Callable[[], None]) -> Iterator[None]:
 
     signal.signal(signal.SIGINT, on_sigint)
     try:
-        yield
+        yield True
     finally:
         if not pressed:
             signal.signal(signal.SIGINT, previous)
@@ -576,8 +637,10 @@ def open_terminal(stdin: TextIO, stdout: TextIO, *, person: str, history: Path |
     modes.quiet()
     reader = TtyLineReader(stdin, screen, editor, modes, f"{person}> ")
     try:
-        with _interrupts(_force_exit(screen.finish, editor.save, modes.restore)), \
+        with _interrupts(_force_exit(screen.finish, editor.save, modes.restore)) as handled, \
                 _logs_through(screen, stderr if stderr is not None else sys.stderr):
+            # else Ctrl-C stops at once, as a signal, even with a line typed
+            modes.interrupt_is_a_key = handled and modes.interrupts_with_ctrl_c() and editor.take_ctrl_c()
             yield Terminal(screen, reader, True)
     finally:
         screen.finish()

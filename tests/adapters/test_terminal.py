@@ -141,6 +141,20 @@ def test_the_typed_line_after_enter(tty, typed, kind_of_answer, rows):
     assert term.rows()[-2 if kind_of_answer == "the next prompt" else -1] == "planner is typing…"
 
 
+@pytest.mark.parametrize("typed", ["half a li", "x" * 35, "y" * 74])  # one row, a row exactly, two rows
+def test_a_line_dropped_by_ctrl_c_stays_marked_and_the_next_prompt_is_below(tty, typed):
+    term, screen, editor = tty
+    screen.set_status("planner is typing…")
+    prompt_with(term, screen, editor, typed)
+    term.write("\n")  # readline accepted the line (Ctrl-C is bound to that) and moved to the next row
+    editor.text, editor.cursor = "", 0
+    screen.dropped(typed)
+    prompt_with(term, screen, editor, "")
+    shown = "you> " + typed + "^C"
+    assert term.rows() == [shown[i:i + 40] for i in range(0, len(shown), 40)] + ["planner is typing…", "you>"]
+    assert term.cursor == (len(term.rows()) - 1, 5)
+
+
 def test_end_of_input_clears_the_prompt_and_finish_leaves_plain_lines(tty):
     term, screen, editor = tty
     screen.set_status("planner is typing…")
@@ -152,6 +166,33 @@ def test_end_of_input_clears_the_prompt_and_finish_leaves_plain_lines(tty):
     screen.set_status("budget is typing…")
     screen.print("[budget] late")
     assert term.rows() == ["[budget] late"]
+
+
+def test_a_terminal_that_does_not_say_its_width_is_taken_as_80_columns():
+    """A pseudo-terminal nobody sized says 0 columns: the status is not cut to a stub ("planner…")."""
+    import fcntl
+    import struct
+    import termios
+
+    controller, terminal = os.openpty()
+    try:
+        fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 0, 0, 0))
+        assert os.get_terminal_size(terminal).columns == 0
+
+        class Unsized(Terminal):
+            def fileno(self) -> int:
+                return terminal
+
+        term, editor = Unsized(80), Editor()
+        screen = TtyScreen(term, editor, colour=False)  # type: ignore[arg-type]  # no columns: asks the terminal
+        prompt_with(term, screen, editor, "hello")
+        screen.set_status("planner, budget and local are typing…")
+        screen.print("[planner] hi")
+        assert term.rows() == ["[planner] hi", "planner, budget and local are typing…", "you> hello"]
+        assert term.cursor == (2, 10)
+    finally:
+        os.close(controller)
+        os.close(terminal)
 
 
 def test_colours_only_when_asked():

@@ -100,12 +100,24 @@ class _Layout:
         return self.before[i], self.is_fence[i] and k > self.starts[i]
 
 
+def _language_line(opener: str) -> str:
+    """An opening line with only its language, the info string's first word ("``` js title" ->
+    "```js"); the marker alone when there is no info string."""
+    marker, info = _fence(opener)  # type: ignore[misc]  # the opener is a fence line
+    language = (info.split() or [""])[0]
+    return marker + (" " if language.startswith(marker[0]) else "") + language  # "~~~ ~x" keeps its marker
+
+
 def _reopen_line(opener: str | None, limit: int) -> str | None:
-    """The opening line repeated in the next chunk; drop a long info string to save room."""
+    """The opening line repeated in the next chunk: whole, or with only its language when a long
+    info string would take over half a chunk, or the marker alone when even that would."""
     if opener is None:
         return None
     marker = _fence(opener)[0]  # type: ignore[index]  # the opener is a fence line
-    return opener if 2 * (len(opener) + len(marker) + 2) <= limit else marker
+    for line in (opener, _language_line(opener)):
+        if 2 * (len(line) + len(marker) + 2) <= limit:
+            return line
+    return marker
 
 
 def _line_from(text: str, k: int) -> str:
@@ -132,9 +144,10 @@ def _defuse_ends(body: str, first: bool, last: bool) -> str:
 def _fit_fence_lines(text: str, limit: int) -> str:
     """Shorten the fence lines too long to open or close a block inside one chunk.
 
-    An opening line keeps its marker and moves its info string to the block's first line
-    (Discord shows a long info string as code anyway); a closing line drops its trailing
-    blanks. A marker that alone is too long is left for ``_defuse`` in the raw-cut fallback.
+    An opening line keeps its marker and language (the info string's first word, when that
+    fits) and moves the rest of its info string to the block's first line (Discord shows a
+    long info string as code anyway); a closing line drops its trailing blanks. A marker that
+    alone is too long is left for ``_defuse`` in the raw-cut fallback.
     """
     lines = text.split("\n")
     layout = _Layout(text)
@@ -142,10 +155,13 @@ def _fit_fence_lines(text: str, limit: int) -> str:
         fence = _fence(line) if layout.is_fence[i] else None
         if fence is None or len(line) + len(fence[0]) + 3 <= limit or 2 * len(fence[0]) + 3 > limit:
             continue
-        head = line[: len(line) - len(line.lstrip(" "))] + fence[0]
-        info = fence[1].strip()
-        if layout.before[i] is None and info:  # an opener: its info string becomes the first code line
-            lines[i] = head + "\n" + _defuse(info)  # defused if it would read as a fence line
+        indent = line[: len(line) - len(line.lstrip(" "))]
+        head = indent + fence[0]
+        if layout.before[i] is None and fence[1].strip():  # an opener: the rest of its info string is code
+            labelled, rest = _language_line(line), fence[1].strip()
+            if len(indent + labelled) + len(fence[0]) + 3 <= limit:
+                head, rest = indent + labelled, rest[len(rest.split()[0]):].strip()  # the info after the language
+            lines[i] = head + "\n" + _defuse(rest) if rest else head  # defused if it would read as a fence line
         else:
             lines[i] = head
     return "\n".join(lines)
