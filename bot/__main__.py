@@ -172,14 +172,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_bench(args)
     from bot.config import configure_logging, load_env_file, load_settings
+    from bot.core.secrets import mask_error, register_url
+    from bot.masking import register_settings
 
     if args.verb == "export" and args.format.lower() not in FORMATS:
         print(f"roundtable: unknown format {args.format!r}: use html, json or md", file=sys.stderr)
         return 2
     try:
         missing_note = load_env_file(args.env_file)
+        register_settings(None, os.environ)  # every secret the process knows, before anything can show it
+        for url in (getattr(args, "db", None), getattr(args, "source", None), getattr(args, "target", None)):
+            register_url(url)
         settings = load_settings(os.environ, need_discord=args.verb == "run", missing_note=missing_note,
                                  need_llm=args.verb not in ("export", "migrate", "copy"))
+        register_settings(settings, {})
         configure_logging(log_level(args, settings.log_level))
         if args.verb in ("export", "replay"):
             return asyncio.run(record_verb(args, settings))
@@ -204,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings = dataclasses.replace(settings, shards=shards)
         return asyncio.run(run_discord(settings))
     except (ConfigError, StoreError, UserFacingError) as exc:
-        print(f"roundtable: {exc}", file=sys.stderr)
+        print(f"roundtable: {mask_error(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -4,8 +4,9 @@
 the environment; `load_settings(env)` returns a frozen `Settings` or raises one
 `ConfigError` whose text names every bad key and its fix, one line each. Every
 key is documented in `config.example.env`. A URL setting is never echoed back (it
-may carry credentials); `redact_url` gives the form that is safe to log.
-`configure_logging` keeps secrets and discord.py's voice warnings out of the log.
+may carry credentials); `redact_url` (from `bot.core.secrets`) gives the form that is safe to log.
+`configure_logging` masks every secret in every log record (`bot.masking`) and keeps
+discord.py's voice warnings out of the log.
 """
 from __future__ import annotations
 
@@ -30,12 +31,12 @@ from bot.core.models import (
     MAX_TURNS_RANGE,
 )
 from bot.core.pricing import Price, merged_prices, parse_prices
+from bot.core.secrets import REDACTED_URL, redact_url  # noqa: F401  (imported from here by the adapters)
 from bot.core.shards import Shards, parse_shards
 from bot.core.validation import CONTEXT_BUDGET_RANGE
 
 T = TypeVar("T")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-REDACTED_URL = "<redacted URL>"
 DEFAULT_ENV_FILE = ".env"
 PROVIDER_KEY = re.compile(r"^ROUNDTABLE_PROVIDER_(?P<name>.+)_(?P<what>BASE_URL|API_KEY)$")
 PROVIDER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
@@ -144,31 +145,6 @@ def _url(raw: str) -> str:
     if not parts.hostname:
         raise _Malformed("it names no host")
     return raw.rstrip("/")
-
-
-def redact_url(url: str) -> str:
-    """`url` as scheme://host[:port]/path, without user, password, query or fragment: safe to log.
-
-    Anything that is not an absolute URL with a host gives `REDACTED_URL` (where the
-    credentials sit in it cannot be told). The path is kept, so a URL that carries a
-    token in its path (a webhook URL) is not made safe by this.
-    """
-    if not url:
-        return ""
-    try:
-        parts = urlsplit(url.strip())
-    except ValueError:  # e.g. an unbalanced '[' in the host
-        return REDACTED_URL
-    try:
-        port = parts.port
-    except ValueError:  # not a number: left out
-        port = None
-    host = parts.hostname
-    if not parts.scheme or not parts.netloc or not host:
-        return REDACTED_URL
-    if ":" in host:
-        host = f"[{host}]"  # IPv6
-    return f"{parts.scheme}://{host}{f':{port}' if port is not None else ''}{parts.path}"
 
 
 def _level(raw: str) -> str:
@@ -325,6 +301,9 @@ def _not_voice_warning(record: logging.LogRecord) -> bool:
 
 
 def configure_logging(level: str) -> None:
+    from bot.masking import mask_logs
+
+    mask_logs()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # These log request details (URLs with webhook tokens, headers) at DEBUG: keep them quieter.
     # aiosqlite logs every statement with its parameters (webhook tokens) at DEBUG.

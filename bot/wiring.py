@@ -11,6 +11,8 @@ from bot.core.engine import Engine
 from bot.core.errors import StoreError
 from bot.core.models import DEFAULT_PROVIDER, GroupSettings
 from bot.core.ports import Store, Surface, TokenCounter
+from bot.core.secrets import register_url
+from bot.masking import register_settings
 from storage.store import SqlStore
 
 if TYPE_CHECKING:
@@ -55,6 +57,8 @@ async def open_engine(
     to another one that finds a group taken ("console", "discord bot")."""
     from bot.adapters.tokens import make_token_counter  # here, not at the top (see make_providers)
 
+    register_settings(settings, {})  # (the command line also registered the environment's)
+    register_url(db)
     counter = make_token_counter(allow_download=True)
     store = await open_store(db, settings.db_path)
     try:

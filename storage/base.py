@@ -27,6 +27,7 @@ from typing import AsyncIterator, Callable, Literal, Protocol, Sequence, TypeVar
 
 from bot.core.errors import AlreadyStored, NotFound, StoreError, StoreUnwritable
 from bot.core.models import Episode, Message, NewMessage, token_cost
+from bot.core.secrets import mask
 from bot.core.store_health import StoreHealth
 from storage.rows import attachments_to_json, dumps, tags_to_json, to_message, unique
 from storage.sql import Db, Dialect, Params, Row
@@ -323,6 +324,7 @@ class StoreBase:
         tokens_before: int,
     ) -> Message:
         external_ids = unique(message.external_ids)
+        text = mask(message.text)  # no secret the process knows is stored or shown (bot.core.secrets)
         await self._exec(
             db,
             "INSERT INTO messages (group_id, seq, author_type, author_name, author_user_id,"
@@ -331,7 +333,7 @@ class StoreBase:
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?)",
             (
                 group_id, seq, message.author_type, message.author_name, message.author_user_id,
-                message.author_agent_id, message.source_run_id, message.text,
+                message.author_agent_id, message.source_run_id, text,
                 tags_to_json(message.tags), dumps(list(external_ids)), int(confirmed),
                 message.token_count, episode_id, now, tokens_before, attachments_to_json(message.attachments),
             ),
@@ -339,7 +341,7 @@ class StoreBase:
         await self._map_external_ids(db, group_id, seq, external_ids)  # after the row: a foreign key
         return Message(
             group_id=group_id, seq=seq, author_type=message.author_type,
-            author_name=message.author_name, text=message.text, tags=message.tags,
+            author_name=message.author_name, text=text, tags=message.tags,
             author_user_id=message.author_user_id, author_agent_id=message.author_agent_id,
             source_run_id=message.source_run_id, external_ids=external_ids,
             confirmed=confirmed, token_count=message.token_count, episode_id=episode_id,

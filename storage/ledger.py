@@ -7,6 +7,7 @@ from typing import get_args
 
 from bot.core.errors import InvalidInput, NotFound
 from bot.core.models import Decision, Episode, EpisodeStatus, Message, NewMessage, Spend, SpendKind, Usage
+from bot.core.secrets import SECRETS, mask_error
 from storage.rows import dumps, to_decision, to_episode
 from storage.run import RunMixin
 from storage.sql import Db, Row
@@ -36,7 +37,7 @@ class LedgerMixin(RunMixin):
                     decision.source,
                     dumps(list(decision.agent_ids)),
                     dumps(list(decision.agent_names)),
-                    dumps(list(decision.selector_raw)),
+                    dumps([mask_error(raw) for raw in decision.selector_raw]),
                     decision.attempts,
                     decision.confidence,
                     decision.usage.prompt_tokens,
@@ -44,7 +45,7 @@ class LedgerMixin(RunMixin):
                     decision.usage.cached_tokens,
                     int(decision.usage.estimated),
                     int(decision.terminate),
-                    decision.note,
+                    mask_error(decision.note),
                     decision.created_at or self._now(),
                     decision.model or None,
                     decision.provider or None,
@@ -195,9 +196,13 @@ class LedgerMixin(RunMixin):
             row = await self._one(
                 db, "SELECT webhook_id, token FROM webhooks WHERE channel_id = ?", (channel_id,)
             )
-        return None if row is None else (row["webhook_id"], row["token"])
+        if row is None:
+            return None
+        SECRETS.register(row["token"])  # masked wherever it could show from now on
+        return row["webhook_id"], row["token"]
 
     async def save_webhook(self, channel_id: str, webhook_id: str, token: str) -> None:
+        SECRETS.register(token)
         async with self._write() as db:  # a channel's, of no group: alone
             await self._exec(
                 db,

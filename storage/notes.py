@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bot.core.errors import InvalidInput
 from bot.core.models import Note
+from bot.core.secrets import mask
 from storage.base import StoreBase
 from storage.rows import to_note
 
@@ -17,7 +18,7 @@ class NotesMixin(StoreBase):
             await self._agent_row(db, agent_id, include_removed=True)
             note_id = await self._insert(
                 db, "INSERT INTO agent_notes (agent_id, created_at, text) VALUES (?, ?, ?)",
-                (agent_id, self._now(), text))
+                (agent_id, self._now(), mask(text)))
             row = await self._one(db, "SELECT * FROM agent_notes WHERE id = ?", (note_id,))
             assert row is not None
             return to_note(row)

@@ -57,11 +57,11 @@ import logging
 import time
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Callable, Sequence
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
 from bot.core.errors import StoreBusy, StoreError, StoreUnwritable
+from bot.core.secrets import MASK, mask_error, mask_url, url_secrets
 from bot.core.store_health import StoreHealth
 from storage.base import Clock
 from storage.db import DEFAULT_BUSY_TIMEOUT_MS, LOCKED_MESSAGE
@@ -78,43 +78,16 @@ CLOSE_TIMEOUT = 10.0
 _CONNECTION_ERRORS = (OSError, asyncio.TimeoutError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError)
 
 
-def mask_url(url: str) -> str:
-    """`url` with its password (if any) as `***`; anything unparsable is shown as its scheme only."""
-    try:
-        parts = urlsplit(url)
-        netloc = parts.netloc
-        if parts.password is not None:
-            user, _, host = netloc.rpartition("@")
-            netloc = f"{user.partition(':')[0]}:***@{host}"
-        query = "&".join(
-            f"{k}=***" if k.lower() == "password" else f"{k}={v}" if sep else k
-            for k, sep, v in (item.partition("=") for item in parts.query.split("&") if item)
-        )
-        return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
-    except ValueError:
-        return url.partition(":")[0] + "://..."
-
-
 def _secrets(url: str) -> list[str]:
-    found: list[str] = []
-    try:
-        parts = urlsplit(url)
-        if parts.password:
-            found.append(parts.password)
-        for item in parts.query.split("&"):
-            key, _, value = item.partition("=")
-            if key.lower() == "password" and value:
-                found.append(value)
-    except ValueError:
-        pass
-    return found
+    """The URL's password and secret-named query values (`bot.core.secrets` masks them once registered)."""
+    return url_secrets(url)
 
 
 def _one_line(exc: BaseException, secrets: Sequence[str] = ()) -> str:
     text = (str(exc).strip() or type(exc).__name__).splitlines()[0]
     for secret in secrets:
-        text = text.replace(secret, "***")
-    return text
+        text = text.replace(secret, MASK)
+    return mask_error(text)
 
 
 def unwritable_reason(exc: BaseException) -> str | None:

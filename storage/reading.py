@@ -6,6 +6,7 @@ import logging
 from typing import Iterable
 
 from bot.core.models import Message, Summary
+from bot.core.secrets import mask
 from bot.core.validation import name_key
 from storage.ledger import LedgerMixin
 from storage.rows import to_message
@@ -74,6 +75,6 @@ class ReadingMixin(LedgerMixin):
                 " prompt_tokens = summaries.prompt_tokens + excluded.prompt_tokens,"  # what every call cost
                 " completion_tokens = summaries.completion_tokens + excluded.completion_tokens,"
                 " calls = summaries.calls + 1",
-                (group_id, summary.after, summary.through, summary.text, summary.omitted, summary.model,
+                (group_id, summary.after, summary.through, mask(summary.text), summary.omitted, summary.model,
                  prompt_tokens, completion_tokens, self._now(), summary.provider or None),
             )

@@ -14,6 +14,7 @@ from typing import get_args
 
 from bot.core.errors import CapReached, InvalidInput, NotFound
 from bot.core.models import FinishedRun, Message, Run, RunKind, RunResult, RunStatus, Usage
+from bot.core.secrets import mask_error
 from storage.lease import LeaseMixin
 from storage.rows import to_run
 from storage.sql import Db, Row
@@ -152,7 +153,7 @@ class RunMixin(LeaseMixin):
             (
                 status, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, int(usage.estimated),
                 sel.prompt_tokens, sel.completion_tokens, sel.cached_tokens, int(sel.estimated),
-                posted_seq, error, self._now(), model or None,
+                posted_seq, mask_error(error) if error else error, self._now(), model or None,
                 None if memory_skipped is None else int(memory_skipped), provider or None, run_id,
             ),
         )

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from bot.core.errors import AlreadyStored, InvalidInput
 from bot.core.models import Agent, Episode, Group, GroupSettings, Message, NewMessage, token_cost
+from bot.core.secrets import mask_error
 from bot.core.store_health import StoreHealth
 from bot.core.validation import check_name_free
 from storage.base import Clock
@@ -371,7 +372,7 @@ class SqlStore(NotesMixin, RecordMixin, ScheduleMixin):
             return bool(await self._exec(
                 db, "UPDATE groups SET delivery_problem = ? WHERE id = ?"
                     f" AND delivery_problem {self._sql.is_distinct} ?",
-                (problem, group_id, problem),
+                (problem and mask_error(problem), group_id, problem and mask_error(problem)),
             ))
 
 

@@ -70,7 +70,7 @@ def test_malformed_url_is_never_echoed(key, value, reason):
         ("https://api.openai.com/v1", "https://api.openai.com/v1"),
         ("http://user:sk-secret@127.0.0.1:8000/v1?key=sk-secret#frag", "http://127.0.0.1:8000/v1"),
         ("https://token@host.example/path/", "https://host.example/path/"),
-        ("https://discord.com/api/webhooks/1/tok?wait=true", "https://discord.com/api/webhooks/1/tok"),
+        ("https://discord.com/api/webhooks/1/tok?wait=true", "https://discord.com/api/webhooks/1/***"),  # its token
         ("http://[::1]:8080/api/v10", "http://[::1]:8080/api/v10"),
         ("HTTP://User:Pw@Host.Example:443", "http://host.example:443"),
         ("http://user:pass@host:notaport/x", "http://host/x"),

@@ -14,9 +14,12 @@ What this file owns:
   retried at all. We add no retry loop of our own on top.
 - translating every failure into the `LLMError` tree at this boundary, with a
   short message for the log (what happened, HTTP status, model, server host)
-  that never holds the API key: the server's own error text is trimmed and
-  redacted, and the SDK exception is not chained (`from None`), so a logged
-  traceback cannot carry it either. People see only `LLMError.public` (the kind
+  that never holds a secret: the server's own error text is masked
+  (`bot.core.secrets.mask_error`: every secret the process registered, the API
+  key among them, and anything shaped like a key or token) and trimmed, and the
+  SDK exception is not chained (`from None`), so a logged traceback cannot carry
+  it either. What the server answers (reply text, tool call arguments) is masked
+  too, so a server echoing a secret cannot have it posted or stored. People see only `LLMError.public` (the kind
   of failure and the HTTP status), never the host or the server's text.
 - `usage` -> `Usage`, estimating with the injected `TokenCounter` when the
   server sends none; the sum of token log-probabilities when asked for.
@@ -66,12 +69,11 @@ from bot.config import redact_url
 from bot.core.errors import ConfigError, LLMError, LLMRateLimited, LLMRejected, LLMTimeout, LLMUnavailable
 from bot.core.models import DEFAULT_PROVIDER, ChatMessage, Completion, Tool, ToolCall, Usage
 from bot.core.ports import TokenCounter
+from bot.core.secrets import SECRETS, mask, mask_error
 
 log = logging.getLogger(__name__)
 
 _DETAIL_CHARS = 160
-# Keys and Authorization values (a Basic one is base64 with a digit, + or /: not an English word).
-_TOKENISH = re.compile(r"(?i:\b(?:sk-|bearer\s+)\S+)|\bBasic\s+(?=[A-Za-z]*[0-9+/])[A-Za-z0-9+/]{12,}=*")
 # Chat-format overhead when estimating: ~3 tokens framing each message, 3 priming the reply.
 _PER_MESSAGE = 3
 _PER_REPLY = 3
@@ -114,7 +116,7 @@ class OpenAILLM:
         # A whole request, retries and their waits included (a second more, so that a plain hang
         # is still the SDK's own timeout).
         self.deadline = self.timeout * (max_retries + 1) + 1.0
-        self._secret = api_key
+        SECRETS.register(api_key)
         self._counter = counter if counter is not None else make_token_counter()
         # base_url=None: the SDK reads OPENAI_BASE_URL, else uses api.openai.com.
         self._client = openai.AsyncOpenAI(
@@ -304,7 +306,7 @@ class OpenAILLM:
             raise LLMError(f"model {model} at {self.host} returned no choices")
         choice = choices[0]
         message = getattr(choice, "message", None)
-        text = (getattr(message, "content", None) or "") if message is not None else ""
+        text = mask((getattr(message, "content", None) or "") if message is not None else "")
         calls = tuple(_tool_call(c) for c in getattr(message, "tool_calls", None) or ())
         return Completion(
             text=text,
@@ -407,11 +409,10 @@ class OpenAILLM:
             text = text[: _DETAIL_CHARS - 1] + "…"
         return f": {text}"
 
-    def redact(self, text: str) -> str:
-        """`text` without the API key or anything shaped like a key or bearer token."""
-        if self._secret:
-            text = text.replace(self._secret, "***")
-        return _TOKENISH.sub("***", text)
+    @staticmethod
+    def redact(text: str) -> str:
+        """`text` without any registered secret (the API key among them) or anything shaped like one."""
+        return mask_error(text)
 
 
 def _connection_problem(exc: BaseException) -> str:
@@ -486,7 +487,7 @@ def _message_json(message: ChatMessage) -> dict[str, Any]:
 def _tool_call(call: Any) -> ToolCall:
     function = getattr(call, "function", None)
     return ToolCall(id=str(getattr(call, "id", "") or ""), name=str(getattr(function, "name", "") or ""),
-                    arguments=str(getattr(function, "arguments", None) or "{}"))
+                    arguments=mask(str(getattr(function, "arguments", None) or "{}")))
 
 
 def _logprob_sum(choice: Any) -> float | None:

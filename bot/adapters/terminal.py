@@ -47,6 +47,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Protocol, TextIO, TypeVar
 
+from bot.core.secrets import mask
+
 log = logging.getLogger(__name__)
 T = TypeVar("T", ctypes.c_int, ctypes.c_char_p)
 
@@ -121,8 +123,8 @@ class Screen:
         return f"\x1b[{style}m{text}{RESET}" if self.colour else text
 
     def clean(self, text: str) -> str:
-        """`text` safe to print here (a pipe gets it as it is)."""
-        return text
+        """`text` safe to print here: no secret the process knows (a pipe gets the rest as it is)."""
+        return mask(text)
 
     def author(self, name: str, kind: str) -> str:
         """`[name]`, coloured by kind ("user", "agent", "system") on a colour terminal."""
@@ -170,8 +172,8 @@ class TtyScreen(Screen):
 
     def clean(self, text: str) -> str:
         """Control characters (a model's escape sequences, a carriage return) shown as U+FFFD:
-        they would move the cursor under the screen's feet, or worse."""
-        return _CONTROLS.sub("\ufffd", text)
+        they would move the cursor under the screen's feet, or worse; no secret the process knows."""
+        return _CONTROLS.sub("\ufffd", mask(text))
 
     # called from the event loop's thread
     def print(self, text: str, *, replaces_echo: bool = False) -> None:

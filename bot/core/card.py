@@ -7,8 +7,10 @@ the console writes it in its working directory.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
+
+from bot.core.secrets import mask
 
 Tone = Literal["neutral", "good", "warning", "bad"]
 
@@ -67,6 +69,22 @@ class Attachment:
 
 
 Reply = str | Card | tuple[Card, ...] | Attachment
+
+
+def masked(reply: Reply) -> Reply:
+    """`reply` with every secret the process knows masked (`bot.core.secrets`) in each of its texts."""
+    if isinstance(reply, str):
+        return mask(reply)
+    if isinstance(reply, Attachment):
+        return replace(reply, text=mask(reply.text), elsewhere=mask(reply.elsewhere))
+    if isinstance(reply, Card):
+        return _masked_card(reply)
+    return tuple(_masked_card(card) for card in reply)
+
+
+def _masked_card(card: Card) -> Card:
+    return replace(card, title=mask(card.title), description=mask(card.description), footer=mask(card.footer),
+                   fields=tuple(Field(mask(f.name), mask(f.value), f.inline) for f in card.fields))
 
 
 def reply_lines(reply: Reply) -> list[str]:

@@ -20,7 +20,7 @@ from typing import Awaitable, Callable, Literal, Mapping, Protocol, Sequence
 from bot.core import schedule as sched
 from bot.core import validation as v
 from bot.core.admin import Admin
-from bot.core.card import Attachment, Reply
+from bot.core.card import Attachment, Reply, masked
 from bot.core.errors import Forbidden, InvalidInput, UserFacingError
 from bot.core.export import FORMATS
 from bot.core.models import MAX_IMAGES_RANGE, MAX_TEXT_RANGE, MAX_TURNS_RANGE, MODES, Group, Message
@@ -197,7 +197,8 @@ async def run(command: Command, admin: Admin, caller: Caller, given: Mapping[str
     changing = command.who == "operators" or (command.who == "operators_to_change" and bool(options))
     if changing and not caller.is_operator:
         raise Forbidden(OPERATORS_ONLY)
-    return await command.handler(invocation)
+    reply = await command.handler(invocation)
+    return None if reply is None else masked(reply)  # no secret the process knows reaches people
 
 
 def find(path: Sequence[str]) -> Command:

@@ -23,6 +23,7 @@ from bot.core.errors import InvalidInput
 from bot.core.markdown import escape_html_in_prose
 from bot.core.models import Agent, Decision, Episode, Group, Message, Run, SharedFile, Usage
 from bot.core.ports import Store
+from bot.core.secrets import mask
 
 FORMATS = ("html", "json", "md")
 PAGE = 500
@@ -241,19 +242,24 @@ def _md_name(name: str) -> str:
 # the entry point ----------------------------------------------------------------------------------
 async def write_export(store: Store, group: Group, fmt: str, write: Write, *, first: int | None = None,
                        last: int | None = None, now: float | None = None, page: int = PAGE) -> Totals:
-    """Stream the group's rows first..last (default: all) to `write` in `fmt` (html, json or md)."""
+    """Stream the group's rows first..last (default: all) to `write` in `fmt` (html, json or md).
+    No secret the process knows is written (`bot.core.secrets`, in its escaped forms too)."""
     if fmt not in FORMATS:
         raise InvalidInput(f"Unknown export format {fmt!r}: use one of {', '.join(FORMATS)}.")
     group = await store.get_group(group.id)
     record = await Record(store, group, span(group, first, last), page=page).open()
     moment = time.time() if now is None else now
+
+    def masked(text: str) -> object:
+        return write(mask(text))
+
     if fmt == "json":
         from bot.core.export_json import write_json
-        return await write_json(record, write, moment)
+        return await write_json(record, masked, moment)
     if fmt == "html":
         from bot.core.export_html import write_html
-        return await write_html(record, write, moment)
-    return await write_markdown(record, write, moment)
+        return await write_html(record, masked, moment)
+    return await write_markdown(record, masked, moment)
 
 
 def file_name(group: Group, fmt: str, rows: Span | None = None) -> str:

@@ -38,6 +38,7 @@ from bot.core.commands import Command, Option, model_choices
 from bot.core.errors import InvalidInput, UserFacingError
 from bot.core.models import Group, Message
 from bot.core.reading import Reader
+from bot.core.secrets import mask
 
 if TYPE_CHECKING:
     from bot.adapters.discord.client import RoundtableBot
@@ -394,7 +395,7 @@ class SlashCommands:
         try:
             reply = await declared.run(command, self.admin, DiscordCaller(self, interaction, command, given), given)
         except UserFacingError as exc:
-            reply = str(exc)
+            reply = mask(str(exc))
         if isinstance(reply, Card) and reply.thumbnail_url:  # a stored picture's signed URL may have expired
             reply = dataclasses.replace(reply, thumbnail_url=await self.bot.surface.fresh_url(reply.thumbnail_url))
         if reply is not None:
