@@ -201,6 +201,13 @@ class LedgerMixin(RunMixin):
         SECRETS.register(row["token"])  # masked wherever it could show from now on
         return row["webhook_id"], row["token"]
 
+    async def register_webhook_tokens(self) -> int:
+        async with self._read() as db:
+            rows = await self._all(db, "SELECT token FROM webhooks")
+        for row in rows:
+            SECRETS.register(row[0])
+        return len(rows)
+
     async def save_webhook(self, channel_id: str, webhook_id: str, token: str) -> None:
         SECRETS.register(token)
         async with self._write() as db:  # a channel's, of no group: alone

@@ -443,7 +443,13 @@ class WebhookStore(Protocol):
     """Discord's webhooks per channel (the Discord adapter's only; the core never asks)."""
 
     async def get_webhook(self, channel_id: str) -> tuple[str, str] | None:
-        """(webhook id, webhook token) stored for a channel, or None."""
+        """(webhook id, webhook token) stored for a channel, or None. The token is registered
+        with `bot.core.secrets` (masked in every text from then on), as by `save_webhook`."""
+        ...
+
+    async def register_webhook_tokens(self) -> int:
+        """Register every stored webhook token with `bot.core.secrets` (at start, before any
+        text could hold one); how many there are."""
         ...
 
     async def save_webhook(self, channel_id: str, webhook_id: str, token: str) -> None: ...

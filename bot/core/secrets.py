@@ -36,7 +36,7 @@ import html
 import json
 import re
 import threading
-from typing import Iterable, Mapping
+from typing import Mapping
 from urllib.parse import quote, quote_plus, unquote, urlsplit, urlunsplit
 
 MIN_LENGTH = 8
@@ -56,6 +56,7 @@ _SHAPES = re.compile(
 )
 _URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@]*:)[^\s/?#@]+(?=@)")
 _WEBHOOK_TOKEN = re.compile(r"(?P<head>/webhooks/\d+/)[A-Za-z0-9._-]+")
+_SCAN_ABOVE = 200  # forms: past this many, mask() looks up the text's windows instead of searching for each form
 _PARAM_VALUE = re.compile(r"(?P<head>[?&;](?P<name>[A-Za-z_-]+)=)(?P<value>[^&;#\s\"'<>]+)")
 
 
@@ -76,6 +77,7 @@ class Secrets:
         self._lock = threading.Lock()
         self._known: set[str] = set()  # as registered
         self._forms: tuple[str, ...] = ()  # every form, longest first
+        self._index: dict[str, tuple[str, ...]] | None = None  # many forms: first MIN_LENGTH characters -> forms
 
     def __len__(self) -> int:
         return len(self._known)
@@ -93,6 +95,12 @@ class Secrets:
             if value != secret and secret is not None:
                 forms |= _variants(secret)
             self._forms = tuple(sorted(forms, key=len, reverse=True))
+            self._index = None
+            if len(self._forms) > _SCAN_ABOVE:
+                index: dict[str, list[str]] = {}
+                for form in self._forms:
+                    index.setdefault(form[:MIN_LENGTH], []).append(form)
+                self._index = {head: tuple(forms) for head, forms in index.items()}
         return True
 
     def register_url(self, url: str | None) -> int:
@@ -113,9 +121,13 @@ class Secrets:
 
     def mask(self, text: str) -> str:
         """`text` with every registered secret (in each of its forms) replaced by `***`."""
-        forms = self._forms
-        if not forms or not text:
+        forms, index = self._forms, self._index
+        if not forms or len(text) < MIN_LENGTH:
             return text
+        if index is not None:  # a bot in many channels (a webhook token each): look up each window of the text
+            found = {form for i in range(len(text) - MIN_LENGTH + 1)
+                     for form in index.get(text[i:i + MIN_LENGTH], ()) if text.startswith(form, i)}
+            forms = tuple(sorted(found, key=len, reverse=True))
         for form in forms:
             if form in text:
                 text = text.replace(form, MASK)
@@ -131,14 +143,12 @@ class Secrets:
         text = _PARAM_VALUE.sub(lambda m: m["head"] + MASK if _SECRET_PARAM.match(m["name"]) else m[0], text)
         return _SHAPES.sub(MASK, text)
 
-    def mask_all(self, texts: Iterable[str]) -> tuple[str, ...]:
-        return tuple(self.mask(t) for t in texts)
-
     def clear(self) -> None:
         """Forget every secret (tests)."""
         with self._lock:
             self._known.clear()
             self._forms = ()
+            self._index = None
 
 
 SECRETS = Secrets()

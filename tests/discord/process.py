@@ -109,7 +109,8 @@ class BotProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ROUNDTABLE_", "DISCORD_"))}
         env.update(DISCORD_TOKEN=self.emu.token, DISCORD_API_BASE_URL=self.emu.api_base,
                    DISCORD_GUILD_ID=self.emu.guild_id, OPENAI_API_KEY="sk-test", OPENAI_BASE_URL=self.llm.base_url,
-                   ROUNDTABLE_DB=self.target, ROUNDTABLE_LOG_LEVEL="INFO", ROUNDTABLE_LLM_RETRIES="0", **self.env)
+                   ROUNDTABLE_DB=self.target, ROUNDTABLE_LOG_LEVEL="INFO", ROUNDTABLE_LLM_RETRIES="0")
+        env.update(self.env)  # (may set the ones above, e.g. ROUNDTABLE_LOG_LEVEL)
         sessions = set(self.emu.sessions)
         self.starts += 1
         with open(self.log, "a") as log:

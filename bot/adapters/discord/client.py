@@ -143,6 +143,7 @@ async def run_bot(settings: Settings, open_engine: OpenEngine, defaults: GroupSe
         await point_at(settings.discord_api_base_url)
     stopped_by: list[int] = []
     async with open_engine(settings, DiscordSurface, scope="discord:", label="discord bot") as engine:
+        await engine.store.register_webhook_tokens()  # masked from the start (bot.core.secrets)
         surface = engine.surface
         assert isinstance(surface, DiscordSurface)
         bot = make_bot(engine, surface, defaults, guild_id=settings.discord_guild_id, shards=settings.shards)

@@ -1,0 +1,61 @@
+"""Issue 19 item 1 through `roundtable run` and the Discord emulator: a model server whose
+errors echo the bot token, the channel's webhook token and an API key has none of them shown
+in the channel (the notice), in `/roundtable why`, in the bot's DEBUG log or in the database."""
+from __future__ import annotations
+
+import json
+
+from tests.discord.process import BotProcess
+from tests.discord_emulator import DiscordEmulator
+from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply
+
+API_KEY = "ordinary-api-key-LEAK-0006"
+MARK = "LEAK-000"
+
+
+async def test_model_errors_echoing_the_tokens_show_them_nowhere(tmp_path):
+    echoed: list[str] = []  # the secrets, once the emulator and the group exist
+
+    def failure(body: object) -> Reply:
+        text = "proxy echo: " + " ".join(f"[{s}]" for s in echoed) + f" url=/api/webhooks/1/{echoed[1]}"
+        return Reply(status=500, headers={"x-should-retry": "false"},
+                     error_body={"error": {"message": text, "type": "server_error"}})
+
+    script = GroupChatScript(selector=failure)
+    async with DiscordEmulator() as emu, FakeOpenAI(script) as llm:
+        bot = BotProcess(tmp_path, emu, llm, env={"ROUNDTABLE_LOG_LEVEL": "DEBUG", "SERVICE_API_KEY": API_KEY})
+        try:
+            channel = await bot.add_group(emu.channel_id, ("planner", "critic"), mode="selector")
+            ((hook_token,),) = bot.query("SELECT token FROM webhooks")
+            echoed.extend([emu.token, hook_token, API_KEY])
+            script.set_agent("planner", [failure({}), "Fine."])
+            await bot.start()
+            await emu.user_post(emu.channel_id, emu.alice_id, "Plan a trip")
+            notice = await emu.wait_for_messages(emu.channel_id, lambda m: "could not answer" in m["content"],
+                                                 timeout=30)
+            await bot.wait_settled()
+            why = await emu.invoke_command(emu.guild_id, emu.channel_id, emu.alice_id, "roundtable why",
+                                           {"message": "1"})
+            answer = await why.wait_response(10)
+            await bot.terminate()
+        finally:
+            await bot.close()
+            emu.release_all()
+    shown = json.dumps(answer)
+    assert "selector replies" in shown and "<error: server error: HTTP 500" in shown and "[***]" in shown
+    assert notice[0]["content"].startswith("planner could not answer")
+    log = bot.log.read_text()
+    assert "HTTP 500" in log and " DEBUG " in log and "proxy echo: [***] [***] [***]" in log
+    sent = json.dumps([r.json for r in emu.requests_matching("POST")] + emu.channel_messages(emu.channel_id))
+    database = b"".join(p.read_bytes() for p in tmp_path.glob("roundtable.db*")).decode("utf-8", "replace")
+    stored = json.dumps(bot.query("SELECT error FROM runs") + bot.query("SELECT text FROM messages")
+                        + bot.query("SELECT selector_raw, note FROM decisions"))
+    assert "HTTP 500" in stored
+    for where, text in (("the /roundtable why answer", shown), ("the log", log), ("what was sent to Discord", sent),
+                        ("runs, messages and decisions", stored)):
+        for secret in echoed:
+            assert secret not in text, f"{where} holds {secret}"
+    for secret in (emu.token, API_KEY):  # (the webhooks table keeps the channel's token: it posts with it)
+        assert secret not in database
+    assert MARK not in log + sent + stored + shown
+    assert channel.group_id == 1
