@@ -19,7 +19,7 @@ from bot.core.engine import Engine
 from bot.core.errors import InvalidInput, NotFound, UserFacingError
 from bot.core.export import file_name, plural, when, write_export
 from bot.core.models import DEFAULT_PROVIDER, Agent, Decision, Group, GroupSettings
-from bot.core.pricing import dollars
+from bot.core.pricing import dollars, exact_dollars
 from bot.core.reading import Reader, Reading
 from bot.core.schedule_verbs import ScheduleVerbs
 from bot.core.spending import budget_refusal, month_cost, usage_card
@@ -53,7 +53,7 @@ def parse_config(changes: Mapping[str, object]) -> dict[str, object]:
         elif key == "min_confidence":
             value = float(value) or None  # type: ignore[arg-type]  # 0 turns it off
         elif key == "monthly_budget":
-            value = round(float(value), 2) or None  # type: ignore[arg-type]  # dollars; 0 turns it off
+            value = float(value) or None  # type: ignore[arg-type]  # dollars, as given; only 0 turns it off
         out[CONFIG_FIELDS[key]] = value
     return out
 
@@ -67,7 +67,7 @@ def settings_fields(settings: GroupSettings) -> tuple[Field, ...]:
         "selector_model": settings.selector_model or "(default)",
         "operator_role": settings.operator_role or "(Manage Server)", "allow_bots": settings.allow_bots,
         "brief": brief, "min_confidence": settings.min_confidence or "off",
-        "monthly_budget": dollars(settings.monthly_budget) if settings.monthly_budget else "off",
+        "monthly_budget": exact_dollars(settings.monthly_budget) if settings.monthly_budget else "off",
         "max_images": settings.max_images, "max_text": f"{settings.max_text:,}",
     }
     return tuple(Field(k, str(val)) for k, val in shown.items())

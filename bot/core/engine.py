@@ -258,7 +258,7 @@ class Engine:
             return False
         await self.store.update_group(group.id, paused=True)
         await self.store.append_system_message(group.id, self.notice(budget_reached_notice(cost, budget)))
-        log.warning("group=%s paused: this month's cost %.4f reached its monthly budget %.2f", group.id, cost, budget)
+        log.warning("group=%s paused: this month's cost %s reached its monthly budget %s", group.id, cost, budget)
         self.shown(group.id)
         return True
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Mapping
 
 from bot.core.models import DEFAULT_PROVIDER, Usage
@@ -127,9 +128,18 @@ def merged_prices(overrides: Mapping[str, Price]) -> dict[str, Price]:
 
 
 def dollars(amount: float) -> str:
-    """$0.0042, $0.42, $12.34, $1,234.56: four places below a cent, two otherwise."""
+    """$0.0042, $0.42, $12.34, $1,234.56: four places below a cent, two otherwise; a cost too
+    small for four places is "< $0.0001" (never "$0.0000", which reads as free)."""
     if amount == 0:
         return "$0.00"
+    if abs(amount) < 0.00005:
+        return "< $0.0001"
     if abs(amount) < 0.01:
         return f"${amount:.4f}"
     return f"${amount:,.2f}"
+
+
+def exact_dollars(amount: float) -> str:
+    """An amount someone gave (a budget), as given: $5.00, $0.016, $0.0001, $1,234.5678."""
+    whole, _, fraction = format(Decimal(repr(float(amount))), "f").partition(".")
+    return f"${int(whole):,}.{fraction.rstrip('0').ljust(2, '0')}"

@@ -21,7 +21,7 @@ from typing import Iterable, Mapping
 from bot.core.card import Card, Field
 from bot.core.models import DEFAULT_PROVIDER, Group, Spend, Usage
 from bot.core.ports import RecordStore
-from bot.core.pricing import PRICES_AS_OF, Price, dollars, price_of
+from bot.core.pricing import PRICES_AS_OF, Price, dollars, exact_dollars, price_of
 
 NO_PRICE = "no price known"
 KIND_ORDER = {"agent": 0, "selector": 1, "catch-up": 2}
@@ -111,12 +111,12 @@ async def month_cost(store: RecordStore, group: Group, prices: Mapping[str, Pric
 
 def budget_reached_notice(cost: float, budget: float) -> str:
     return (f"Paused: this month's model cost ({dollars(cost)}) reached this group's monthly budget of "
-            f"{dollars(budget)} (monthly_budget). Messages are still recorded; an operator can raise the budget "
+            f"{exact_dollars(budget)} (monthly_budget). Messages are still recorded; an operator can raise the budget "
             "with /roundtable config monthly_budget:N and then /roundtable resume.")
 
 
 def budget_refusal(cost: float, budget: float) -> str:
-    return (f"This month's model cost ({dollars(cost)}) has reached the monthly budget of {dollars(budget)}: "
+    return (f"This month's model cost ({dollars(cost)}) has reached the monthly budget of {exact_dollars(budget)}: "
             "raise it with /roundtable config monthly_budget:N (0 removes it), then /roundtable resume.")
 
 
@@ -132,7 +132,7 @@ async def usage_card(store: RecordStore, group: Group, prices: Mapping[str, Pric
     budget, spent = group.settings.monthly_budget, 0.0
     if budget:
         spent = await month_cost(store, group, prices, now)
-        fields.append(Field("this month", f"{dollars(spent)} of the {dollars(budget)} monthly_budget"))
+        fields.append(Field("this month", f"{dollars(spent)} of the {exact_dollars(budget)} monthly_budget"))
     return Card(f"Usage in {period}", fields=tuple(fields),
                 footer=f"Prices per 1M tokens: ROUNDTABLE_PRICES, else OpenAI's list of {PRICES_AS_OF}",
                 tone="warning" if budget and spent >= budget else "neutral")

@@ -6,7 +6,7 @@ import pytest
 from bot.config import load_settings
 from bot.core.errors import ConfigError
 from bot.core.models import Spend, Usage
-from bot.core.pricing import DEFAULT_PRICES, Price, dollars, merged_prices, parse_prices, price_of
+from bot.core.pricing import DEFAULT_PRICES, Price, dollars, exact_dollars, merged_prices, parse_prices, price_of
 from bot.core.spending import month_start, tally, total
 
 
@@ -77,9 +77,16 @@ def test_export_needs_no_api_key_but_run_and_console_do():
 
 
 @pytest.mark.parametrize("amount, shown", [(0, "$0.00"), (0.00421, "$0.0042"), (0.4249, "$0.42"),
-                                           (1234.567, "$1,234.57")])
+                                           (1234.567, "$1,234.57"), (0.00001, "< $0.0001"), (4.9e-05, "< $0.0001"),
+                                           (1e-9, "< $0.0001"), (0.0001, "$0.0001")])
 def test_dollars(amount, shown):
-    assert dollars(amount) == shown
+    assert dollars(amount) == shown  # a cost that is not zero never shows as $0.0000
+
+
+@pytest.mark.parametrize("amount, shown", [(5, "$5.00"), (0.5, "$0.50"), (0.016, "$0.016"), (0.0001, "$0.0001"),
+                                           (1e-07, "$0.0000001"), (1234.5678, "$1,234.5678"), (1e6, "$1,000,000.00")])
+def test_exact_dollars(amount, shown):
+    assert exact_dollars(amount) == shown
 
 
 def test_tally_groups_per_spender_and_never_prices_an_unknown_model():

@@ -163,3 +163,29 @@ async def test_setting_a_budget_already_reached_pauses_at_once(harness):
         off = await admin.config(harness.group, {"monthly_budget": 0})
         assert isinstance(off, Card) and ("monthly_budget", "off") in [(f.name, f.value) for f in off.fields]
         assert (await admin.resume(await harness.store.get_group(harness.group.id))).startswith("Resumed")
+
+
+@pytest.mark.parametrize("given, shown", [(0.0001, "$0.0001"), (0.016, "$0.016"), (0.005, "$0.005"), (7, "$7.00"),
+                                          (12.345, "$12.345")])
+async def test_a_budget_is_kept_and_shown_as_given(harness, given, shown):
+    # It was rounded to cents: 0.0001 became 0 and turned the budget off ("monthly_budget off"), 0.016 became 0.02.
+    async with harness.running(ScriptedLLM()):
+        admin = Admin(harness.engine)
+        card = await admin.config(harness.group, {"monthly_budget": given})
+        assert isinstance(card, Card) and ("monthly_budget", shown) in [(f.name, f.value) for f in card.fields]
+        assert (await harness.store.get_group(harness.group.id)).settings.monthly_budget == given
+
+
+async def test_a_sub_cent_budget_is_enforced_at_its_value(harness):
+    # 10,000 prompt tokens at $0.15 per million: $0.0015, past a $0.001 budget (and under a rounded $0.00 = off).
+    small = Completion("A short plan.", Usage(10_000, 0, 0), model="gpt-4o-mini")
+    llm = ScriptedLLM(agents={"planner": [small]})
+    async with harness.running(llm, mode="tags", monthly_budget=0.001):
+        await harness.say("@planner go")
+        await harness.idle()
+        group = await harness.store.get_group(harness.group.id)
+        assert group.paused
+        notices = [m.text for m in await harness.store.messages(group.id) if m.author_type == "system"]
+        assert notices == ["Paused: this month's model cost ($0.0015) reached this group's monthly budget of "
+                           "$0.001 (monthly_budget). Messages are still recorded; an operator can raise the budget "
+                           "with /roundtable config monthly_budget:N and then /roundtable resume."]
