@@ -386,3 +386,15 @@ async def test_the_console_refuses_a_person_named_like_an_agent_or_an_empty_name
             assert err.strip().splitlines() == [
                 f"roundtable: argument {option}: {option} needs a name, not an empty string "
                 "(see roundtable console --help)"]
+
+
+async def test_episode_lines_count_in_words_and_none_when_no_agent_answered(tmp_path):
+    script = GroupChatScript(agents={"planner": ["Done. TERMINATE"]})
+    session = 'hello, anyone?\n/agent add name:planner role:plans prompt:"You plan."\n@planner go\n'
+    async with FakeOpenAI(script) as srv:
+        code, out, err = await run_console(tmp_path, srv.base_url, session)
+    assert code == 0, err
+    episodes = [line for line in out.splitlines() if line.startswith("episode #")]
+    # It said "episode #1 ended: quiet after 0 agent messages, 0 tokens" and "after 1 agent messages".
+    assert len(episodes) == 1 and episodes[0].startswith("episode #2 ended: terminated after 1 agent message, ")
+    assert episodes[0].endswith(" tokens") and "[planner] Done." in out

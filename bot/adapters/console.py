@@ -100,9 +100,12 @@ class ConsoleSurface:
         return f"{and_list(names)} {'is' if len(names) == 1 else 'are'} typing…"
 
     async def episode_updated(self, group: Group, episode: Episode) -> None:
-        if not episode.running:
-            self.write(f"episode #{episode.id} ended: {episode.status} after {episode.agent_turns} agent "
-                       f"messages, {episode.total_tokens} tokens")
+        """`episode #3 ended: terminated after 1 agent message, 240 tokens`; nothing for an episode
+        in which no agent answered and nothing was spent (no agents, or none could be asked)."""
+        if episode.running or (episode.agent_turns == 0 and episode.total_tokens == 0):
+            return
+        self.write(f"episode #{episode.id} ended: {episode.status} after {_count(episode.agent_turns, 'agent message')}"
+                   f", {_count(episode.total_tokens, 'token')}")
 
 
 class LineSource(Protocol):

@@ -140,7 +140,7 @@ class Admin:
         episode = await self.engine.stop_episode(group)
         if episode is None:
             return "No episode is running."
-        return f"Stopped the episode after {episode.agent_turns} agent messages."
+        return f"Stopped the episode after {plural(episode.agent_turns, 'agent message')}."
 
     async def status(self, group: Group, viewer: Reader | None = None) -> Card:
         group = await self.store.get_group(group.id)
