@@ -56,6 +56,7 @@ class ConsoleSurface:
     def __init__(self, out: TextIO | Screen) -> None:
         self.screen = out if isinstance(out, Screen) else Screen(out)
         self.working_names: list[str] = []  # agents in a model call now, in the order they started
+        self.printed: dict[int, int] = {}  # group id -> the newest seq printed: the person has read it
 
     def write(self, line: str) -> None:
         self.screen.print(self.screen.clean(line))
@@ -70,6 +71,7 @@ class ConsoleSurface:
         text = strip_terminate(message.text) if message.author_type == "agent" else brief_text(message)
         author = self.screen.author(self.screen.clean(message.author_name), message.author_type)
         self.screen.print(f"{author} {self.screen.clean(text)}", replaces_echo=message.author_type == "user")
+        self.printed[group.id] = max(self.printed.get(group.id, 0), message.seq)
         await record(f"console:{group.id}:{message.seq}")
 
     async def alert(self, group: Group, text: str) -> None:
@@ -200,6 +202,7 @@ class Console:
         self.attached: list[SharedFile] = []  # files for the person's next message (/attach)
         self.lines_read = 0
         self.refused: list[int] = []  # input lines (numbered from 1) refused: an unknown command, a bad option, ...
+        self._read_through = 0  # the person's read cursor, as this console last moved it
 
     async def open(self) -> Group:
         """Open (or set up) this console's group and take it: one process at a time runs a group.
@@ -319,6 +322,7 @@ class Console:
                                   else self.detach()):
                     self.surface.write(out)
             elif line.lstrip().startswith("/"):
+                await self._read_printed()
                 typed = parse_command(line)
                 answer = await commands.run(commands.find(typed.path), self.admin, ConsoleCaller(self, read_line),
                                              typed.options)
@@ -341,6 +345,17 @@ class Console:
         self.surface.error(error)
         if self.lines_read not in self.refused:
             self.refused.append(self.lines_read)
+
+    async def _read_printed(self) -> None:
+        """Every message is printed here as it is posted, so the person has read what was printed:
+        their read cursor moves through it before a command (/roundtable status, /unread, /inbox)."""
+        assert self.group is not None
+        printed = self.surface.printed.get(self.group.id, 0)
+        if printed > self._read_through:
+            try:
+                self._read_through = await self.engine.store.mark_seen(self.group.id, self.person, printed)
+            except StoreError as exc:  # the command tells the same story, or works anyway
+                log.warning("could not move %s's read cursor: %s", self.person, exc)
 
     async def post(self, line: str) -> None:
         """A message from the person; a hint when no agent can answer it or a tag names nobody."""

@@ -26,6 +26,7 @@ from bot.core.spending import budget_refusal, month_cost, usage_card
 from bot.core.store_health import outage_status
 
 MEMORY_PAGE = 10  # notes per page where a surface pages (Discord)
+LAST_DECISION_WITHIN = 200  # rows /roundtable status looks back for the last decision that chose someone
 
 CONFIG_FIELDS = {  # option name -> GroupSettings field
     "mode": "mode", "max_turns": "max_agent_turns", "allow_repeat": "allow_repeat",
@@ -149,14 +150,15 @@ class Admin:
                   Field("agent messages in a row", f"{group.agent_streak} of {group.settings.max_agent_turns}")]
         if group.episode_id is not None:
             ep = await self.store.get_episode(group.episode_id)
-            fields.append(Field("episode", f"#{ep.id} {ep.status}, task #{ep.task_seq}, {ep.agent_turns} agent "
-                                           f"messages, {ep.total_tokens} tokens ({ep.cached_tokens} cached)",
+            fields.append(Field("episode", f"#{ep.id} {ep.status}, task #{ep.task_seq}, "
+                                           f"{plural(ep.agent_turns, 'agent message')}, "
+                                           f"{plural(ep.total_tokens, 'token')} ({ep.cached_tokens:,} cached)",
                                 inline=False))
         agents = await self.store.list_agents(group.id)
         fields.append(Field("agents", "\n".join(
             f"{a.name}{'' if a.enabled else ' (disabled)'}: read through #{a.delivered_through}" for a in agents)
             or "(none yet: /agent add)", inline=False))
-        decision = await self.store.get_decision(group.id, group.latest_seq) if group.latest_seq else None
+        decision = await self.last_decision(group)
         if decision is not None:
             fields.append(Field("last decision", f"#{decision.seq} {decision.source} -> {chosen(decision)}"))
         seen = await self.context_seen(group, group.latest_seq)
@@ -176,6 +178,20 @@ class Admin:
         fields.extend(settings_fields(group.settings))
         tone: Tone = "bad" if group.delivery_problem or outage else "warning" if state != "on" else "good"
         return Card(f"{group.name} ({state})", fields=tuple(fields), tone=tone)
+
+    async def last_decision(self, group: Group) -> Decision | None:
+        """The newest decision that chose someone (or TERMINATE), among the last LAST_DECISION_WITHIN
+        rows: a notice, or an agent's row in tags mode, routes nobody ("none"), which says nothing
+        of who speaks (status showed "#14 none -> nobody")."""
+        through, oldest = group.latest_seq, max(0, group.latest_seq - LAST_DECISION_WITHIN)
+        while through > oldest:
+            after = max(oldest, through - 50)
+            decisions = await self.store.decisions(group.id, after=after, through=through)
+            for seq in sorted(decisions, reverse=True):
+                if decisions[seq].source not in ("none", "superseded"):
+                    return decisions[seq]
+            through = after
+        return None
 
     async def context_seen(self, group: Group, through: int) -> str:
         """How much of the thread through `through` a prompt holds ('' when all of it)."""

@@ -194,3 +194,16 @@ async def test_a_console_whose_group_was_taken_over_says_so_once_and_keeps_the_m
     finally:
         await other.close()
         await other_store.close()
+
+
+async def test_status_after_reading_everything_printed(console):
+    # It said "unread for you: 1" (the reply printed on the screen) and "last decision: #2 none -> nobody"
+    # (the agent's row, which in tags mode routes nobody).
+    await console.send('/agent add name:planner role:plans prompt:"You plan."', "/roundtable config mode:tags")
+    assert (await console.send("@planner hi"))[:2] == ["[you] @planner hi", "[planner] planner reply 1"]
+    status = await console.send("/roundtable status")
+    assert "  unread for you: 0" in status and "  last decision: #1 tags -> planner" in status
+    assert "  episode: #1 quiet, task #1, 1 agent message, " in "\n".join(status)
+    assert await console.send("/unread") == ["Nothing new in main: you have read everything."]
+    await console.send("again, @planner")
+    assert "  last decision: #3 tags -> planner" in await console.send("/roundtable status")
