@@ -89,7 +89,7 @@ class InstantLLM:
         call.end = time.perf_counter()
         return Completion(text=text, usage=Usage(100, 20, 0), model=model or "bench-model")
 
-    async def tools_refusal(self, model: str | None) -> str | None:
+    async def tools_refusal(self, model: str | None, *, spent: list[Completion] | None = None) -> str | None:
         return "the bench's scripted model does not take tool calls"
 
     def takes_images(self, model: str | None) -> bool:

@@ -42,9 +42,10 @@ TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("summaries", ("group_id", "after_seq", "through_seq")),
     ("agent_notes", ("id",)),
     ("schedules", ("id",)),
+    ("model_calls", ("id",)),
 )
 NOT_COPIED = ("leases", "interactions", "_migrations")
-IDENTITY_TABLES = ("groups", "agents", "episodes", "runs", "agent_notes", "schedules")
+IDENTITY_TABLES = ("groups", "agents", "episodes", "runs", "agent_notes", "schedules", "model_calls")
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import logging
 from typing import get_args
 
 from bot.core.errors import InvalidInput, NotFound
-from bot.core.models import Decision, Episode, EpisodeStatus, Message, NewMessage, Spend, SpendKind, Usage
+from bot.core.models import Completion, Decision, Episode, EpisodeStatus, Message, NewMessage, Spend, SpendKind, Usage
 from bot.core.secrets import SECRETS, mask_error
 from storage.rows import dumps, to_decision, to_episode
 from storage.run import RunMixin
@@ -160,7 +160,7 @@ class LedgerMixin(RunMixin):
         async with self._read() as db:
             runs = await self._all(
                 db,
-                "SELECT a.name, COALESCE(r.model, ''), COUNT(*), SUM(r.prompt_tokens), SUM(r.completion_tokens),"
+                "SELECT a.name, COALESCE(r.model, ''), SUM(r.calls), SUM(r.prompt_tokens), SUM(r.completion_tokens),"
                 " SUM(r.cached_tokens), MAX(r.estimated), COALESCE(r.provider, '')"
                 " FROM runs AS r JOIN agents AS a ON a.id = r.agent_id WHERE r.group_id = ? AND r.started_at >= ?"
                 " GROUP BY a.name, r.model, r.provider ORDER BY a.name, r.model, r.provider",
@@ -174,6 +174,14 @@ class LedgerMixin(RunMixin):
                 " ORDER BY model, provider",
                 (group_id, since),
             )
+            checks = await self._all(  # calls of no run: the memory check, with its agent's calls
+                db,
+                "SELECT a.name, c.model, COUNT(*), SUM(c.prompt_tokens), SUM(c.completion_tokens),"
+                " SUM(c.cached_tokens), MAX(c.estimated), c.provider FROM model_calls AS c"
+                " JOIN agents AS a ON a.id = c.agent_id WHERE c.group_id = ? AND c.created_at >= ?"
+                " GROUP BY a.name, c.model, c.provider ORDER BY a.name, c.model, c.provider",
+                (group_id, since),
+            )
             catchup = await self._all(
                 db,
                 "SELECT 'catch-up', model, SUM(calls), SUM(prompt_tokens), SUM(completion_tokens), 0, 0,"
@@ -183,12 +191,21 @@ class LedgerMixin(RunMixin):
             )
         out: list[Spend] = []
         sources: tuple[tuple[SpendKind, list[Row]], ...] = (
-            ("agent", runs), ("selector", selector), ("catch-up", catchup))
+            ("agent", runs), ("agent", checks), ("selector", selector), ("catch-up", catchup))
         for kind, rows in sources:
             for r in rows:
                 usage = Usage(int(r[3] or 0), int(r[4] or 0), int(r[5] or 0), bool(r[6]))
                 out.append(Spend(str(r[0]), kind, str(r[1] or ""), int(r[2] or 0), usage, str(r[7] or "")))
         return out
+
+    async def record_call(self, group_id: int, agent_id: int | None, purpose: str, call: Completion) -> None:
+        """A model call that is no run, decision or summary (the memory check), for the usage report."""
+        async with self._write(group_id) as db:
+            await self._insert(
+                db, "INSERT INTO model_calls (group_id, agent_id, purpose, model, provider, prompt_tokens,"
+                    " completion_tokens, cached_tokens, estimated, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (group_id, agent_id, purpose, call.model, call.provider, call.usage.prompt_tokens,
+                 call.usage.completion_tokens, call.usage.cached_tokens, int(call.usage.estimated), self._now()))
 
     # webhooks -----------------------------------------------------------
     async def get_webhook(self, channel_id: str) -> tuple[str, str] | None:

@@ -303,6 +303,28 @@ ALTER TABLE decisions ADD COLUMN provider TEXT;
 ALTER TABLE summaries ADD COLUMN provider TEXT;
 """
 
+M011_MODEL_CALLS = """
+-- How many model calls a run made: a memory run one per step, its reminder too; a run the cap refused
+-- before its call none (rows written before count one, as /roundtable usage counted them).
+ALTER TABLE runs ADD COLUMN calls INTEGER NOT NULL DEFAULT 1;
+-- Model calls that are no run, decision or summary: the check that a model takes tool calls when
+-- memory is turned on (purpose 'memory check'), in /roundtable usage with the agent's calls.
+CREATE TABLE model_calls (
+    id INTEGER PRIMARY KEY,
+    group_id INTEGER NOT NULL REFERENCES groups(id),
+    agent_id INTEGER REFERENCES agents(id),
+    purpose TEXT NOT NULL,
+    model TEXT NOT NULL DEFAULT '',
+    provider TEXT NOT NULL DEFAULT '',
+    prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    completion_tokens INTEGER NOT NULL DEFAULT 0,
+    cached_tokens INTEGER NOT NULL DEFAULT 0,
+    estimated INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL
+);
+CREATE INDEX model_calls_group ON model_calls(group_id, created_at);
+"""
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "create tables", M001_CREATE_TABLES),
     (2, "leases, ingest watermark, delivery problem", M002_OWNERSHIP_AND_CATCH_UP),
@@ -314,6 +336,7 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (8, "index of agent rows", M008_AGENT_ROWS),
     (9, "interactions taken by a process", M009_INTERACTIONS),
     (10, "files shared with messages; providers of model calls", M010_FILES_AND_PROVIDERS),
+    (11, "model calls per run, and calls outside runs", M011_MODEL_CALLS),
 ]
 
 _CREATE_LEDGER = """

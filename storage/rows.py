@@ -225,4 +225,5 @@ def to_run(row: Row) -> Run:
         model=row["model"] or "",
         memory_skipped=None if row["memory_skipped"] is None else bool(row["memory_skipped"]),
         provider=row["provider"] or "",
+        calls=int(row["calls"]),
     )

@@ -114,7 +114,7 @@ class RunMixin(LeaseMixin):
                 notice = await self._append(db, run.group_id, result.notice, episode_id=run.episode_id)
             await self._settle(db, run.id, status, result.usage, result.selector_usage,
                                reply.seq if reply else None, error, result.model, result.memory_skipped,
-                               result.provider)
+                               result.provider, result.calls)
             return FinishedRun(await self._run_row(db, run.id), reply, notice)
 
     async def _post_reply(
@@ -142,19 +142,19 @@ class RunMixin(LeaseMixin):
     async def _settle(
         self, db: Db, run_id: int, status: str, usage: Usage, sel: Usage,
         posted_seq: int | None, error: str | None, model: str = "", memory_skipped: bool | None = None,
-        provider: str = "",
+        provider: str = "", calls: int = 0,
     ) -> None:
         await self._exec(
             db,
             "UPDATE runs SET status = ?, prompt_tokens = ?, completion_tokens = ?, cached_tokens = ?, estimated = ?,"
             " selector_prompt_tokens = ?, selector_completion_tokens = ?, selector_cached_tokens = ?,"
             " selector_estimated = ?, posted_seq = ?, error = ?, finished_at = ?, model = ?, memory_skipped = ?,"
-            " provider = ? WHERE id = ?",
+            " provider = ?, calls = ? WHERE id = ?",
             (
                 status, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, int(usage.estimated),
                 sel.prompt_tokens, sel.completion_tokens, sel.cached_tokens, int(sel.estimated),
                 posted_seq, mask_error(error) if error else error, self._now(), model or None,
-                None if memory_skipped is None else int(memory_skipped), provider or None, run_id,
+                None if memory_skipped is None else int(memory_skipped), provider or None, calls, run_id,
             ),
         )
 

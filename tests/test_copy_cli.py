@@ -43,6 +43,7 @@ async def seeded(path: Path) -> Harness:
         planner = await store.find_agent(group_id, "planner")
         assert planner is not None
         await store.add_note(planner.id, "Alice likes temples.")
+        await store.record_call(group_id, planner.id, "memory check", Completion("", Usage(30, 5, 0), "m"))
         await store.add_schedule(planner.id, When(at_time="09:00", tz="Asia/Tokyo"), "morning plan", next_run_at=9e9)
         await store.acquire_lease(group_id, 30)  # not copied: ownership stays with the old database
     return harness

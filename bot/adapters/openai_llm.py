@@ -317,21 +317,26 @@ class OpenAILLM:
             tool_calls=calls,
         )
 
-    async def tools_refusal(self, model: str | None) -> str | None:
+    async def tools_refusal(self, model: str | None, *, spent: list[Completion] | None = None) -> str | None:
         """None when `model` takes tool calls, else why not (or that it could not be checked).
 
         One tiny request: a probe tool, a `tool_choice` forcing it, a few tokens. A reply
         carrying the call says yes; a reply without one, or a 400/404/422 that names tools or
-        functions, says no; both are remembered for the model. Any other failure is not."""
+        functions, says no; both are remembered for the model. Any other failure is not. A reply's
+        model and tokens are appended to `spent` (a call is a call, whatever it was for)."""
         name = model or self.default_model
         if name in self._tools_answers:
             return self._tools_answers[name]
         probe = Tool(_PROBE, "Answer the probe.",
                      {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]})
+        ask = [ChatMessage("user", f"Call {_PROBE} with ok set to true.")]
+        used, answered_by = Usage(), name  # a call that failed is counted too, without tokens
         try:
             response = await self._create(
-                [ChatMessage("user", f"Call {_PROBE} with ok set to true.")], name, 16, False,
+                ask, name, 16, False,
                 tools=[_tool_json(probe)], tool_choice={"type": "function", "function": {"name": _PROBE}})
+            used = self._usage(getattr(response, "usage", None), ask, "")
+            answered_by = getattr(response, "model", None) or name
             calls = getattr(getattr(response.choices[0], "message", None), "tool_calls", None)
         except openai.APIStatusError as exc:
             detail = self._detail(exc)
@@ -347,6 +352,9 @@ class OpenAILLM:
         else:
             answer = None if calls else (f"model {name} answered without the tool call it was asked for, "
                                          "so it does not take tool calls; memory needs them")
+        finally:
+            if spent is not None:
+                spent.append(Completion("", used, answered_by))
         self._tools_answers[name] = answer
         log.info("model %s %s tool calls", name, "takes" if answer is None else "does not take")
         return answer

@@ -64,9 +64,12 @@ class Providers:
             raise self._named(exc, provider) from None
         return dataclasses.replace(completion, provider=provider)
 
-    async def tools_refusal(self, model: str | None) -> str | None:
+    async def tools_refusal(self, model: str | None, *, spent: list[Completion] | None = None) -> str | None:
         provider, client, name = self.resolve(model)
-        reason = await client.tools_refusal(name)
+        asked: list[Completion] = []
+        reason = await client.tools_refusal(name, spent=asked)
+        if spent is not None:
+            spent.extend(dataclasses.replace(call, provider=provider) for call in asked)
         return reason if reason is None or provider == DEFAULT_PROVIDER else f"{reason} (provider {provider})"
 
     def takes_images(self, model: str | None) -> bool:

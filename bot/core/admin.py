@@ -18,7 +18,7 @@ from bot.core.context import find_window, participant_step
 from bot.core.engine import Engine
 from bot.core.errors import InvalidInput, NotFound, UserFacingError
 from bot.core.export import file_name, plural, when, write_export
-from bot.core.models import DEFAULT_PROVIDER, Agent, Decision, Group, GroupSettings
+from bot.core.models import DEFAULT_PROVIDER, Agent, Completion, Decision, Group, GroupSettings
 from bot.core.pricing import dollars, exact_dollars
 from bot.core.reading import Reader, Reading
 from bot.core.schedule_verbs import ScheduleVerbs
@@ -344,7 +344,10 @@ class Admin:
         if not update.get("memory", agent.memory) or not ("memory" in update or "model" in update):
             return
         model = update["model"] if "model" in update else agent.model
-        reason = await self.engine.llm.tools_refusal(str(model) if model else None)
+        spent: list[Completion] = []
+        reason = await self.engine.llm.tools_refusal(str(model) if model else None, spent=spent)
+        for call in spent:  # a model call like any other: /roundtable usage counts it with the agent's
+            await self.store.record_call(agent.group_id, agent.id, "memory check", call)
         if reason is not None:
             raise UserFacingError(f"Memory stays off for {agent.name}: {reason}." if "memory" in update else
                                   f"{agent.name} keeps its model: memory is on for it, and {reason}.")

@@ -93,7 +93,7 @@ class DirectRuns:
                                                        cache_key=cache_key(group, agent.id) + "-direct")
             except LLMError as exc:
                 log.warning("group=%s agent=%s direct run=%s failed: %s", group.id, agent.name, run.id, exc)
-                await store.finish_run(run.id, RunResult("failed", error=str(exc)), cap=0)
+                await store.finish_run(run.id, RunResult("failed", error=str(exc), calls=1), cap=0)
                 raise UserFacingError(f"{agent.name} could not answer: {exc.public}. Try again later.") from None
             except asyncio.CancelledError:
                 await store.finish_run(run.id, RunResult("interrupted"), cap=0)
@@ -103,12 +103,12 @@ class DirectRuns:
             text = strip_terminate(cleaned)
             if not text:
                 await store.finish_run(run.id, RunResult("empty", completion.usage, model=completion.model,
-                                                         provider=completion.provider), cap=0)
+                                                         provider=completion.provider, calls=1), cap=0)
                 return DirectAnswer(agent, "", completion.usage,
                                     not_posted="the answer was empty" if post else None)
             if not post:
                 await store.finish_run(run.id, RunResult("answered", completion.usage, model=completion.model,
-                                                 provider=completion.provider),
+                                                 provider=completion.provider, calls=1),
                                        cap=0)
                 log.info("group=%s agent=%s direct run=%s answered %s privately", group.id, agent.name, run.id, asker)
                 return DirectAnswer(agent, text, completion.usage)
@@ -129,10 +129,10 @@ class DirectRuns:
         fresh = await store.get_group(group.id)
         try:
             finished = await store.finish_run(
-                run_id, RunResult("posted", usage, reply=reply, model=model, provider=provider),
+                run_id, RunResult("posted", usage, reply=reply, model=model, provider=provider, calls=1),
                 cap=fresh.settings.max_agent_turns)
         except LeaseLost:
-            await store.finish_run(run_id, RunResult("answered", usage, model=model, provider=provider,
+            await store.finish_run(run_id, RunResult("answered", usage, model=model, provider=provider, calls=1,
                                                      error="another process runs the group"), cap=0)
             return DirectAnswer(agent, text, usage, not_posted="another process runs this group right now")
         if finished.reply is None:

@@ -122,8 +122,9 @@ async def run_with_memory(llm: LLM, store: MemoryStore, agent: Agent, messages: 
 
     async def step() -> Completion:
         nonlocal usage, model, calls, provider
+        calls += 1  # a call that fails is a call made
         completion = await llm.complete(conversation, model=agent.model, cache_key=cache_key, tools=(MEMORY_TOOL,))
-        usage, model, calls = usage + completion.usage, completion.model or model, calls + 1
+        usage, model = usage + completion.usage, completion.model or model
         provider = completion.provider or provider
         return completion
 

@@ -278,6 +278,7 @@ class Run:
     model: str = ""  # the model that answered ("" when none did, or not recorded)
     memory_skipped: bool | None = None  # memory on: whether the run ended without a note; None: memory off
     provider: str = ""  # the provider the model ran on ("" when not recorded)
+    calls: int = 1  # model calls the run made (runs recorded before this was kept count one)
 
 
 @dataclass(frozen=True)
@@ -297,6 +298,7 @@ class RunResult:
     model: str = ""  # the model that answered, for its price
     memory_skipped: bool | None = None  # None when memory was off for the run
     provider: str = ""
+    calls: int = 0  # model calls made, failed ones too (a memory run: one per step, its reminder too)
 
 
 @dataclass(frozen=True)

@@ -59,9 +59,11 @@ class LLM(Protocol):
         """
         ...
 
-    async def tools_refusal(self, model: str | None) -> str | None:
+    async def tools_refusal(self, model: str | None, *, spent: list[Completion] | None = None) -> str | None:
         """None when `model` (None: the default) takes tool calls; else one line saying why
-        not, or that it could not be checked. Never raises."""
+        not, or that it could not be checked. Never raises. When it asked the model (a tiny
+        call: the answer may be remembered), the call's `Completion` (model, usage) is appended
+        to `spent`, so its tokens can be counted."""
         ...
 
     def takes_images(self, model: str | None) -> bool:
@@ -347,15 +349,21 @@ class ScheduleStore(Protocol):
 
 
 class RecordStore(Protocol):
-    """The record, for exports, usage and costs: read in pages or in totals, never changed."""
+    """The record, for exports, usage and costs: read in pages or in totals, never changed (but for
+    `record_call`, which adds a call that no run, decision or summary holds)."""
 
     async def usage_since(self, group_id: int, since: float) -> dict[str, Usage]:
         """Token totals per agent name, plus key 'selector', for runs/decisions since `since`."""
         ...
 
     async def spending(self, group_id: int, since: float) -> list[Spend]:
-        """Model calls since `since`: per (agent name, model) of runs, per model of the selector's
+        """Model calls since `since`: per (agent name, model) of runs (each run's calls: a memory run
+        may make several) and of the calls recorded with `record_call`, per model of the selector's
         decisions (a call per attempt) and of catch-up summaries."""
+        ...
+
+    async def record_call(self, group_id: int, agent_id: int | None, purpose: str, call: Completion) -> None:
+        """Keep a model call that is no run, decision or summary (the memory check), for `spending`."""
         ...
 
     def message_pages(self, group_id: int, *, after: int = 0, through: int | None = None,

@@ -149,7 +149,7 @@ class AgentTurn:
             log.warning("group=%s agent=%s run=%s failed: %s", group.id, agent.name, run.id, exc)
             failure = engine.notice(f"{agent.name} could not answer: {exc.public}. Its turn was skipped.")
             return RunResult("failed", answer.usage, selector_usage, error=str(exc), notice=failure,
-                             model=answer.model, provider=answer.provider), False
+                             model=answer.model, provider=answer.provider, calls=answer.calls), False
         usage, skipped = answer.usage, (answer.skipped if agent.memory else None)
         if skipped:
             log.info("group=%s agent=%s run=%s: memory_skipped (no note after the reminder)",
@@ -161,7 +161,7 @@ class AgentTurn:
                      group.id, agent.name, run.id)
             notice = None if terminated else engine.notice(f"{agent.name} had nothing to add (its reply was empty).")
             return RunResult("empty", usage, selector_usage, notice=notice, model=answer.model,
-                             memory_skipped=skipped, provider=answer.provider), terminated
+                             memory_skipped=skipped, provider=answer.provider, calls=answer.calls), terminated
         reply = NewMessage(
             author_type="agent",
             author_name=agent.name,
@@ -172,7 +172,7 @@ class AgentTurn:
             token_count=engine.counter.count(thread_line(agent.name, cleaned)),
         )
         return RunResult("posted", usage, selector_usage, reply=reply, model=answer.model,
-                         memory_skipped=skipped, provider=answer.provider), terminated
+                         memory_skipped=skipped, provider=answer.provider, calls=answer.calls), terminated
 
     async def _complete(self, group: Group, agent: Agent, messages: list[ChatMessage]) -> Answer:
         """The agent's answer: one call, or with memory on, the memory_write loop (`bot.core.memory`)."""

@@ -72,6 +72,7 @@ def test_url_settings_give_their_passwords(secrets: Secrets) -> None:
     ("GET /v1/models?api_key=abc&limit=2", "GET /v1/models?api_key=***&limit=2"),
     ("echo MTA5ODc2NTQzMjEwOTg3NjU0.GaBcDe.abcdefghijklmnopqrstuvwxyz012", "echo ***"),
     ("a plain error: HTTP 500", "a plain error: HTTP 500"),
+    ("open db?password=***: refused", "open db?password=***: refused"),  # masked once, nothing more taken
 ])
 def test_errors_lose_what_is_shaped_like_a_credential(secrets: Secrets, text: str, shown: str) -> None:
     assert secrets.mask_error(text) == shown

@@ -236,3 +236,20 @@ async def test_an_agent_with_memory_on_keeps_its_model_when_the_new_one_takes_no
         assert await admin.edit_agent(h.group, "planner", memory=False) == "Memory is already off for planner."
     probes = [r["model"] for r in srv.requests if "tool_choice" in r]
     assert probes == ["fake-model", "tiny-model"]  # turning memory off, or a model change with it off, asks nothing
+
+
+async def test_usage_counts_every_model_call_and_its_tokens(harness):
+    # A run counted as one call: the reminder's call was left out of the count (its tokens were in), and the
+    # memory check made when memory was turned on was not counted at all.
+    script = GroupChatScript(agents={"planner": ["Day 1 by train to Kyoto.", write()]})
+    async with group(harness, script) as (srv, h):
+        await h.say("@planner plan a trip")
+        await h.idle()
+        card = await Admin(h.engine).usage(h.group, 1)
+    assert [GroupChatScript.classify(r)[0] for r in srv.requests] == ["probe", "participant", "participant"]
+    prompt = sum(rough_tokens("\n".join(message_text(m) for m in r["messages"])) for r in srv.requests)
+    completion = rough_tokens("Day 1 by train to Kyoto.")
+    shown = {f.name: f.value for f in card.fields}  # type: ignore[union-attr]
+    assert shown["planner"] == (f"3 calls · {prompt:,} prompt / 0 cached / {completion:,} completion tokens · "
+                                "no price known for fake-model (3 calls)")
+    assert shown["total"] == shown["planner"]

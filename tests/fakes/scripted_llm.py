@@ -49,8 +49,10 @@ class ScriptedLLM:
     text_only: set[str | None] = field(default_factory=set)  # models takes_images says no for
     models: dict[str, list[str] | None] = field(default_factory=lambda: {"default": None})  # model_names
 
-    async def tools_refusal(self, model: str | None) -> str | None:
+    async def tools_refusal(self, model: str | None, *, spent: list[Completion] | None = None) -> str | None:
         self.tools_asked.append(model)
+        if spent is not None:
+            spent.append(Completion("", Usage(30, 5, 0), model or "fake"))
         return self.tools_reason
 
     def takes_images(self, model: str | None) -> bool:

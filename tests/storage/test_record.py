@@ -1,7 +1,7 @@
 """The record read in pages (exports) and spending per model, on SQLite and PostgreSQL (`place`)."""
 from __future__ import annotations
 
-from bot.core.models import Decision, GroupSettings, NewMessage, RunResult, Summary, Usage
+from bot.core.models import Completion, Decision, GroupSettings, NewMessage, RunResult, Summary, Usage
 from tests.fakes.databases import Place
 from tests.fakes.rows import agent_reply
 
@@ -54,21 +54,25 @@ async def test_spending_per_model_with_calls(place: Place) -> None:
                                                        usage=Usage(7, 2, 1), model="sel-model"))
         decision = await store.get_decision(group.id, 1)
         assert decision is not None and decision.model == "sel-model"
-        for model in ("m1", "m1", "m2"):
+        for model, calls in (("m1", 1), ("m1", 1), ("m2", 2)):  # m2: a memory run reminded to save a note
             run = await store.start_run(group.id, a.id, "group", 1)
-            await store.finish_run(run.id, RunResult("empty", Usage(100, 10, 50), model=model), cap=5)
-        assert (await store.get_run(run.id)).model == "m2"
+            await store.finish_run(run.id, RunResult("empty", Usage(100, 10, 50), model=model, calls=calls), cap=5)
+        assert (await store.get_run(run.id)).model == "m2" and (await store.get_run(run.id)).calls == 2
         old = await store.start_run(group.id, a.id, "group", 1)  # a failed call: no model answered
-        await store.finish_run(old.id, RunResult("failed", error="timeout"), cap=5)
+        await store.finish_run(old.id, RunResult("failed", error="timeout", calls=1), cap=5)
+        refused = await store.start_run(group.id, a.id, "group", 1)  # the cap refused it before any call
+        await store.finish_run(refused.id, RunResult("refused", calls=0), cap=5)
+        await store.record_call(group.id, a.id, "memory check", Completion("", Usage(30, 5, 0), "m2"))
         for _ in range(2):  # the same rows summarised twice: two calls, both paid
             await store.save_summary(group.id, Summary(0, 1, "text", model="cheap"), prompt_tokens=40,
                                      completion_tokens=4)
-        spent = {(s.who, s.model): (s.kind, s.calls, s.usage) for s in await store.spending(group.id, 0)}
-        assert spent == {
-            ("a", ""): ("agent", 1, Usage()),
-            ("a", "m1"): ("agent", 2, Usage(200, 20, 100)),
-            ("a", "m2"): ("agent", 1, Usage(100, 10, 50)),
-            ("selector", "sel-model"): ("selector", 2, Usage(7, 2, 1)),
-            ("catch-up", "cheap"): ("catch-up", 2, Usage(80, 8, 0)),
-        }
+        spent = sorted(((s.who, s.model, s.kind, s.calls, s.usage) for s in await store.spending(group.id, 0)), key=str)
+        assert spent == sorted([
+            ("a", "", "agent", 1, Usage()),
+            ("a", "m1", "agent", 2, Usage(200, 20, 100)),
+            ("a", "m2", "agent", 2, Usage(100, 10, 50)),  # one run, two calls
+            ("a", "m2", "agent", 1, Usage(30, 5, 0)),  # the memory check: a call of its own
+            ("selector", "sel-model", "selector", 2, Usage(7, 2, 1)),
+            ("catch-up", "cheap", "catch-up", 2, Usage(80, 8, 0)),
+        ], key=str)
         assert await store.spending(group.id, 10**12) == []
