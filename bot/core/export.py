@@ -145,8 +145,9 @@ class Record:
 
 
 def _picked_by(picks: dict[int, deque[tuple[int, Decision]]], message: Message, run: Run | None) -> Decision | None:
-    """The newest decision at or before the run's snapshot that selected the row's author."""
-    if message.author_type != "agent" or message.author_agent_id is None or run is None:
+    """The newest decision at or before the run's snapshot that selected the row's author (a group
+    run's; an /ask answered with post:true was asked for, not picked)."""
+    if message.author_type != "agent" or message.author_agent_id is None or run is None or run.kind != "group":
         return None
     for seq, decision in reversed(picks.get(message.author_agent_id, ())):
         if seq <= run.snapshot_seq:
@@ -165,6 +166,27 @@ def chosen(decision: Decision) -> str:
 def tokens(usage: Usage) -> str:
     return (f"{usage.prompt_tokens:,} prompt / {usage.cached_tokens:,} cached / {usage.completion_tokens:,} completion"
             + (" (estimated)" if usage.estimated else ""))
+
+
+# What the totals of every format count (the JSON schema's descriptions say the same).
+RUNS_COUNTED = ("every run over these messages (its snapshot in the range): replies, failed and empty runs and "
+                "private /ask answers included")
+
+
+async def count_runs(record: Record, totals: Totals) -> None:
+    """Add the runs over the range's messages and their tokens to `totals`: the runs a JSON export lists."""
+    async for page in record.store.run_pages(record.group.id, after=record.span.after, through=record.span.through,
+                                             size=record.page):
+        for run in page:
+            totals.runs += 1
+            totals.usage = totals.usage + run.usage
+
+
+def totals_line(totals: Totals) -> str:
+    """The closing line of the HTML and Markdown exports: what was exported and what it cost."""
+    return (f"{plural(totals.messages, 'message')}, {plural(totals.episodes, 'episode')}; "
+            f"{plural(totals.runs, 'run')}, {RUNS_COUNTED}: {tokens(totals.usage)} tokens; "
+            f"the selector, for these messages' routing: {tokens(totals.selector_usage)} tokens.")
 
 
 def episode_line(episode: Episode) -> str:
@@ -199,9 +221,11 @@ async def write_markdown(record: Record, write: Write, now: float) -> Totals:
             head += f" · answers the earlier task #{entry.earlier_task}"
         if entry.decision is not None and entry.decision.source not in ("none", "superseded"):
             head += f" · → {chosen(entry.decision)} ({entry.decision.source})"
+        if entry.decision is not None:
+            totals.selector_usage = totals.selector_usage + entry.decision.usage
         if entry.run is not None:
-            totals.runs += 1
-            totals.usage = totals.usage + entry.run.usage
+            if entry.run.kind == "direct":
+                head += " · answers an /ask"
             on = f" on {entry.run.provider}" if entry.run.provider else ""
             head += f" · {entry.run.model or 'model not recorded'}{on}, {tokens(entry.run.usage)} tokens"
         quoted = "\n".join(f"> {line}" if line else ">" for line in
@@ -209,7 +233,8 @@ async def write_markdown(record: Record, write: Write, now: float) -> Totals:
         for file in m.attachments:
             quoted += f"\n>\n> 📎 {_md_file(file)}"
         write(f"\n{head}\n{quoted}\n")
-    write(f"\n---\n\n{plural(totals.messages, 'message')}, {plural(totals.episodes, 'episode')}.\n")
+    await count_runs(record, totals)
+    write(f"\n---\n\n{totals_line(totals)}\n")
     return totals
 
 

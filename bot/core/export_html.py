@@ -21,11 +21,12 @@ from bot.core.export import (
     Write,
     author_label,
     chosen,
+    count_runs,
     episode_line,
     file_facts,
     iso,
-    plural,
     tokens,
+    totals_line,
     when,
 )
 from bot.core.markdown import escape, to_html
@@ -146,9 +147,12 @@ def why(entry: Entry) -> str:
     summary: list[str] = []
     if entry.run is not None:
         run = entry.run
-        facts.append(("run", f"#{run.id} {run.status} · {run.model or 'model not recorded'}"
+        kind = " (an /ask, posted)" if run.kind == "direct" else ""
+        facts.append(("run", f"#{run.id}{kind} {run.status} · {run.model or 'model not recorded'}"
                       + (f" on {run.provider}" if run.provider else "")))
         facts.append(("tokens", tokens(run.usage)))
+        if run.kind == "direct":
+            summary.append("answers an /ask")
     if entry.earlier_task is not None:
         facts.append(("answers", f"the earlier task #{entry.earlier_task} (a person posted during the run)"))
         summary.append(f"answers #{entry.earlier_task}")
@@ -222,11 +226,10 @@ async def write_html(record: Record, write: Write, now: float) -> Totals:
             write(("</section>\n" if in_section else "") + f'<section class="episode" id="episode-{ep.id}">'
                   f"<h2>{line}</h2>\n")
             in_section = True
-        if entry.run is not None:
-            totals.runs += 1
-            totals.usage = totals.usage + entry.run.usage
+        if entry.decision is not None:
+            totals.selector_usage = totals.selector_usage + entry.decision.usage
         write(message_html(entry, record.people))
-    counts = f'{plural(totals.messages, "message")} · {plural(totals.episodes, "episode")}'
-    write(("</section>\n" if in_section else "") + f'<footer class="end">{counts} · agent tokens '
-          f"{escape(tokens(totals.usage))}</footer>\n</main></body></html>\n")
+    await count_runs(record, totals)
+    write(("</section>\n" if in_section else "") + f'<footer class="end">{escape(totals_line(totals))}</footer>\n'
+          "</main></body></html>\n")
     return totals

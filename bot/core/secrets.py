@@ -57,7 +57,8 @@ _SHAPES = re.compile(
 _URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@]*:)[^\s/?#@]+(?=@)")
 _WEBHOOK_TOKEN = re.compile(r"(?P<head>/webhooks/\d+/)[A-Za-z0-9._-]+")
 _SCAN_ABOVE = 200  # forms: past this many, mask() looks up the text's windows instead of searching for each form
-_PARAM_VALUE = re.compile(r"(?P<head>[?&;](?P<name>[A-Za-z_-]+)=)(?P<value>(?!\*\*\*)[^&;#\s\"'<>]+)")  # (not masked twice)
+# A query parameter's value (one already masked is left alone).
+_PARAM_VALUE = re.compile(r"(?P<head>[?&;](?P<name>[A-Za-z_-]+)=)(?P<value>(?!\*\*\*)[^&;#\s\"'<>]+)")
 
 
 def _variants(secret: str) -> set[str]:

@@ -181,7 +181,7 @@ async def test_markdown_holds_every_message(harness):
         at = md.index(f"> {first_line}", at)
     assert "&lt;script>alert('x')&lt;/script>" in md and "<script>" not in md
     assert "> ```python\n> budget = 1_500  # <b>USD</b>\n> ```" in md  # code keeps its text
-    assert md.count("### Episode") == 2 and md.rstrip().endswith("5 messages, 2 episodes.")
+    assert md.count("### Episode") == 2 and "\n5 messages, 2 episodes; 3 runs, every run over these" in md
 
 
 async def test_a_range_and_the_page_size_change_nothing_else(harness):
@@ -222,3 +222,42 @@ async def test_the_export_verb_makes_a_file_the_console_keeps(harness, tmp_path)
     assert (tmp_path / "out" / "main-transcript-1.md").read_text() == made
     assert (tmp_path / "out" / "main-transcript.md").read_text() == "someone else's file"
     assert not Path(attachment.path).exists()
+
+
+async def test_the_formats_agree_on_what_an_ask_is_and_on_their_totals(harness):
+    # HTML labelled an /ask post:true answer "picked by #N (selector)" (JSON: a direct run), and its footer
+    # summed only the runs that wrote a row, leaving out private /ask answers and failed runs.
+    llm = ScriptedLLM(selector=["planner", "TERMINATE"],
+                      agents={"planner": [Completion("Day 1.", Usage(1000, 50, 0), model="gpt-4o-mini")]},
+                      direct={"planner": [Completion("Privately: day 2.", Usage(300, 20, 0), model="gpt-4o-mini"),
+                                          Completion("Posted: day 3.", Usage(500, 30, 0), model="gpt-4o-mini")]})
+    async with harness.running(llm):
+        admin = Admin(harness.engine)
+        await harness.say("Plan a trip")
+        await harness.idle()
+        planner = await admin.agent(harness.group, "planner")
+        await harness.engine.ask(harness.group, planner, "and day 2?", asker="alice")
+        posted = await harness.engine.ask(harness.group, planner, "and day 3?", asker="alice", post=True)
+        await harness.idle()
+        assert posted.posted is not None
+        data = json.loads(await export(harness, "json"))
+        page, md = await export(harness, "html"), await export(harness, "md")
+    assert [(r["kind"], r["status"]) for r in data["runs"]] == [("group", "posted"), ("direct", "answered"),
+                                                                 ("direct", "posted")]
+    totals = data["totals"]
+    assert totals["runs"] == 3 and totals["usage"]["prompt_tokens"] == 1000 + 300 + 500
+    seq = posted.posted.seq
+    article = page[page.index(f'id="m{seq}"'):]
+    article = article[:article.index("</article>")]
+    assert "picked by" not in article and "answers an /ask" in article and "(an /ask, posted)" in article
+    assert f"#{seq}" in md and "answers an /ask" in md.split(f"· #{seq} ·")[1].split("\n")[0]
+    usage, selector = totals["usage"], totals["selector_usage"]
+    assert (totals["messages"], totals["episodes"]) == (3, 1)
+    line = ("3 messages, 1 episode; 3 runs, every run over these messages "
+            "(its snapshot in the range): replies, failed and empty runs and private /ask answers included: "
+            f"{usage['prompt_tokens']:,} prompt / {usage['cached_tokens']:,} cached / "
+            f"{usage['completion_tokens']:,} completion tokens; the selector, for these messages' routing: "
+            f"{selector['prompt_tokens']:,} prompt / {selector['cached_tokens']:,} cached / "
+            f"{selector['completion_tokens']:,} completion tokens.")
+    assert f'<footer class="end">{line}</footer>' in page.replace("&#x27;", "'")
+    assert md.rstrip().endswith(line)
