@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from urllib.parse import quote
 
+import pytest
+
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply
 
 ROUNDTABLE = str(Path(sys.executable).parent / "roundtable")
@@ -109,10 +111,24 @@ async def test_no_secret_reaches_the_log_the_database_or_an_export(tmp_path):
     assert any("<error: server error: HTTP 500" in r for r in raw), raw
 
 
-async def test_an_exception_and_its_traceback_are_masked_in_every_handler(tmp_path, caplog):
-    from bot.masking import mask_logs, register_settings
+@pytest.fixture
+def masked_logs():
+    """`mask_logs()` for one test: the process-wide record factory and excepthooks are put back after it."""
+    import threading
 
-    mask_logs()
+    import bot.masking
+
+    saved = (logging.getLogRecordFactory(), sys.excepthook, threading.excepthook, bot.masking._installed)
+    bot.masking._installed = False
+    bot.masking.mask_logs()
+    yield
+    factory, sys.excepthook, threading.excepthook, bot.masking._installed = saved
+    logging.setLogRecordFactory(factory)
+
+
+async def test_an_exception_and_its_traceback_are_masked_in_every_handler(tmp_path, caplog, masked_logs):
+    from bot.masking import register_settings
+
     register_settings(None, {"DISCORD_TOKEN": BOT_TOKEN, "OPENAI_API_KEY": OPENAI_KEY,
                              "ROUNDTABLE_DB": f"postgresql://rt:{quote(DB_PASSWORD, safe='')}@h/rt"})
     stream = tmp_path / "log.txt"
