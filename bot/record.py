@@ -20,6 +20,7 @@ from bot.core.errors import InvalidInput, NotFound
 from bot.core.export import write_export
 from bot.core.models import Group
 from bot.core.replay import episode_report, replay_episode, replay_message, side_by_side
+from bot.core.secrets import mask
 from storage.store import SqlStore
 
 
@@ -117,5 +118,5 @@ async def replay(settings: Settings, *, db: str | None, group: str, seq: int | N
         finally:
             await llm.aclose()
     for line in [*lines, f"(selector model {chosen_model}; today's roster and settings; nothing stored changed)"]:
-        write(line + "\n")
+        write(mask(line) + "\n")  # (stored and new replies: no secret the process knows)
     return 0

@@ -221,8 +221,7 @@ class LedgerMixin(RunMixin):
     async def register_webhook_tokens(self) -> int:
         async with self._read() as db:
             rows = await self._all(db, "SELECT token FROM webhooks")
-        for row in rows:
-            SECRETS.register(row[0])
+        SECRETS.register_all(row[0] for row in rows)
         return len(rows)
 
     async def save_webhook(self, channel_id: str, webhook_id: str, token: str) -> None:

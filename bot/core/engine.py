@@ -32,6 +32,7 @@ from bot.core.ports import LLM, Store, Surface, TokenCounter
 from bot.core.pricing import DEFAULT_PRICES, Price
 from bot.core.prompts import SYSTEM_AUTHOR, thread_line
 from bot.core.scheduler import TICK, Scheduler
+from bot.core.secrets import mask_error
 from bot.core.shards import Shards
 from bot.core.spending import budget_reached_notice, month_cost
 from bot.core.stop import strip_terminate
@@ -380,7 +381,7 @@ class Engine:
             return
         log.error("group=%s: %s", group.id, problem)
         try:
-            await self.surface.alert(group, problem)
+            await self.surface.alert(group, mask_error(problem))
         except Exception:  # best effort: /roundtable status shows it too
             log.warning("group=%s: could not tell the channel about the problem", group.id, exc_info=True)
 

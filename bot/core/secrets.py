@@ -36,7 +36,7 @@ import html
 import json
 import re
 import threading
-from typing import Mapping
+from typing import Iterable, Mapping
 from urllib.parse import quote, quote_plus, unquote, urlsplit, urlunsplit
 
 MIN_LENGTH = 8
@@ -77,52 +77,59 @@ class Secrets:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._known: set[str] = set()  # as registered
-        self._forms: tuple[str, ...] = ()  # every form, longest first
-        self._index: dict[str, tuple[str, ...]] | None = None  # many forms: first MIN_LENGTH characters -> forms
+        # Every form, longest first; with many, also an index: first MIN_LENGTH characters -> forms.
+        # One tuple, replaced whole, so a mask() on another thread never sees one without the other.
+        self._state: tuple[tuple[str, ...], dict[str, tuple[str, ...]] | None] = ((), None)
 
     def __len__(self) -> int:
         return len(self._known)
 
     def register(self, secret: str | None) -> bool:
         """Mask `secret` from now on; False (nothing registered) when it is shorter than MIN_LENGTH."""
-        value = (secret or "").strip()
-        if len(value) < MIN_LENGTH:
-            return False
+        return self.register_all([secret]) == 1
+
+    def register_all(self, secrets: Iterable[str | None]) -> int:
+        """`register` each (at once: a bot's thousands of webhook tokens); how many were long enough."""
+        count, new = 0, set()
         with self._lock:
-            if value in self._known:
-                return True
-            self._known.add(value)
-            forms = set(self._forms) | _variants(value)
-            if value != secret and secret is not None:
-                forms |= _variants(secret)
-            self._forms = tuple(sorted(forms, key=len, reverse=True))
-            self._index = None
-            if len(self._forms) > _SCAN_ABOVE:
-                index: dict[str, list[str]] = {}
-                for form in self._forms:
-                    index.setdefault(form[:MIN_LENGTH], []).append(form)
-                self._index = {head: tuple(forms) for head, forms in index.items()}
-        return True
+            for secret in secrets:
+                value = (secret or "").strip()
+                if len(value) < MIN_LENGTH:
+                    continue
+                count += 1
+                if value in self._known:
+                    continue
+                self._known.add(value)
+                new |= _variants(value) | (_variants(secret) if secret is not None and secret != value else set())
+            if not new - set(self._state[0]):
+                return count
+            forms = tuple(sorted(set(self._state[0]) | new, key=len, reverse=True))
+            index: dict[str, tuple[str, ...]] | None = None
+            if len(forms) > _SCAN_ABOVE:
+                heads: dict[str, list[str]] = {}
+                for form in forms:
+                    heads.setdefault(form[:MIN_LENGTH], []).append(form)
+                index = {head: tuple(group) for head, group in heads.items()}
+            self._state = (forms, index)
+        return count
 
     def register_url(self, url: str | None) -> int:
-        """Register the password and secret-named query values of `url`; how many were new or known."""
-        return sum(self.register(value) for value in url_secrets(url or ""))
+        """Register the password and secret-named query values of `url`; how many."""
+        return self.register_all(url_secrets(url or ""))
 
     def register_env(self, env: Mapping[str, str]) -> int:
         """Register every secret `env` holds (see the module docstring); how many values."""
-        count = 0
+        found: list[str] = []
         for name, value in env.items():
-            if not value:
-                continue
-            if _SECRET_NAME.search(name):
-                count += self.register(value)
-            if "://" in value or "password=" in value.lower():
-                count += self.register_url(value)
-        return count
+            if value and _SECRET_NAME.search(name):
+                found.append(value)
+            if value and ("://" in value or "password=" in value.lower()):
+                found += url_secrets(value)
+        return self.register_all(found)
 
     def mask(self, text: str) -> str:
         """`text` with every registered secret (in each of its forms) replaced by `***`."""
-        forms, index = self._forms, self._index
+        forms, index = self._state
         if not forms or len(text) < MIN_LENGTH:
             return text
         if index is not None:  # a bot in many channels (a webhook token each): look up each window of the text
@@ -148,14 +155,14 @@ class Secrets:
         """Forget every secret (tests)."""
         with self._lock:
             self._known.clear()
-            self._forms = ()
-            self._index = None
+            self._state = ((), None)
 
 
 SECRETS = Secrets()
 register = SECRETS.register
 register_url = SECRETS.register_url
 register_env = SECRETS.register_env
+register_all = SECRETS.register_all
 mask = SECRETS.mask
 mask_error = SECRETS.mask_error
 
