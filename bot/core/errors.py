@@ -57,7 +57,7 @@ class Forbidden(UserFacingError):
 
 class CapReached(RoundtableError):
     def __init__(self, cap: int) -> None:
-        super().__init__(f"the group reached its cap of {cap} consecutive agent messages")
+        super().__init__(f"the group reached its cap of {cap} consecutive agent message{'' if cap == 1 else 's'}")
         self.cap = cap
 
 

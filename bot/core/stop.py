@@ -93,13 +93,17 @@ def guard_impersonation(text: str, own_name: str, other_names: Sequence[str]) ->
     return "\n".join(kept).strip()
 
 
+def _agent_messages(n: int) -> str:
+    return f"{n} agent message{'' if n == 1 else 's'}"
+
+
 def cap_notice(cap: int) -> str:
-    return f"Stopped after {cap} agent messages (max_turns). Post a message to continue."
+    return f"Stopped after {_agent_messages(cap)} (max_turns). Post a message to continue."
 
 
 def cap_refusal_notice(name: str, cap: int) -> str:
     """Why an agent a turn was meant for did not answer (another agent reached the cap first)."""
-    return f"{name} did not answer: the group reached max_turns ({cap} agent messages in a row). " \
+    return f"{name} did not answer: the group reached max_turns ({_agent_messages(cap)} in a row). " \
            "Post a message to continue."
 
 

@@ -149,7 +149,7 @@ async def test_an_agent_whose_turn_comes_after_the_cap_is_not_called_and_people_
         assert await harness.thread() == [
             "[alice] @planner @budget both of you, please",
             "[planner] planner reply 1",
-            "[roundtable] Stopped after 1 agent messages (max_turns). Post a message to continue.",
+            "[roundtable] Stopped after 1 agent message (max_turns). Post a message to continue.",
         ]  # that notice says why budget did not answer
         runs = await harness.fetch("SELECT status FROM runs ORDER BY id")
         assert [r[0] for r in runs] == ["posted", "refused"]
@@ -163,7 +163,7 @@ async def test_an_agent_refused_after_another_ended_the_task_is_named(harness):
         await harness.idle()
         assert llm.participant_order == ["planner"]
         assert (await harness.thread())[-1] == (
-            "[roundtable] budget did not answer: the group reached max_turns (1 agent messages in a row). "
+            "[roundtable] budget did not answer: the group reached max_turns (1 agent message in a row). "
             "Post a message to continue.")
 
 

@@ -78,7 +78,7 @@ async def test_a_late_reply_to_an_older_task_does_not_use_up_the_new_tasks_cap(h
         llm.gate.set()
         await harness.idle()
         assert await harness.thread() == ["[alice] @planner task A", "[alice] @budget task B", "[planner] About A.",
-                                          "[budget] About B.", "[roundtable] " + "Stopped after 1 agent messages "
+                                          "[budget] About B.", "[roundtable] " + "Stopped after 1 agent message "
                                           "(max_turns). Post a message to continue."]
 
 
