@@ -399,7 +399,7 @@ class Engine:
                 try:
                     group = await self.store.get_group(group_id)
                     if group.enabled:
-                        await self.surface.alert(group, text)
+                        await self.surface.alert(group, mask_error(text))
                 except Exception:  # best effort: /roundtable status shows it too
                     log.warning("group=%s: could not tell people about the database", group_id, exc_info=True)
 
