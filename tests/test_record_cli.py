@@ -64,7 +64,7 @@ async def test_export_each_format(tmp_path, db):
     md = await roundtable(tmp_path, "--env-file", "/dev/null", "export", "--db", str(db), "--group", "1",
                           "--format", "MD")
     assert md.code == 0 and md.out.startswith("# main: Roundtable transcript\n")
-    assert "> planner says &lt;b>1&lt;/b>" in md.out and "6 messages, 2 episodes." in md.out
+    assert "> planner says &lt;b>1&lt;/b>" in md.out and "6 messages, 2 episodes;" in md.out
     html = await roundtable(tmp_path, "--env-file", "/dev/null", "export", "--db", str(db), "--group", "test:main",
                             "--format", "html", "--from", "4", "--to", "5", "--out", "t.html")
     assert html.code == 0, html.err
