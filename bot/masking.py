@@ -29,6 +29,8 @@ def register_settings(settings: Any, env: Mapping[str, str]) -> int:
         count += SECRETS.register(getattr(settings, name, None))
     for name in ("openai_base_url", "db_path", "discord_api_base_url"):
         count += SECRETS.register_url(getattr(settings, name, None))
+    for provider in getattr(settings, "providers", ()):  # ROUNDTABLE_PROVIDER_<NAME>_API_KEY / _BASE_URL
+        count += SECRETS.register(provider.api_key) + SECRETS.register_url(provider.base_url)
     return count
 
 

@@ -253,3 +253,25 @@ async def test_usage_counts_every_model_call_and_its_tokens(harness):
     assert shown["planner"] == (f"3 calls · {prompt:,} prompt / 0 cached / {completion:,} completion tokens · "
                                 "no price known for fake-model (3 calls)")
     assert shown["total"] == shown["planner"]
+
+
+async def test_the_memory_check_through_a_named_provider_is_counted_there(harness):
+    from bot.adapters.providers import Providers
+
+    script = GroupChatScript()
+    async with FakeOpenAI(script) as default, FakeOpenAI(GroupChatScript()) as local:
+        def client(name: str, url: str) -> OpenAILLM:
+            return OpenAILLM(api_key="sk-test", base_url=url, default_model="fake-model", timeout=10, max_retries=0,
+                             counter=make_token_counter(), provider=name)
+        llm = Providers({"default": client("default", default.base_url), "local": client("local", local.base_url)},
+                        default_model="fake-model")
+        async with harness.running(llm, mode="tags"):  # type: ignore[arg-type]
+            admin = Admin(harness.engine)
+            await admin.edit_agent(harness.group, "planner", model="local/small-model")
+            assert await admin.edit_agent(harness.group, "planner", memory=True) == "Updated planner: memory is on."
+            spent = await harness.store.spending(harness.group.id, 0)
+    assert [r["model"] for r in local.requests] == ["small-model"] and default.requests == []
+    (check,) = spent
+    prompt = rough_tokens(message_text(local.requests[0]["messages"][0]))
+    assert (check.who, check.kind, check.model, check.provider, check.calls, check.usage.prompt_tokens) == (
+        "planner", "agent", "small-model", "local", 1, prompt)
