@@ -13,6 +13,7 @@ from bot.core.models import (
     Agent,
     ChatMessage,
     Completion,
+    ContextSummary,
     Decision,
     Episode,
     FinishedRun,
@@ -292,6 +293,24 @@ class ChatStore(Protocol):
         ...
 
 
+class ContextStore(ChatStore, Protocol):
+    """What a prompt keeps beyond its window: rolling summaries of the rows a window cut, and the
+    earlier tasks an episode continues (`bot.core.summary`, `bot.core.tasks`)."""
+
+    async def context_summary(self, group_id: int, *, through: int) -> ContextSummary | None:
+        """The newest rolling summary whose last row is at or before `through`."""
+        ...
+
+    async def save_context_summary(self, group_id: int, summary: ContextSummary, usage: Usage) -> None:
+        """Keep a rolling summary and what its call cost (usage kind 'summary'); a second one of the same
+        rows replaces the text and adds its call."""
+        ...
+
+    async def earlier_tasks(self, group_id: int, *, before_seq: int, limit: int) -> list[tuple[Episode, Message]]:
+        """The episodes opened before row `before_seq`, each with its task row, newest first, at most `limit`."""
+        ...
+
+
 class MemoryStore(Protocol):
     """An agent's memory: the notes it saved with memory_write (`bot.core.memory`)."""
 
@@ -355,7 +374,7 @@ class RecordStore(Protocol):
 
     async def spending(self, group_id: int, since: float) -> list[Spend]:
         """Model calls since `since`: per (agent name, model) of runs, per model of the selector's
-        decisions (a call per attempt) and of catch-up summaries."""
+        decisions (a call per attempt), of catch-up summaries and of rolling summaries (kind 'summary')."""
         ...
 
     def message_pages(self, group_id: int, *, after: int = 0, through: int | None = None,
@@ -459,7 +478,7 @@ class InteractionStore(Protocol):
         ...
 
 
-class Store(ChatStore, MemoryStore, ScheduleStore, RecordStore, ReadingStore, LeaseStore, WebhookStore,
+class Store(ContextStore, MemoryStore, ScheduleStore, RecordStore, ReadingStore, LeaseStore, WebhookStore,
             InteractionStore, Protocol):
     """Durable state. Every method is atomic; appends are serialised per group.
 
