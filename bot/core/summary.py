@@ -3,8 +3,9 @@ oldest replies or summarise them").
 
 When a window moves (an agent's, or the selector's when it is at least MIN_WINDOW tokens:
 `bot.core.context`), the rows it cut are summarised once, by the group's summary model
-(ROUNDTABLE_SUMMARY_MODEL, else the selector's), and stored per group with the last row it covers. Every later prompt whose window starts
-right after that row reuses it, until the window moves again. Summaries roll: the summary
+(ROUNDTABLE_SUMMARY_MODEL, else the selector's), and stored per group with the last row it
+covers. Every later prompt whose window starts right after that row reuses it, until the
+window moves again. Summaries roll: the summary
 through row T rewrites the newest stored one (through P < T) with rows P+1..T, so each call
 reads one step of the thread, not the whole history (its input is bounded by INPUT_BUDGET
 tokens of rows, the newest kept; its output by MAX_TOKENS). The agents' windows and the
