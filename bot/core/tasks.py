@@ -4,8 +4,11 @@ An episode's task is the message that opened it. A person's follow-up ("keep goi
 refine the plan") continues the earlier requests that are still open, so those stay in
 every prompt of the episode, for every agent and the selector, however far the thread
 was trimmed. The chain: walking back from the episode, each earlier episode opened by a
-person's message is continued unless it ended `terminated` (someone declared the task
-done); the walk stops at the first such episode, at a task that is not a person's (a
+person's message is continued when it ended without being done: at the cap (`max_turns`:
+its notice says "Post a message to continue"), `superseded` (a person wrote while it
+ran), `stalled` or `stopped`. The walk stops at an episode that ended `terminated`
+(someone declared the task done) or `quiet` (every agent it called had answered and
+nobody was left to speak, as in tags mode), at a task that is not a person's (a
 schedule's), or LOOKBACK episodes back. At most MAX_EARLIER earlier tasks are kept: the
 oldest (the original request) and the newest others; each shows at most EARLIER_CHARS
 characters. An episode opened by a schedule continues nothing.
@@ -24,6 +27,7 @@ from bot.core.models import Message
 from bot.core.ports import ContextStore
 
 LOOKBACK = 20  # earlier episodes looked at
+DONE = frozenset({"terminated", "quiet"})  # an episode that ended so is not continued
 MAX_EARLIER = 4  # earlier tasks kept: the original and the newest three
 EARLIER_CHARS = 2000  # of each earlier task's text in a prompt
 CACHED_CHAINS = 512  # episodes whose chain is kept in memory
@@ -84,7 +88,7 @@ class TaskChains:
         if current.author_type == "user":
             for before, task in await self.store.earlier_tasks(group_id, before_seq=episode.task_seq,
                                                                limit=LOOKBACK):
-                if before.status == "terminated" or task.author_type != "user":
+                if before.status in DONE or task.author_type != "user":
                     break
                 earlier.append(task)
         chain = self._chains[episode_id] = Tasks(current, keep(earlier[::-1]))
