@@ -12,7 +12,7 @@ from typing import Any, AsyncIterator
 
 from bot.adapters.openai_llm import OpenAILLM
 from bot.core.spending import tally, usage_card
-from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply, RecordedRequest, message_text
+from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, RecordedRequest, Reply, message_text
 
 TASK = "Plan a 3-day Tokyo trip for under $1,500"
 FOLLOW_UP = "keep going: refine the plan"
