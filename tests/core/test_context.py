@@ -157,7 +157,8 @@ async def test_the_summary_stands_where_the_cut_rows_were_and_the_window_keeps_r
     first_kept = t.kept[0].seq
     assert notes.asked == [first_kept - 1]  # the rows before the window, once
     assert lines[0] == "[a] m1"  # the task, pulled up
-    assert lines[1] == f"[roundtable] (summary of the {first_kept - 2} earlier messages) notes through #{first_kept - 1}"
+    cut = first_kept - 1
+    assert lines[1] == f"[roundtable] (summary of the {cut - 1} earlier messages) notes through #{cut}"
     assert lines[2] == f"[a] m{first_kept}" and t.summary is not None
     used = sum(m.token_count + 1 for m in t.kept) + 11 + notes.reserve
     assert used <= 200  # the reserve, not the summary's own length, decides the window
