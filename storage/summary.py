@@ -44,6 +44,18 @@ class SummaryMixin(StoreBase):
                  int(usage.estimated), self._now()),
             )
 
+    async def context_summaries(self, group_id: int, *, after: int = 0, through: int | None = None
+                                ) -> list[tuple[ContextSummary, Usage, int]]:
+        """The rolling summaries whose last row is in after < seq <= through, in order, each with what its
+        calls cost and how many there were (for exports; one per window move, so few)."""
+        async with self._read() as db:
+            rows = await self._all(
+                db, "SELECT * FROM context_summaries WHERE group_id = ? AND through_seq > ? AND through_seq <= ?"
+                    " ORDER BY through_seq", (group_id, after, through if through is not None else 2**62))
+        return [(to_context_summary(r), Usage(int(r["prompt_tokens"]), int(r["completion_tokens"]),
+                                              int(r["cached_tokens"]), bool(r["estimated"])), int(r["calls"]))
+                for r in rows]
+
     async def earlier_tasks(self, group_id: int, *, before_seq: int, limit: int) -> list[tuple[Episode, Message]]:
         """The group's episodes opened before row `before_seq`, each with its task row, newest first,
         at most `limit` (one query over the episodes' index)."""

@@ -25,6 +25,7 @@ from bot.core.export import (
     file_facts,
     iso,
     plural,
+    summaries_line,
     tokens,
     when,
 )
@@ -227,6 +228,8 @@ async def write_html(record: Record, write: Write, now: float) -> Totals:
             totals.usage = totals.usage + entry.run.usage
         write(message_html(entry, record.people))
     counts = f'{plural(totals.messages, "message")} · {plural(totals.episodes, "episode")}'
+    rolling = await summaries_line(record, totals)
     write(("</section>\n" if in_section else "") + f'<footer class="end">{counts} · agent tokens '
-          f"{escape(tokens(totals.usage))}</footer>\n</main></body></html>\n")
+          f"{escape(tokens(totals.usage))}" + (f" · {escape(rolling)}" if rolling else "")
+          + "</footer>\n</main></body></html>\n")
     return totals
