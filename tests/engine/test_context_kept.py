@@ -11,6 +11,7 @@ import re
 from typing import Any, AsyncIterator
 
 from bot.adapters.openai_llm import OpenAILLM
+from bot.core.admin import Admin
 from bot.core.spending import tally, usage_card
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, RecordedRequest, Reply, message_text
 
@@ -118,6 +119,9 @@ async def test_a_rolling_summary_stands_where_the_cut_rows_were_made_once_per_mo
         assert line_of["rolling summary"].usage.prompt_tokens == sum(row[3] for row in stored)
         card = await usage_card(harness.store, harness.group, {}, 7)
         assert not isinstance(card, str) and "rolling summary" in [f.name for f in card.fields]
+        group = await harness.store.get_group(harness.group.id)
+        seen = await Admin(harness.engine).context_seen(group, group.latest_seq)
+        assert seen.endswith("were trimmed to fit context_budget 1200; a rolling summary stands for them"), seen
 
 
 async def test_a_failing_summary_call_leaves_the_cut_rows_out_and_never_fails_a_turn(harness):
