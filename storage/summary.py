@@ -40,8 +40,8 @@ class SummaryMixin(StoreBase):
                 " cached_tokens = context_summaries.cached_tokens + excluded.cached_tokens,"
                 " estimated = excluded.estimated, calls = context_summaries.calls + 1",
                 (group_id, summary.through, summary.after, summary.text, summary.omitted, summary.token_count,
-                 summary.model, summary.provider or None, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
-                 int(usage.estimated), self._now()),
+                 summary.model, summary.provider or None, usage.prompt_tokens, usage.completion_tokens,
+                 usage.cached_tokens, int(usage.estimated), self._now()),
             )
 
     async def context_summaries(self, group_id: int, *, after: int = 0, through: int | None = None
