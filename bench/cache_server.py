@@ -10,11 +10,14 @@ Each request's messages are tokenized in one canonical serialization (per
 message: ``<|role|>name`` and a newline, then the content; the messages'
 tokens concatenated) and billed by the provider rule (`PromptCache`):
 
-- prompts under 1,024 tokens have no cached tokens;
-- otherwise the prompt is cut into 128-token blocks; cached_tokens is 128 x the
-  number of leading blocks equal to the leading blocks of ANY earlier prompt of
-  the same model (chained block hashes, so block k matches only when blocks
-  0..k all match). A trailing partial block is never cached.
+- the prompt is cut into 128-token blocks; its shared prefix is the leading
+  blocks equal to the leading blocks of ANY earlier prompt of the same model
+  (chained block hashes, so block k matches only when blocks 0..k all match);
+- cached_tokens is 0 unless that shared prefix is at least 1,024 tokens (the
+  first 8 blocks); beyond that it grows in 128-token steps (the number of shared
+  blocks x 128). A trailing partial block is never cached. So a prompt of
+  1,500 tokens that shares only its first 900 with an earlier one has nothing
+  cached, as OpenAI bills it.
 
 `usage` carries prompt_tokens, completion_tokens and
 prompt_tokens_details.cached_tokens. For each participant call the server also
@@ -42,7 +45,7 @@ from aiohttp import web
 log = logging.getLogger(__name__)
 
 BLOCK_TOKENS = 128
-MIN_CACHED_PROMPT = 1024
+MIN_CACHED_PROMPT = 1024  # the shared prefix a prompt needs before anything of it is cached
 
 Classification = tuple[str, Union[str, None]]  # ("selector" | "participant" | "other", agent name)
 Classifier = Callable[[Sequence[str]], Classification]  # message contents -> classification
@@ -147,7 +150,8 @@ def block_hashes(ids: array[int] | Sequence[int], namespace: str = "", block: in
 
 
 class PromptCache:
-    """The provider rule: cached = 128 x the leading blocks shared with any earlier prompt; 0 under 1,024 tokens.
+    """The provider rule: cached = 128 x the leading blocks shared with any earlier prompt, when that
+    shared prefix is at least 1,024 tokens; otherwise 0.
 
     `bill(ids)` answers for one prompt, then remembers its blocks for later prompts.
     Prompts of different `namespace`s (models) never share blocks.
@@ -160,14 +164,13 @@ class PromptCache:
 
     def bill(self, ids: array[int] | Sequence[int], namespace: str = "") -> int:
         hashes = block_hashes(ids, namespace, self.block)
-        cached = 0
-        if len(ids) >= self.minimum:
-            for h in hashes:
-                if h not in self._seen:
-                    break
-                cached += self.block
+        shared = 0
+        for h in hashes:
+            if h not in self._seen:
+                break
+            shared += self.block
         self._seen.update(hashes)
-        return cached
+        return shared if shared >= self.minimum else 0
 
 
 def common_prefix(a: array[int], b: array[int]) -> int:

@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Sequence
 if TYPE_CHECKING:
     from bench.report import Results
 
-DESCRIPTION = ("Prompt tokens, cache and prefix on the Tokyo task (Roundtable vs AutoGen's "
-               "SelectorGroupChat) against a local server that bills cached tokens like a provider, and the "
-               "engine's overhead per turn at several history sizes.")
+DESCRIPTION = ("Prompt tokens, cache and prefix on the Tokyo task (Roundtable vs AutoGen's SelectorGroupChat, "
+               "with its defaults and with token-limited contexts) against a local server that bills cached "
+               "tokens as OpenAI does, and the engine's overhead per turn at several history sizes. A run over "
+               "100 turns is episodes of at most 100, each later one opened by a person's follow-up.")
 PG_ENV = "ROUNDTABLE_BENCH_PG"
 FULL_TURNS = (30, 200)
 QUICK_TURNS = (30,)
@@ -72,8 +73,8 @@ async def collect(args: argparse.Namespace) -> Results:
     from bench import engine_figures
     from bench.cache_server import BLOCK_TOKENS, MIN_CACHED_PROMPT, Tokenizer
     from bench.report import Results
-    from bench.scenario import REPLY_TOKENS, TASK
-    from bench.tokyo import AUTOGEN_MISSING, autogen_available, run_pair
+    from bench.scenario import FOLLOW_UP, REPLY_TOKENS, TASK
+    from bench.tokyo import AUTOGEN_MISSING, TUNED_AGENT_TOKENS, TUNED_SELECTOR_TOKENS, autogen_available, run_all
 
     turns = args.turns or list(QUICK_TURNS if args.quick else FULL_TURNS)
     sizes = args.sizes or list(engine_figures.QUICK_SIZES if args.quick else engine_figures.DEFAULT_SIZES)
@@ -89,10 +90,13 @@ async def collect(args: argparse.Namespace) -> Results:
     results.header = [
         "Roundtable bench",
         f"task: {TASK!r}; agents planner, budget, local; replies ~{REPLY_TOKENS} tokens, all distinct; "
-        "the selector rotates planner->budget->local",
-        f"server: tokens by {tokenizer.name}; cached = {BLOCK_TOKENS}-token blocks shared with any earlier "
-        f"prompt's leading blocks, 0 under {MIN_CACHED_PROMPT:,} tokens",
-        f"AutoGen: SelectorGroupChat{ag_version}, default selector prompt, allow_repeated_speaker=False"
+        f"the selector rotates planner->budget->local; episodes of at most 100 turns, each later one opened "
+        f"by {FOLLOW_UP!r}",
+        f"server: tokens by {tokenizer.name}; cached = the {BLOCK_TOKENS}-token blocks of the prefix shared with "
+        f"an earlier prompt, 0 unless that prefix is at least {MIN_CACHED_PROMPT:,} tokens (OpenAI's rule)",
+        f"AutoGen: SelectorGroupChat{ag_version}, default selector prompt, allow_repeated_speaker=False; "
+        f"tuned: TokenLimitedChatCompletionContext of {TUNED_AGENT_TOKENS:,} tokens per agent and "
+        f"{TUNED_SELECTOR_TOKENS:,} for the selector"
         if use_autogen else "AutoGen: not run",
     ]
     if args.pg and not args.no_engine:
@@ -104,8 +108,8 @@ async def collect(args: argparse.Namespace) -> Results:
         results.autogen_line = AUTOGEN_MISSING if not args.no_autogen else "AutoGen: skipped (--no-autogen)"
     if not args.no_tokens:
         for n in turns:
-            _progress(f"Tokyo task, {n} turns (Roundtable{', AutoGen' if use_autogen else ''})")
-            results.pairs.append(await run_pair(n, tokenizer, autogen=use_autogen))
+            _progress(f"Tokyo task, {n} turns (Roundtable{', AutoGen, AutoGen tuned' if use_autogen else ''})")
+            results.pairs.append(await run_all(n, tokenizer, autogen=use_autogen))
     if not args.no_engine:
         _progress("engine: 100 messages during a run")
         results.mid_run = await engine_figures.runs_mid_run()

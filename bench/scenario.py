@@ -12,7 +12,15 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 TASK = "Plan a 3-day trip to Tokyo for two people under $1,500, flights excluded."
+FOLLOW_UP = "keep going: refine the plan"  # the person's message between two episodes of a long run
 PERSON = "alice"
+EPISODE_TURNS = 100  # the most agent turns one episode may have (max_turns is 1..100)
+
+
+def episodes(turns: int) -> list[int]:
+    """A run of `turns` agent turns as the product allows it: episodes of at most EPISODE_TURNS,
+    the first opened by TASK, each later one by a person's FOLLOW_UP (200 -> [100, 100])."""
+    return [min(EPISODE_TURNS, turns - start) for start in range(0, turns, EPISODE_TURNS)]
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,14 @@ SELECTOR_OPENINGS: tuple[str, ...] = (
     _ROUNDTABLE_SELECTOR.strip().splitlines()[0],
     "You are in a role play game. The following roles are available:",
 )
+# Roundtable's rolling summary of the rows a window cut (bot.core.summary.SUMMARY_PROMPT) opens with this.
+try:
+    from bot.core.summary import SUMMARY_PROMPT as _ROUNDTABLE_SUMMARY
+except ImportError:  # an engine without rolling summaries: no call is one
+    _ROUNDTABLE_SUMMARY = "\0no summary prompt"
+SUMMARY_OPENING = _ROUNDTABLE_SUMMARY.strip().splitlines()[0]
+_SUMMARY_WORDS = re.compile(r"at most (\d+) words")
+SUMMARY_WORDS = 120  # when the prompt does not say
 _OFFERED = (
     re.compile(r"select the next role from \[([^\]]*)\]"),  # AutoGen: ['budget', 'local']
     re.compile(r"participant from ([^\n]*)"),  # Roundtable: budget, local
@@ -81,12 +97,21 @@ def _system_prompts() -> dict[str, str]:
     return {a.system_prompt: a.name for a in AGENTS}
 
 
+def summary_text(words: int, k: int, count: Callable[[str], int]) -> str:
+    """The k-th scripted rolling summary: about as long as a model asked for `words` words writes
+    (~1.3 tokens a word), seeded sentences like the replies'."""
+    return reply_text("summary", k, count, tokens=max(20, words * 13 // 10))
+
+
 def classify(texts: Sequence[str]) -> tuple[str, str | None]:
     """A call's kind from its messages' contents: a selector call holds a selector prompt's
-    opening; a participant call holds one agent's system prompt; anything else is 'other'."""
+    opening; a summary call the rolling summary prompt's; a participant call holds one agent's
+    system prompt; anything else is 'other'."""
     for text in texts:
         if any(opening in text for opening in SELECTOR_OPENINGS):
             return "selector", None
+        if SUMMARY_OPENING in text:
+            return "summary", None
     prompts = _system_prompts()
     for text in texts:
         for prompt, name in prompts.items():
@@ -116,6 +141,7 @@ class Script:
         self.last: str | None = None
         self.replies: dict[str, int] = {}
         self.spoken: list[tuple[str, str]] = []  # (agent, reply) in order
+        self.summaries = 0
 
     def select(self, texts: Sequence[str]) -> str:
         offer = offered(texts)
@@ -138,4 +164,8 @@ class Script:
             return self.select(texts)
         if kind == "participant" and agent is not None:
             return self.reply(agent)
+        if kind == "summary":
+            self.summaries += 1
+            asked = _SUMMARY_WORDS.search("\n".join(texts))
+            return summary_text(int(asked.group(1)) if asked else SUMMARY_WORDS, self.summaries, self.count)
         return "Summary: the group is planning the Tokyo trip."

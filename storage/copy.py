@@ -40,6 +40,7 @@ TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("webhooks", ("channel_id",)),
     ("person_names", ("scope", "name_key")),
     ("summaries", ("group_id", "after_seq", "through_seq")),
+    ("context_summaries", ("group_id", "through_seq")),
     ("agent_notes", ("id",)),
     ("schedules", ("id",)),
     ("model_calls", ("id",)),

@@ -6,7 +6,18 @@ import logging
 from typing import get_args
 
 from bot.core.errors import InvalidInput, NotFound
-from bot.core.models import Completion, Decision, Episode, EpisodeStatus, Message, NewMessage, Spend, SpendKind, Usage
+from bot.core.models import (
+    SUMMARY_SPENDER,
+    Completion,
+    Decision,
+    Episode,
+    EpisodeStatus,
+    Message,
+    NewMessage,
+    Spend,
+    SpendKind,
+    Usage,
+)
 from bot.core.secrets import SECRETS, mask_error
 from storage.rows import dumps, to_decision, to_episode
 from storage.run import RunMixin
@@ -156,7 +167,8 @@ class LedgerMixin(RunMixin):
 
     async def spending(self, group_id: int, since: float) -> list[Spend]:
         """Model calls since `since`, per (agent name, model) of the runs started, per model of the
-        selector's decisions (one call per attempt) and of the catch-up summaries."""
+        selector's decisions (one call per attempt), of the catch-up summaries and of the rolling summaries
+        (kind 'summary', dated when each summary was first written)."""
         async with self._read() as db:
             runs = await self._all(
                 db,
@@ -189,9 +201,16 @@ class LedgerMixin(RunMixin):
                 " GROUP BY model, provider ORDER BY model, provider",
                 (group_id, since),
             )
+            rolling = await self._all(
+                db,
+                f"SELECT '{SUMMARY_SPENDER}', model, SUM(calls), SUM(prompt_tokens), SUM(completion_tokens),"
+                " SUM(cached_tokens), MAX(estimated), COALESCE(provider, '') FROM context_summaries"
+                " WHERE group_id = ? AND created_at >= ? GROUP BY model, provider ORDER BY model, provider",
+                (group_id, since),
+            )
         out: list[Spend] = []
         sources: tuple[tuple[SpendKind, list[Row]], ...] = (
-            ("agent", runs), ("agent", checks), ("selector", selector), ("catch-up", catchup))
+            ("agent", runs), ("agent", checks), ("selector", selector), ("catch-up", catchup), ("summary", rolling))
         for kind, rows in sources:
             for r in rows:
                 usage = Usage(int(r[3] or 0), int(r[4] or 0), int(r[5] or 0), bool(r[6]))

@@ -325,6 +325,31 @@ CREATE TABLE model_calls (
 CREATE INDEX model_calls_group ON model_calls(group_id, created_at);
 """
 
+M012_CONTEXT_SUMMARIES = """
+-- Rolling summaries of what a prompt's window cut (SPEC §6): one per group and last row covered, written
+-- by a model when a window moves past it and reused by every prompt whose window starts right after it.
+-- Rows after_seq < seq <= through_seq are what it stands for (it extends the summary through after_seq);
+-- omitted: the oldest of them it could not read. Usage and cost: kind 'summary', a call per `calls`.
+CREATE TABLE context_summaries (
+    group_id INTEGER NOT NULL REFERENCES groups(id),
+    through_seq INTEGER NOT NULL,
+    after_seq INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    omitted INTEGER NOT NULL DEFAULT 0,
+    token_count INTEGER NOT NULL DEFAULT 0,
+    model TEXT NOT NULL DEFAULT '',
+    provider TEXT,
+    prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    completion_tokens INTEGER NOT NULL DEFAULT 0,
+    cached_tokens INTEGER NOT NULL DEFAULT 0,
+    estimated INTEGER NOT NULL DEFAULT 0,
+    calls INTEGER NOT NULL DEFAULT 1,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (group_id, through_seq)
+) WITHOUT ROWID;
+CREATE INDEX context_summaries_created ON context_summaries(group_id, created_at);
+"""
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "create tables", M001_CREATE_TABLES),
     (2, "leases, ingest watermark, delivery problem", M002_OWNERSHIP_AND_CATCH_UP),
@@ -337,6 +362,7 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (9, "interactions taken by a process", M009_INTERACTIONS),
     (10, "files shared with messages; providers of model calls", M010_FILES_AND_PROVIDERS),
     (11, "model calls per run, and calls outside runs", M011_MODEL_CALLS),
+    (12, "rolling summaries of what context windows cut", M012_CONTEXT_SUMMARIES),
 ]
 
 _CREATE_LEDGER = """

@@ -303,6 +303,27 @@ CREATE TABLE model_calls (
 CREATE INDEX model_calls_group ON model_calls(group_id, created_at);
 """
 
+M012_CONTEXT_SUMMARIES = """
+CREATE TABLE context_summaries (
+    group_id BIGINT NOT NULL REFERENCES groups(id),
+    through_seq BIGINT NOT NULL,
+    after_seq BIGINT NOT NULL,
+    text TEXT NOT NULL,
+    omitted BIGINT NOT NULL DEFAULT 0,
+    token_count BIGINT NOT NULL DEFAULT 0,
+    model TEXT COLLATE "C" NOT NULL DEFAULT '',
+    provider TEXT COLLATE "C",
+    prompt_tokens BIGINT NOT NULL DEFAULT 0,
+    completion_tokens BIGINT NOT NULL DEFAULT 0,
+    cached_tokens BIGINT NOT NULL DEFAULT 0,
+    estimated BIGINT NOT NULL DEFAULT 0,
+    calls BIGINT NOT NULL DEFAULT 1,
+    created_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (group_id, through_seq)
+);
+CREATE INDEX context_summaries_created ON context_summaries(group_id, created_at);
+"""
+
 PG_STEPS: dict[int, Step] = {
     1: M001_CREATE_TABLES,
     2: M002_OWNERSHIP_AND_CATCH_UP,
@@ -315,6 +336,7 @@ PG_STEPS: dict[int, Step] = {
     9: M009_INTERACTIONS,
     10: M010_FILES_AND_PROVIDERS,
     11: M011_MODEL_CALLS,
+    12: M012_CONTEXT_SUMMARIES,
 }
 
 # storage.migrations.MIGRATIONS' ids and names, each with its PostgreSQL step (a migration added

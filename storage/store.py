@@ -5,7 +5,8 @@ streak, episodes opened by user posts, agent cursors, what reached the
 surface, the ingest watermark). Decisions, episodes, usage, webhooks and read
 cursors live in `storage.ledger`; runs in `storage.run`; leases in
 `storage.lease`; schedules in `storage.schedule`; the record read in pages
-(exports) in `storage.record`; agents' notes (memory) in `storage.notes`; the
+(exports) in `storage.record`; agents' notes (memory) in `storage.notes`; rolling
+summaries and the episodes a task continues in `storage.summary`; the
 connection, lock, transactions and appends in `storage.base`.
 
 Usage::
@@ -32,13 +33,14 @@ from storage.record import RecordMixin
 from storage.rows import dumps, settings_to_json, strings_from_json, to_agent, to_group, to_message, unique
 from storage.schedule import ScheduleMixin
 from storage.sql import Db
+from storage.summary import SummaryMixin
 
 log = logging.getLogger(__name__)
 
 AGENT_FIELDS = ("name", "role", "system_prompt", "model", "avatar_url", "enabled", "position", "memory")
 
 
-class SqlStore(NotesMixin, RecordMixin, ScheduleMixin):
+class SqlStore(NotesMixin, RecordMixin, ScheduleMixin, SummaryMixin):
     """Implements `bot.core.ports.Store` over a backend: `SqliteStore` or `storage.pg.PostgresStore`
     (or `storage.open_store(target)`, which picks one)."""
 

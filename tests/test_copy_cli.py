@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.core.models import Completion, Summary, Usage
+from bot.core.models import Completion, ContextSummary, Summary, Usage
 from bot.core.schedule import When
 from storage import describe, open_store
 from storage.copy import NOT_COPIED, TABLES, table_sums
@@ -19,7 +19,7 @@ from tests.test_cli import roundtable
 
 async def seeded(path: Path) -> Harness:
     """Two episodes of the group 'main' with selector decisions, runs, a notice, a webhook, people,
-    a summary, a read cursor, a memory note and a schedule: a row in every copied table."""
+    a summary, a rolling summary, a read cursor, a memory note and a schedule: a row in every copied table."""
     harness = Harness(path)
     llm = ScriptedLLM(
         selector=[Completion("planner", Usage(300, 1, 0), model="gpt-4o-mini"),
@@ -39,6 +39,8 @@ async def seeded(path: Path) -> Harness:
         await store.save_webhook("chan", "hook", "tok")
         await store.remember_person("guild", "1", ["alice"])
         await store.save_summary(group_id, Summary(0, 2, "a summary", model="m"), prompt_tokens=9)
+        await store.save_context_summary(group_id, ContextSummary(2, 0, "rolling notes", 9, model="m"),
+                                         Usage(40, 9, 0))
         await store.mark_seen(group_id, "bob", 2)
         planner = await store.find_agent(group_id, "planner")
         assert planner is not None

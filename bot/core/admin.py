@@ -24,6 +24,7 @@ from bot.core.reading import Reader, Reading
 from bot.core.schedule_verbs import ScheduleVerbs
 from bot.core.spending import budget_refusal, month_cost, usage_card
 from bot.core.store_health import outage_status
+from bot.core.summary import MIN_WINDOW, Summaries
 
 MEMORY_PAGE = 10  # notes per page where a surface pages (Discord)
 LAST_DECISION_WITHIN = 200  # rows /roundtable status looks back for the last decision that chose someone
@@ -198,12 +199,15 @@ class Admin:
         if through <= 0:
             return ""
         budget = group.settings.context_budget
+        summarised = budget >= MIN_WINDOW
         window = await find_window(self.store, group.id, through=through, budget=budget,
-                                   task_seq=None, task_apart=True, step=participant_step(budget))
+                                   task_seq=None, task_apart=True, step=participant_step(budget),
+                                   reserve=Summaries.reserve() if summarised else 0)
         if not window.omitted:
             return ""
-        return (f"prompts hold the newest {through - window.omitted} of {through} messages (plus the task); "
-                f"the oldest {window.omitted} were trimmed to fit context_budget {group.settings.context_budget}")
+        return (f"prompts hold the newest {through - window.omitted} of {through} messages (plus the tasks); "
+                f"the oldest {window.omitted} were trimmed to fit context_budget {group.settings.context_budget}"
+                + ("; a rolling summary stands for them" if summarised else ""))
 
     async def why(self, group: Group, ref: str | None = None) -> Card:
         group = await self.store.get_group(group.id)

@@ -352,7 +352,7 @@ COMMANDS: tuple[Command, ...] = (
                 Option("context_budget", "tokens of thread in each prompt", "integer",
                        low=v.CONTEXT_BUDGET_RANGE[0], high=v.CONTEXT_BUDGET_RANGE[1]),
                 Option("selector_budget", "tokens of thread the selector reads", "integer",
-                       low=v.CONTEXT_BUDGET_RANGE[0], high=v.CONTEXT_BUDGET_RANGE[1]),
+                       low=v.SELECTOR_BUDGET_RANGE[0], high=v.SELECTOR_BUDGET_RANGE[1]),
                 Option("pace", "seconds between agent messages", "number", low=v.PACE_RANGE[0], high=v.PACE_RANGE[1]),
                 Option("selector_model", "the model that picks the next speaker (provider/model on a named "
                        "provider)", "model", max_length=v.MODEL_MAX),

@@ -23,45 +23,91 @@ Finding the window is therefore two indexed lookups (the end's position, the
 first row at or after the cut) and loading only the kept rows: finding the
 window does not grow with the history.
 
-The participant prompt shows the task in its own `<task>` slot, so its thread
-leaves the task's text out (`task_apart`): a short reference line stands at
-the task's place when it falls inside the window. The selector's prompt has
-no task slot: when its place was cut, the task line is shown first.
+The tasks (`bot.core.tasks`: the episode's task and the earlier open requests
+it continues) are never trimmed away. The participant prompt shows them in its
+`<task>` slot, so its thread leaves their text out (`task_apart`): a short
+reference line stands at a task's place when it falls inside the window. The
+selector's prompt has no task slot: the tasks whose place was cut are shown
+first, oldest first.
+
+What a window cut is replaced by a rolling summary (`SummarySource`, written by
+`bot.core.summary` when the window moves, reused until the next move), at the
+place of the cut rows: after the pulled-up tasks, before the kept rows. The
+window leaves room for it (`SummarySource.reserve`), so where the window starts
+never depends on the summary's length. Without one (its call failed, or the
+window is too small to hold one: `SummarySource.min_budget`, e.g. the selector's
+default 400 tokens) the cut rows are one "(N earlier messages omitted)" line.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol, Sequence
 
 from bot.core.attachments import brief_text
-from bot.core.models import Message, token_cost
+from bot.core.models import ContextSummary, Message, token_cost
 from bot.core.ports import ChatStore
-from bot.core.prompts import render_thread
+from bot.core.prompts import SYSTEM_AUTHOR, render_thread, thread_line
 
 MARKER_TOKENS = 16  # "[roundtable] (N earlier messages omitted)" and its newline
 TASK_REFERENCE = "(posted the task above)"
 
 
+class SummarySource(Protocol):
+    """Where a window's rolling summary comes from (`bot.core.summary.Summaries.source`)."""
+
+    @property
+    def reserve(self) -> int:
+        """Tokens a window keeps free for the summary's line (its longest)."""
+        ...
+
+    @property
+    def min_budget(self) -> int:
+        """The smallest window that gets a summary; a smaller one only leaves its cut rows out."""
+        ...
+
+    async def through(self, seq: int) -> ContextSummary | None:
+        """The summary of rows 1..`seq` (made now when the window has just moved past `seq`); None
+        when there is none (its call failed): the cut rows are then left out."""
+        ...
+
+
+def summary_line(summary: ContextSummary, omitted: int) -> str:
+    """The summary's line in a thread, at the place of the `omitted` rows it stands for."""
+    s = "" if omitted == 1 else "s"
+    return thread_line(SYSTEM_AUTHOR, f"(summary of the {omitted} earlier message{s}) {summary.text}")
+
+
 @dataclass(frozen=True)
 class Trimmed:
-    kept: tuple[Message, ...]  # what follows the task line (if it was pulled up)
+    kept: tuple[Message, ...]  # what follows the pulled-up tasks and the summary
     omitted: int
-    task_pulled_up: Message | None  # the task, shown first because its place was cut
-    task_seq: int | None = None  # shown as a reference line only (its text is in the prompt's <task>)
+    pulled_up: tuple[Message, ...] = ()  # tasks shown first because their place was cut, oldest first
+    references: frozenset[int] = frozenset()  # seqs shown as a reference line only (their text is in <task>)
+    summary: ContextSummary | None = None  # stands for the omitted rows
+
+    @property
+    def task_pulled_up(self) -> Message | None:
+        """The newest task shown first (the episode's own, when its place was cut)."""
+        return self.pulled_up[-1] if self.pulled_up else None
 
     def render(self, show: Callable[[Message], str] = brief_text) -> str:
         """The thread's lines; `show` gives a row's text with its files (default: a short line per file)."""
-        return render_thread(self.kept, self.omitted, self.task_pulled_up, reference=self.task_seq,
-                             reference_text=TASK_REFERENCE, show=show)
+        if self.summary is None:
+            return render_thread(self.kept, self.omitted, self.pulled_up, references=self.references,
+                                 reference_text=TASK_REFERENCE, show=show)
+        lines = [thread_line(m.author_name, show(m)) for m in self.pulled_up]
+        lines.append(summary_line(self.summary, self.omitted))
+        rest = render_thread(self.kept, references=self.references, reference_text=TASK_REFERENCE, show=show)
+        return "\n".join(lines + ([rest] if rest else []))
 
     def split(self, seq: int) -> tuple["Trimmed", tuple[Message, ...]]:
-        """The thread through row `seq` (with the marker and any pulled-up task), and the rows after it."""
+        """The thread through row `seq` (with the summary or marker and any pulled-up tasks), and the rows after it."""
         head = tuple(m for m in self.kept if m.seq <= seq)
-        return Trimmed(head, self.omitted, self.task_pulled_up, self.task_seq), self.kept[len(head):]
+        return Trimmed(head, self.omitted, self.pulled_up, self.references, self.summary), self.kept[len(head):]
 
     @property
     def shown(self) -> tuple[Message, ...]:
-        return ((self.task_pulled_up,) if self.task_pulled_up else ()) + self.kept
+        return self.pulled_up + self.kept
 
 
 def participant_step(budget: int) -> int:
@@ -73,7 +119,7 @@ def cut_point(total: int, budget: int, extra: int, step: int | None = None) -> i
     """Where the window starts, as a position in the thread (tokens before the first kept row).
 
     `total` is the thread's cost through its newest row; `extra` what the window
-    adds when it is cut (the marker, a pulled-up task). 0 while all of it fits;
+    adds when it is cut (the marker or summary, pulled-up tasks). 0 while all of it fits;
     past the budget the smallest multiple of `step` (default `budget // 2`) that
     fits, so the start stays put for about a step of new messages after each move.
     """
@@ -87,34 +133,56 @@ def cut_point(total: int, budget: int, extra: int, step: int | None = None) -> i
 @dataclass(frozen=True)
 class Window:
     start: int  # seq of the first row kept in place
-    omitted: int  # rows before it that are not shown (a pulled-up or apart task is shown)
-    task: Message | None  # the task, when it is shown first because its place was cut
+    omitted: int  # rows before it that are not shown (pulled-up or apart tasks are shown)
+    pulled_up: tuple[Message, ...] = ()  # the tasks shown first because their place was cut
+
+    @property
+    def task(self) -> Message | None:
+        return self.pulled_up[-1] if self.pulled_up else None
 
 
 async def find_window(
     store: ChatStore, group_id: int, *, through: int, budget: int, task_seq: int | None, task_apart: bool = False,
-    step: int | None = None,
+    step: int | None = None, tasks: Sequence[Message] = (), reserve: int = 0,
 ) -> Window:
-    """Where the window over rows 1..`through` starts: two indexed lookups (three with a task to pull up)."""
+    """Where the window over rows 1..`through` starts: two indexed lookups (three with a task to load).
+
+    `tasks`: every task the prompt keeps (`bot.core.tasks`), loaded; `task_seq` (the episode's
+    task) is loaded when it is not among them. `reserve`: room for a summary line."""
     total = await store.thread_tokens(group_id, through=through)
-    task: Message | None = None
-    if task_seq is not None and not task_apart and task_seq <= through:
-        task = await store.get_message(group_id, task_seq)
-    cut = cut_point(total, budget, MARKER_TOKENS + (token_cost(task.token_count) if task else 0), step)
+    chain = [t for t in tasks if t.seq <= through]
+    if task_seq is not None and task_seq <= through and all(t.seq != task_seq for t in chain):
+        if task_apart:
+            chain.append(Message(group_id, task_seq, "user", "", ""))  # only its place matters
+        else:
+            chain.append(await store.get_message(group_id, task_seq))
+    shown_first = [] if task_apart else chain
+    extra = max(MARKER_TOKENS, reserve) + sum(token_cost(t.token_count) for t in shown_first)
+    cut = cut_point(total, budget, extra, step)
     start = 1 if cut == 0 else min(through, await store.first_seq_at(group_id, tokens=cut) or through)
-    task_cut = task_seq is not None and task_seq < start
-    return Window(start, start - 1 - task_cut, task if task_cut else None)
+    cut_tasks = tuple(sorted((t for t in chain if t.seq < start), key=lambda t: t.seq))
+    return Window(start, start - 1 - len(cut_tasks), () if task_apart else cut_tasks)
 
 
 async def load_thread(
     store: ChatStore, group_id: int, *, through: int, budget: int, task_seq: int | None, task_apart: bool = False,
-    step: int | None = None,
+    step: int | None = None, tasks: Sequence[Message] = (), summaries: SummarySource | None = None,
 ) -> Trimmed:
-    """The trimmed thread through `through`, loading only the rows that are kept."""
+    """The trimmed thread through `through`, loading only the rows that are kept; with `summaries`,
+    the cut rows' rolling summary in their place."""
     if through <= 0:
-        return Trimmed((), 0, None)
+        return Trimmed((), 0)
+    if summaries is not None and budget < summaries.min_budget:
+        summaries = None
     window = await find_window(store, group_id, through=through, budget=budget, task_seq=task_seq,
-                               task_apart=task_apart, step=step)
+                               task_apart=task_apart, step=step, tasks=tasks,
+                               reserve=summaries.reserve if summaries is not None else 0)
     kept = tuple(await store.messages(group_id, after=window.start - 1, through=through))
-    reference = task_seq if task_apart and task_seq is not None and window.start <= task_seq else None
-    return Trimmed(kept, window.omitted, window.task, reference)
+    references: frozenset[int] = frozenset()
+    if task_apart:
+        seqs = {t.seq for t in tasks} | ({task_seq} if task_seq is not None else set())
+        references = frozenset(seq for seq in seqs if window.start <= seq <= through)
+    summary = None
+    if summaries is not None and window.start > 1 and window.omitted > 0:
+        summary = await summaries.through(window.start - 1)
+    return Trimmed(kept, window.omitted, window.pulled_up, references, summary)

@@ -156,7 +156,8 @@ class GroupDispatcher(GroupWorker):
             return Decision(message.seq, "rotation", (agent.id,), (agent.name,))
         return await selector_decision(store, self.engine.llm, group, roster, message,
                                        model=group.settings.selector_model or self.engine.selector_model,
-                                       cache_key=cache_key(group, None))
+                                       cache_key=cache_key(group, None), tasks=self.engine.tasks,
+                                       summaries=self.engine.summaries)
 
     # stop rules ---------------------------------------------------------
     async def after_turn(self, outcome: TurnOutcome) -> None:

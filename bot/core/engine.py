@@ -37,7 +37,9 @@ from bot.core.shards import Shards
 from bot.core.spending import budget_reached_notice, month_cost
 from bot.core.stop import strip_terminate
 from bot.core.store_health import Outage, fixed_notice, outage_notice
+from bot.core.summary import Summaries
 from bot.core.tags import parse_tags, with_agents
+from bot.core.tasks import TaskChains
 from bot.core.turn import AgentTurn, TurnOutcome
 from bot.core.worker import GroupWorker
 
@@ -54,19 +56,23 @@ class Engine:
         self, store: Store, llm: LLM, surface: Surface, counter: TokenCounter, *, selector_model: str | None = None,
         scope: str = "", retry: RetryPolicy | None = None, lease_ttl: float = LEASE_TTL,
         prices: Mapping[str, Price] | None = None, shards: Shards | None = None,
-        clock: Callable[[], float] = time.time, schedule_tick: float = TICK,
+        clock: Callable[[], float] = time.time, schedule_tick: float = TICK, summary_model: str | None = None,
     ) -> None:
         """`scope`: the groups this process may run: a group key, or a key prefix ending
         in ':' ("discord:"); "" means every group in the store. `prices`: per model, for
         usage and budgets (default: `bot.core.pricing.DEFAULT_PRICES`). `shards`: the bot
         runs as shards and this process serves those (only their guilds' groups).
-        `clock` and `schedule_tick`: when schedules are due, and how often they are looked at."""
+        `clock` and `schedule_tick`: when schedules are due, and how often they are looked at.
+        `summary_model`: the model that writes rolling summaries (default: the group's selector model)."""
         self.store = store
         self.prices: Mapping[str, Price] = DEFAULT_PRICES if prices is None else prices
         self.llm = llm
         self.surface = surface
         self.counter = counter
         self.selector_model = selector_model
+        self.summary_model = summary_model
+        self.tasks = TaskChains(store)  # what each episode's prompts keep asking for (bot.core.tasks)
+        self.summaries = Summaries(store, llm, counter, self.summary_model_of)  # bot.core.summary
         self.retry = retry or RetryPolicy()
         self.ownership = Ownership(self, scope, ttl=lease_ttl, shards=shards)
         self._dispatchers: dict[int, GroupDispatcher] = {}
@@ -84,6 +90,10 @@ class Engine:
         self._unsubscribe = store.health.subscribe(self._store_health_changed)
         self._images: OrderedDict[tuple[int, int, int], str] = OrderedDict()  # fetched images, as data URLs
         self._told_no_images: set[str | None] = set()  # models whose images were named only, logged once
+
+    def summary_model_of(self, group: Group) -> str | None:
+        """The model that writes a group's rolling summaries: ROUNDTABLE_SUMMARY_MODEL, else its selector's."""
+        return self.summary_model or group.settings.selector_model or self.selector_model
 
     # life cycle ----------------------------------------------------------
     async def start(self) -> None:

@@ -65,6 +65,7 @@ class Totals:
     runs: int = 0
     usage: Usage = field(default_factory=Usage)
     selector_usage: Usage = field(default_factory=Usage)
+    summary_usage: Usage = field(default_factory=Usage)  # the rolling summaries of the range (kind 'summary')
 
 
 @dataclass(frozen=True)
@@ -234,8 +235,21 @@ async def write_markdown(record: Record, write: Write, now: float) -> Totals:
             quoted += f"\n>\n> 📎 {_md_file(file)}"
         write(f"\n{head}\n{quoted}\n")
     await count_runs(record, totals)
-    write(f"\n---\n\n{totals_line(totals)}\n")
+    rolling = await summaries_line(record, totals)
+    write(f"\n---\n\n{totals_line(totals)}" + (f" {rolling}." if rolling else "") + "\n")
     return totals
+
+
+async def summaries_line(record: Record, totals: Totals) -> str:
+    """'2 rolling summaries (what context windows cut): … tokens', or '' when the range has none;
+    their usage is added to `totals`."""
+    found = await record.store.context_summaries(record.group.id, after=record.span.after, through=record.span.through)
+    for _, usage, _ in found:
+        totals.summary_usage = totals.summary_usage + usage
+    if not found:
+        return ""
+    count = "1 rolling summary" if len(found) == 1 else f"{len(found):,} rolling summaries"
+    return f"{count} (what context windows cut): {tokens(totals.summary_usage)} tokens"
 
 
 def file_facts(file: SharedFile) -> str:

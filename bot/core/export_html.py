@@ -25,6 +25,7 @@ from bot.core.export import (
     episode_line,
     file_facts,
     iso,
+    summaries_line,
     tokens,
     totals_line,
     when,
@@ -230,6 +231,7 @@ async def write_html(record: Record, write: Write, now: float) -> Totals:
             totals.selector_usage = totals.selector_usage + entry.decision.usage
         write(message_html(entry, record.people))
     await count_runs(record, totals)
-    write(("</section>\n" if in_section else "") + f'<footer class="end">{escape(totals_line(totals))}</footer>\n'
-          "</main></body></html>\n")
+    rolling = await summaries_line(record, totals)
+    write(("</section>\n" if in_section else "") + '<footer class="end">'
+          + escape(totals_line(totals) + (f" {rolling}." if rolling else "")) + "</footer>\n</main></body></html>\n")
     return totals

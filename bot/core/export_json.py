@@ -2,7 +2,8 @@
 
 One object: `format` and `version`, the group, the range, the roster, then the
 episodes, the messages (each with its routing decision) and the runs of the
-range, each list written a page at a time, and `totals` last. Times are ISO
+range, each list written a page at a time, the rolling summaries of the range
+(what context windows cut, and what writing them cost), and `totals` last. Times are ISO
 8601 in UTC; token counts are those the provider reported (`estimated` when
 they were counted locally). Version 2 (1 had no `attachments` of messages and no
 `provider` of runs and decisions); a change that breaks a reader bumps it.
@@ -13,7 +14,7 @@ import dataclasses
 import json
 
 from bot.core.export import Record, Totals, Write, iso
-from bot.core.models import Agent, Decision, Episode, Message, Run, SharedFile, Usage
+from bot.core.models import Agent, ContextSummary, Decision, Episode, Message, Run, SharedFile, Usage
 
 FORMAT = "roundtable-export"
 VERSION = 2
@@ -86,6 +87,12 @@ def run_json(run: Run, agent_name: str) -> dict[str, object]:
             "memory_skipped": run.memory_skipped, "calls": run.calls}
 
 
+def summary_json(summary: ContextSummary, usage: Usage, calls: int) -> dict[str, object]:
+    return {"after_seq": summary.after, "through_seq": summary.through, "text": summary.text,
+            "omitted": summary.omitted, "model": summary.model or None, "provider": summary.provider or None,
+            "calls": calls, "usage": usage_json(usage), "created_at": iso(summary.created_at)}
+
+
 class _List:
     """A JSON array written one item at a time."""
 
@@ -133,8 +140,14 @@ async def write_json(record: Record, write: Write, now: float) -> Totals:
             runs.add(run_json(run, record.agent_name(run.agent_id)))
             totals.usage = totals.usage + run.usage
     runs.close()
+    summaries = _List(write, "summaries")
+    for summary, usage, calls in await store.context_summaries(group.id, after=rows.after, through=rows.through):
+        summaries.add(summary_json(summary, usage, calls))
+        totals.summary_usage = totals.summary_usage + usage
+    summaries.close()
     totals.messages, totals.episodes, totals.runs = messages.count, episodes.count, runs.count
     write(',\n"totals":' + _dump({"messages": totals.messages, "episodes": totals.episodes, "runs": totals.runs,
                                   "usage": usage_json(totals.usage),
-                                  "selector_usage": usage_json(totals.selector_usage)}) + "}\n")
+                                  "selector_usage": usage_json(totals.selector_usage),
+                                  "summary_usage": usage_json(totals.summary_usage)}) + "}\n")
     return totals

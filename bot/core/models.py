@@ -17,13 +17,17 @@ DecisionSource = Literal[
     "tags", "selector", "rotation", "fallback", "low_confidence", "superseded", "none"
 ]
 RunKind = Literal["group", "direct"]
-SpendKind = Literal["agent", "selector", "catch-up"]
+SpendKind = Literal["agent", "selector", "catch-up", "summary"]
+SUMMARY_SPENDER = "rolling summary"  # who spent kind 'summary' (the usage report's line)
 RunStatus = Literal["running", "posted", "answered", "empty", "failed", "refused", "discarded", "interrupted"]
 
 DEFAULT_MAX_TURNS = 12
 MAX_TURNS_RANGE = (1, 100)
-DEFAULT_CONTEXT_BUDGET = 6000
-DEFAULT_SELECTOR_BUDGET = 1500
+# Measured on the bench's Tokyo task (docs/benchmarks.md, issue 22): with rolling summaries a 3,000-token
+# window bills less than 6,000 at a 50% and a 90% cache discount; a 400-token selector window stays under
+# the providers' 1,024-token caching minimum and costs less than a cached 1,500-token one.
+DEFAULT_CONTEXT_BUDGET = 3000
+DEFAULT_SELECTOR_BUDGET = 400
 DEFAULT_MAX_IMAGES = 4
 DEFAULT_MAX_TEXT = 40_000
 MAX_IMAGES_RANGE = (0, 20)
@@ -231,7 +235,8 @@ class Usage:
 class Spend:
     """Model calls of one kind, by one spender, of one model, over a period (for usage and cost).
 
-    `who` is an agent's name, or 'selector' / 'catch-up'; `model` is "" when it was not recorded."""
+    `who` is an agent's name, or 'selector' / 'catch-up' / 'rolling summary'; `model` is "" when it was
+    not recorded."""
 
     who: str
     kind: SpendKind
@@ -319,6 +324,21 @@ class Summary:
     model: str = ""
     created_at: float = 0.0
     provider: str = ""
+
+
+@dataclass(frozen=True)
+class ContextSummary:
+    """A rolling summary of a group's rows 1..through, written when a prompt's window moved past them
+    (SPEC §6); it extends the summary through `after` with rows after..through (`bot.core.summary`)."""
+
+    through: int
+    after: int
+    text: str
+    token_count: int = 0  # of its line in a prompt's thread
+    omitted: int = 0  # rows after..through it could not read (the oldest: its input is bounded)
+    model: str = ""
+    created_at: float = 0.0
+    provider: str = ""  # the provider the model ran on ("" when not recorded)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from bot.core.models import (
     Agent,
     ChatMessage,
     Completion,
+    ContextSummary,
     Decision,
     Episode,
     FinishedRun,
@@ -294,6 +295,24 @@ class ChatStore(Protocol):
         ...
 
 
+class ContextStore(ChatStore, Protocol):
+    """What a prompt keeps beyond its window: rolling summaries of the rows a window cut, and the
+    earlier tasks an episode continues (`bot.core.summary`, `bot.core.tasks`)."""
+
+    async def context_summary(self, group_id: int, *, through: int) -> ContextSummary | None:
+        """The newest rolling summary whose last row is at or before `through`."""
+        ...
+
+    async def save_context_summary(self, group_id: int, summary: ContextSummary, usage: Usage) -> None:
+        """Keep a rolling summary and what its call cost (usage kind 'summary'); a second one of the same
+        rows replaces the text and adds its call."""
+        ...
+
+    async def earlier_tasks(self, group_id: int, *, before_seq: int, limit: int) -> list[tuple[Episode, Message]]:
+        """The episodes opened before row `before_seq`, each with its task row, newest first, at most `limit`."""
+        ...
+
+
 class MemoryStore(Protocol):
     """An agent's memory: the notes it saved with memory_write (`bot.core.memory`)."""
 
@@ -359,7 +378,7 @@ class RecordStore(Protocol):
     async def spending(self, group_id: int, since: float) -> list[Spend]:
         """Model calls since `since`: per (agent name, model) of runs (each run's calls: a memory run
         may make several) and of the calls recorded with `record_call`, per model of the selector's
-        decisions (a call per attempt) and of catch-up summaries."""
+        decisions (a call per attempt), of catch-up summaries and of rolling summaries (kind 'summary')."""
         ...
 
     async def record_call(self, group_id: int, agent_id: int | None, purpose: str, call: Completion) -> None:
@@ -379,6 +398,12 @@ class RecordStore(Protocol):
     def episode_pages(self, group_id: int, *, after: int = 0, through: int | None = None,
                       size: int = 500) -> AsyncIterator[list[Episode]]:
         """The episodes of the rows after < seq <= through, in order, `size` at a time."""
+        ...
+
+    async def context_summaries(self, group_id: int, *, after: int = 0, through: int | None = None
+                                ) -> list[tuple[ContextSummary, Usage, int]]:
+        """The rolling summaries whose last row is in after < seq <= through, in order, each with its
+        calls' usage and their number."""
         ...
 
     async def runs_by_id(self, run_ids: Iterable[int]) -> dict[int, Run]: ...
@@ -473,7 +498,7 @@ class InteractionStore(Protocol):
         ...
 
 
-class Store(ChatStore, MemoryStore, ScheduleStore, RecordStore, ReadingStore, LeaseStore, WebhookStore,
+class Store(ContextStore, MemoryStore, ScheduleStore, RecordStore, ReadingStore, LeaseStore, WebhookStore,
             InteractionStore, Protocol):
     """Durable state. Every method is atomic; appends are serialised per group.
 

@@ -6,7 +6,7 @@ people's messages are safe.
 from __future__ import annotations
 
 import re
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 from bot.core.attachments import brief_text
 from bot.core.models import Agent, Message
@@ -56,17 +56,16 @@ def thread_line(author_name: str, text: str) -> str:
 
 
 def render_thread(
-    messages: Sequence[Message], omitted: int = 0, task_first: Message | None = None, *,
-    reference: int | None = None, reference_text: str = "", show: Callable[[Message], str] = brief_text,
+    messages: Sequence[Message], omitted: int = 0, first: Sequence[Message] = (), *,
+    references: Collection[int] = (), reference_text: str = "", show: Callable[[Message], str] = brief_text,
 ) -> str:
-    """Thread lines; the row whose seq is `reference` shows `reference_text` (its text is elsewhere).
-    `show` gives a row's text with its files (default: a short line per file)."""
-    lines: list[str] = []
-    if task_first is not None:
-        lines.append(thread_line(task_first.author_name, show(task_first)))
+    """Thread lines: `first` (tasks shown first), the omitted rows' marker, `messages`; the rows whose
+    seq is in `references` show `reference_text` (their text is elsewhere). `show` gives a row's text
+    with its files (default: a short line per file)."""
+    lines = [thread_line(m.author_name, show(m)) for m in first]
     if omitted:
         lines.append(thread_line(SYSTEM_AUTHOR, f"({omitted} earlier messages omitted)"))
-    lines.extend(thread_line(m.author_name, reference_text if m.seq == reference else show(m)) for m in messages)
+    lines.extend(thread_line(m.author_name, reference_text if m.seq in references else show(m)) for m in messages)
     return "\n".join(lines)
 
 

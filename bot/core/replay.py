@@ -3,7 +3,8 @@
 `replay_message` asks the selector again about a past message, as the
 dispatcher's selector step would now: today's roster, eligible speakers,
 settings (selector budget, allow_repeat, min_confidence, selector model) and
-the thread through that message, trimmed as today; the episode's own task.
+the thread through that message, trimmed as today, with the rolling summary
+stored for its window (none is written now); the episode's own tasks.
 The answer is compared with the stored decision by the agents it picks (ids,
 so a renamed agent is the same agent) and TERMINATE. Nothing is stored: the
 store is only read.
@@ -20,6 +21,7 @@ from bot.core.errors import InvalidInput, NotFound
 from bot.core.models import Decision, Group, Message
 from bot.core.ports import LLM, Store
 from bot.core.selector import selector_decision
+from bot.core.summary import Summaries
 
 SELECTOR_SOURCES = ("selector", "fallback", "low_confidence")  # decisions a selector call made
 
@@ -50,7 +52,7 @@ async def replay_message(store: Store, llm: LLM, group: Group, seq: int, *, mode
     if message.author_type == "system":
         raise InvalidInput(f"#{seq} is a notice from the bot; notices are never routed, so there is nothing to replay.")
     roster = await store.list_agents(group.id)
-    now = await selector_decision(store, llm, group, roster, message, model=model)
+    now = await selector_decision(store, llm, group, roster, message, model=model, summaries=Summaries.stored(store))
     return Replayed(message, await store.get_decision(group.id, seq), now)
 
 

@@ -15,10 +15,12 @@ from typing import Sequence
 from bot.core.context import load_thread
 from bot.core.errors import LLMError
 from bot.core.models import Agent, ChatMessage, Decision, Group, Message, Usage
-from bot.core.ports import LLM, ChatStore
+from bot.core.ports import LLM, ContextStore
 from bot.core.prompts import name_list, selector_prompt
 from bot.core.routing import eligible_speakers, next_in_rotation
 from bot.core.stop import TERMINATE
+from bot.core.summary import Summaries
+from bot.core.tasks import TaskChains
 
 log = logging.getLogger(__name__)
 
@@ -156,19 +158,23 @@ def _rotation(roster: Sequence[Agent], eligible: Sequence[Agent], rotate_after: 
 
 
 async def selector_decision(
-    store: ChatStore, llm: LLM, group: Group, roster: Sequence[Agent], message: Message, *,
-    model: str | None, cache_key: str | None = None,
+    store: ContextStore, llm: LLM, group: Group, roster: Sequence[Agent], message: Message, *,
+    model: str | None, cache_key: str | None = None, tasks: TaskChains | None = None,
+    summaries: Summaries | None = None,
 ) -> Decision:
     """Selector mode's routing of `message`, as the dispatcher makes it (and replay remakes it).
 
     The selector reads its own window (`selector_budget`) of the thread through
-    `message`, the message's episode task shown first when its place was cut.
-    It is asked even when one agent is eligible: its answer may be TERMINATE.
+    `message`: the episode's tasks (`tasks`: with the earlier requests a follow-up
+    continues) shown first when their place was cut, then the rolling summary of
+    the cut rows (`summaries`), then the newest rows. It is asked even when one
+    agent is eligible: its answer may be TERMINATE.
     """
     eligible = eligible_speakers(roster, message, group.settings.allow_repeat)
-    task_seq = (await store.get_episode(message.episode_id)).task_seq if message.episode_id is not None else None
+    chain = await (tasks or TaskChains(store)).of(group.id, message.episode_id)
     trimmed = await load_thread(store, group.id, through=message.seq, budget=group.settings.selector_budget,
-                                task_seq=task_seq)
+                                task_seq=chain.current.seq if chain.current else None, tasks=chain.all,
+                                summaries=summaries.source(group) if summaries is not None else None)
     selection = await select_speaker(
         llm,
         roster=roster,

@@ -1,7 +1,8 @@
 """Cost in money: the usage report and the monthly budget.
 
 `/roundtable usage [days]` shows, per agent and for the selector (and catch-up
-summaries, when there were any): calls, prompt / cached / completion tokens and
+summaries and the rolling summaries of what context windows cut, when there
+were any): calls, prompt / cached / completion tokens and
 their cost at the configured prices (`bot.core.pricing`), then a total line.
 Calls of a model with no known price are counted and named, never priced. When
 any call ran on a named provider, every line names the providers of its calls.
@@ -24,7 +25,7 @@ from bot.core.ports import RecordStore
 from bot.core.pricing import PRICES_AS_OF, Price, dollars, exact_dollars, price_of
 
 NO_PRICE = "no price known"
-KIND_ORDER = {"agent": 0, "selector": 1, "catch-up": 2}
+KIND_ORDER = {"agent": 0, "selector": 1, "catch-up": 2, "summary": 3}
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class Line:
 
 
 def tally(spends: Iterable[Spend], prices: Mapping[str, Price]) -> list[Line]:
-    """One line per spender (agents by name, then the selector, then catch-up), costs at `prices`."""
+    """One line per spender (agents by name, then the selector, catch-up, the rolling summary), costs at `prices`."""
     grouped: dict[tuple[int, str], list[Spend]] = {}
     named = False
     for spend in spends:

@@ -20,6 +20,7 @@ from bot.core.models import Agent, ChatMessage, Group, Message, NewMessage, Run,
 from bot.core.prompts import participant_prompt, system_message, thread_line
 from bot.core.stop import cap_refusal_notice, ends_with_terminate, guard_impersonation, strip_terminate
 from bot.core.tags import parse_tags
+from bot.core.tasks import Tasks
 
 if TYPE_CHECKING:
     from bot.core.engine import Engine
@@ -48,8 +49,8 @@ CONTINUED = "(the conversation since then)"
 
 
 def build_messages(
-    group: Group, agent: Agent, roster: Sequence[Agent], trimmed: Trimmed, task: Message | None, memory: str = "",
-    files: PromptFiles | None = None,
+    group: Group, agent: Agent, roster: Sequence[Agent], trimmed: Trimmed, task: Message | Tasks | None,
+    memory: str = "", files: PromptFiles | None = None,
 ) -> tuple[list[ChatMessage], list[str]]:
     """System message, the Participant prompt, and the episode's newer rows after it.
 
@@ -57,14 +58,18 @@ def build_messages(
     for the whole episode); the rows after the task follow in one more user
     message. So within an episode each call's messages extend the previous
     call's (until the window moves) and the provider's prompt cache keeps all
-    of it: only the rows since the agent's last turn are new. `memory` (the agent's
-    `<memory>` block, when memory is on) ends the system message. `files` shows people's files
+    of it: only the rows since the agent's last turn are new. `task`: the
+    episode's task, or its `Tasks` (with the earlier requests it continues, all
+    in the prompt's <task>). `memory` (the agent's `<memory>` block, when memory
+    is on) ends the system message. `files` shows people's files
     (`bot.core.attachments`): text inlined, images as parts still to fetch (`PromptFiles.fill_images`).
     """
     files = files or PromptFiles(group.settings, images=False)
-    others = others_in(trimmed.shown, roster, agent)
-    task_text = files.text(task) if task else "(no task yet: follow the conversation)"
-    before, after = trimmed.split(task.seq) if task else (trimmed, ())
+    tasks = task if isinstance(task, Tasks) else Tasks(task)
+    current = tasks.current
+    others = others_in(tasks.earlier + trimmed.shown, roster, agent)
+    task_text = tasks.slot(files.text)
+    before, after = trimmed.split(current.seq) if current else (trimmed, ())
     prompt = participant_prompt(agent, others, task_text, before.render(files.text))
     messages = [ChatMessage("system", system_message(agent, group.settings.brief, memory)), ChatMessage("user", prompt)]
     if after:
@@ -132,14 +137,16 @@ class AgentTurn:
         engine = self.engine
         store = engine.store
         roster = await store.list_agents(group.id)
-        task = await self._task(group, run)
+        tasks = await engine.tasks.of(group.id, run.episode_id)
         trimmed = await load_thread(store, group.id, through=run.snapshot_seq, budget=group.settings.context_budget,
-                                    task_seq=task.seq if task else None, task_apart=task is not None,
-                                    step=participant_step(group.settings.context_budget))
+                                    task_seq=tasks.current.seq if tasks.current else None,
+                                    task_apart=tasks.current is not None,
+                                    step=participant_step(group.settings.context_budget), tasks=tasks.all,
+                                    summaries=engine.summaries.source(group))
         memory = await load_memory(store, agent, engine.counter)
         files = PromptFiles(group.settings, images=engine.llm.takes_images(agent.model),
-                            task_seq=task.seq if task else None)
-        messages, others = build_messages(group, agent, roster, trimmed, task, memory, files)
+                            task_seq=tasks.current.seq if tasks.current else None)
+        messages, others = build_messages(group, agent, roster, trimmed, tasks, memory, files)
         engine.withheld_images(agent.model, files.withheld)
         async with engine.surface.working(group, agent):
             messages = await files.fill_images(messages, engine.images(group))
@@ -191,9 +198,3 @@ class AgentTurn:
         except Exception as exc:  # the next owner marks it interrupted anyway
             log.warning("run=%s: could not record the interruption: %s", run.id, exc)
 
-    async def _task(self, group: Group, run: Run) -> Message | None:
-        """The opening message of the run's episode."""
-        if run.episode_id is None:
-            return None
-        episode = await self.engine.store.get_episode(run.episode_id)
-        return await self.engine.store.get_message(group.id, episode.task_seq)

@@ -23,6 +23,7 @@ ASK_MAX = 4000  # an /ask prompt (Discord takes up to 6,000 characters in an opt
 RESERVED_NAMES = frozenset({"user", "all", "everyone", "here", "roundtable", "selector"})
 WEBHOOK_FORBIDDEN = ("discord", "clyde")
 CONTEXT_BUDGET_RANGE = (500, 200_000)
+SELECTOR_BUDGET_RANGE = (300, 200_000)  # the selector reads the newest row or two (issue 22's measurements)
 PACE_RANGE = (0.0, 60.0)
 
 # Scripts with letters that pass for each other (Latin a / Cyrillic а / Greek α ...): a name may

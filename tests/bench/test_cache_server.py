@@ -62,9 +62,20 @@ def test_blocks_are_chained_and_models_do_not_share() -> None:
     base = ids(0, 2048)
     cache.bill(base, "model-a")
     assert cache.bill(base, "model-b") == 0
-    moved = ids(0, 128) + ids(50000, 128) + base[256:]  # blocks 2.. equal, block 1 not: only block 0 hits
-    assert cache.bill(moved, "model-a") == 128
+    moved = ids(0, 1152) + ids(50000, 128) + base[1280:]  # blocks 10.. equal, block 9 not: blocks 0..8 hit
+    assert cache.bill(moved, "model-a") == 1152
     assert block_hashes(base)[:3] == block_hashes(base[:400])
+
+
+def test_nothing_is_cached_unless_the_first_1024_tokens_match() -> None:
+    """OpenAI's rule: a shared prefix under 1,024 tokens caches nothing, however long the prompt."""
+    cache = PromptCache()
+    cache.bill(ids(0, 3000))
+    assert cache.bill(ids(0, 900) + ids(70000, 2000)) == 0  # 7 shared blocks: under the minimum
+    assert cache.bill(ids(0, 1023) + ids(71000, 2000)) == 0  # 7 full blocks and 127 tokens
+    assert cache.bill(ids(0, 1024) + ids(72000, 2000)) == 1024  # exactly the first 1,024
+    assert cache.bill(ids(0, 1151) + ids(73000, 2000)) == 1024  # then in 128-token steps
+    assert cache.bill(ids(0, 1152) + ids(74000, 2000)) == 1152
 
 
 def test_common_prefix() -> None:

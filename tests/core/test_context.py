@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from bot.core.context import TASK_REFERENCE, Trimmed, cut_point, load_thread, participant_step
-from bot.core.models import Message, token_cost
+from bot.core.models import ContextSummary, Message, token_cost
 from bot.core.ports import Store
 
 
@@ -134,3 +134,62 @@ def test_cut_point(total, budget, extra, cut):
 def test_an_agents_window_moves_by_three_quarters_of_its_budget(total, cut):
     assert participant_step(6000) == 4500
     assert cut_point(total, 6000, 0, participant_step(6000)) == cut
+
+
+class Notes:
+    """A `SummarySource` that hands out a fixed summary of rows 1..seq and remembers what it was asked."""
+
+    def __init__(self, reserve: int = 40, min_budget: int = 100, fail: bool = False) -> None:
+        self.reserve, self.min_budget, self.fail = reserve, min_budget, fail
+        self.asked: list[int] = []
+
+    async def through(self, seq: int) -> ContextSummary | None:
+        self.asked.append(seq)
+        return None if self.fail else ContextSummary(seq, 0, f"notes through #{seq}", 20)
+
+
+async def test_the_summary_stands_where_the_cut_rows_were_and_the_window_keeps_room_for_it():
+    rows = thread(60)
+    store: Store = Thread(rows)  # type: ignore[assignment]  # only the reads load_thread makes
+    notes = Notes()
+    t = await load_thread(store, 1, through=60, budget=200, task_seq=1, summaries=notes)
+    lines = t.render().splitlines()
+    first_kept = t.kept[0].seq
+    assert notes.asked == [first_kept - 1]  # the rows before the window, once
+    assert lines[0] == "[a] m1"  # the task, pulled up
+    cut = first_kept - 1
+    assert lines[1] == f"[roundtable] (summary of the {cut - 1} earlier messages) notes through #{cut}"
+    assert lines[2] == f"[a] m{first_kept}" and t.summary is not None
+    used = sum(m.token_count + 1 for m in t.kept) + 11 + notes.reserve
+    assert used <= 200  # the reserve, not the summary's own length, decides the window
+    plain = await load_thread(store, 1, through=60, budget=200, task_seq=1)
+    assert plain.kept[0].seq <= first_kept  # without a summary only the marker's room is kept free
+    same = await load_thread(store, 1, through=60, budget=200, task_seq=1, summaries=notes)
+    assert same.render() == t.render()  # the same window, the same prompt
+
+
+async def test_no_summary_for_a_small_window_or_a_failed_call_and_none_while_the_thread_fits():
+    rows = thread(60)
+    store: Store = Thread(rows)  # type: ignore[assignment]  # only the reads load_thread makes
+    small = Notes(min_budget=201)
+    t = await load_thread(store, 1, through=60, budget=200, task_seq=1, summaries=small)
+    assert small.asked == [] and t.summary is None and "earlier messages omitted" in t.render()
+    failing = Notes(fail=True)
+    t = await load_thread(store, 1, through=60, budget=200, task_seq=1, summaries=failing)
+    assert failing.asked and t.summary is None and "earlier messages omitted" in t.render()
+    fits = Notes()
+    t = await load_thread(store, 1, through=5, budget=200, task_seq=1, summaries=fits)
+    assert fits.asked == [] and t.omitted == 0
+
+
+async def test_every_task_of_the_chain_is_pulled_up_in_order_or_referred_to_in_place():
+    rows = thread(60, task_seq=1)
+    rows[29] = Message(1, 30, "user", "b", "follow-up", token_count=10)
+    store: Store = Thread(rows)  # type: ignore[assignment]  # only the reads load_thread makes
+    tasks = [rows[0], rows[29]]
+    t = await load_thread(store, 1, through=60, budget=200, task_seq=30, tasks=tasks)
+    assert [m.seq for m in t.pulled_up] == [1, 30] and t.render().startswith("[a] m1\n[b] follow-up\n[roundtable] (")
+    assert t.omitted == t.kept[0].seq - 1 - 2
+    apart = await load_thread(store, 1, through=35, budget=1000, task_seq=30, tasks=tasks, task_apart=True)
+    assert apart.pulled_up == () and apart.references == frozenset({1, 30})
+    assert apart.render().count(TASK_REFERENCE) == 2 and "follow-up" not in apart.render()

@@ -17,7 +17,7 @@ from bot.core.admin import Admin
 from bot.core.card import Attachment
 from bot.core.errors import InvalidInput
 from bot.core.export import write_export
-from bot.core.models import Completion, Usage
+from bot.core.models import Completion, ContextSummary, Usage
 from tests.fakes.scripted_llm import ScriptedLLM
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "docs" / "export-schema.json").read_text())
@@ -261,3 +261,27 @@ async def test_the_formats_agree_on_what_an_ask_is_and_on_their_totals(harness):
             f"{selector['completion_tokens']:,} completion tokens.")
     assert f'<footer class="end">{line}</footer>' in page.replace("&#x27;", "'")
     assert md.rstrip().endswith(line)
+
+
+async def test_rolling_summaries_are_exported_with_their_cost_in_every_format(harness):
+    async with harness.running(script()):
+        await seed(harness)
+        store, group_id = harness.store, harness.group.id
+        await store.save_context_summary(group_id, ContextSummary(2, 0, "Notes: <b>Asakusa</b> first.", 12,
+                                                                  model="gpt-4o-mini"), Usage(300, 60, 0))
+        await store.save_context_summary(group_id, ContextSummary(4, 2, "Notes: sushi at Tsukiji.", 10,
+                                                                  model="gpt-4o-mini"), Usage(250, 50, 128))
+        data = json.loads(await export(harness, "json"))
+        html = await export(harness, "html")
+        md = await export(harness, "md")
+        later = json.loads(await export(harness, "json", first=3))
+    jsonschema.Draft202012Validator(SCHEMA).validate(data)
+    assert [(s["after_seq"], s["through_seq"], s["text"], s["calls"]) for s in data["summaries"]] == [
+        (0, 2, "Notes: <b>Asakusa</b> first.", 1), (2, 4, "Notes: sushi at Tsukiji.", 1)]
+    assert data["summaries"][1]["usage"] == {"prompt_tokens": 250, "cached_tokens": 128, "completion_tokens": 50,
+                                             "estimated": False}
+    assert data["totals"]["summary_usage"] == {"prompt_tokens": 550, "cached_tokens": 128, "completion_tokens": 110,
+                                               "estimated": False}
+    assert [s["through_seq"] for s in later["summaries"]] == [4]  # the range's own
+    line = "2 rolling summaries (what context windows cut): 550 prompt / 128 cached / 110 completion tokens"
+    assert line in md and line in html

@@ -112,8 +112,11 @@ async def test_coalescing_five_messages_during_a_run_make_one_more_run(harness):
         second_prompt = "\n".join(m.content for m in llm.history[-1][2][1:])
         for i in range(1, 5):
             assert f"[alice] @planner follow-up {i}" in second_prompt
-        # the newest is the run's task: in <task>, and only referred to in the thread
-        assert "<task>@planner follow-up 5</task>" in second_prompt
+        # the newest is the run's task, after the earlier requests still open (the first and the newest
+        # three: planner's reply did not end them): in <task>, and only referred to in the thread
+        assert ("<task>Earlier requests this continues, not done yet (oldest first):\n[alice] @planner first\n"
+                "[alice] @planner follow-up 2\n[alice] @planner follow-up 3\n[alice] @planner follow-up 4\n"
+                "Current request:\n[alice] @planner follow-up 5</task>") in second_prompt
         assert "[alice] (posted the task above)" in second_prompt
         runs = await harness.fetch("SELECT snapshot_seq, status FROM runs ORDER BY id")
         # 5 follow-ups are seqs 2-6 and the first reply is seq 7: one more run, over all of them

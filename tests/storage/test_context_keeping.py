@@ -1,0 +1,92 @@
+"""The store's part of what prompts keep (issue 22): rolling summaries by the last row they cover, and
+the earlier episodes a follow-up continues (`bot.core.tasks.TaskChains` over a real store)."""
+from __future__ import annotations
+
+import pytest
+
+from bot.core.models import ContextSummary, GroupSettings, NewMessage, Tags, Usage
+from bot.core.schedule import When
+from bot.core.tasks import LOOKBACK, MAX_EARLIER, TaskChains
+from storage import SqlStore
+from tests.fakes.databases import Place
+
+
+@pytest.fixture
+async def store(place: Place):
+    async with await place.open() as opened:
+        yield opened
+
+
+async def test_a_summary_is_found_by_its_last_row_and_a_second_call_adds_its_cost(store: SqlStore):
+    group = await store.create_group("g", "g", GroupSettings())
+    assert await store.context_summary(group.id, through=50) is None
+    await store.save_context_summary(group.id, ContextSummary(10, 0, "first ten", 12, model="m"), Usage(100, 20, 0))
+    await store.save_context_summary(group.id, ContextSummary(30, 10, "through thirty", 14, 2, "m"), Usage(90, 20, 64))
+    assert (await store.context_summary(group.id, through=9)) is None
+    assert (await store.context_summary(group.id, through=10)).text == "first ten"  # type: ignore[union-attr]
+    found = await store.context_summary(group.id, through=29)  # the newest at or before: the one to roll from
+    assert found is not None and (found.through, found.after, found.text) == (10, 0, "first ten")
+    newest = await store.context_summary(group.id, through=99)
+    assert newest is not None and (newest.through, newest.after, newest.omitted, newest.token_count) == (30, 10, 2, 14)
+    await store.save_context_summary(group.id, ContextSummary(30, 10, "again", 5, model="m2"), Usage(80, 10, 0))
+    again = await store.context_summary(group.id, through=30)
+    assert again is not None and (again.text, again.model) == ("again", "m2")
+    spent = [s for s in await store.spending(group.id, 0) if s.kind == "summary"]
+    assert [(s.who, s.model, s.calls, s.usage) for s in spent] == [
+        ("rolling summary", "m", 1, Usage(100, 20, 0)), ("rolling summary", "m2", 2, Usage(170, 30, 64))]
+
+
+async def say(store: SqlStore, group_id: int, text: str) -> int:
+    message, episode = await store.append_user_message(group_id, NewMessage("user", "alice", text,
+                                                                            author_user_id="alice"))
+    return episode.id
+
+
+async def test_a_follow_up_continues_the_open_tasks_back_to_one_that_was_done(store: SqlStore):
+    group = await store.create_group("g", "g", GroupSettings())
+    done = await say(store, group.id, "an old task")
+    await store.end_episode(done, "terminated")
+    capped = await say(store, group.id, "Plan Tokyo")
+    await store.end_episode(capped, "max_turns")
+    stalled = await say(store, group.id, "cheaper please")
+    await store.end_episode(stalled, "stalled")
+    await say(store, group.id, "and add a museum")  # superseded by the next
+    current = await say(store, group.id, "keep going")
+    tasks = await TaskChains(store).of(group.id, current)
+    assert tasks.current is not None and tasks.current.text == "keep going"
+    assert [m.text for m in tasks.earlier] == ["Plan Tokyo", "cheaper please", "and add a museum"]
+    assert [m.text for m in tasks.all][-1] == "keep going"
+    slot = tasks.slot()
+    assert slot.startswith("Earlier requests this continues, not done yet (oldest first):\n[alice] Plan Tokyo\n")
+    assert slot.endswith("Current request:\n[alice] keep going")
+    first = await TaskChains(store).of(group.id, capped)
+    assert first.earlier == () and first.slot() == "Plan Tokyo"  # the terminated one is not continued
+
+
+async def test_a_quiet_episode_or_a_schedules_task_breaks_the_chain(store: SqlStore):
+    group = await store.create_group("g", "g", GroupSettings())
+    quiet = await say(store, group.id, "asked and answered")
+    await store.end_episode(quiet, "quiet")
+    current = await say(store, group.id, "next")
+    assert (await TaskChains(store).of(group.id, current)).earlier == ()
+    agent = await store.add_agent(group.id, "planner", "plans", "You plan.")
+    await say(store, group.id, "open before the schedule")
+    schedule = await store.add_schedule(agent.id, When(every_seconds=3600), "sum up", next_run_at=100.0)
+    fired = await store.fire_schedule(schedule, NewMessage("system", "roundtable", "Scheduled for @planner: sum up",
+                                                           tags=Tags((agent.id,), ("planner",))),
+                                      ran_at=150.0, next_run_at=3700.0)
+    assert fired is not None
+    assert (await TaskChains(store).of(group.id, fired[1].id)).earlier == ()  # a schedule continues nothing
+    follow = await say(store, group.id, "after it")
+    assert (await TaskChains(store).of(group.id, follow)).earlier == ()  # nor is it continued, nor past it
+
+
+async def test_the_chain_is_bounded_the_original_and_the_newest_kept(store: SqlStore):
+    group = await store.create_group("g", "g", GroupSettings())
+    for i in range(LOOKBACK + 5):
+        await say(store, group.id, f"ask {i}")  # each supersedes the one before
+    current = await say(store, group.id, "now")
+    earlier = [m.text for m in (await TaskChains(store).of(group.id, current)).earlier]
+    assert len(earlier) == MAX_EARLIER
+    assert earlier[0] == "ask 5"  # the oldest within LOOKBACK episodes: the original as far as the chain reaches
+    assert earlier[1:] == [f"ask {i}" for i in range(LOOKBACK + 5 - MAX_EARLIER + 1, LOOKBACK + 5)]
