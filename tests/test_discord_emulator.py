@@ -688,3 +688,47 @@ async def test_history_after_paging_across_channels_and_threads(emu):
             async with http.get(f"{emu.api_base}/channels/{thread}/messages", params=q) as r:
                 page = await r.json()
         assert [m["content"] for m in page] == list(reversed(expected[thread][:100]))
+
+
+async def test_channel_overwrites_are_the_permissions_discord_py_computes(emu):
+    """An overwrite taking Manage Webhooks from the bot's role in one channel: the emulator refuses the
+    webhook there (and only there), and discord.py computes the same permissions from the gateway's
+    cache and from REST."""
+    from tests.discord_emulator import perms
+
+    other = emu.add_channel(emu.guild_id, "random")
+    everyone_can_talk = emu.add_channel(emu.guild_id, "quiet")
+    emu.set_channel_permissions(everyone_can_talk, emu.guild_id, deny=perms.SEND_MESSAGES)
+    emu.set_channel_permissions(everyone_can_talk, emu.bot_role_id(emu.guild_id), allow=perms.SEND_MESSAGES)
+    client = make_client()
+    async with running(client):
+        await emu.wait_until_ready(T)
+        changed = asyncio.create_task(client.wait_for("guild_channel_update", timeout=T))
+        await asyncio.sleep(0)
+        emu.set_channel_permissions(other, emu.bot_role_id(emu.guild_id), deny=perms.MANAGE_WEBHOOKS)
+        await changed
+        guild = client.get_guild(int(emu.guild_id))
+        cached = {c: guild.get_channel(int(c)).permissions_for(guild.me) for c in (emu.channel_id, other,
+                                                                                   everyone_can_talk)}
+        rest_guild = await client.fetch_guild(int(emu.guild_id))
+        me = await rest_guild.fetch_member(client.user.id)
+        fetched = {str(c.id): c.permissions_for(me) for c in await rest_guild.fetch_channels()}
+        for channel_id, computed in cached.items():
+            assert computed.value == fetched[channel_id].value == emu.bot_permissions(emu.guild_id, channel_id)
+        assert cached[emu.channel_id].manage_webhooks and not cached[other].manage_webhooks
+        assert cached[everyone_can_talk].send_messages  # the role's allow wins over @everyone's deny
+        await guild.get_channel(int(emu.channel_id)).create_webhook(name="Roundtable")
+        with pytest.raises(discord.Forbidden):
+            await guild.get_channel(int(other)).create_webhook(name="Roundtable")
+
+
+async def test_application_flags_follow_the_message_content_switch(emu):
+    client = make_client()
+    try:
+        await client.login(DEFAULT_TOKEN)
+        assert client.application.flags.gateway_message_content_limited
+        emu.privileged_intents_allowed = False
+        app = await client.application_info()
+        assert not app.flags.gateway_message_content_limited and not app.flags.gateway_message_content
+    finally:
+        await client.close()

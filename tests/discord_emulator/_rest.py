@@ -66,6 +66,8 @@ class RestMixin:
 
     async def _h_app(self, request: web.Request) -> web.Response:
         app = dict(self.application)
+        if not self.privileged_intents_allowed:  # the portal's Message Content switch is off
+            app["flags"] = int(app["flags"]) & ~(u.APP_GATEWAY_MESSAGE_CONTENT | u.APP_GATEWAY_MESSAGE_CONTENT_LIMITED)
         app["owner"] = self.user_json(self.owner_user_id) if getattr(self, "owner_user_id", None) else None
         app["bot"] = self.user_json(self.bot_user_id)
         return u.json_response(app)

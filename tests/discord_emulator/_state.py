@@ -43,6 +43,7 @@ class Channel:
     parent_id: Optional[str] = None
     owner_id: Optional[str] = None
     last_message_id: Optional[str] = None
+    overwrites: List[dict] = field(default_factory=list)  # {"id", "type": 0 role | 1 member, "allow", "deny"}
 
     @property
     def is_thread(self) -> bool:
@@ -63,7 +64,8 @@ class Channel:
                                     "locked": False, "create_timestamp": u.iso_from_snowflake(self.id)},
             })
         else:
-            data.update({"position": self.position, "permission_overwrites": [], "topic": self.topic,
+            data.update({"position": self.position, "permission_overwrites": copy.deepcopy(self.overwrites),
+                         "topic": self.topic,
                          "nsfw": False, "default_auto_archive_duration": 1440})
         return data
 
@@ -205,11 +207,59 @@ class StateMixin:
                 perms |= role.permissions
         return perms
 
-    def bot_permissions(self, guild_id: str) -> int:
-        perms = self.member_permissions(guild_id, self.bot_user_id)
+    def bot_permissions(self, guild_id: str, channel_id: Optional[str] = None) -> int:
+        """The bot's permissions in the guild, or in a channel (its overwrites applied)."""
+        if channel_id is None:
+            perms = self.member_permissions(guild_id, self.bot_user_id)
+        else:
+            perms = self.channel_permissions(channel_id, self.bot_user_id)
         if getattr(self, "deny_manage_webhooks", False):
             perms &= ~u.MANAGE_WEBHOOKS
         return perms
+
+    def channel_permissions(self, channel_id: str, user_id: str) -> int:
+        """A member's permissions in a channel, as Discord computes them: the guild's (@everyone and
+        the member's roles; everything for the owner or an Administrator), then the channel's
+        overwrites: @everyone's, the member's roles' (together), the member's own. A thread takes
+        its parent's."""
+        ch = self.channels[str(channel_id)]
+        if ch.is_thread and ch.parent_id:
+            ch = self.channels[ch.parent_id]
+        guild = self.guilds[ch.guild_id]
+        if guild.owner_id == str(user_id):
+            return u.ALL_PERMS
+        perms = self.member_permissions(guild.id, user_id)
+        if perms & u.ADMINISTRATOR:
+            return u.ALL_PERMS
+        overwrites = {o["id"]: o for o in ch.overwrites}
+        member = guild.members.get(str(user_id))
+        everyone = overwrites.get(guild.id)
+        if everyone:
+            perms = (perms & ~int(everyone["deny"])) | int(everyone["allow"])
+        allow = deny = 0
+        for rid in (member.roles if member else []):
+            o = overwrites.get(rid)
+            if o:
+                allow |= int(o["allow"])
+                deny |= int(o["deny"])
+        perms = (perms & ~deny) | allow
+        own = overwrites.get(str(user_id))
+        if own:
+            perms = (perms & ~int(own["deny"])) | int(own["allow"])
+        return perms
+
+    def set_channel_permissions(self, channel_id: str, target_id: str, *, allow: int = 0, deny: int = 0) -> None:
+        """An overwrite of a channel for a role or a member, as an admin sets it in the channel's
+        settings (replacing that target's earlier one); connected clients get CHANNEL_UPDATE."""
+        ch = self.channels[str(channel_id)]
+        kind = 0 if str(target_id) in self.guilds[ch.guild_id].roles else 1
+        ch.overwrites = [o for o in ch.overwrites if o["id"] != str(target_id)] + [
+            {"id": str(target_id), "type": kind, "allow": str(allow), "deny": str(deny)}]
+        self._announce("CHANNEL_UPDATE", ch.to_json())
+
+    def bot_role_id(self, guild_id: str) -> str:
+        """The bot's own (managed) role in a guild."""
+        return next(r.id for r in self.guilds[str(guild_id)].roles.values() if r.bot_id == self.bot_user_id)
 
     def channel_messages(self, channel_id: str) -> List[dict]:
         """Stored messages of a channel (or thread), oldest first (copies)."""

@@ -96,7 +96,7 @@ class WebhookMixin:
             return u.error(404, 10003, "Unknown Channel")
         if ch.is_thread:
             return u.error(400, 50024, "Cannot execute action on this channel type")
-        if not self.bot_permissions(ch.guild_id) & u.MANAGE_WEBHOOKS:
+        if not self.bot_permissions(ch.guild_id, ch.id) & u.MANAGE_WEBHOOKS:
             return u.error(403, 50013, "Missing Permissions")
         name = (request[u.BODY] or {}).get("name") or ""
         if not name or len(name) > 80 or _BAD_NAME.search(name):
@@ -109,7 +109,7 @@ class WebhookMixin:
         ch = self.channels.get(request.match_info["cid"])
         if ch is None:
             return u.error(404, 10003, "Unknown Channel")
-        if not self.bot_permissions(ch.guild_id) & u.MANAGE_WEBHOOKS:
+        if not self.bot_permissions(ch.guild_id, ch.id) & u.MANAGE_WEBHOOKS:
             return u.error(403, 50013, "Missing Permissions")
         return u.json_response([self.webhook_json(h) for h in self.webhooks.values()
                                 if h.channel_id == ch.id and not h.deleted])
