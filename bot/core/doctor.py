@@ -1,0 +1,158 @@
+"""What `roundtable doctor` and `/roundtable doctor` report: checks as data, and the checks the core can judge.
+
+A `Check` is one line: a name, whether it passed, what was found and, when it
+failed, the fix. Each place that can look at something makes its own checks
+(the settings and Discord's REST API on the command line, the gateway's cache in
+the bot, the model endpoints in `bot.adapters.endpoints`); the database's and a
+group's are judged here, from plain data (`DatabaseHealth`, `Group`), so both
+surfaces word them the same. `doctor_card` shows a list of checks as a card
+(an embed in Discord, lines in the console); `Check.line` is the command line's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Sequence
+
+from bot.core.card import Card, Field
+from bot.core.models import Group
+
+PASS, FAIL = "✓", "✗"
+STUCK_AFTER = 300.0  # seconds a row may wait to be posted before the outbox check fails
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""  # what to do, when it failed
+
+    def line(self) -> str:
+        """`✓ name: detail`, or `✗ name: detail; fix: ...`, on one line."""
+        text = f"{PASS if self.ok else FAIL} {self.name}: {self.detail}"
+        if not self.ok and self.fix:
+            text += f"; fix: {self.fix}"
+        return " ".join(text.split())
+
+
+Probe = Callable[[], Awaitable[list[Check]]]
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Rows of one group that no surface has confirmed yet (the outbox)."""
+
+    group: str
+    rows: int
+    oldest_age: float  # seconds since the oldest of them was stored
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A group's lease: who runs the group now."""
+
+    group: str
+    holder: str  # 'discord bot (pid 1234)', '... on host-b'
+    expires_in: float  # seconds; <= 0: expired
+    gone: bool = False  # the holder is a process of this host that has exited
+
+
+@dataclass(frozen=True)
+class DatabaseHealth:
+    """What a database says about itself, read without changing it."""
+
+    where: str  # the path, or the URL without its password
+    exists: bool  # False: a SQLite file not created yet (the first start creates it)
+    version: int  # the highest migration recorded (0: none)
+    known: int  # the highest migration this code has
+    waiting: tuple[Waiting, ...] = ()
+    leases: tuple[Holder, ...] = ()
+
+
+def database_checks(health: DatabaseHealth) -> list[Check]:
+    """The database's schema, its outbox and its leases."""
+    where = health.where
+    if not health.exists:
+        return [Check("database", True, f"{where} does not exist yet; the first start creates it "
+                                        f"(schema version {health.known})")]
+    if health.version > health.known:
+        schema = Check("database", False, f"{where} is at schema version {health.version}, newer than this "
+                                          f"version of Roundtable knows ({health.known}): it would refuse to start",
+                       "upgrade Roundtable (pip install -U roundtable, or git pull and pip install -e .), or point "
+                       "ROUNDTABLE_DB at another database")
+    elif health.version < health.known:
+        schema = Check("database", True, f"{where} is reachable, at schema version {health.version} (this version's "
+                                         f"is {health.known}); the next start or `roundtable migrate` brings it up "
+                                         "to date")
+    else:
+        schema = Check("database", True, f"{where} is reachable, at schema version {health.version} (this "
+                                         "version's)")
+    return [schema, outbox_check(health.waiting), lease_check(health.leases)]
+
+
+def outbox_check(waiting: Sequence[Waiting]) -> Check:
+    if not waiting:
+        return Check("outbox", True, "no reply is waiting to be posted")
+    rows = sum(w.rows for w in waiting)
+    where = ", ".join(f"{w.group} {w.rows} (oldest {_age(w.oldest_age)})" for w in waiting)
+    stuck = [w.group for w in waiting if w.oldest_age > STUCK_AFTER]
+    if stuck:
+        return Check("outbox", False, f"{_plural(rows, 'reply', 'replies')} not posted yet: {where}",
+                     f"start the bot (`roundtable run`) if it is not running; otherwise see the delivery "
+                     f"problem of {', '.join(stuck)} (/roundtable status there)")
+    return Check("outbox", True, f"{_plural(rows, 'reply', 'replies')} being posted: {where}")
+
+
+def lease_check(leases: Sequence[Holder]) -> Check:
+    if not leases:
+        return Check("leases", True, "no process runs a group now")
+    parts = []
+    for lease in leases:
+        if lease.gone:
+            state = "that process has exited; the next start takes it over at once"
+        elif lease.expires_in <= 0:
+            state = "expired; the next start takes it over"
+        else:
+            state = f"for {_age(lease.expires_in)} more unless renewed"
+        parts.append(f"{lease.group} by {lease.holder} ({state})")
+    return Check("leases", True, "; ".join(parts))
+
+
+def delivery_check(group: Group) -> Check:
+    """The group's lasting delivery problem (a refusal of the surface), as `/roundtable status` shows it."""
+    name = f"{group.name} delivery"
+    if group.delivery_problem:
+        return Check(name, False, group.delivery_problem,
+                     "fix what it names; the bot retries by itself and the problem clears at the next post that "
+                     "goes through")
+    if group.paused:
+        return Check(name, True, "paused: replies wait until /roundtable resume")
+    return Check(name, True, "no delivery problem")
+
+
+def all_passed(checks: Sequence[Check]) -> bool:
+    return all(c.ok for c in checks)
+
+
+def doctor_card(checks: Sequence[Check], title: str) -> Card:
+    """The checks as a card: one field per check, failures first; red when one failed."""
+    failed = [c for c in checks if not c.ok]
+    fields = tuple(Field(f"{PASS if c.ok else FAIL} {c.name}", c.detail + (f"\nFix: {c.fix}" if not c.ok and c.fix
+                                                                             else ""), inline=False)
+                   for c in [*failed, *(c for c in checks if c.ok)])
+    summary = (f"{_plural(len(failed), 'check')} of {len(checks)} failed." if failed
+               else f"All {len(checks)} checks passed.")
+    return Card(title, summary, fields, tone="bad" if failed else "good")
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.0f} h"
+
+
+def _plural(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else (many or one + 's')}"

@@ -1,0 +1,124 @@
+"""A database's health, read without changing it: schema version, the outbox, the leases.
+
+`SqlStore.health()` (this module's `HealthMixin`) reads it through an open store
+(`/roundtable doctor` in the running bot). `inspect(target)` reads it for
+`roundtable doctor` and `roundtable init` without opening a store: opening one
+would create a missing SQLite file and apply migrations, and a diagnosis must
+not change what it looks at. It also returns the enabled groups and the stored
+webhooks, which the command line checks against Discord.
+
+The queries read tables that exist from migration 2 on; an older database has
+only its version read.
+"""
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bot.core.doctor import DatabaseHealth, Holder, Waiting
+from bot.core.errors import StoreError
+from bot.core.models import Group, GroupSettings
+from storage.base import StoreBase
+from storage.lease import describe_owner, owner_alive
+from storage.migrations import MIGRATIONS
+from storage.sql import Db
+
+FIRST_READABLE = 2  # the leases table and delivery_problem arrive with migration 2
+CONNECT_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """What `inspect` found: the health, and what the command line checks against Discord."""
+
+    health: DatabaseHealth
+    groups: tuple[Group, ...] = ()  # the enabled groups (their settings are not read)
+    webhooks: dict[str, tuple[str, str]] = field(default_factory=dict)  # channel id -> (webhook id, token)
+
+
+async def read_health(db: Db, where: str, now: float) -> DatabaseHealth:
+    row = await db.one("SELECT COALESCE(MAX(id), 0) FROM _migrations")
+    version = int(row[0]) if row is not None else 0
+    known = MIGRATIONS[-1][0]
+    if version < FIRST_READABLE:
+        return DatabaseHealth(where, True, version, known)
+    waiting = [Waiting(r[0], int(r[1]), now - float(r[2])) for r in await db.all(
+        "SELECT g.name, COUNT(*), MIN(m.created_at) FROM messages m JOIN groups g ON g.id = m.group_id"
+        " WHERE m.confirmed = 0 AND m.author_type <> 'user' AND g.enabled = 1 GROUP BY g.id, g.name ORDER BY g.id")]
+    leases = [Holder(r[0], describe_owner(r[1], r[2]), float(r[3]) - now, not owner_alive(r[1])) for r in await db.all(
+        "SELECT g.name, l.owner, l.label, l.expires_at FROM leases l JOIN groups g ON g.id = l.group_id ORDER BY g.id")]
+    return DatabaseHealth(where, True, version, known, tuple(waiting), tuple(leases))
+
+
+class HealthMixin(StoreBase):
+    async def health(self) -> DatabaseHealth:
+        """The database's schema version, outbox and leases (`bot.core.doctor`)."""
+        async with self._read() as db:
+            return await read_health(db, self.database, self._now())
+
+
+async def inspect(target: str, now: float) -> Inspection:
+    """The database at `target` (a SQLite path or `sqlite:///`, or a `postgresql://` URL), read
+    only. A SQLite file that does not exist yet is reported as such (its directory must exist).
+    Problems raise `StoreError`: one line naming the database, never a password."""
+    import storage
+
+    if storage.is_postgres(target):
+        return await _inspect_postgres(target, now)
+    path = Path(storage.sqlite_path(target)).expanduser()
+    if path.is_dir():
+        raise StoreError(f"{path} is a directory; name a file in it, e.g. {path / 'roundtable.db'}")
+    if not path.exists():
+        if not path.parent.is_dir():
+            raise StoreError(f"the directory {path.parent} of {path} does not exist; create it first, "
+                             "or choose another file")
+        return Inspection(DatabaseHealth(str(path), False, 0, MIGRATIONS[-1][0]))
+    try:
+        conn = sqlite3.connect(str(path), timeout=5, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open the database {path}: {exc}") from None
+    try:
+        conn.execute("PRAGMA query_only = ON")
+        from storage.db import LoopDb
+
+        return await _read(LoopDb(conn), str(path), now, has_ledger=bool(conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE name = '_migrations'").fetchall()))
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot read the database {path}: {str(exc).splitlines()[0]}") from None
+    finally:
+        conn.close()
+
+
+async def _read(db: Db, where: str, now: float, *, has_ledger: bool) -> Inspection:
+    if not has_ledger:  # an empty database: the first start creates the tables
+        return Inspection(DatabaseHealth(where, True, 0, MIGRATIONS[-1][0]))
+    health = await read_health(db, where, now)
+    if health.version < FIRST_READABLE:
+        return Inspection(health)
+    groups = tuple(Group(int(r[0]), r[1], r[2], GroupSettings(), guild_id=r[3], channel_id=r[4],
+                         parent_channel_id=r[5], paused=bool(r[6]), delivery_problem=r[7]) for r in await db.all(
+        "SELECT id, key, name, guild_id, channel_id, parent_channel_id, paused, delivery_problem FROM groups"
+        " WHERE enabled = 1 ORDER BY id"))
+    webhooks = {r[0]: (r[1], r[2]) for r in await db.all("SELECT channel_id, webhook_id, token FROM webhooks")}
+    return Inspection(health, groups, webhooks)
+
+
+async def _inspect_postgres(url: str, now: float) -> Inspection:
+    import asyncpg
+
+    from storage.pg import PgDb, _one_line, _secrets, mask_url  # (this package's own helpers)
+
+    where = mask_url(url)
+    conn: Any = None
+    try:
+        conn = await asyncpg.connect(url, timeout=CONNECT_TIMEOUT)
+        await conn.execute("SET default_transaction_read_only = on")
+        has_ledger = await conn.fetchval("SELECT to_regclass('_migrations') IS NOT NULL")
+        return await _read(PgDb(conn), where, now, has_ledger=bool(has_ledger))
+    except (asyncpg.PostgresError, OSError, ValueError, TimeoutError, asyncpg.InterfaceError) as exc:
+        raise StoreError(f"cannot read the database {where}: {_one_line(exc, _secrets(url))}") from None
+    finally:
+        if conn is not None:
+            await conn.close()
