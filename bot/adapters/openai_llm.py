@@ -158,6 +158,17 @@ class OpenAILLM:
         else:
             log.info("model server %s answered and accepted the key", self.host)
 
+    async def model_ids(self) -> list[str]:
+        """GET /models: the ids the server lists (`roundtable doctor`, `roundtable init`). An
+        unreachable server or a refused key (401) raises `ConfigError` as `check` does; any other
+        failure (a 403 for a key that may not list models, a server without /models) `LLMError`."""
+        try:
+            return [model.id async for model in self._client.models.list()]
+        except openai.OpenAIError as exc:
+            if isinstance(exc, (openai.APIConnectionError, openai.AuthenticationError)):
+                self._check_failed(exc, "GET /models")  # raises ConfigError
+            raise self._translate(exc, self.default_model) from None
+
     async def _check_by_completion(self) -> None:
         try:
             await self._create([ChatMessage("user", "ping")], self.default_model, 1, False)

@@ -1,0 +1,91 @@
+"""The model endpoints of a set-up, and their live check (`roundtable doctor`, `/roundtable doctor`, `init`).
+
+`endpoints(settings)` lists every OpenAI-compatible server the settings use,
+each with the settings that name it and the models it must serve; a new kind of
+endpoint (a named provider) is one more entry there. `endpoint_check` asks one
+server for its model list (GET /models: no tokens spent) and judges the answer;
+`endpoint_checks(settings)` checks them all at once.
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from bot.adapters.openai_llm import OpenAILLM
+from bot.config import Settings, redact_url
+from bot.core.doctor import Check
+from bot.core.errors import ConfigError, LLMError, LLMUnavailable
+
+OPENAI_API = "https://api.openai.com/v1"
+CHECK_TIMEOUT = 15.0  # seconds per endpoint
+
+
+class _NoCounter:
+    """The check makes no completion, so it counts no tokens (and loads no tokenizer)."""
+
+    def count(self, text: str) -> int:
+        return 0
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str  # how checks name it: "model endpoint", "model endpoint local"
+    setting: str  # the setting that holds its URL, for fixes
+    key_setting: str  # the setting that holds its key
+    base_url: str | None  # None: OpenAI's
+    api_key: str
+    models: tuple[str, ...]  # the models the settings send it
+
+    @property
+    def where(self) -> str:
+        return redact_url(self.base_url) if self.base_url else f"{OPENAI_API} (OpenAI)"
+
+
+def endpoints(settings: Settings) -> list[Endpoint]:
+    """Every model endpoint of the settings: the default one (then each named provider)."""
+    models = tuple(dict.fromkeys(m for m in (settings.model, settings.selector_model) if m))
+    return [
+        Endpoint("model endpoint", "OPENAI_BASE_URL", "OPENAI_API_KEY", settings.openai_base_url,
+                 settings.openai_api_key, models),
+    ]
+
+
+async def endpoint_checks(settings: Settings) -> list[Check]:
+    """One check per endpoint, asked at the same time."""
+    return list(await asyncio.gather(*(endpoint_check(e, settings.llm_timeout) for e in endpoints(settings))))
+
+
+async def endpoint_check(endpoint: Endpoint, timeout: float = CHECK_TIMEOUT) -> Check:
+    """The server answers, takes the key and lists the models the settings use."""
+    if not endpoint.api_key:
+        return Check(endpoint.name, False, f"{endpoint.key_setting} is missing",
+                     f"set {endpoint.key_setting} to the key of {endpoint.where} (any non-empty value for a "
+                     "local server that needs none)")
+    try:
+        listed = await model_ids(endpoint.base_url or OPENAI_API, endpoint.api_key, min(timeout, CHECK_TIMEOUT))
+    except ConfigError as exc:  # unreachable, or the key refused: its text names the setting and the fix
+        return Check(endpoint.name, False, str(exc))
+    except LLMUnavailable as exc:
+        return Check(endpoint.name, False, f"{endpoint.where} is failing ({exc.public})",
+                     "check the server; it may be starting or overloaded")
+    except LLMError as exc:
+        return Check(endpoint.name, True, f"{endpoint.where} answers and takes the key, but gave no model list "
+                                          f"({exc.public}); the models are not checked")
+    unlisted = [m for m in endpoint.models if m not in listed]
+    if unlisted and listed:
+        shown = ", ".join(listed[:8]) + (", ..." if len(listed) > 8 else "")
+        return Check(endpoint.name, False, f"{endpoint.where} does not list {', '.join(unlisted)} (it lists {shown})",
+                     "set ROUNDTABLE_MODEL (and ROUNDTABLE_SELECTOR_MODEL, when set) to a model it lists")
+    serves = f"; it serves {', '.join(endpoint.models)}" if endpoint.models and listed else ""
+    return Check(endpoint.name, True, f"{endpoint.where} answers and takes the key ({len(listed)} models{serves})")
+
+
+async def model_ids(base_url: str, api_key: str, timeout: float = CHECK_TIMEOUT) -> list[str]:
+    """The models the server at `base_url` lists (`OpenAILLM.model_ids`: `ConfigError` when it does
+    not answer or refuses the key, `LLMError` when it answers without a list)."""
+    llm = OpenAILLM(api_key=api_key, base_url=base_url, default_model="-", timeout=timeout, max_retries=0,
+                    counter=_NoCounter())
+    try:
+        return await llm.model_ids()
+    finally:
+        await llm.aclose()
