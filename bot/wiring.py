@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import sys
 from typing import TYPE_CHECKING, AsyncIterator, Callable
@@ -55,6 +56,7 @@ async def open_engine(
     is taken in when none answers: problems raise `ConfigError` / `StoreError` (one line).
     `scope`: the groups this process runs (see `Engine`); `label` names the process
     to another one that finds a group taken ("console", "discord bot")."""
+    from bot.adapters.endpoints import endpoint_checks
     from bot.adapters.tokens import make_token_counter  # here, not at the top (see make_providers)
 
     register_settings(settings, {})  # (the command line also registered the environment's)
@@ -69,7 +71,8 @@ async def open_engine(
             surface = make_surface(store)
             engine = Engine(store, llm, surface, counter, selector_model=settings.selector_model, scope=scope,
                             prices=settings.prices, shards=settings.shards if scope == "discord:" else None,
-                            summary_model=settings.summary_model)
+                            summary_model=settings.summary_model,
+                            endpoint_checks=functools.partial(endpoint_checks, settings))
             try:
                 yield engine
             finally:

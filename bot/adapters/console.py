@@ -33,6 +33,7 @@ from bot.core import commands
 from bot.core.admin import Admin
 from bot.core.attachments import FileUnavailable, brief_text, image_size, size_text, take_in
 from bot.core.card import Attachment, reply_lines
+from bot.core.doctor import Check
 from bot.core.engine import Engine
 from bot.core.errors import Busy, InvalidInput, StoreError, UserFacingError
 from bot.core.models import Agent, Episode, Group, GroupSettings, Message, SharedFile
@@ -184,6 +185,10 @@ class ConsoleCaller:
         """/inbox in the console looks in its own group (where the person is an operator)."""
         group = await self.group()
         return [(group, True)] if group is not None else []
+
+    async def checks(self, group: Group | None) -> list[Check]:
+        """Nothing of the console's own to check (a terminal has no webhook or permissions)."""
+        return []
 
 
 class Console:

@@ -15,6 +15,7 @@ from typing import AsyncIterator, Mapping
 from bot.core import validation as v
 from bot.core.card import Attachment, Card, Field, Tone
 from bot.core.context import find_window, participant_step
+from bot.core.doctor import Check, database_checks, delivery_check
 from bot.core.engine import Engine
 from bot.core.errors import InvalidInput, NotFound, UserFacingError
 from bot.core.export import file_name, plural, when, write_export
@@ -123,6 +124,16 @@ class Admin:
             return Card("Updated", note, settings_fields(updated.settings), tone="warning")
         self.engine.wake(group.id)
         return Card("Updated", fields=settings_fields(updated.settings), tone="good")
+
+    async def doctor(self, group: Group | None) -> list[Check]:
+        """/roundtable doctor's checks that any surface can make: the database, the group's
+        delivery problem, the model endpoints."""
+        checks = database_checks(await self.store.health())
+        if group is not None:
+            checks.append(delivery_check(await self.store.get_group(group.id)))
+        if self.engine.endpoint_checks is not None:
+            checks.extend(await self.engine.endpoint_checks())
+        return checks
 
     async def pause(self, group: Group) -> str:
         await self.store.update_group(group.id, paused=True)

@@ -21,6 +21,7 @@ from bot.core import schedule as sched
 from bot.core import validation as v
 from bot.core.admin import Admin
 from bot.core.card import Attachment, Reply, masked
+from bot.core.doctor import Check, doctor_card
 from bot.core.errors import Forbidden, InvalidInput, UserFacingError
 from bot.core.export import FORMATS
 from bot.core.models import MAX_IMAGES_RANGE, MAX_TEXT_RANGE, MAX_TURNS_RANGE, MODES, Group, Message
@@ -89,6 +90,11 @@ class Caller(Protocol):
     async def reading_groups(self) -> list[tuple[Group, bool]]:
         """The groups /inbox looks in (Discord: this server's), each with whether the asker
         is one of its operators (then `@user` tags them)."""
+        ...
+
+    async def checks(self, group: Group | None) -> list[Check]:
+        """/roundtable doctor's checks that only the surface can make (Discord: the channel's
+        webhook and the bot's permissions there; `group` None: a channel not set up yet)."""
         ...
 
 
@@ -314,6 +320,12 @@ async def _schedule_list(inv: Invocation) -> Reply:
     return await inv.admin.schedules.list(inv.group, agent)
 
 
+async def _doctor(inv: Invocation) -> Reply:
+    group = None if inv.place is None or not inv.place.enabled else inv.place
+    checks = [*await inv.caller.checks(group), *await inv.admin.doctor(group)]
+    return doctor_card(checks, f"Doctor: {group.name}" if group else "Doctor (this channel is not a group)")
+
+
 async def _help(inv: Invocation) -> Reply:
     return help_text(inv.caller.surface)
 
@@ -382,6 +394,8 @@ COMMANDS: tuple[Command, ...] = (
     Command(("roundtable", "usage"), "Calls, tokens and cost per agent and selector",
             lambda inv: inv.admin.usage(inv.group, int(inv.text("days") or 7)),
             (Option("days", "how many days back (default 7)", "integer", low=1, high=365),)),
+    Command(("roundtable", "doctor"), "Check the set-up: webhook, permissions, database, model endpoints",
+            _doctor, who="operators", needs_group=False, slow=True),
     Command(("roundtable", "export"), "The thread as a file: html (to read), json (data) or md (to paste)",
             lambda inv: inv.admin.export(inv.group, inv.text("format") or "html"),
             (Option("format", "html (default), json or md", "choice", choices=FORMATS),), who="operators", slow=True),

@@ -24,6 +24,7 @@ from typing import Callable, Iterable, Mapping, TypeVar
 from bot.core.attachments import ImageSource, counted_text, images_tokens
 from bot.core.direct import DirectAnswer, DirectRuns
 from bot.core.dispatcher import GroupDispatcher
+from bot.core.doctor import Probe
 from bot.core.errors import Busy, StoreBusy, StoreUnwritable
 from bot.core.models import Agent, Episode, EpisodeResult, Group, Message, NewMessage, SharedFile, Usage
 from bot.core.outbox import Outbox, RetryPolicy
@@ -57,13 +58,15 @@ class Engine:
         scope: str = "", retry: RetryPolicy | None = None, lease_ttl: float = LEASE_TTL,
         prices: Mapping[str, Price] | None = None, shards: Shards | None = None,
         clock: Callable[[], float] = time.time, schedule_tick: float = TICK, summary_model: str | None = None,
+        endpoint_checks: Probe | None = None,
     ) -> None:
         """`scope`: the groups this process may run: a group key, or a key prefix ending
         in ':' ("discord:"); "" means every group in the store. `prices`: per model, for
         usage and budgets (default: `bot.core.pricing.DEFAULT_PRICES`). `shards`: the bot
         runs as shards and this process serves those (only their guilds' groups).
         `clock` and `schedule_tick`: when schedules are due, and how often they are looked at.
-        `summary_model`: the model that writes rolling summaries (default: the group's selector model)."""
+        `summary_model`: the model that writes rolling summaries (default: the group's selector model).
+        `endpoint_checks`: /roundtable doctor's check of the model endpoints."""
         self.store = store
         self.prices: Mapping[str, Price] = DEFAULT_PRICES if prices is None else prices
         self.llm = llm
@@ -90,6 +93,7 @@ class Engine:
         self._unsubscribe = store.health.subscribe(self._store_health_changed)
         self._images: OrderedDict[tuple[int, int, int], str] = OrderedDict()  # fetched images, as data URLs
         self._told_no_images: set[str | None] = set()  # models whose images were named only, logged once
+        self.endpoint_checks = endpoint_checks
 
     def summary_model_of(self, group: Group) -> str | None:
         """The model that writes a group's rolling summaries: ROUNDTABLE_SUMMARY_MODEL, else its selector's."""

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 import discord
 from discord import app_commands
 
+from bot.adapters.discord.doctor import channel_checks, permission_check
 from bot.adapters.discord.interactions import Interactions, defer, finish, first_answer, send
 from bot.adapters.discord.render import jump_link, split_message
 from bot.core import commands as declared
@@ -35,6 +36,7 @@ from bot.core import validation as v
 from bot.core.admin import Admin
 from bot.core.card import Attachment, Card, MarkRead, Reply
 from bot.core.commands import Command, Option, model_choices
+from bot.core.doctor import Check
 from bot.core.errors import InvalidInput, UserFacingError
 from bot.core.models import Group, Message
 from bot.core.reading import Reader
@@ -300,6 +302,22 @@ class DiscordCaller:
             return []
         groups = await self.slash.store.list_groups(guild_id=str(guild.id))
         return [(g, is_operator(self.interaction.user, g)) for g in groups if g.key.startswith("discord:")]
+
+    async def checks(self, group: Group | None) -> list[Check]:
+        """The channel's webhook and the bot's permissions there (for a channel that is not a
+        group yet: what /roundtable setup would need)."""
+        bot = self.slash.bot
+        if group is None:
+            channel = self.interaction.channel
+            if not isinstance(channel, (discord.TextChannel, discord.Thread)) or channel.guild is None:
+                return []
+            parent = channel.parent if isinstance(channel, discord.Thread) else channel
+            if parent is None:
+                return []
+            return [permission_check(f"#{channel.name}", parent.permissions_for(channel.guild.me),
+                                     thread=isinstance(channel, discord.Thread))]
+        return await channel_checks(bot, group, await self.slash.store.get_webhook(
+            group.parent_channel_id or group.channel_id or ""))
 
     async def keep_image(self, image: object, label: str) -> str:
         """Post the attachment in the channel as the bot, so Discord keeps it (an option's

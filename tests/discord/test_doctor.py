@@ -1,0 +1,89 @@
+"""`/roundtable doctor` in Discord: the checks that make sense there (the channel's webhook and the bot's
+permissions, the database, the group's delivery problem, the model endpoints) as an embed, for operators."""
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from bot.adapters.endpoints import endpoint_checks
+from bot.config import Settings
+from tests.discord_emulator import perms
+
+
+async def doctor(harness, user: str | None = None, channel: str | None = None) -> dict:
+    """The answer of a /roundtable doctor: deferred while it looks (it asks the model server), then a follow-up."""
+    emu = harness.emu
+    rec = await emu.invoke_command(emu.guild_id, channel or emu.channel_id, user or emu.alice_id,
+                                   "roundtable doctor", {})
+    first = await rec.wait_response(5)
+    if first["type"] == 4:  # answered at once (a refusal)
+        return first["data"]
+    assert first["type"] == 5 and first["ephemeral"], first
+    return (await rec.wait_followups(1, 15))[0]
+
+
+def fields(answer: dict) -> dict[str, str]:
+    return {f["name"]: f["value"] for f in answer["embeds"][0]["fields"]}
+
+
+@pytest.fixture
+async def bot(harness):
+    """The bot with its model endpoint check wired as `roundtable run` wires it."""
+    await harness.stop()
+    settings = Settings(openai_api_key="sk-test", openai_base_url=harness.llm_server.base_url, model="fake-model")
+    harness.engine_options = {"endpoint_checks": functools.partial(endpoint_checks, settings)}
+    await harness.start()
+    await harness.setup_group(("planner", "plans"))
+    return harness
+
+
+async def test_a_healthy_group(bot):
+    answer = await doctor(bot)
+    embed = answer["embeds"][0]
+    assert answer["flags"] & 64 and embed["title"] == "Doctor: #general"
+    assert embed["description"] == "All 7 checks passed." and embed["color"] == 0x2ECC71
+    found = fields(answer)
+    assert list(found) == ["✓ #general webhook", "✓ #general permissions", "✓ database", "✓ outbox", "✓ leases",
+                           "✓ #general delivery", "✓ model endpoint"]
+    assert found["✓ #general webhook"] == "'Roundtable' exists and posts there"
+    assert found["✓ leases"].startswith("#general by roundtable (pid ")  # the harness names no label
+    assert found["✓ model endpoint"].endswith("answers and takes the key (1 models; it serves fake-model)")
+
+
+async def test_the_bot_losing_manage_webhooks_in_the_channel(bot):
+    emu = bot.emu
+    emu.set_channel_permissions(emu.channel_id, emu.bot_role_id(emu.guild_id), deny=perms.MANAGE_WEBHOOKS)
+    await emu.wait_for(lambda: not bot.bot.get_channel(int(emu.channel_id)).permissions_for(
+        bot.bot.get_guild(int(emu.guild_id)).me).manage_webhooks, timeout=10)
+    answer = await doctor(bot)
+    embed = answer["embeds"][0]
+    assert embed["description"] == "1 check of 7 failed." and embed["color"] == 0xE74C3C
+    name, value = next(iter(fields(answer).items()))
+    assert name == "✗ #general permissions"
+    assert value == ("the bot lacks Manage Webhooks\nFix: give the bot's role Manage Webhooks in #general "
+                     "(channel settings > Permissions) or in Server Settings > Roles")
+
+
+async def test_a_delivery_problem_and_a_model_endpoint_down(bot):
+    store = bot.store
+    group = (await store.list_groups())[0]
+    await store.set_delivery_problem(group.id, "I can't post in #general: Discord answered 403.")
+    await bot.llm_server.close()
+    found = fields(await doctor(bot))
+    assert found["✗ #general delivery"].startswith("I can't post in #general: Discord answered 403.\nFix: ")
+    assert "did not answer (connection refused)" in found["✗ model endpoint"]
+
+
+async def test_only_operators_and_a_channel_that_is_not_a_group(bot):
+    emu = bot.emu
+    refused = await doctor(bot, user=emu.bob_id)
+    assert "Manage Server" in refused["content"]
+    other = emu.add_channel(emu.guild_id, "random")
+    emu.set_channel_permissions(other, emu.bot_role_id(emu.guild_id), deny=perms.MANAGE_WEBHOOKS)
+    await emu.wait_for(lambda: bot.bot.get_channel(int(other)) is not None and not bot.bot.get_channel(
+        int(other)).permissions_for(bot.bot.get_guild(int(emu.guild_id)).me).manage_webhooks, timeout=10)
+    answer = await doctor(bot, channel=other)
+    assert answer["embeds"][0]["title"] == "Doctor (this channel is not a group)"
+    assert list(fields(answer)) == ["✗ #random permissions", "✓ database", "✓ outbox", "✓ leases",
+                                    "✓ model endpoint"]
