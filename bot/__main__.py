@@ -1,5 +1,7 @@
 """Wiring: load .env and settings, set up logging, open the store, the model and a surface; run.
 
+    roundtable init       write .env after checking each value live; print the invite URL
+    roundtable doctor     check a set-up, one line per check (exit 0 only when all pass)
     roundtable run        the Discord bot
     roundtable console    the same engine in a terminal (no Discord needed)
     roundtable export     a group's thread as html, json or md (reads only the database)
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import logging
 import os
 import sys
 from pathlib import Path
@@ -81,6 +84,32 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print the version and exit")
     parser.add_argument("--env-file", metavar="FILE", help=ENV_FILE_HELP)
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+    init = verbs.add_parser(
+        "init", help="set up .env (or --env-file): asks for the model endpoint and key, the Discord bot token and "
+                     "the database, checks each live, writes the file (readable by you only) and prints the invite URL",
+        description="On a terminal it asks for what is missing or wrong (secrets hidden); without one, or with --yes, "
+                    "it takes the flags, then the file's values, then the environment's, and a missing or failing "
+                    "value is one line with nothing written. Secrets are better given in the environment "
+                    "(OPENAI_API_KEY=... DISCORD_TOKEN=... roundtable init --yes) than as flags, which other "
+                    "users of the machine can see. Running it again keeps what is there.")
+    init.add_argument("--openai-base-url", metavar="URL", help="the OpenAI-compatible server, e.g. "
+                                                               "http://127.0.0.1:11434/v1 (default: OpenAI's)")
+    init.add_argument("--openai-api-key", metavar="KEY", help="its API key (any text for a server that needs none)")
+    init.add_argument("--model", metavar="MODEL", help="the agents' default model (ROUNDTABLE_MODEL); it must be "
+                                                       "one the server lists")
+    init.add_argument("--discord-token", metavar="TOKEN", help="the bot's token (Developer Portal > your "
+                                                               "application > Bot > Reset Token)")
+    init.add_argument("--no-discord", action="store_true", help="set up for the console only (no Discord token)")
+    init.add_argument("--db", metavar="FILE|URL", help=DB_HELP)
+    init.add_argument("-y", "--yes", "--non-interactive", dest="yes", action="store_true",
+                      help="never ask, even on a terminal (for scripts)")
+    doctor = verbs.add_parser(
+        "doctor", help="check the set-up, one line per check with its fix: settings, the Discord token, the "
+                       "Message Content intent, each group channel's webhook and permissions, the database, "
+                       "the model endpoints (exit 0 only when all pass)",
+        description="Changes nothing: the database is read without migrating it, Discord is asked over REST, the "
+                    "model servers for their model lists.")
+    doctor.add_argument("--db", metavar="FILE|URL", help=DB_HELP)
     run = verbs.add_parser("run", help="start the Discord bot (needs DISCORD_TOKEN and the LLM settings; "
                                        "logs at ROUNDTABLE_LOG_LEVEL)")
     run.add_argument("--shards", metavar="IDS", help="run only these shards, e.g. 0,1 (default: "
@@ -175,6 +204,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from bot.core.secrets import mask_error, register_url
     from bot.masking import register_settings
 
+    if args.verb in ("init", "doctor"):  # each reads the settings file its own way
+        return setup_verb(args)
+
     if args.verb == "export" and args.format.lower() not in FORMATS:
         print(f"roundtable: unknown format {args.format!r}: use html, json or md", file=sys.stderr)
         return 2
@@ -183,6 +215,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         register_settings(None, os.environ)  # every secret the process knows, before anything can show it
         for url in (getattr(args, "db", None), getattr(args, "source", None), getattr(args, "target", None)):
             register_url(url)
+        if args.verb == "console" and not os.environ.get("OPENAI_API_KEY", "").strip() and sys.stdin.isatty():
+            from bot.init import ask_model_key
+
+            ask_model_key(args.env_file)
         settings = load_settings(os.environ, need_discord=args.verb == "run", missing_note=missing_note,
                                  need_llm=args.verb not in ("export", "migrate", "copy"))
         register_settings(settings, {})
@@ -217,6 +253,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `roundtable export ... | head`: the reader left
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+
+
+def setup_verb(args: argparse.Namespace) -> int:
+    """`roundtable init` or `roundtable doctor` (logging only for warnings: their lines are the output)."""
+    from bot.config import configure_logging
+    from bot.core.secrets import mask_error, register, register_url
+    from bot.masking import register_settings
+
+    register_settings(None, os.environ)  # (each verb registers its settings file's too, once read)
+    for secret in (getattr(args, "openai_api_key", None), getattr(args, "discord_token", None)):
+        register(secret)
+    for url in (getattr(args, "db", None), getattr(args, "openai_base_url", None)):
+        register_url(url)
+    configure_logging("WARNING")
+    logging.getLogger("discord").setLevel(logging.ERROR)  # discord.py's "logging in" and the like are noise here
+    try:
+        if args.verb == "doctor":
+            from bot.doctor import main as doctor
+
+            return doctor(args.env_file, args.db)
+        from bot.init import run_init
+
+        return run_init(args, args.env_file)
+    except (ConfigError, StoreError, UserFacingError) as exc:
+        print(f"roundtable: {mask_error(str(exc))}", file=sys.stderr)
+        return 2
 
 
 async def record_verb(args: argparse.Namespace, settings: "Settings") -> int:

@@ -175,7 +175,8 @@ def load_env_file(path: str | None, *, cwd: Path | None = None) -> str | None:
         file = cwd / DEFAULT_ENV_FILE
         name = str(file)
         if not file.exists():
-            return f"no {DEFAULT_ENV_FILE} file found in {cwd}; copy config.example.env to {DEFAULT_ENV_FILE}"
+            return (f"no {DEFAULT_ENV_FILE} file found in {cwd}; run roundtable init (it asks and checks), or copy "
+                    f"config.example.env to {DEFAULT_ENV_FILE}")
     if file.is_dir():
         raise ConfigError(f"{name} is a directory, not a settings file")
     try:

@@ -37,10 +37,13 @@ def settings_check(env_file: str | None) -> tuple[Check, Settings | None]:
     """The settings file is read and every value in it is well-formed (missing keys are judged by
     the checks that need them)."""
     from bot.config import DEFAULT_ENV_FILE, load_env_file, load_settings
+    from bot.masking import register_settings
 
     try:
         not_found = load_env_file(env_file)
+        register_settings(None, os.environ)  # the file's secrets too: never in a line
         settings = load_settings(os.environ, need_discord=False, need_llm=False)
+        register_settings(settings, {})
     except ConfigError as exc:
         return Check("settings", False, str(exc).rstrip(".")), None
     source = (f"no {DEFAULT_ENV_FILE} here, the environment only" if not_found
@@ -104,7 +107,9 @@ async def discord_checks(settings: Settings, groups: Sequence[Group], webhooks: 
 
 
 def print_check(check: Check) -> None:
-    print(check.line(), flush=True)
+    from bot.core.secrets import mask_error
+
+    print(mask_error(check.line()), flush=True)
 
 
 def main(env_file: str | None, db: str | None) -> int:

@@ -140,7 +140,8 @@ async def test_a_missing_key_without_a_settings_file_says_so(tmp_path, verb, key
     line = result.problem
     for key in keys:
         assert f"{key} is missing: set it to " in line
-    note = f" (no .env file found in {tmp_path}; copy config.example.env to .env)."
+    note = (f" (no .env file found in {tmp_path}; run roundtable init (it asks and checks), or copy "
+            "config.example.env to .env).")
     assert line.endswith(note) and line.count("no .env file found") == 1
 
 

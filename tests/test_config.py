@@ -135,7 +135,8 @@ def test_load_env_file_reads_the_default_and_real_variables_win(tmp_path, enviro
 def test_load_env_file_without_a_default_returns_the_note(tmp_path, environ):
     from bot.config import load_env_file
 
-    assert load_env_file(None, cwd=tmp_path) == f"no .env file found in {tmp_path}; copy config.example.env to .env"
+    assert load_env_file(None, cwd=tmp_path) == (f"no .env file found in {tmp_path}; run roundtable init (it asks and "
+                                                 "checks), or copy config.example.env to .env")
     assert "RT_TEST_A" not in environ
 
 

@@ -1,0 +1,231 @@
+"""`roundtable doctor` as a user runs it: the installed command against the Discord emulator, the fake
+model server and a real SQLite file. One line per check (✓ or ✗ and the fix), exit 0 only when all pass,
+and nothing changed by looking."""
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import AsyncIterator
+
+import pytest
+
+from bot.core.models import GroupSettings, NewMessage
+from storage.store import SqliteStore
+from tests.discord_emulator import DiscordEmulator, perms
+from tests.fakes.openai_server import FakeOpenAI, closed_base_url
+from tests.test_cli import Result, roundtable
+
+KEY = "sk-doctor-never-shown-7Q"
+
+
+@dataclass
+class SetUp:
+    emu: DiscordEmulator
+    llm: FakeOpenAI
+    dir: Path
+    random_id: str  # a second group channel
+
+    @property
+    def db(self) -> Path:
+        return self.dir / "roundtable.db"
+
+    def env_file(self, **values: str) -> None:
+        settings = {"DISCORD_TOKEN": self.emu.token, "DISCORD_API_BASE_URL": self.emu.api_base,
+                    "OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": self.llm.base_url, "ROUNDTABLE_MODEL": "fake-model",
+                    "ROUNDTABLE_DB": str(self.db), **values}
+        (self.dir / ".env").write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+
+    async def doctor(self, *args: str, **env: str) -> Result:
+        return await roundtable(self.dir, "doctor", *args, **env)
+
+
+@pytest.fixture
+async def setup(tmp_path: Path) -> AsyncIterator[SetUp]:
+    """Two Discord groups (#general and #random), each with the webhook the bot made there."""
+    async with DiscordEmulator() as emu, FakeOpenAI(models=("fake-model", "other-model")) as llm:
+        random_id = emu.add_channel(emu.guild_id, "random")
+        store = await SqliteStore.open(tmp_path / "roundtable.db")
+        try:
+            for channel_id, name in ((emu.channel_id, "#general"), (random_id, "#random")):
+                await store.create_group(f"discord:{channel_id}", name, GroupSettings(), guild_id=emu.guild_id,
+                                         channel_id=channel_id)
+                hook = emu.add_webhook(channel_id, "Roundtable")
+                await store.save_webhook(channel_id, hook.id, hook.token)
+        finally:
+            await store.close()
+        s = SetUp(emu, llm, tmp_path, random_id)
+        s.env_file()
+        yield s
+
+
+def dump(db: Path) -> list[str]:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        return list(conn.iterdump())
+
+
+def lines(result: Result) -> dict[str, str]:
+    """Each check's line by its name (`✓ name: ...`), after checking the output's shape."""
+    out = result.out.splitlines()
+    assert result.err == "" and out, result
+    assert out[-1].endswith("checks passed.") or out[-1].endswith("checks failed."), out
+    checks = out[:-1]
+    assert all(line[:2] in ("✓ ", "✗ ") for line in checks), checks
+    return {line[2:].split(": ")[0]: line for line in checks}
+
+
+async def test_a_good_set_up_passes_every_check(setup):
+    result = await setup.doctor()
+    found = lines(result)
+    assert result.code == 0, result.out
+    assert list(found) == ["settings", "Discord token", "Message Content intent", "#general webhook",
+                           "#general permissions", "#general delivery", "#random webhook", "#random permissions",
+                           "#random delivery", "database", "outbox", "leases", "model endpoint"]
+    assert all(line.startswith("✓") for line in found.values())
+    assert f"the bot is Roundtable (id {setup.emu.bot_user_id}" in found["Discord token"]
+    assert "'Roundtable' exists and posts there" in found["#general webhook"]
+    assert "schema version 9 (this version's)" in found["database"]
+    assert found["model endpoint"].endswith("answers and takes the key (2 models; it serves fake-model)")
+    assert result.out.splitlines()[-1] == "All 13 checks passed."
+    assert KEY not in result.out and setup.emu.token not in result.out
+
+
+async def test_a_bad_token(setup):
+    setup.env_file(DISCORD_TOKEN="not-the-bot-token")
+    result = await setup.doctor()
+    found = lines(result)
+    assert result.code == 1
+    assert found["Discord token"] == (
+        "✗ Discord token: Discord rejected DISCORD_TOKEN (401 Unauthorized); fix: copy a fresh token from the "
+        "Developer Portal (your application > Bot > Reset Token) into DISCORD_TOKEN")
+    assert "Message Content intent" not in found and "#general webhook" not in found  # they need the token
+    assert found["database"].startswith("✓") and found["model endpoint"].startswith("✓")
+    assert "not-the-bot-token" not in result.out
+
+
+async def test_the_message_content_intent_off(setup):
+    setup.emu.privileged_intents_allowed = False
+    result = await setup.doctor()
+    found = lines(result)
+    assert result.code == 1
+    assert found["Message Content intent"].startswith("✗ Message Content intent: off")
+    assert "fix: turn it on in the Developer Portal (your application > Bot > Privileged Gateway Intents > " \
+           "Message Content)" in found["Message Content intent"]
+    assert sum(line.startswith("✗") for line in found.values()) == 1
+
+
+async def test_the_bot_lacking_manage_webhooks_in_one_group_channel(setup):
+    emu = setup.emu
+    emu.set_channel_permissions(setup.random_id, emu.bot_role_id(emu.guild_id), deny=perms.MANAGE_WEBHOOKS)
+    result = await setup.doctor()
+    found = lines(result)
+    assert result.code == 1
+    assert found["#random permissions"] == (
+        "✗ #random permissions: the bot lacks Manage Webhooks; fix: give the bot's role Manage Webhooks in #random "
+        "(channel settings > Permissions) or in Server Settings > Roles")
+    assert found["#general permissions"].startswith("✓")
+    assert found["#random webhook"].startswith("✓")  # the one it made is still there
+    # were that webhook deleted too, the bot could not make another one
+    emu.delete_webhook(next(h.id for h in emu.webhooks.values() if h.channel_id == setup.random_id))
+    found = lines(await setup.doctor())
+    assert found["#random webhook"].startswith(
+        "✗ #random webhook: the stored webhook was deleted, and the bot may not make one (no Manage Webhooks); "
+        "fix: give the bot's role Manage Webhooks in #random")
+
+
+async def test_a_deleted_webhook_is_fine_while_the_bot_may_make_another(setup):
+    setup.emu.delete_webhook(next(h.id for h in setup.emu.webhooks.values() if h.channel_id == setup.random_id))
+    result = await setup.doctor()
+    assert result.code == 0, result.out
+    assert lines(result)["#random webhook"] == (
+        "✓ #random webhook: the stored webhook was deleted; the bot makes a new one at its next post")
+
+
+async def test_a_database_at_a_newer_schema_is_reported_and_left_as_it_is(setup):
+    with contextlib.closing(sqlite3.connect(setup.db)) as db:
+        db.execute("INSERT INTO _migrations (id, name, applied_at) VALUES (99, 'from the future', 0)")
+        db.commit()
+    before = dump(setup.db)
+    result = await setup.doctor()
+    found = lines(result)
+    assert result.code == 1
+    assert found["database"] == (
+        f"✗ database: {setup.db} is at schema version 99, newer than this version of Roundtable knows (9): it would "
+        "refuse to start; fix: upgrade Roundtable (pip install -U roundtable, or git pull and pip install -e .), or "
+        "point ROUNDTABLE_DB at another database")
+    assert dump(setup.db) == before
+
+
+async def test_an_older_schema_is_not_migrated_by_looking(setup):
+    with contextlib.closing(sqlite3.connect(setup.db)) as db:
+        db.execute("DELETE FROM _migrations WHERE id = 9")
+        db.commit()
+    result = await setup.doctor()
+    assert result.code == 0, result.out
+    assert "at schema version 8 (this version's is 9); the next start or `roundtable migrate`" in \
+           lines(result)["database"]
+    with contextlib.closing(sqlite3.connect(setup.db)) as db:
+        assert db.execute("SELECT MAX(id) FROM _migrations").fetchone() == (8,)
+
+
+async def test_a_model_endpoint_down(setup):
+    down = closed_base_url()
+    setup.env_file(OPENAI_BASE_URL=down)
+    result = await setup.doctor()
+    found = lines(result)
+    assert result.code == 1
+    assert found["model endpoint"] == (f"✗ model endpoint: OPENAI_BASE_URL={down} did not answer (connection "
+                                       "refused); check that the server runs")
+
+
+async def test_a_model_the_endpoint_does_not_list(setup):
+    setup.env_file(ROUNDTABLE_MODEL="gpt-4o-mini", ROUNDTABLE_SELECTOR_MODEL="other-model")
+    found = lines(await setup.doctor())
+    assert found["model endpoint"] == (
+        f"✗ model endpoint: {setup.llm.base_url} does not list gpt-4o-mini (it lists fake-model, other-model); "
+        "fix: set ROUNDTABLE_MODEL (and ROUNDTABLE_SELECTOR_MODEL, when set) to a model it lists")
+
+
+async def test_replies_waiting_long_and_a_held_lease(setup):
+    """The outbox fails when a reply has waited past 5 minutes; a lease says who holds it."""
+    clock = [time.time() - 600]
+    store = await SqliteStore.open(setup.db, clock=lambda: clock[0])
+    try:
+        group = await store.find_group(f"discord:{setup.emu.channel_id}")
+        assert group is not None
+        await store.append_system_message(group.id, NewMessage(author_type="system", author_name="roundtable",
+                                                               text="a notice never posted"))
+        store.owner_label = "discord bot"
+        clock[0] = time.time()
+        assert await store.acquire_lease(group.id, 30) is None
+        result = await setup.doctor()
+    finally:
+        await store.close()
+    found = lines(result)
+    assert result.code == 1
+    assert found["outbox"].startswith("✗ outbox: 1 reply not posted yet: #general 1 (oldest 10 min); fix: start "
+                                      "the bot (`roundtable run`) if it is not running")
+    assert found["leases"].startswith(f"✓ leases: #general by discord bot (pid {os.getpid()}) (for ")
+
+
+async def test_a_console_only_set_up(setup):
+    setup.env_file(DISCORD_TOKEN="", ROUNDTABLE_DB=str(setup.dir / "console.db"))
+    result = await setup.doctor()
+    found = lines(result)
+    assert result.code == 0, result.out
+    assert found["Discord"] == "✓ Discord: no DISCORD_TOKEN: a console-only set-up (roundtable init adds Discord)"
+    assert found["database"].endswith("console.db does not exist yet; the first start creates it (schema version 9)")
+    assert not (setup.dir / "console.db").exists()
+
+
+async def test_settings_that_do_not_parse(setup):
+    setup.env_file(ROUNDTABLE_MAX_TURNS="0")
+    result = await setup.doctor()
+    assert result.code == 1
+    assert result.out.splitlines() == [
+        "✗ settings: ROUNDTABLE_MAX_TURNS='0' is malformed: use a whole number from 1 to 100", "1 of 1 checks failed."]
+    missing = await roundtable(setup.dir, "--env-file", "nowhere.env", "doctor")
+    assert missing.code == 1 and missing.out.splitlines()[0] == "✗ settings: --env-file nowhere.env does not exist"

@@ -1,0 +1,141 @@
+"""`roundtable init` and `roundtable console` asking on a terminal (pexpect): only for what is missing or
+wrong, secrets without echo; Ctrl-C writes nothing. The Discord emulator and a fake model server answer."""
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pexpect
+import pyte
+import pytest
+from dotenv import dotenv_values
+
+from tests.discord_emulator import DiscordEmulator
+from tests.fakes.strict_openai import StrictOpenAI
+from tests.test_cli import clean_env
+from tests.test_console_tty import ROUNDTABLE, Tty
+
+KEY = "sk-tty-right-key-83Hq"
+ROWS, COLS = 50, 200
+
+
+class Terminal(Tty):
+    """The installed command with any arguments in a pseudo-terminal."""
+
+    def __init__(self, cwd: Path, *args: str, **env: str) -> None:  # (Tty's runs only the console)
+        environment = clean_env(TERM="xterm", **env)
+        self.child = pexpect.spawn(ROUNDTABLE, list(args), env=environment, cwd=str(cwd), encoding="utf-8",
+                                   dimensions=(ROWS, COLS))
+        self.screen = pyte.Screen(COLS, ROWS)
+        self.stream = pyte.Stream(self.screen)
+        self.raw = ""
+        self.pos = 0
+        self.eof = False
+
+
+@pytest.fixture
+def terminals():
+    opened: list[Terminal] = []
+
+    def open_terminal(*args: object, **env: str) -> Terminal:
+        terminal = Terminal(*args, **env)  # type: ignore[arg-type]
+        opened.append(terminal)
+        return terminal
+
+    yield open_terminal
+    for terminal in opened:
+        terminal.close()
+
+
+@pytest.fixture
+async def servers():
+    async with DiscordEmulator() as emu, StrictOpenAI(key=KEY, models=("fake-model",)) as llm:
+        yield emu, llm
+
+
+async def test_a_first_init_asks_for_everything_and_hides_secrets(tmp_path, terminals, servers):
+    emu, llm = servers
+    tty = terminals(tmp_path, "init", DISCORD_API_BASE_URL=emu.api_base)
+    await tty.expect("Model endpoint: an OpenAI-compatible base URL such as http://127.0.0.1:11434/v1 (Enter: "
+                     "OpenAI's): ")
+    tty.type(llm.base_url + "\r")
+    await tty.expect(f"API key of {llm.base_url} (hidden; any text for a local server that needs none): ")
+    tty.type("sk-wrong-one\r")
+    await tty.expect("✗ model endpoint: OPENAI_API_KEY was refused by 127.0.0.1:")
+    await tty.expect("API key of ")
+    tty.type(KEY + "\r")
+    await tty.expect("✗ model: ROUNDTABLE_MODEL gpt-4o-mini is not among the models the endpoint lists (fake-model)")
+    await tty.expect("Model for agents (Enter: fake-model): ")
+    tty.type("\r")
+    await tty.expect(f"✓ model endpoint: {llm.base_url} answers, takes the key and lists fake-model (1 models)")
+    await tty.expect("Discord bot token (hidden; Developer Portal > your application > Bot > Reset Token; Enter: no "
+                     "Discord, the console only): ")
+    tty.type(emu.token + "\r")
+    await tty.expect("✓ Message Content intent: on")
+    await tty.expect("Database: a SQLite file or a postgresql:// URL (Enter: roundtable.db): ")
+    tty.type("\r")
+    await tty.expect("Wrote .env (readable by you only): set OPENAI_BASE_URL, OPENAI_API_KEY, ROUNDTABLE_MODEL, "
+                     "DISCORD_TOKEN;")
+    await tty.expect("permissions=275414895680")
+    assert await tty.ended() == 0
+    assert KEY not in tty.raw and emu.token not in tty.raw and "sk-wrong-one" not in tty.raw  # never echoed
+    written = dotenv_values(tmp_path / ".env")
+    assert (written["OPENAI_API_KEY"], written["DISCORD_TOKEN"], written["ROUNDTABLE_MODEL"]) == (
+        KEY, emu.token, "fake-model")
+    assert stat.S_IMODE((tmp_path / ".env").stat().st_mode) == 0o600
+
+
+async def test_again_it_asks_only_for_what_is_wrong(tmp_path, terminals, servers):
+    emu, llm = servers
+    (tmp_path / ".env").write_text(f"# kept\nOPENAI_BASE_URL={llm.base_url}\nOPENAI_API_KEY={KEY}\n"
+                                   "ROUNDTABLE_MODEL=fake-model\nDISCORD_TOKEN=an-old-revoked-token\n"
+                                   "ROUNDTABLE_DB=rt.db\nROUNDTABLE_MAX_TURNS=7\n")
+    tty = terminals(tmp_path, "init", DISCORD_API_BASE_URL=emu.api_base)
+    await tty.expect("✓ model endpoint: ")
+    await tty.expect("✗ Discord token: Discord rejected DISCORD_TOKEN (401 Unauthorized); fix: copy a fresh token")
+    await tty.expect("Discord bot token (hidden; ")
+    tty.type(emu.token + "\r")
+    await tty.expect("✓ database: rt.db: does not exist yet")
+    await tty.expect("Wrote .env (readable by you only): set DISCORD_TOKEN; 5 other settings kept as they were.")
+    assert await tty.ended() == 0
+    assert "Model endpoint:" not in tty.raw and "API key of" not in tty.raw and "Database:" not in tty.raw
+    assert (tmp_path / ".env").read_text() == (
+        f"# kept\nOPENAI_BASE_URL={llm.base_url}\nOPENAI_API_KEY={KEY}\nROUNDTABLE_MODEL=fake-model\n"
+        f"DISCORD_TOKEN={emu.token}\nROUNDTABLE_DB=rt.db\nROUNDTABLE_MAX_TURNS=7\n")
+
+
+async def test_ctrl_c_at_a_question_writes_nothing(tmp_path, terminals, servers):
+    emu, llm = servers
+    tty = terminals(tmp_path, "init", "--openai-base-url", llm.base_url, DISCORD_API_BASE_URL=emu.api_base)
+    await tty.expect("API key of ")
+    tty.type("\x03")
+    await tty.expect("roundtable: init stopped; nothing was written")
+    assert await tty.ended() == 130
+    assert not (tmp_path / ".env").exists()
+
+
+async def test_the_console_asks_for_the_key_and_offers_to_save_it(tmp_path, terminals, servers):
+    _, llm = servers
+    tty = terminals(tmp_path, "console", "--db", "rt.db", OPENAI_BASE_URL=llm.base_url, ROUNDTABLE_MODEL="fake-model")
+    await tty.expect(f"OPENAI_API_KEY is not set: the console needs the API key of the model server, {llm.base_url}.")
+    await tty.expect("API key (hidden; any text for a local server that needs none; Enter: stop): ")
+    tty.type("sk-nope\r")
+    await tty.expect("✗ OPENAI_API_KEY was refused by 127.0.0.1:")
+    await tty.expect("API key (hidden")
+    tty.type(KEY + "\r")
+    await tty.expect("Save it in .env (readable by you only)? [y/N] ")
+    tty.type("y\r")
+    await tty.expect("Saved in .env; the next `roundtable console` will not ask.")
+    await tty.expect("you> ")
+    tty.type("\x04")
+    assert await tty.ended() == 0
+    assert KEY not in tty.raw and "sk-nope" not in tty.raw
+    assert dotenv_values(tmp_path / ".env")["OPENAI_API_KEY"] == KEY
+    assert stat.S_IMODE((tmp_path / ".env").stat().st_mode) == 0o600
+
+    again = terminals(tmp_path, "console", "--db", "rt.db", OPENAI_BASE_URL=llm.base_url,
+                      ROUNDTABLE_MODEL="fake-model")
+    await again.expect("you> ")
+    again.type("\x04")
+    assert await again.ended() == 0
+    assert "API key" not in again.raw
