@@ -72,7 +72,7 @@ async def run_doctor(env_file: str | None, db: str | None, say: Say) -> list[Che
         database = database_checks(inspection.health)
     except StoreError as exc:
         database = [Check("database", False, f"{'--db' if db else 'ROUNDTABLE_DB'}: {exc}",
-                          "fix the path or URL, or start the database server")]
+                          "check the path or URL (--db, ROUNDTABLE_DB), or that the database server runs")]
     groups = inspection.groups if inspection else ()
     on_discord = [g for g in groups if g.key.startswith("discord:")]
     await discord_checks(settings, on_discord, inspection.webhooks if inspection else {}, tell)

@@ -246,6 +246,8 @@ class Init:
         found, file = self.found, self.file
         values = {"OPENAI_BASE_URL": found.base_url, "OPENAI_API_KEY": found.api_key,
                   "ROUNDTABLE_MODEL": found.model, "DISCORD_TOKEN": found.token, "ROUNDTABLE_DB": found.db}
+        if self.args.no_discord:  # Discord is left as it is, unchecked
+            del values["DISCORD_TOKEN"]
         for key, value in values.items():
             before = file.values.get(key, "").strip()
             if value != before and (value or before):
@@ -300,6 +302,8 @@ def run_init(args: argparse.Namespace, env_file: str | None) -> int:
         for line in invite_lines(init.found.application_id):
             say(line)
         say("Then: roundtable run, and /roundtable setup in a channel; roundtable doctor checks the set-up.")
+    elif args.no_discord:
+        say("Discord not checked (--no-discord). The console is ready: roundtable console.")
     else:
         say("No Discord token: set up for the console only. Try it: roundtable console "
             "(roundtable init again adds Discord).")

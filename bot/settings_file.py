@@ -59,11 +59,11 @@ class SettingsFile:
         from dotenv.parser import parse_stream
 
         exists = path.exists()
+        if exists and not path.is_file():  # a directory, /dev/null, a pipe: never replaced by a file
+            raise ConfigError(f"{path} is not a regular file; name a settings file to write")
         source = path if exists else template
         text = ""
         if source is not None and source.exists():
-            if source.is_dir():
-                raise ConfigError(f"{source} is a directory, not a settings file")
             try:
                 text = source.read_text(encoding="utf-8")
             except OSError as exc:

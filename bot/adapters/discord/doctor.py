@@ -62,7 +62,9 @@ async def webhook_check(client: discord.Client, where: str, stored: tuple[str, s
         found = "none stored"
     else:
         try:
-            hook = await discord.Webhook.partial(int(stored[0]), stored[1], client=client).fetch(prefer_auth=False)
+            async with asyncio.timeout(TIMEOUT):
+                hook = await discord.Webhook.partial(int(stored[0]), stored[1], client=client).fetch(
+                    prefer_auth=False)
         except discord.NotFound:
             found = "the stored webhook was deleted"
         except (discord.HTTPException, *NETWORK_ERRORS) as exc:
