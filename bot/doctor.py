@@ -102,6 +102,8 @@ async def discord_checks(settings: Settings, groups: Sequence[Group], webhooks: 
         tell(identity)
         if not identity[0].ok:
             return
+        if settings.discord_guild_id is not None:
+            tell([await rest.guild_check(settings.discord_guild_id)])
         for group in groups:
             tell([*await rest.groups([group], webhooks), delivery_check(group)])
 

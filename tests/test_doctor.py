@@ -229,3 +229,14 @@ async def test_settings_that_do_not_parse(setup):
         "✗ settings: ROUNDTABLE_MAX_TURNS='0' is malformed: use a whole number from 1 to 100", "1 of 1 checks failed."]
     missing = await roundtable(setup.dir, "--env-file", "nowhere.env", "doctor")
     assert missing.code == 1 and missing.out.splitlines()[0] == "✗ settings: --env-file nowhere.env does not exist"
+
+
+async def test_a_guild_id_the_bot_is_not_in(setup):
+    setup.env_file(DISCORD_GUILD_ID="123456789012345678")
+    found = lines(await setup.doctor())
+    assert found["DISCORD_GUILD_ID"].startswith(
+        "✗ DISCORD_GUILD_ID: the bot is not in server 123456789012345678, where the commands would be synced; fix: "
+        f"invite it there: https://discord.com/oauth2/authorize?client_id={setup.emu.application_id}")
+    setup.env_file(DISCORD_GUILD_ID=setup.emu.guild_id)
+    found = lines(await setup.doctor())
+    assert found["DISCORD_GUILD_ID"] == "✓ DISCORD_GUILD_ID: the commands are synced to Test Guild at once"

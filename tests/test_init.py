@@ -176,3 +176,16 @@ async def test_secrets_from_the_environment_and_an_env_file_elsewhere(servers):
     assert written["OPENAI_API_KEY"] == KEY and written["DISCORD_TOKEN"] == servers.emu.token
     assert not servers.env.exists()
     assert stat.S_IMODE((servers.cwd / "conf" / "bot.env").stat().st_mode) == 0o600
+
+
+async def test_the_console_with_the_key_given_inline_in_a_fresh_directory(tmp_path):
+    """README's way to try it: no .env, no editor, the key on the command line."""
+    from tests.fakes.openai_server import FakeOpenAI, GroupChatScript
+
+    async with FakeOpenAI(GroupChatScript(agents={"planner": ["Day 1: Asakusa. TERMINATE"]})) as srv:
+        result = await roundtable(tmp_path, "console", OPENAI_API_KEY=KEY, OPENAI_BASE_URL=srv.base_url,
+                                  ROUNDTABLE_MODEL="fake-model",
+                                  stdin='/agent add name:planner role:plans prompt:"You plan."\n@planner a day\n')
+    assert result.code == 0, result
+    assert "[planner] Day 1: Asakusa." in result.out.splitlines()
+    assert (tmp_path / "roundtable.db").exists() and not (tmp_path / ".env").exists()  # a pipe is never asked

@@ -145,6 +145,21 @@ class RestDoctor:
         return [Check(TOKEN, True, f"the bot is {user.name} (id {user.id}, application {self.app.id})"),
                 intent_check(self.app)]
 
+    async def guild_check(self, guild_id: int) -> Check:
+        """DISCORD_GUILD_ID names a server the bot is in (`roundtable run` syncs its commands there)."""
+        name = "DISCORD_GUILD_ID"
+        try:
+            async with asyncio.timeout(TIMEOUT):
+                guild = await self.client.fetch_guild(guild_id)
+        except (discord.Forbidden, discord.NotFound):
+            invite = f": {permissions.invite_url(self.app.id)}" if self.app else ""
+            return Check(name, False, f"the bot is not in server {guild_id}, where the commands would be synced",
+                         f"invite it there{invite}, or clear DISCORD_GUILD_ID")
+        except (discord.HTTPException, *NETWORK_ERRORS) as exc:
+            return Check(name, False, f"could not look at server {guild_id} ({_why(exc)})",
+                         "check the network and try again")
+        return Check(name, True, f"the commands are synced to {guild.name} at once")
+
     async def groups(self, groups: Sequence[Group], webhooks: dict[str, tuple[str, str]]) -> list[Check]:
         """Each Discord group's webhook and the bot's permissions in its channel (after `identify`)."""
         checks: list[Check] = []
