@@ -111,7 +111,7 @@ class Init:
     def refuse_or_say(self, check: Check) -> None:
         """A failed check: without a terminal the end (nothing written); on one, said before asking again."""
         if not self.asker.interactive:
-            raise Refused(check.detail + (f"; {check.fix}" if check.fix else ""))
+            raise Refused(f"{check.name}: {check.detail}" + (f"; {check.fix}" if check.fix else ""))
         self.say(check)
 
     # the model endpoint ------------------------------------------------------------

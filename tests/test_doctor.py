@@ -178,7 +178,7 @@ async def test_a_model_endpoint_down(setup):
     found = lines(result)
     assert result.code == 1
     assert found["model endpoint"] == (f"✗ model endpoint: OPENAI_BASE_URL={down} did not answer (connection "
-                                       "refused); check that the server runs")
+                                       "refused); fix: check that the server runs")
 
 
 async def test_a_model_the_endpoint_does_not_list(setup):

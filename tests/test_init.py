@@ -109,21 +109,19 @@ async def test_running_it_again_keeps_what_is_there(servers):
 
 @pytest.mark.parametrize("case, flags, expected", [
     ("malformed URL", {"--openai-base-url": "ftp://models"},
-     "roundtable: OPENAI_BASE_URL is malformed (it must start with http:// or https://): use an http(s) URL such "
-     "as http://127.0.0.1:8000/v1; nothing was written"),
-    ("server down", {"--openai-base-url": "CLOSED"}, "roundtable: OPENAI_BASE_URL=CLOSED did not answer "
-                                                    "(connection refused); check that the server runs; nothing was "
-                                                    "written"),
-    ("key refused", {"--openai-api-key": "sk-wrong-key"}, "roundtable: OPENAI_API_KEY was refused by 127.0.0.1:"),
-    ("unlisted model", {"--model": "gpt-4o-mini"}, "roundtable: ROUNDTABLE_MODEL gpt-4o-mini is not among the "
-                                                   "models the endpoint lists (fake-model, big-model); give --model "
-                                                   "with one of them; nothing was written"),
-    ("bad token", {"--discord-token": "not-a-token"}, "roundtable: Discord rejected DISCORD_TOKEN (401 Unauthorized); "
-                                                      "copy a fresh token from the Developer Portal (your "
-                                                      "application > Bot > Reset Token) into DISCORD_TOKEN; nothing "
-                                                      "was written"),
-    ("no database directory", {"--db": "data/rt.db"}, "roundtable: the directory data of data/rt.db does not exist; "
-                                                      "create it first, or choose another file; nothing was written"),
+     "model endpoint: OPENAI_BASE_URL is malformed (it must start with http:// or https://): use an http(s) URL "
+     "such as http://127.0.0.1:8000/v1"),
+    ("server down", {"--openai-base-url": "CLOSED"},
+     "model endpoint: OPENAI_BASE_URL=CLOSED did not answer (connection refused); check that the server runs"),
+    ("key refused", {"--openai-api-key": "sk-wrong-key"}, "model endpoint: OPENAI_API_KEY was refused by 127.0.0.1:"),
+    ("unlisted model", {"--model": "gpt-4o-mini"},
+     "model: ROUNDTABLE_MODEL gpt-4o-mini is not among the models the endpoint lists (fake-model, big-model); give "
+     "--model with one of them"),
+    ("bad token", {"--discord-token": "not-a-token"},
+     "Discord token: Discord rejected DISCORD_TOKEN (401 Unauthorized); copy a fresh token from the Developer "
+     "Portal (your application > Bot > Reset Token) into DISCORD_TOKEN"),
+    ("no database directory", {"--db": "data/rt.db"},
+     "database: the directory data of data/rt.db does not exist; create it first, or choose another file"),
 ])
 async def test_bad_input_is_one_line_and_nothing_is_written(servers, case, flags, expected):
     (servers.env).write_text("# mine\nROUNDTABLE_MAX_TURNS=7\n")
@@ -132,7 +130,7 @@ async def test_bad_input_is_one_line_and_nothing_is_written(servers, case, flags
     closed = closed_base_url()
     flags = {k: v.replace("CLOSED", closed) for k, v in flags.items()}
     line = refused(await servers.init("--yes", *servers.flags(**flags)))
-    assert line.startswith(expected.replace("CLOSED", closed).removesuffix("; nothing was written")), line
+    assert line.startswith("roundtable: " + expected.replace("CLOSED", closed)), line
     assert (servers.env.read_bytes(), servers.env.stat().st_mtime_ns) == before
     assert stat.S_IMODE(servers.env.stat().st_mode) == 0o640
     assert "sk-wrong-key" not in line and "not-a-token" not in line
@@ -141,9 +139,9 @@ async def test_bad_input_is_one_line_and_nothing_is_written(servers, case, flags
 async def test_the_intent_off_is_refused_with_the_fix(servers):
     servers.emu.privileged_intents_allowed = False
     line = refused(await servers.init("--yes", *servers.flags()))
-    assert line == ("roundtable: off: the bot would not be let in (or would see empty messages); turn it on in the "
-                    "Developer Portal (your application > Bot > Privileged Gateway Intents > Message Content) and "
-                    "save; nothing was written")
+    assert line == ("roundtable: Message Content intent: off: the bot would not be let in (or would see empty "
+                    "messages); turn it on in the Developer Portal (your application > Bot > Privileged Gateway "
+                    "Intents > Message Content) and save; nothing was written")
     assert not servers.env.exists()
 
 

@@ -63,8 +63,9 @@ async def endpoint_check(endpoint: Endpoint, timeout: float = CHECK_TIMEOUT) -> 
                      "local server that needs none)")
     try:
         listed = await model_ids(endpoint.base_url or OPENAI_API, endpoint.api_key, min(timeout, CHECK_TIMEOUT))
-    except ConfigError as exc:  # unreachable, or the key refused: its text names the setting and the fix
-        return Check(endpoint.name, False, str(exc))
+    except ConfigError as exc:  # unreachable, or the key refused: "what happened; the fix"
+        found, _, fix = str(exc).rpartition("; ")
+        return Check(endpoint.name, False, found, fix) if found else Check(endpoint.name, False, fix)
     except LLMUnavailable as exc:
         return Check(endpoint.name, False, f"{endpoint.where} is failing ({exc.public})",
                      "check the server; it may be starting or overloaded")
