@@ -85,8 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--env-file", metavar="FILE", help=ENV_FILE_HELP)
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
     init = verbs.add_parser(
-        "init", help="set up .env (or --env-file): asks for the model endpoint and key, the Discord bot token and "
-                     "the database, checks each live, writes the file (readable by you only) and prints the invite URL",
+        "init", help="write .env after checking each value live (model endpoint and key, Discord bot token, "
+                     "database); prints the invite URL",
         description="On a terminal it asks for what is missing or wrong (secrets hidden); without one, or with --yes, "
                     "it takes the flags, then the file's values, then the environment's, and a missing or failing "
                     "value is one line with nothing written. Secrets are better given in the environment "
@@ -104,11 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("-y", "--yes", "--non-interactive", dest="yes", action="store_true",
                       help="never ask, even on a terminal (for scripts)")
     doctor = verbs.add_parser(
-        "doctor", help="check the set-up, one line per check with its fix: settings, the Discord token, the "
-                       "Message Content intent, each group channel's webhook and permissions, the database, "
-                       "the model endpoints (exit 0 only when all pass)",
-        description="Changes nothing: the database is read without migrating it, Discord is asked over REST, the "
-                    "model servers for their model lists.")
+        "doctor", help="check the set-up, one line per check with its fix (exit 0 only when all pass)",
+        description="Checks the settings, the Discord token, the Message Content intent, each group channel's "
+                    "webhook and the bot's permissions there, the database (schema, replies waiting, leases) and "
+                    "each model endpoint. Changes nothing: the database is read without migrating it, Discord is "
+                    "asked over REST, the model servers for their model lists.")
     doctor.add_argument("--db", metavar="FILE|URL", help=DB_HELP)
     run = verbs.add_parser("run", help="start the Discord bot (needs DISCORD_TOKEN and the LLM settings; "
                                        "logs at ROUNDTABLE_LOG_LEVEL)")

@@ -125,13 +125,13 @@ class Init:
                 raise Refused("OPENAI_API_KEY is missing: give --openai-api-key KEY (or set OPENAI_API_KEY "
                               "in the environment)")
             if not base:
-                base = self.ask_base_url()
+                base = self.ask_base_url("")
             key = self.ask_key(base)
         while True:
             problem = _malformed({"OPENAI_BASE_URL": base}) if base else None
             if problem is not None:
                 self.refuse_or_say(Check("model endpoint", False, problem))
-                base = self.ask_base_url()
+                base = self.ask_base_url("")
                 continue
             try:
                 listed = asyncio.run(model_ids(base or OPENAI_API, key))
@@ -140,7 +140,7 @@ class Init:
                 if "OPENAI_API_KEY" in str(exc):
                     key = self.ask_key(base)
                 else:
-                    base = self.ask_base_url()
+                    base = self.ask_base_url(base)
                 continue
             except LLMError as exc:  # it answers, takes the key, but lists nothing (no /models, a 403)
                 self.say(Check("model endpoint", True, f"{base or OPENAI_API} answers, but gave no model list "
@@ -153,9 +153,11 @@ class Init:
             self.say(Check("model endpoint", True, f"{base or OPENAI_API} answers, takes the key and lists "
                                                    f"{self.found.model} ({len(listed)} models)"))
 
-    def ask_base_url(self) -> str:
+    def ask_base_url(self, again: str) -> str:
+        """The model endpoint; Enter keeps `again` (a server that was not up yet), else means OpenAI's."""
+        keep = f"check {again} again" if again else "OpenAI's"
         return self.asker.ask("Model endpoint: an OpenAI-compatible base URL such as http://127.0.0.1:11434/v1 "
-                              "(Enter: OpenAI's)")
+                              f"(Enter: {keep})") or again
 
     def ask_key(self, base: str) -> str:
         while True:

@@ -137,9 +137,9 @@ def all_passed(checks: Sequence[Check]) -> bool:
 def doctor_card(checks: Sequence[Check], title: str) -> Card:
     """The checks as a card: one field per check, failures first; red when one failed."""
     failed = [c for c in checks if not c.ok]
-    fields = tuple(Field(f"{PASS if c.ok else FAIL} {c.name}", c.detail + (f"\nFix: {c.fix}" if not c.ok and c.fix
-                                                                             else ""), inline=False)
-                   for c in [*failed, *(c for c in checks if c.ok)])
+    passed = [c for c in checks if c.ok]
+    fields = tuple(Field(f"{FAIL} {c.name}", c.detail + (f"\nFix: {c.fix}" if c.fix else ""), inline=False)
+                   for c in failed) + tuple(Field(f"{PASS} {c.name}", c.detail, inline=False) for c in passed)
     summary = (f"{_plural(len(failed), 'check')} of {len(checks)} failed." if failed
                else f"All {len(checks)} checks passed.")
     return Card(title, summary, fields, tone="bad" if failed else "good")
