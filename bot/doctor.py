@@ -64,12 +64,12 @@ async def run_doctor(env_file: str | None, db: str | None, say: Say) -> list[Che
     tell([check])
     if settings is None:
         return checks
-    from storage.health import Inspection, inspect
+    from storage.diagnosis import Inspection, inspect
 
     inspection: Inspection | None = None
     try:
         inspection = await inspect(db or settings.db_path, time.time())
-        database = database_checks(inspection.health)
+        database = database_checks(inspection.report)
     except StoreError as exc:
         database = [Check("database", False, f"{'--db' if db else 'ROUNDTABLE_DB'}: {exc}",
                           "check the path or URL (--db, ROUNDTABLE_DB), or that the database server runs")]

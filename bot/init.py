@@ -219,7 +219,7 @@ class Init:
 
     # the database ------------------------------------------------------------------
     def database(self) -> None:
-        from storage.health import inspect
+        from storage.diagnosis import inspect
 
         db = self.current("ROUNDTABLE_DB", self.args.db)
         if not db and self.asker.interactive:
@@ -227,7 +227,7 @@ class Init:
         db = db or DEFAULT_DB
         while True:
             try:
-                health = asyncio.run(inspect(db, time.time())).health
+                health = asyncio.run(inspect(db, time.time())).report
             except StoreError as exc:
                 check = Check("database", False, str(exc))
             else:

@@ -28,7 +28,7 @@ from bot.core.store_health import StoreHealth
 from bot.core.validation import check_name_free
 from storage.base import Clock
 from storage.db import DEFAULT_BUSY_TIMEOUT_MS, SqliteBackend
-from storage.health import HealthMixin
+from storage.diagnosis import DiagnosisMixin
 from storage.notes import NotesMixin
 from storage.record import RecordMixin
 from storage.rows import dumps, settings_to_json, strings_from_json, to_agent, to_group, to_message, unique
@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 AGENT_FIELDS = ("name", "role", "system_prompt", "model", "avatar_url", "enabled", "position", "memory")
 
 
-class SqlStore(NotesMixin, RecordMixin, ScheduleMixin, SummaryMixin, HealthMixin):
+class SqlStore(NotesMixin, RecordMixin, ScheduleMixin, SummaryMixin, DiagnosisMixin):
     """Implements `bot.core.ports.Store` over a backend: `SqliteStore` or `storage.pg.PostgresStore`
     (or `storage.open_store(target)`, which picks one)."""
 

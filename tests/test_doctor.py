@@ -14,12 +14,14 @@ from typing import AsyncIterator
 import pytest
 
 from bot.core.models import GroupSettings, NewMessage
+from storage.migrations import MIGRATIONS
 from storage.store import SqliteStore
 from tests.discord_emulator import DiscordEmulator, perms
 from tests.fakes.openai_server import FakeOpenAI, closed_base_url
 from tests.test_cli import Result, roundtable
 
 KEY = "sk-doctor-never-shown-7Q"
+KNOWN = MIGRATIONS[-1][0]  # this version's schema
 
 
 @dataclass
@@ -87,7 +89,7 @@ async def test_a_good_set_up_passes_every_check(setup):
     assert all(line.startswith("✓") for line in found.values())
     assert f"the bot is Roundtable (id {setup.emu.bot_user_id}" in found["Discord token"]
     assert "'Roundtable' exists and posts there" in found["#general webhook"]
-    assert "schema version 9 (this version's)" in found["database"]
+    assert f"schema version {KNOWN} (this version's)" in found["database"]
     assert found["model endpoint"].endswith("answers and takes the key (2 models; it serves fake-model)")
     assert result.out.splitlines()[-1] == "All 13 checks passed."
     assert KEY not in result.out and setup.emu.token not in result.out
@@ -153,22 +155,22 @@ async def test_a_database_at_a_newer_schema_is_reported_and_left_as_it_is(setup)
     found = lines(result)
     assert result.code == 1
     assert found["database"] == (
-        f"✗ database: {setup.db} is at schema version 99, newer than this version of Roundtable knows (9): it would "
-        "refuse to start; fix: upgrade Roundtable (pip install -U roundtable, or git pull and pip install -e .), or "
-        "point ROUNDTABLE_DB at another database")
+        f"✗ database: {setup.db} is at schema version 99, newer than this version of Roundtable knows ({KNOWN}): it "
+        "would refuse to start; fix: upgrade Roundtable (pip install -U roundtable, or git pull and pip install -e .), "
+        "or point ROUNDTABLE_DB at another database")
     assert dump(setup.db) == before
 
 
 async def test_an_older_schema_is_not_migrated_by_looking(setup):
     with contextlib.closing(sqlite3.connect(setup.db)) as db:
-        db.execute("DELETE FROM _migrations WHERE id = 9")
+        db.execute("DELETE FROM _migrations WHERE id = ?", (KNOWN,))
         db.commit()
     result = await setup.doctor()
     assert result.code == 0, result.out
-    assert "at schema version 8 (this version's is 9); the next start or `roundtable migrate`" in \
+    assert f"at schema version {KNOWN - 1} (this version's is {KNOWN}); the next start or `roundtable migrate`" in \
            lines(result)["database"]
     with contextlib.closing(sqlite3.connect(setup.db)) as db:
-        assert db.execute("SELECT MAX(id) FROM _migrations").fetchone() == (8,)
+        assert db.execute("SELECT MAX(id) FROM _migrations").fetchone() == (KNOWN - 1,)
 
 
 async def test_a_model_endpoint_down(setup):
@@ -217,7 +219,8 @@ async def test_a_console_only_set_up(setup):
     found = lines(result)
     assert result.code == 0, result.out
     assert found["Discord"] == "✓ Discord: no DISCORD_TOKEN: a console-only set-up (roundtable init adds Discord)"
-    assert found["database"].endswith("console.db does not exist yet; the first start creates it (schema version 9)")
+    assert found["database"].endswith(f"console.db does not exist yet; the first start creates it (schema version "
+                                      f"{KNOWN})")
     assert not (setup.dir / "console.db").exists()
 
 
@@ -240,3 +243,18 @@ async def test_a_guild_id_the_bot_is_not_in(setup):
     setup.env_file(DISCORD_GUILD_ID=setup.emu.guild_id)
     found = lines(await setup.doctor())
     assert found["DISCORD_GUILD_ID"] == "✓ DISCORD_GUILD_ID: the commands are synced to Test Guild at once"
+
+
+async def test_each_provider_is_an_endpoint_of_its_own(setup):
+    setup.env_file(ROUNDTABLE_PROVIDER_LOCAL_BASE_URL=setup.llm.base_url, ROUNDTABLE_MODEL="local/fake-model")
+    result = await setup.doctor()
+    found = lines(result)
+    assert result.code == 0, result.out
+    assert found["model endpoint"].endswith("answers and takes the key (2 models)")
+    assert found["model endpoint local"].endswith("answers and takes the key (2 models; it serves fake-model)")
+    down = closed_base_url()
+    setup.env_file(ROUNDTABLE_PROVIDER_LOCAL_BASE_URL=down, ROUNDTABLE_MODEL="local/fake-model")
+    found = lines(await setup.doctor())
+    assert found["model endpoint local"] == (f"✗ model endpoint local: ROUNDTABLE_PROVIDER_LOCAL_BASE_URL={down} did "
+                                             "not answer (connection refused); fix: check that the server runs")
+    assert found["model endpoint"].startswith("✓")

@@ -1,8 +1,9 @@
 """The model endpoints of a set-up, and their live check (`roundtable doctor`, `/roundtable doctor`, `init`).
 
-`endpoints(settings)` lists every OpenAI-compatible server the settings use,
-each with the settings that name it and the models it must serve; a new kind of
-endpoint (a named provider) is one more entry there. `endpoint_check` asks one
+`endpoints(settings)` lists every OpenAI-compatible server the settings use (the
+default provider, then each named one), each with the models the settings send it
+(ROUNDTABLE_MODEL and ROUNDTABLE_SELECTOR_MODEL, routed as `bot.adapters.providers`
+routes them). `endpoint_check` asks one
 server for its model list (GET /models: no tokens spent) and judges the answer;
 `endpoint_checks(settings)` checks them all at once.
 """
@@ -12,9 +13,11 @@ import asyncio
 from dataclasses import dataclass
 
 from bot.adapters.openai_llm import OpenAILLM
+from bot.adapters.providers import route
 from bot.config import Settings, redact_url
 from bot.core.doctor import Check
 from bot.core.errors import ConfigError, LLMError, LLMUnavailable
+from bot.core.models import DEFAULT_PROVIDER
 
 OPENAI_API = "https://api.openai.com/v1"
 CHECK_TIMEOUT = 15.0  # seconds per endpoint
@@ -29,12 +32,20 @@ class _NoCounter:
 
 @dataclass(frozen=True)
 class Endpoint:
-    name: str  # how checks name it: "model endpoint", "model endpoint local"
-    setting: str  # the setting that holds its URL, for fixes
-    key_setting: str  # the setting that holds its key
+    provider: str  # "default" (OPENAI_*), or a provider's name (ROUNDTABLE_PROVIDER_<NAME>_*)
     base_url: str | None  # None: OpenAI's
     api_key: str
     models: tuple[str, ...]  # the models the settings send it
+
+    @property
+    def name(self) -> str:
+        """How its check is named: 'model endpoint', 'model endpoint local'."""
+        return "model endpoint" if self.provider == DEFAULT_PROVIDER else f"model endpoint {self.provider}"
+
+    @property
+    def key_setting(self) -> str:
+        return ("OPENAI_API_KEY" if self.provider == DEFAULT_PROVIDER
+                else f"ROUNDTABLE_PROVIDER_{self.provider.upper()}_API_KEY")
 
     @property
     def where(self) -> str:
@@ -42,12 +53,15 @@ class Endpoint:
 
 
 def endpoints(settings: Settings) -> list[Endpoint]:
-    """Every model endpoint of the settings: the default one (then each named provider)."""
-    models = tuple(dict.fromkeys(m for m in (settings.model, settings.selector_model) if m))
-    return [
-        Endpoint("model endpoint", "OPENAI_BASE_URL", "OPENAI_API_KEY", settings.openai_base_url,
-                 settings.openai_api_key, models),
-    ]
+    """Every model endpoint of the settings: the default provider, then each named one."""
+    named = [p.name for p in settings.providers]
+    routed = [route(m, named) for m in dict.fromkeys((settings.model, settings.selector_model)) if m]
+
+    def models(provider: str) -> tuple[str, ...]:
+        return tuple(model for where, model in routed if where == provider)
+
+    return [Endpoint(DEFAULT_PROVIDER, settings.openai_base_url, settings.openai_api_key, models(DEFAULT_PROVIDER)),
+            *(Endpoint(p.name, p.base_url, p.api_key, models(p.name)) for p in settings.providers)]
 
 
 async def endpoint_checks(settings: Settings) -> list[Check]:
@@ -62,7 +76,8 @@ async def endpoint_check(endpoint: Endpoint, timeout: float = CHECK_TIMEOUT) -> 
                      f"set {endpoint.key_setting} to the key of {endpoint.where} (any non-empty value for a "
                      "local server that needs none)")
     try:
-        listed = await model_ids(endpoint.base_url or OPENAI_API, endpoint.api_key, min(timeout, CHECK_TIMEOUT))
+        listed = await model_ids(endpoint.base_url or OPENAI_API, endpoint.api_key, min(timeout, CHECK_TIMEOUT),
+                                 provider=endpoint.provider)
     except ConfigError as exc:  # unreachable, or the key refused: "what happened; the fix"
         found, _, fix = str(exc).rpartition("; ")
         return Check(endpoint.name, False, found, fix) if found else Check(endpoint.name, False, fix)
@@ -76,16 +91,19 @@ async def endpoint_check(endpoint: Endpoint, timeout: float = CHECK_TIMEOUT) -> 
     if unlisted and listed:
         shown = ", ".join(listed[:8]) + (", ..." if len(listed) > 8 else "")
         return Check(endpoint.name, False, f"{endpoint.where} does not list {', '.join(unlisted)} (it lists {shown})",
-                     "set ROUNDTABLE_MODEL (and ROUNDTABLE_SELECTOR_MODEL, when set) to a model it lists")
+                     "set ROUNDTABLE_MODEL (and ROUNDTABLE_SELECTOR_MODEL, when set) to a model it lists"
+                     + ("" if endpoint.provider == DEFAULT_PROVIDER else f", written {endpoint.provider}/MODEL"))
     serves = f"; it serves {', '.join(endpoint.models)}" if endpoint.models and listed else ""
     return Check(endpoint.name, True, f"{endpoint.where} answers and takes the key ({len(listed)} models{serves})")
 
 
-async def model_ids(base_url: str, api_key: str, timeout: float = CHECK_TIMEOUT) -> list[str]:
-    """The models the server at `base_url` lists (`OpenAILLM.model_ids`: `ConfigError` when it does
-    not answer or refuses the key, `LLMError` when it answers without a list)."""
+async def model_ids(base_url: str, api_key: str, timeout: float = CHECK_TIMEOUT, *,
+                    provider: str = DEFAULT_PROVIDER) -> list[str]:
+    """The models the server at `base_url` lists (`OpenAILLM.model_ids`: `ConfigError`, naming the
+    provider's settings, when it does not answer or refuses the key; `LLMError` when it answers
+    without a list)."""
     llm = OpenAILLM(api_key=api_key, base_url=base_url, default_model="-", timeout=timeout, max_retries=0,
-                    counter=_NoCounter())
+                    counter=_NoCounter(), provider=provider)
     try:
         return await llm.model_ids()
     finally:

@@ -17,7 +17,7 @@ from bot.core.card import Attachment, Card, Field, Tone
 from bot.core.context import find_window, participant_step
 from bot.core.doctor import Check, database_checks, delivery_check
 from bot.core.engine import Engine
-from bot.core.errors import InvalidInput, NotFound, UserFacingError
+from bot.core.errors import InvalidInput, NotFound, StoreError, UserFacingError
 from bot.core.export import file_name, plural, when, write_export
 from bot.core.models import DEFAULT_PROVIDER, Agent, Completion, Decision, Group, GroupSettings
 from bot.core.pricing import dollars, exact_dollars
@@ -126,9 +126,18 @@ class Admin:
         return Card("Updated", fields=settings_fields(updated.settings), tone="good")
 
     async def doctor(self, group: Group | None) -> list[Check]:
-        """/roundtable doctor's checks that any surface can make: the database, the group's
-        delivery problem, the model endpoints."""
-        checks = database_checks(await self.store.health())
+        """/roundtable doctor's checks that any surface can make: the database (and an outage of its
+        writes), the group's delivery problem, the model endpoints."""
+        try:
+            checks = database_checks(await self.store.database_report())
+        except StoreError as exc:
+            checks = [Check("database", False, f"cannot be read: {exc}", "check the database (the disk, the file's "
+                                                                            "permissions, the server)")]
+        outage = self.store.health.outage
+        if outage is not None:
+            checks.append(Check("database writes", False, outage_status(outage, self.store.health.clock()),
+                                "fix what it names (disk space, the file's permissions, the database server); "
+                                "the bot keeps trying by itself"))
         if group is not None:
             checks.append(delivery_check(await self.store.get_group(group.id)))
         if self.engine.endpoint_checks is not None:

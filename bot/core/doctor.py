@@ -4,7 +4,7 @@ A `Check` is one line: a name, whether it passed, what was found and, when it
 failed, the fix. Each place that can look at something makes its own checks
 (the settings and Discord's REST API on the command line, the gateway's cache in
 the bot, the model endpoints in `bot.adapters.endpoints`); the database's and a
-group's are judged here, from plain data (`DatabaseHealth`, `Group`), so both
+group's are judged here, from plain data (`DatabaseReport`, `Group`), so both
 surfaces word them the same. `doctor_card` shows a list of checks as a card
 (an embed in Discord, lines in the console); `Check.line` is the command line's.
 """
@@ -58,7 +58,7 @@ class Holder:
 
 
 @dataclass(frozen=True)
-class DatabaseHealth:
+class DatabaseReport:
     """What a database says about itself, read without changing it."""
 
     where: str  # the path, or the URL without its password
@@ -69,7 +69,7 @@ class DatabaseHealth:
     leases: tuple[Holder, ...] = ()
 
 
-def database_checks(health: DatabaseHealth) -> list[Check]:
+def database_checks(health: DatabaseReport) -> list[Check]:
     """The database's schema, its outbox and its leases."""
     where = health.where
     if not health.exists:

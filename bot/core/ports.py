@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import AsyncContextManager, AsyncIterator, Awaitable, Callable, Iterable, Protocol, Sequence
 
-from bot.core.doctor import DatabaseHealth
+from bot.core.doctor import DatabaseReport
 from bot.core.models import (
     Agent,
     ChatMessage,
@@ -499,16 +499,16 @@ class InteractionStore(Protocol):
         ...
 
 
-class HealthStore(Protocol):
+class DiagnosisStore(Protocol):
     """What `/roundtable doctor` reads of the database (`bot.core.doctor`)."""
 
-    async def health(self) -> DatabaseHealth:
+    async def database_report(self) -> DatabaseReport:
         """The schema version, the rows waiting to be posted and the leases, read without changing anything."""
         ...
 
 
 class Store(ContextStore, MemoryStore, ScheduleStore, RecordStore, ReadingStore, LeaseStore, WebhookStore,
-            InteractionStore, HealthStore, Protocol):
+            InteractionStore, DiagnosisStore, Protocol):
     """Durable state. Every method is atomic; appends are serialised per group.
 
     Seqs are per group, 1, 2, 3 ... without gaps. `group.latest_seq` is the

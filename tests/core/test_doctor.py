@@ -5,7 +5,7 @@ import pytest
 
 from bot.core.doctor import (
     Check,
-    DatabaseHealth,
+    DatabaseReport,
     Holder,
     Waiting,
     database_checks,
@@ -33,13 +33,13 @@ def test_a_check_is_one_line(check: Check, line: str) -> None:
     (12, False, "rt.db is at schema version 12, newer than this version of Roundtable knows (9)"),
 ])
 def test_the_schema_version_against_the_code(version: int, ok: bool, says: str) -> None:
-    schema = database_checks(DatabaseHealth("rt.db", True, version, 9))[0]
+    schema = database_checks(DatabaseReport("rt.db", True, version, 9))[0]
     assert schema.ok is ok and says in schema.detail
     assert bool(schema.fix) is not ok
 
 
 def test_a_database_not_created_yet_is_one_passing_line() -> None:
-    assert database_checks(DatabaseHealth("rt.db", False, 0, 9)) == [
+    assert database_checks(DatabaseReport("rt.db", False, 0, 9)) == [
         Check("database", True, "rt.db does not exist yet; the first start creates it (schema version 9)")]
 
 

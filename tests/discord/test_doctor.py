@@ -3,11 +3,13 @@ permissions, the database, the group's delivery problem, the model endpoints) as
 from __future__ import annotations
 
 import functools
+import time
 
 import pytest
 
 from bot.adapters.endpoints import endpoint_checks
 from bot.config import Settings
+from bot.core.store_health import Outage
 from tests.discord_emulator import perms
 
 
@@ -65,14 +67,20 @@ async def test_the_bot_losing_manage_webhooks_in_the_channel(bot):
                      "(channel settings > Permissions) or in Server Settings > Roles")
 
 
-async def test_a_delivery_problem_and_a_model_endpoint_down(bot):
+async def test_a_delivery_problem_a_database_outage_and_a_model_endpoint_down(bot):
     store = bot.store
     group = (await store.list_groups())[0]
     await store.set_delivery_problem(group.id, "I can't post in #general: Discord answered 403.")
     await bot.llm_server.close()
-    found = fields(await doctor(bot))
+    store.health.outage = Outage(since=time.time() - 120, reason="the database file or its disk is full")
+    try:
+        found = fields(await doctor(bot))
+    finally:
+        store.health.outage = None
     assert found["✗ #general delivery"].startswith("I can't post in #general: Discord answered 403.\nFix: ")
     assert "did not answer (connection refused)" in found["✗ model endpoint"]
+    assert found["✗ database writes"].startswith("nothing can be saved for 2 min now: the database file or its disk "
+                                                 "is full;")
 
 
 async def test_only_operators_and_a_channel_that_is_not_a_group(bot):

@@ -1,4 +1,4 @@
-"""A database's health read without changing it (`storage.health`), on SQLite and PostgreSQL (`place`):
+"""A database's health read without changing it (`storage.diagnosis`), on SQLite and PostgreSQL (`place`):
 through an open store (`/roundtable doctor`) and by `inspect` (`roundtable doctor`, `init`), which opens
 no store (no file created, no migration applied)."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from bot.core.errors import StoreError
 from bot.core.models import GroupSettings, NewMessage
-from storage.health import inspect
+from storage.diagnosis import inspect
 from storage.migrations import MIGRATIONS
 from tests.fakes.databases import Place
 
@@ -32,9 +32,9 @@ async def test_health_through_a_store_and_by_inspecting_agree(place: Place) -> N
         store.owner_label = "console"
         assert await store.acquire_lease(quiet.id, 30) is None
         clock[0] = 1060.0
-        health = await store.health()
+        health = await store.database_report()
         inspection = await inspect(place.target, 1060.0)
-    assert health == inspection.health
+    assert health == inspection.report
     assert (health.version, health.known, health.exists) == (KNOWN, KNOWN, True)
     [waiting] = health.waiting
     assert (waiting.group, waiting.rows, waiting.oldest_age) == ("#talk", 2, 60.0)
@@ -50,16 +50,16 @@ async def test_inspecting_a_newer_database_reads_its_version(place: Place) -> No
     async with await place.open():
         pass
     await place.execute("INSERT INTO _migrations (id, name, applied_at) VALUES (?, ?, ?)", (KNOWN + 5, "future", 0))
-    health = (await inspect(place.target, 0.0)).health
+    health = (await inspect(place.target, 0.0)).report
     assert health.version == KNOWN + 5 and health.known == KNOWN
 
 
 async def test_inspecting_an_empty_database_creates_nothing(place: Place) -> None:
     if place.kind == "sqlite":
-        health = (await inspect(place.target, 0.0)).health
+        health = (await inspect(place.target, 0.0)).report
         assert not health.exists and not Path(place.target).exists()
     else:
-        health = (await inspect(place.target, 0.0)).health
+        health = (await inspect(place.target, 0.0)).report
         assert health.exists and health.version == 0
         assert await place.fetch("SELECT to_regclass('_migrations') IS NULL") == [(True,)]
 

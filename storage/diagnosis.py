@@ -1,6 +1,6 @@
-"""A database's health, read without changing it: schema version, the outbox, the leases.
+"""A database's diagnosis, read without changing it: schema version, the outbox, the leases.
 
-`SqlStore.health()` (this module's `HealthMixin`) reads it through an open store
+`SqlStore.database_report()` (this module's `DiagnosisMixin`) reads it through an open store
 (`/roundtable doctor` in the running bot). `inspect(target)` reads it for
 `roundtable doctor` and `roundtable init` without opening a store: opening one
 would create a missing SQLite file and apply migrations, and a diagnosis must
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bot.core.doctor import DatabaseHealth, Holder, Waiting
+from bot.core.doctor import DatabaseReport, Holder, Waiting
 from bot.core.errors import StoreError
 from bot.core.models import Group, GroupSettings
 from storage.base import StoreBase
@@ -31,32 +31,32 @@ CONNECT_TIMEOUT = 10.0
 
 @dataclass(frozen=True)
 class Inspection:
-    """What `inspect` found: the health, and what the command line checks against Discord."""
+    """What `inspect` found: the report, and what the command line checks against Discord."""
 
-    health: DatabaseHealth
+    report: DatabaseReport
     groups: tuple[Group, ...] = ()  # the enabled groups (their settings are not read)
     webhooks: dict[str, tuple[str, str]] = field(default_factory=dict)  # channel id -> (webhook id, token)
 
 
-async def read_health(db: Db, where: str, now: float) -> DatabaseHealth:
+async def read_report(db: Db, where: str, now: float) -> DatabaseReport:
     row = await db.one("SELECT COALESCE(MAX(id), 0) FROM _migrations")
     version = int(row[0]) if row is not None else 0
     known = MIGRATIONS[-1][0]
     if version < FIRST_READABLE:
-        return DatabaseHealth(where, True, version, known)
+        return DatabaseReport(where, True, version, known)
     waiting = [Waiting(r[0], int(r[1]), now - float(r[2])) for r in await db.all(
         "SELECT g.name, COUNT(*), MIN(m.created_at) FROM messages m JOIN groups g ON g.id = m.group_id"
         " WHERE m.confirmed = 0 AND m.author_type <> 'user' AND g.enabled = 1 GROUP BY g.id, g.name ORDER BY g.id")]
     leases = [Holder(r[0], describe_owner(r[1], r[2]), float(r[3]) - now, not owner_alive(r[1])) for r in await db.all(
         "SELECT g.name, l.owner, l.label, l.expires_at FROM leases l JOIN groups g ON g.id = l.group_id ORDER BY g.id")]
-    return DatabaseHealth(where, True, version, known, tuple(waiting), tuple(leases))
+    return DatabaseReport(where, True, version, known, tuple(waiting), tuple(leases))
 
 
-class HealthMixin(StoreBase):
-    async def health(self) -> DatabaseHealth:
+class DiagnosisMixin(StoreBase):
+    async def database_report(self) -> DatabaseReport:
         """The database's schema version, outbox and leases (`bot.core.doctor`)."""
         async with self._read() as db:
-            return await read_health(db, self.database, self._now())
+            return await read_report(db, self.database, self._now())
 
 
 async def inspect(target: str, now: float) -> Inspection:
@@ -74,7 +74,7 @@ async def inspect(target: str, now: float) -> Inspection:
         if not path.parent.is_dir():
             raise StoreError(f"the directory {path.parent} of {path} does not exist; create it first, "
                              "or choose another file")
-        return Inspection(DatabaseHealth(str(path), False, 0, MIGRATIONS[-1][0]))
+        return Inspection(DatabaseReport(str(path), False, 0, MIGRATIONS[-1][0]))
     try:
         conn = sqlite3.connect(str(path), timeout=5, isolation_level=None)
     except sqlite3.Error as exc:
@@ -93,16 +93,16 @@ async def inspect(target: str, now: float) -> Inspection:
 
 async def _read(db: Db, where: str, now: float, *, has_ledger: bool) -> Inspection:
     if not has_ledger:  # an empty database: the first start creates the tables
-        return Inspection(DatabaseHealth(where, True, 0, MIGRATIONS[-1][0]))
-    health = await read_health(db, where, now)
-    if health.version < FIRST_READABLE:
-        return Inspection(health)
+        return Inspection(DatabaseReport(where, True, 0, MIGRATIONS[-1][0]))
+    report = await read_report(db, where, now)
+    if report.version < FIRST_READABLE:
+        return Inspection(report)
     groups = tuple(Group(int(r[0]), r[1], r[2], GroupSettings(), guild_id=r[3], channel_id=r[4],
                          parent_channel_id=r[5], paused=bool(r[6]), delivery_problem=r[7]) for r in await db.all(
         "SELECT id, key, name, guild_id, channel_id, parent_channel_id, paused, delivery_problem FROM groups"
         " WHERE enabled = 1 ORDER BY id"))
     webhooks = {r[0]: (r[1], r[2]) for r in await db.all("SELECT channel_id, webhook_id, token FROM webhooks")}
-    return Inspection(health, groups, webhooks)
+    return Inspection(report, groups, webhooks)
 
 
 async def _inspect_postgres(url: str, now: float) -> Inspection:
