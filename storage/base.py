@@ -368,10 +368,13 @@ class StoreBase:
                     f"message {external_id} is already stored (group {row['group_id']}, seq {row['seq']})"
                 )
 
-    async def _messages_where(self, where: str, params: Sequence[object], *, index: str | None = None) -> list[Message]:
+    async def _messages_where(self, where: str, params: Sequence[object], *, index: str | None = None,
+                              limit: int | None = None) -> list[Message]:
+        """The rows matching `where`, oldest first (the oldest `limit` of them, when given)."""
         indexed = self._sql.indexed_by(index)
+        tail, params = ("", params) if limit is None else (" LIMIT ?", (*params, int(limit)))
         async with self._read() as db:
-            rows = await self._all(db, f"SELECT * FROM messages{indexed} WHERE {where} ORDER BY seq", params)
+            rows = await self._all(db, f"SELECT * FROM messages{indexed} WHERE {where} ORDER BY seq{tail}", params)
         return [to_message(row) for row in rows]
 
     async def _message_row(self, db: Db, group_id: int, seq: int) -> Row:

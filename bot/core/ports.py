@@ -261,13 +261,17 @@ class ChatStore(Protocol):
         """Store a message's routing decision once; a second one for the same seq is ignored."""
         ...
 
+    async def record_decisions(self, group_id: int, decisions: Sequence[Decision]) -> None:
+        """`record_decision` for each, in one write."""
+        ...
+
     async def get_decision(self, group_id: int, seq: int) -> Decision | None: ...
 
     async def decisions(self, group_id: int, *, after: int, through: int) -> dict[int, Decision]: ...
 
-    async def unrouted(self, group_id: int, *, through: int) -> list[Message]:
+    async def unrouted(self, group_id: int, *, through: int, limit: int | None = None) -> list[Message]:
         """The rows up to `through` still to route, oldest first: those after the last row
-        such that it and every earlier row have a decision."""
+        such that it and every earlier row have a decision (the oldest `limit` of them, when given)."""
         ...
 
     async def get_episode(self, episode_id: int) -> Episode: ...

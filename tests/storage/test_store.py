@@ -396,6 +396,22 @@ async def test_rows_stay_unrouted_until_a_gap_fills(store: SqlStore, group_id: i
     assert sorted(got) == [2, 3, 4] and got[2].confidence == 0.5 and got[2].created_at > 0
 
 
+
+async def test_a_chunk_of_decisions_is_one_write_and_routes_through_what_follows(
+        store: SqlStore, group_id: int) -> None:
+    for _ in range(250):
+        await store.append_user_message(group_id, user())
+    await store.record_decisions(group_id, [Decision(seq=s, source="none") for s in range(200, 251)])  # after a gap
+    assert [m.seq for m in await store.unrouted(group_id, through=250, limit=3)] == [1, 2, 3]
+    await store.record_decisions(group_id, [Decision(seq=s, source="superseded") for s in range(1, 200)]
+                                 + [Decision(seq=200, source="tags")])  # 200 is decided already: kept
+    assert await store.unrouted(group_id, through=250) == []  # the gap filled: routed through 250
+    decisions = await store.decisions(group_id, after=0, through=250)
+    assert len(decisions) == 250 and decisions[200].source == "none" and decisions[199].source == "superseded"
+    with pytest.raises(NotFound):
+        await store.record_decisions(group_id, [Decision(seq=251, source="none")])
+
+
 # confirmation and external ids ------------------------------------------------
 
 
