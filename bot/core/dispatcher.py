@@ -4,7 +4,9 @@ The durable queue is the group's latest seq plus each agent's
 `delivered_through`; there is no job row per message x agent. One
 `GroupDispatcher` task per group:
 
-  0. route every message not yet routed (decisions are stored, never recomputed);
+  0. route every message not yet routed (decisions are stored, never recomputed; a
+     backlog, e.g. what waited while no process ran the group, is routed in the background
+     in chunks, taking turns with other groups' backlogs: see `route`);
   1. find agents whose cursor is behind; 2. freeze the latest seq as snapshot;
   3-4. keep the agents that a message after their cursor selects, skip-advance
   the rest; 5. skip agents holding their lock; 6. pick the furthest-behind idle
@@ -14,12 +16,14 @@ The durable queue is the group's latest seq plus each agent's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from typing import Sequence
+import time
+from typing import Callable, Sequence
 
 from bot.core.errors import Busy
 from bot.core.models import Agent, Decision, Group, Message, Usage
-from bot.core.routing import eligible_speakers, explicit_recipients, next_in_rotation, plan_batch
+from bot.core.routing import eligible_speakers, explicit_recipients, next_in_rotation, plan_batch, routable
 from bot.core.selector import selector_decision
 from bot.core.stop import cap_notice, near_repeat
 from bot.core.turn import TurnOutcome, cache_key
@@ -29,12 +33,15 @@ log = logging.getLogger(__name__)
 
 SELECTOR_SOURCES = ("selector", "fallback", "low_confidence")  # a selector call was made
 REPEAT_WINDOW = 24  # rows looked back at for near-repeats
+ROUTE_CHUNK = 500  # rows read and routed at once; a backlog is routed chunk by chunk
+Turn = Callable[[], contextlib.AbstractAsyncContextManager[object]]  # held around a backlog chunk's store work
 STALLED_NOTICE = ("Stopped: the last two agent messages repeat earlier ones (stalled). "
                   "Post a message to continue.")
 
 
 class GroupDispatcher(GroupWorker):
     kind = "dispatcher"
+    catching_up = False  # set when the group was taken here with rows that waited: its next routing pass is a backlog
 
     # the loop body ------------------------------------------------------
     async def drain(self) -> None:
@@ -102,14 +109,70 @@ class GroupDispatcher(GroupWorker):
 
     # routing ------------------------------------------------------------
     async def route(self, group: Group, snapshot: int) -> bool:
-        """Decide who answers each row not routed yet, up to `snapshot`; False when there was none."""
+        """Decide who answers each row not routed yet, up to `snapshot`; False when there was none.
+
+        A backlog (the rows that waited while no process ran the group, when this process
+        starts or takes the group over: `catching_up`; or more than a chunk of rows at once)
+        is routed by `_catch_up`: once the surface is connected, in chunks, one group's chunk
+        at a time. Otherwise the rows are routed now, together."""
         store = self.engine.store
-        batch = await store.unrouted(group.id, through=snapshot)
+        catching_up, self.catching_up = self.catching_up, False
+        batch = await store.unrouted(group.id, through=snapshot, limit=1 if catching_up else ROUTE_CHUNK)
         if not batch:
             return False
+        if catching_up or (len(batch) == ROUTE_CHUNK and batch[-1].seq < snapshot):
+            await self._catch_up(group.id, batch[0].seq, snapshot)
+        else:
+            await self._route_rows(group, batch)
+        return True
+
+    async def _catch_up(self, group_id: int, first: int, snapshot: int) -> None:
+        """Route the backlog `first`..`snapshot`: once the surface is connected (people can be
+        answered), chunk by chunk, each chunk's reads and writes while holding the engine's
+        backlog turn, so fresh messages of other groups (routed without it) never queue behind
+        a backlog and groups with backlogs take turns. The model call that routes the newest
+        row by the mode is made outside the turn."""
+        store, engine = self.engine.store, self.engine
+        await engine.surface_connected.wait()
+        log.info("group=%s: routing a backlog of %d row(s) (seq %d-%d) in the background",
+                 group_id, snapshot - first + 1, first, snapshot)
+        began = time.monotonic()
+        group = await store.get_group(group_id)
+        newest = await self._newest_routable(group, first, snapshot)
+        while True:
+            async with engine.backlog_turn():
+                batch = await store.unrouted(group_id, through=snapshot, limit=ROUTE_CHUNK)
+            if not batch:
+                break
+            await self._route_rows(group, batch, newer_follows=newest is not None and newest > batch[-1].seq,
+                                   turn=engine.backlog_turn)
+            if batch[-1].seq >= snapshot:
+                break
+        log.info("group=%s: backlog of %d row(s) routed in %.1fs", group_id, snapshot - first + 1,
+                 time.monotonic() - began)
+
+    async def _newest_routable(self, group: Group, first: int, snapshot: int) -> int | None:
+        """The seq of the newest row in `first`..`snapshot` that the mode may route (see `plan_batch`)."""
+        through = snapshot
+        while through >= first:
+            after = max(first - 1, through - ROUTE_CHUNK)
+            async with self.engine.backlog_turn():
+                rows = await self.engine.store.messages(group.id, after=after, through=through)
+            found = next((m.seq for m in reversed(rows) if routable(m, group.episode_id)), None)
+            if found is not None:
+                return found
+            through = after
+        return None
+
+    async def _route_rows(self, group: Group, batch: Sequence[Message], *, newer_follows: bool = False,
+                          turn: Turn = contextlib.nullcontext) -> None:
+        """Decide and store who answers each row of `batch` (consecutive rows, the oldest unrouted
+        first). Decisions are stored together, before and after the one that may call a model."""
+        store = self.engine.store
         roster = await store.list_agents(group.id)
         enabled_ids = {a.id for a in roster if a.enabled}
-        for message, plan in plan_batch(batch, enabled_ids, group.episode_id):
+        routed: list[tuple[Message, Decision]] = []
+        for message, plan in plan_batch(batch, enabled_ids, group.episode_id, newer_follows=newer_follows):
             if plan == "explicit":
                 ids = explicit_recipients(message, enabled_ids)
                 note = "a scheduled task" if message.author_type == "system" else ""
@@ -121,20 +184,30 @@ class GroupDispatcher(GroupWorker):
             elif plan == "none":
                 decision = Decision(message.seq, "none", note="notices select nobody")
             else:
-                decision = await self._route_by_mode(group, roster, message, snapshot)
-            await store.record_decision(group.id, decision)
+                await self._record(group, routed, turn)
+                routed = []
+                decision = await self._route_by_mode(group, roster, message)
+            routed.append((message, decision))
+        await self._record(group, routed, turn)
+
+    async def _record(self, group: Group, routed: list[tuple[Message, Decision]],
+                      turn: Turn) -> None:
+        if not routed:
+            return
+        async with turn():
+            await self.engine.store.record_decisions(group.id, [decision for _, decision in routed])
+        for message, decision in routed:
             log.debug("group=%s seq=%s routed: %s %s %s", group.id, message.seq, decision.source,
                       decision.agent_names, decision.note)
             if decision.terminate:
                 await self.engine.end_episode(message.episode_id, "terminated")
-        return True
 
     @staticmethod
     def _names(roster: Sequence[Agent], ids: Sequence[int]) -> tuple[str, ...]:
         by_id = {a.id: a.name for a in roster}
         return tuple(by_id[i] for i in ids if i in by_id)
 
-    async def _route_by_mode(self, group: Group, roster: list[Agent], message: Message, snapshot: int) -> Decision:
+    async def _route_by_mode(self, group: Group, roster: list[Agent], message: Message) -> Decision:
         store = self.engine.store
         mode = group.settings.mode
         if message.author_type == "agent" and message.episode_id is not None:

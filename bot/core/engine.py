@@ -94,33 +94,54 @@ class Engine:
         self._images: OrderedDict[tuple[int, int, int], str] = OrderedDict()  # fetched images, as data URLs
         self._told_no_images: set[str | None] = set()  # models whose images were named only, logged once
         self.endpoint_checks = endpoint_checks
+        self.surface_connected = asyncio.Event()  # backlogs are routed once people can be answered
+        self._backlog_turn = asyncio.Lock()  # one group's backlog chunk at a time (FIFO: groups take turns)
 
     def summary_model_of(self, group: Group) -> str | None:
         """The model that writes a group's rolling summaries: ROUNDTABLE_SUMMARY_MODEL, else its selector's."""
         return self.summary_model or group.settings.selector_model or self.selector_model
 
     # life cycle ----------------------------------------------------------
-    async def start(self) -> None:
+    async def start(self, *, connected: bool = True) -> None:
         """Load the token counter, then take the leases of the groups in scope and resume each from the database.
 
-        The counter loads its encoding (~0.1 s) here, off the event loop, not on the first message."""
+        The counter loads its encoding (~0.1 s) here, off the event loop, not on the first message.
+        A group's backlog (rows stored while no process ran it) is routed in the background, never
+        during the start; with `connected=False` (a surface that connects after this, like Discord's
+        gateway) only once `connect` is called. Fresh messages are routed at once either way."""
+        if connected:
+            self.connect()
         await asyncio.to_thread(self.counter.count, "warm up")
         await self.ownership.start()
         await self.scheduler.start()
+
+    def connect(self) -> None:
+        """The surface is connected: people can be answered, so backlogs may be routed now."""
+        self.surface_connected.set()
+
+    def backlog_turn(self) -> asyncio.Lock:
+        """Held while a dispatcher reads or stores a chunk of its group's backlog: one chunk at a
+        time in the process, groups in turn, so backlogs never crowd out fresh messages' reads and
+        writes (which do not take it)."""
+        return self._backlog_turn
 
     async def claim(self, group: Group) -> str | None:
         """Run `group` here from now on; None when done, else who runs it instead."""
         return await self.ownership.claim(group)
 
-    async def resume(self, group: Group) -> None:
+    async def resume(self, group: Group, *, backlog: bool = False) -> None:
         """A group this process has just taken: its left-over runs are interrupted (their
         agents run again), its unconfirmed rows are shown (after looking for any part
-        that arrived before a crash), its dispatcher wakes."""
+        that arrived before a crash), its dispatcher wakes. `backlog`: its rows not routed
+        yet waited while no process ran it (this process is starting, or takes it over), and
+        are routed as a backlog (`GroupDispatcher.route`)."""
         await self.store.interrupt_running_runs(group.id)
         unsure = {m.seq for m in await self.store.unconfirmed_messages(group.id)}
         if unsure:
             log.info("group=%s: %d row(s) not confirmed by the surface yet; showing them now", group.id, len(unsure))
         self.outbox(group.id).unsure |= unsure
+        if backlog and await self.store.unrouted(group.id, through=group.latest_seq, limit=1):
+            self.dispatcher(group.id).catching_up = True
         self.wake(group.id)
 
     async def close(self) -> None:

@@ -58,12 +58,14 @@ class Ownership:
             log.warning("cannot listen for other processes' messages (%s); polling every %.0fs instead", exc, self.tick)
         for group in await self.engine.store.list_groups():
             if self.mine(group):
-                await self.claim(group)
+                await self.claim(group, backlog=True)
         self.engine.spawn(self._keep(), "lease-keeper")
 
-    async def claim(self, group: Group) -> str | None:
+    async def claim(self, group: Group, *, backlog: bool = False) -> str | None:
         """Take the group's lease and resume it here. None when this process runs it
-        now; otherwise who holds it (for people)."""
+        now; otherwise who holds it (for people). `backlog`: see `Engine.resume` (True when
+        this process starts or takes over a group nobody runs, False when something happened
+        in the group just now)."""
         async with self._claiming.setdefault(group.id, asyncio.Lock()):  # one claim of a group at a time
             if group.id in self.owned:
                 return None
@@ -73,7 +75,7 @@ class Ownership:
                 return holder
             self.owned.add(group.id)
             self._seen[group.id] = group.latest_seq
-            await self.engine.resume(group)
+            await self.engine.resume(group, backlog=backlog)
             return None
 
     def _appended_elsewhere(self, group_id: int) -> None:
@@ -138,7 +140,7 @@ class Ownership:
                 continue
             if group.id not in self.owned:
                 if group.id not in taken:  # free, expired, or its holder died: try to take it
-                    await self.claim(group)
+                    await self.claim(group, backlog=True)
             elif self._seen.get(group.id) != group.latest_seq:
                 self._seen[group.id] = group.latest_seq
                 self.engine.wake(group.id)  # new rows, perhaps written by another process

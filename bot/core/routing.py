@@ -21,8 +21,14 @@ def explicit_recipients(message: Message, enabled_ids: set[int]) -> tuple[int, .
     return tuple(i for i in ids if i in enabled_ids)
 
 
+def routable(message: Message, current_episode: int | None) -> bool:
+    """Whether a message can be the one a batch routes by the mode (see `plan_batch`)."""
+    return message.author_type == "user" or (message.author_type == "agent" and message.episode_id == current_episode)
+
+
 def plan_batch(
-    messages: Sequence[Message], enabled_ids: set[int], current_episode: int | None = None
+    messages: Sequence[Message], enabled_ids: set[int], current_episode: int | None = None, *,
+    newer_follows: bool = False,
 ) -> list[tuple[Message, Plan]]:
     """How each not-yet-routed message is routed.
 
@@ -31,12 +37,13 @@ def plan_batch(
     mode; earlier untagged ones are superseded. An agent
     reply to an earlier task (its episode is not `current_episode`: a person
     posted during its run) is 'stale': it selects only whom it tags and never
-    supersedes the newer task.
+    supersedes the newer task. `newer_follows`: the batch is a chunk of a longer
+    one and a later chunk holds that newest message (every untagged one here is superseded).
     """
     def stale(m: Message) -> bool:
         return m.author_type == "agent" and m.episode_id != current_episode
 
-    newest = next((m for m in reversed(messages) if m.author_type != "system" and not stale(m)), None)
+    newest = None if newer_follows else next((m for m in reversed(messages) if routable(m, current_episode)), None)
     plans: list[tuple[Message, Plan]] = []
     for message in messages:
         if explicit_recipients(message, enabled_ids):

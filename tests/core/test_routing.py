@@ -1,7 +1,9 @@
+import random
+
 import pytest
 
 from bot.core.models import Agent, Message, Tags
-from bot.core.routing import eligible_speakers, explicit_recipients, next_in_rotation, plan_batch
+from bot.core.routing import eligible_speakers, explicit_recipients, next_in_rotation, plan_batch, routable
 
 A = [Agent(1, 1, "planner", "r", "p", position=0), Agent(2, 1, "budget", "r", "p", position=1),
      Agent(3, 1, "local", "r", "p", position=2)]
@@ -30,6 +32,27 @@ def test_plan_batch_only_newest_untagged_is_routed_by_mode():
     batch = [msg(1), msg(2, "user", [2]), msg(3), msg(4, "system")]
     plans = [p for _, p in plan_batch(batch, {1, 2, 3})]
     assert plans == ["superseded", "explicit", "mode", "none"]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_batch_planned_in_chunks_is_planned_as_a_whole(seed):
+    """A backlog is routed chunk by chunk; each chunk is told whether the newest routable row is
+    in a later one. The plans are those of the whole batch at once."""
+    rng = random.Random(seed)
+    batch = []
+    for seq in range(1, rng.randint(1, 60) + 1):
+        kind = rng.choice(["user", "user", "agent", "system"])
+        tagged = [rng.choice([1, 2, 3])] if rng.random() < 0.2 else []
+        batch.append(Message(1, seq, kind, "x", "t", Tags(agent_ids=tuple(tagged)),
+                             author_agent_id=2 if kind == "agent" else None, episode_id=rng.choice([None, 7, 8])))
+    whole = plan_batch(batch, {1, 2, 3}, 7)
+    newest = max((m.seq for m in batch if routable(m, 7)), default=None)
+    size = rng.randint(1, 10)
+    chunked = []
+    for at in range(0, len(batch), size):
+        chunk = batch[at:at + size]
+        chunked += plan_batch(chunk, {1, 2, 3}, 7, newer_follows=newest is not None and newest > chunk[-1].seq)
+    assert chunked == whole
 
 
 @pytest.mark.parametrize(

@@ -42,6 +42,7 @@ class ScriptedLLM:
     usage: Usage = field(default_factory=lambda: Usage(100, 20, 10))
     history: list[tuple[str, str | None, list[ChatMessage]]] = field(default_factory=list)
     gate: asyncio.Event | None = None  # when set, participant calls wait for it
+    selector_gate: asyncio.Event | None = None  # when set, selector calls wait for it
     direct: dict[str, list[Reply]] = field(default_factory=dict)  # /ask answers per agent
     direct_gate: asyncio.Event | None = None  # when set, direct calls wait for it
     tools_reason: str | None = None  # tools_refusal's answer (None: every model takes tool calls)
@@ -71,6 +72,8 @@ class ScriptedLLM:
         kind, name = kind_of(messages)
         self.history.append((kind, name, list(messages)))
         if kind == "selector":
+            if self.selector_gate is not None:
+                await self.selector_gate.wait()
             reply: Reply = self.selector.pop(0) if self.selector else self.selector_default
         elif kind == "participant":
             if self.gate is not None:

@@ -81,7 +81,8 @@ class RoundtableBot(discord.Client):
 
     async def setup_hook(self) -> None:
         """After login, before the gateway: sync the commands, take the groups, resume them
-        (replies that never reached the channel go out now)."""
+        (replies that never reached the channel go out now). Backlogs of rows not routed yet are
+        routed once the gateway session is ready (`on_ready`), in the background."""
         try:
             if self.guild_id is not None:
                 guild = discord.Object(self.guild_id)
@@ -97,7 +98,7 @@ class RoundtableBot(discord.Client):
                               f"{exc.status} Missing Access); invite it there, or clear DISCORD_GUILD_ID") from None
         where = f"to guild {self.guild_id}" if self.guild_id else "globally"
         log.info("synced %d slash commands %s", len(synced), where)
-        await self.engine.start()
+        await self.engine.start(connected=False)
 
     async def on_connect(self) -> None:
         # A new gateway session: messages of the gap before it are only in the channels' history.
@@ -105,6 +106,7 @@ class RoundtableBot(discord.Client):
 
     async def on_ready(self) -> None:
         log.info("connected as %s", self.user)
+        self.engine.connect()
         await self.ingest.resync()
         self.ready_once.set()
 
