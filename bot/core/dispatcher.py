@@ -16,10 +16,9 @@ The durable queue is the group's latest seq plus each agent's
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from typing import Callable, Sequence
+from typing import Mapping, Sequence
 
 from bot.core.errors import Busy
 from bot.core.models import Agent, Decision, Group, Message, Usage
@@ -34,7 +33,6 @@ log = logging.getLogger(__name__)
 SELECTOR_SOURCES = ("selector", "fallback", "low_confidence")  # a selector call was made
 REPEAT_WINDOW = 24  # rows looked back at for near-repeats
 ROUTE_CHUNK = 500  # rows read and routed at once; a backlog is routed chunk by chunk
-Turn = Callable[[], contextlib.AbstractAsyncContextManager[object]]  # held around a backlog chunk's store work
 STALLED_NOTICE = ("Stopped: the last two agent messages repeat earlier ones (stalled). "
                   "Post a message to continue.")
 
@@ -128,10 +126,10 @@ class GroupDispatcher(GroupWorker):
 
     async def _catch_up(self, group_id: int, first: int, snapshot: int) -> None:
         """Route the backlog `first`..`snapshot`: once the surface is connected (people can be
-        answered), chunk by chunk, each chunk's reads and writes while holding the engine's
-        backlog turn, so fresh messages of other groups (routed without it) never queue behind
-        a backlog and groups with backlogs take turns. The model call that routes the newest
-        row by the mode is made outside the turn."""
+        answered), chunk by chunk, each chunk read, decided and stored while holding the engine's
+        backlog turn, so fresh messages of other groups (routed without it) never queue behind a
+        backlog, groups with backlogs take turns, and a process holds one chunk at a time. The
+        one row routed by the mode (the newest) is decided first, its model call outside the turn."""
         store, engine = self.engine.store, self.engine
         await engine.surface_connected.wait()
         log.info("group=%s: routing a backlog of %d row(s) (seq %d-%d) in the background",
@@ -139,35 +137,42 @@ class GroupDispatcher(GroupWorker):
         began = time.monotonic()
         group = await store.get_group(group_id)
         newest = await self._newest_routable(group, first, snapshot)
+        decided: dict[int, Decision] = {}
+        if newest is not None:
+            roster = await store.list_agents(group.id)
+            [(_, plan)] = plan_batch([newest], {a.id for a in roster if a.enabled}, group.episode_id)
+            if plan == "mode":
+                decided[newest.seq] = await self._route_by_mode(group, roster, newest)
         while True:
             async with engine.backlog_turn():
                 batch = await store.unrouted(group_id, through=snapshot, limit=ROUTE_CHUNK)
-            if not batch:
-                break
-            await self._route_rows(group, batch, newer_follows=newest is not None and newest > batch[-1].seq,
-                                   turn=engine.backlog_turn)
+                if not batch:
+                    break
+                await self._route_rows(group, batch, decided=decided,
+                                       newer_follows=newest is not None and newest.seq > batch[-1].seq)
             if batch[-1].seq >= snapshot:
                 break
         log.info("group=%s: backlog of %d row(s) routed in %.1fs", group_id, snapshot - first + 1,
                  time.monotonic() - began)
 
-    async def _newest_routable(self, group: Group, first: int, snapshot: int) -> int | None:
-        """The seq of the newest row in `first`..`snapshot` that the mode may route (see `plan_batch`)."""
+    async def _newest_routable(self, group: Group, first: int, snapshot: int) -> Message | None:
+        """The newest row in `first`..`snapshot` that the mode may route (see `plan_batch`)."""
         through = snapshot
         while through >= first:
             after = max(first - 1, through - ROUTE_CHUNK)
             async with self.engine.backlog_turn():
                 rows = await self.engine.store.messages(group.id, after=after, through=through)
-            found = next((m.seq for m in reversed(rows) if routable(m, group.episode_id)), None)
+            found = next((m for m in reversed(rows) if routable(m, group.episode_id)), None)
             if found is not None:
                 return found
             through = after
         return None
 
     async def _route_rows(self, group: Group, batch: Sequence[Message], *, newer_follows: bool = False,
-                          turn: Turn = contextlib.nullcontext) -> None:
+                          decided: Mapping[int, Decision] | None = None) -> None:
         """Decide and store who answers each row of `batch` (consecutive rows, the oldest unrouted
-        first). Decisions are stored together, before and after the one that may call a model."""
+        first). Decisions are stored together, before and after the one that may call a model
+        (unless `decided` holds it already)."""
         store = self.engine.store
         roster = await store.list_agents(group.id)
         enabled_ids = {a.id for a in roster if a.enabled}
@@ -183,19 +188,19 @@ class GroupDispatcher(GroupWorker):
                 decision = Decision(message.seq, "none", note="a reply to an earlier task; a newer one is open")
             elif plan == "none":
                 decision = Decision(message.seq, "none", note="notices select nobody")
+            elif decided and message.seq in decided:
+                decision = decided[message.seq]
             else:
-                await self._record(group, routed, turn)
+                await self._record(group, routed)
                 routed = []
                 decision = await self._route_by_mode(group, roster, message)
             routed.append((message, decision))
-        await self._record(group, routed, turn)
+        await self._record(group, routed)
 
-    async def _record(self, group: Group, routed: list[tuple[Message, Decision]],
-                      turn: Turn) -> None:
+    async def _record(self, group: Group, routed: list[tuple[Message, Decision]]) -> None:
         if not routed:
             return
-        async with turn():
-            await self.engine.store.record_decisions(group.id, [decision for _, decision in routed])
+        await self.engine.store.record_decisions(group.id, [decision for _, decision in routed])
         for message, decision in routed:
             log.debug("group=%s seq=%s routed: %s %s %s", group.id, message.seq, decision.source,
                       decision.agent_names, decision.note)
