@@ -44,6 +44,13 @@ the next. (A first version compared a fingerprint of every column's `pg_attribut
 which also saw DDL by hand, at 0.1-0.3 ms of server time per write: a quarter of one
 process's write throughput.)
 
+A restart of the server (`storage.pg_outage`): operations fail with `StoreUnavailable`
+until it is back, logged as one WARNING when it starts and one when it ends; a pooled connection
+the server ended while idle is closed and replaced before a statement runs on it (a BEGIN or a
+read's first statement that finds it ended runs once more on a fresh connection); the LISTEN
+connection is opened again as soon as the server takes connections. The pool keeps no floor of
+connections (`min_size=0`): asyncpg's task that restores one logged every failed try.
+
 Also the one place where asyncpg's exceptions become `StoreError`, so no asyncpg
 type escapes `storage/`. A URL's password never appears in a message.
 """
@@ -56,17 +63,18 @@ import hashlib
 import logging
 import time
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
 
 import asyncpg
 
-from bot.core.errors import StoreBusy, StoreError, StoreUnwritable
+from bot.core.errors import StoreBusy, StoreError, StoreUnavailable, StoreUnwritable
 from bot.core.secrets import MASK, mask_error, mask_url, url_secrets
 from bot.core.store_health import StoreHealth
 from storage.base import Clock
 from storage.db import DEFAULT_BUSY_TIMEOUT_MS, LOCKED_MESSAGE
 from storage.pg_locks import VERSION_SQL, WriteGate, changed_sql, lock_sql
 from storage.pg_migrations import apply_pg_migrations, schema_of
+from storage.pg_outage import GONE, ServerOutage, gone_reason, server_gone
 from storage.sql import POSTGRESQL, Db, Params, Row, numbered
 from storage.store import SqlStore
 
@@ -75,6 +83,7 @@ log = logging.getLogger(__name__)
 POOL_SIZE = 8
 CONNECT_TIMEOUT = 10.0
 CLOSE_TIMEOUT = 10.0
+RELISTEN_FIRST, RELISTEN_MAX = 0.5, 5.0  # seconds between tries to LISTEN again after its connection was lost
 _CONNECTION_ERRORS = (OSError, asyncio.TimeoutError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError)
 
 
@@ -106,14 +115,15 @@ def unwritable_reason(exc: BaseException) -> str | None:
 
 def pg_store_error(exc: BaseException) -> StoreError:
     """Translate an asyncpg failure (or a lost connection) into a one-line `StoreError`
-    (`StoreBusy` for a lock held too long, `StoreUnwritable` for a write the server refuses)."""
+    (`StoreBusy` for a lock held too long, `StoreUnwritable` for a write the server refuses,
+    `StoreUnavailable` when the server or the connection is gone)."""
     if isinstance(exc, asyncpg.LockNotAvailableError):
         return StoreBusy(LOCKED_MESSAGE)
     reason = unwritable_reason(exc)
     if reason is not None:
         return StoreUnwritable(f"database error: {_one_line(exc)}", public=reason)
-    if isinstance(exc, _CONNECTION_ERRORS):
-        return StoreError(f"database error: the connection to PostgreSQL failed: {_one_line(exc)}")
+    if server_gone(exc):
+        return StoreUnavailable(f"database error: the connection to PostgreSQL failed: {gone_reason(exc)}")
     return StoreError(f"database error: {_one_line(exc)}")
 
 
@@ -141,26 +151,66 @@ class PgDb:
     def __init__(self, conn: Any) -> None:
         self.conn = conn
 
+    async def _run(self, statement: Callable[[Any], Awaitable[Any]]) -> Any:
+        return await statement(self.conn)
+
     async def one(self, sql: str, params: Params = ()) -> Row | None:
-        row: Row | None = await self.conn.fetchrow(_pg_sql(sql), *_args(params))
+        row: Row | None = await self._run(lambda conn: conn.fetchrow(_pg_sql(sql), *_args(params)))
         return row
 
     async def all(self, sql: str, params: Params = ()) -> list[Row]:
-        return list(await self.conn.fetch(_pg_sql(sql), *_args(params)))
+        return list(await self._run(lambda conn: conn.fetch(_pg_sql(sql), *_args(params))))
 
     async def exec(self, sql: str, params: Params = ()) -> int:
-        status = await self.conn.execute(_pg_sql(sql), *_args(params))  # e.g. "UPDATE 3", "INSERT 0 1"
+        status = await self._run(lambda conn: conn.execute(_pg_sql(sql), *_args(params)))  # "UPDATE 3", "INSERT 0 1"
         last = str(status).rpartition(" ")[2]
         return int(last) if last.isdigit() else 0
 
     async def insert(self, sql: str, params: Params = ()) -> int:
-        new_id = await self.conn.fetchval(_pg_sql(sql) + " RETURNING id", *_args(params))
+        new_id = await self._run(lambda conn: conn.fetchval(_pg_sql(sql) + " RETURNING id", *_args(params)))
         if new_id is None:
             raise StoreError("database error: insert returned no row id")
         return int(new_id)
 
     async def exec_many(self, sql: str, rows: Sequence[Params]) -> None:
-        await self.conn.executemany(_pg_sql(sql), [_args(row) for row in rows])
+        await self._run(lambda conn: conn.executemany(_pg_sql(sql), [_args(row) for row in rows]))
+
+
+class _ReadDb(PgDb):
+    """A read's `Db`: its connection is taken from the pool at its first statement and given back by
+    `release`. When that first statement finds the connection ended by the server while it sat in
+    the pool (a restart: `storage.pg_outage`), the connection is closed and the statement runs once
+    more on a fresh one (a read changes nothing)."""
+
+    def __init__(self, pool: Any) -> None:
+        super().__init__(None)
+        self.pool = pool
+        self.answered = False  # a statement reached the server
+
+    async def _run(self, statement: Callable[[Any], Awaitable[Any]]) -> Any:
+        if self.conn is None:
+            self.conn = await self.pool.acquire()
+            try:
+                result = await statement(self.conn)
+            except Exception as exc:
+                if not server_gone(exc):
+                    raise
+                log.debug("a pooled connection was ended by the server (%s); reading on a fresh one", gone_reason(exc))
+                await self.release(broken=True)
+                await self.pool.expire_connections()  # it ended the others too: each is replaced when next taken
+                self.conn = await self.pool.acquire()
+                result = await statement(self.conn)
+        else:
+            result = await statement(self.conn)
+        self.answered = True
+        return result
+
+    async def release(self, *, broken: bool = False) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            if broken:
+                _terminate(conn)  # never back into the pool as it is
+            await self.pool.release(conn)
 
 
 class PostgresBackend:
@@ -182,9 +232,11 @@ class PostgresBackend:
         self._closed = False
         # Appends are announced on a channel of this schema (stores of other schemas never hear them).
         self.channel = "roundtable_" + hashlib.sha1(write_key.encode()).hexdigest()[:24]
+        self.outage = ServerOutage(label)
         self._listener: Any = None  # a pool connection kept for LISTEN, while watching
         self._on_notify: Callable[..., None] | None = None
-        self._on_lost: Callable[..., None] | None = None
+        self._on_lost: Callable[..., None] = self._lost
+        self._relisten: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(
@@ -201,7 +253,9 @@ class PostgresBackend:
         pool = None
         try:
             pool = await asyncpg.create_pool(
-                url, min_size=1, max_size=pool_size, timeout=CONNECT_TIMEOUT, server_settings=settings,
+                # min_size=0: no background task keeps a floor of connections (it logged a WARNING with a
+                # traceback for every failed reconnection while the server restarted); they open on demand
+                url, min_size=0, max_size=pool_size, timeout=CONNECT_TIMEOUT, server_settings=settings,
                 command_timeout=None, reset=_keep_session,
             )
             async with pool.acquire() as conn:
@@ -235,9 +289,10 @@ class PostgresBackend:
 
     async def watch(self, origin: str, appended: Callable[[int], None]) -> None:
         """LISTEN on one pooled connection kept until `close`; appends announced by other
-        stores call `appended(group_id)`. A lost listener is logged (the keeper's polling
-        still notices new rows, only later)."""
-        if self._listener is not None:
+        stores call `appended(group_id)`. When that connection is lost (a restart of the server)
+        it listens again, on a fresh connection, as soon as the server takes one (the keeper's
+        polling notices the rows of the gap)."""
+        if self._on_notify is not None:
             return
 
         def on_notify(_conn: Any, _pid: int, _channel: str, payload: str) -> None:
@@ -245,37 +300,85 @@ class PostgresBackend:
             if sender != origin and group.isdigit():
                 appended(int(group))
 
-        def on_lost(_conn: Any) -> None:
-            log.warning("the PostgreSQL connection listening for other processes' messages was lost; "
-                        "new rows are noticed by polling until the next start")
+        self._on_notify = on_notify
+        try:
+            await self._listen()
+        except StoreUnavailable:  # the server is away already: listen once it is back
+            self._listen_again()
+        except BaseException:
+            self._on_notify = None
+            raise
 
+    async def _listen(self) -> None:
+        began = self.outage.began()
         try:
             conn = await self.pool.acquire()
             try:
-                await conn.add_listener(self.channel, on_notify)
-                conn.add_termination_listener(on_lost)
-            except BaseException:
+                await conn.add_listener(self.channel, self._on_notify)
+                conn.add_termination_listener(self._on_lost)
+            except BaseException as exc:
+                if server_gone(exc):
+                    _terminate(conn)
                 await self.pool.release(conn)
                 raise
-        except (asyncpg.PostgresError, *_CONNECTION_ERRORS) as exc:
-            raise pg_store_error(exc) from exc
-        self._listener, self._on_notify, self._on_lost = conn, on_notify, on_lost
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, *GONE) as exc:
+            raise self._failed(exc) from exc
+        self._listener = conn
+        self.outage.reached(began)
+
+    def _lost(self, _conn: Any) -> None:
+        """The listening connection closed under us (the server restarts, the network failed)."""
+        self._listener = None
+        if not self._closed:
+            log.debug("the connection listening for other processes' messages was lost; listening again")
+            self._listen_again()
+
+    def _listen_again(self) -> None:
+        if self._relisten is None or self._relisten.done():
+            self._relisten = asyncio.get_running_loop().create_task(self._relistening(), name="pg-listen-again")
+            self._relisten.add_done_callback(_log_failure)
+
+    async def _relistening(self) -> None:
+        delay = RELISTEN_FIRST
+        while not self._closed and self._listener is None:
+            try:
+                await self._listen()
+            except StoreError as exc:
+                log.debug("cannot listen again yet (%s); trying again in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RELISTEN_MAX)
+                continue
+            log.info("listening for other processes' messages again (PostgreSQL %s)", self.label)
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        if self._relisten is not None:
+            self._relisten.cancel()
+            await asyncio.gather(self._relisten, return_exceptions=True)
         listener, self._listener = self._listener, None
         if listener is not None:
             with contextlib.suppress(Exception):  # the connection may be gone; the pool ends it anyway
                 listener.remove_termination_listener(self._on_lost)  # closing is not losing it
+            try:
                 await listener.remove_listener(self.channel, self._on_notify)
+            except Exception:  # the server ended it: there is nothing to stop listening on
+                _terminate(listener)
+            with contextlib.suppress(Exception):
                 await self.pool.release(listener)
         try:
             await asyncio.wait_for(self.pool.close(), CLOSE_TIMEOUT)
         except (asyncio.TimeoutError, *_CONNECTION_ERRORS, asyncpg.PostgresError):
             log.warning("closing the PostgreSQL pool took too long; connections ended", exc_info=True)
             self.pool.terminate()
+
+    def _failed(self, exc: BaseException) -> StoreError:
+        """`exc` as a `StoreError`; an operation that could not reach the server counts toward an outage."""
+        error = pg_store_error(exc)
+        if isinstance(error, StoreUnavailable):
+            self.outage.failed(gone_reason(exc))
+        return error
 
     @asynccontextmanager
     async def write(self, group_id: int | None = None) -> AsyncIterator[PgDb]:
@@ -285,18 +388,42 @@ class PostgresBackend:
         gate = self._gate.schema() if group_id is None else self._gate.group(group_id)
         async with gate:
             self._check_open()
+            began = self.outage.began()
             try:
-                async with self.pool.acquire() as conn:
-                    async with conn.transaction():
-                        # One round trip: the locks, then (a statement of its own, so it sees what
-                        # committed while it waited) whether a migration ran since.
-                        status = await conn.execute(
-                            f"{lock_sql(self._schema_key, group_id)}; {changed_sql(self._version)}")
-                        if status != "SELECT 0":
-                            await self._statements_outdated(conn)
-                        yield PgDb(conn)
-            except (asyncpg.PostgresError, *_CONNECTION_ERRORS) as exc:
-                raise pg_store_error(exc) from exc
+                async with contextlib.AsyncExitStack() as stack:
+                    conn = await self._begin(stack)
+                    # One round trip: the locks, then (a statement of its own, so it sees what
+                    # committed while it waited) whether a migration ran since.
+                    status = await conn.execute(f"{lock_sql(self._schema_key, group_id)}; {changed_sql(self._version)}")
+                    if status != "SELECT 0":
+                        await self._statements_outdated(conn)
+                    yield PgDb(conn)
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, *GONE) as exc:
+                raise self._failed(exc) from exc
+            self.outage.reached(began)
+
+    async def _begin(self, stack: contextlib.AsyncExitStack) -> Any:
+        """A pooled connection with a transaction begun on it, both ended by `stack`. When its BEGIN
+        finds it ended by the server while it sat in the pool (a restart: `storage.pg_outage`), the
+        connection is closed and a fresh one tried, once."""
+        for attempt in (1, 2):
+            taken = contextlib.AsyncExitStack()
+            conn = await taken.enter_async_context(self.pool.acquire())
+            try:
+                await taken.enter_async_context(conn.transaction())
+            except BaseException as exc:
+                gone = server_gone(exc)
+                if gone:
+                    _terminate(conn)  # never back into the pool as it is
+                    await self.pool.expire_connections()  # it ended the others too: each is replaced when next taken
+                await taken.aclose()
+                if attempt == 2 or not gone:
+                    raise
+                log.debug("a pooled connection was ended by the server (%s); writing on a fresh one", gone_reason(exc))
+                continue
+            stack.push_async_exit(taken)
+            return conn
+        raise AssertionError("unreachable")
 
     async def _statements_outdated(self, conn: Any) -> None:
         """Another process migrated the schema: drop the statements cached by the pool's
@@ -307,17 +434,35 @@ class PostgresBackend:
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[PgDb]:
-        """A pooled connection outside any transaction: each statement sees committed data."""
+        """A pooled connection outside any transaction (taken at the first statement): each
+        statement sees committed data."""
         self._check_open()
+        began = self.outage.began()
+        db = _ReadDb(self.pool)
         try:
-            async with self.pool.acquire() as conn:
-                yield PgDb(conn)
-        except (asyncpg.PostgresError, *_CONNECTION_ERRORS) as exc:
-            raise pg_store_error(exc) from exc
+            yield db
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, *GONE) as exc:
+            await db.release(broken=server_gone(exc))
+            raise self._failed(exc) from exc
+        finally:
+            await db.release()
+        if db.answered:
+            self.outage.reached(began)
 
     def _check_open(self) -> None:
         if self._closed:
             raise StoreError("the store is closed")
+
+
+def _terminate(conn: Any) -> None:
+    """Close a pooled connection at once (the pool opens a new one when needed)."""
+    with contextlib.suppress(asyncpg.InterfaceError):  # closed and released already (asyncpg saw it end)
+        conn.terminate()
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("%s failed", task.get_name(), exc_info=task.exception())
 
 
 class PostgresStore(SqlStore):

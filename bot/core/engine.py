@@ -25,7 +25,7 @@ from bot.core.attachments import ImageSource, counted_text, images_tokens
 from bot.core.direct import DirectAnswer, DirectRuns
 from bot.core.dispatcher import GroupDispatcher
 from bot.core.doctor import Probe
-from bot.core.errors import Busy, StoreBusy, StoreUnwritable
+from bot.core.errors import Busy, StoreBusy, StoreUnavailable, StoreUnwritable
 from bot.core.models import Agent, Episode, EpisodeResult, Group, Message, NewMessage, SharedFile, Usage
 from bot.core.outbox import Outbox, RetryPolicy
 from bot.core.ownership import LEASE_TTL, Ownership
@@ -42,7 +42,7 @@ from bot.core.summary import Summaries
 from bot.core.tags import parse_tags, with_agents
 from bot.core.tasks import TaskChains
 from bot.core.turn import AgentTurn, TurnOutcome
-from bot.core.worker import GroupWorker
+from bot.core.worker import UNREACHABLE_RETRY, GroupWorker
 
 log = logging.getLogger(__name__)
 W = TypeVar("W", bound=GroupWorker)
@@ -317,39 +317,44 @@ class Engine:
         `wake=False` lets a caller ingest a batch (e.g. missed messages) and wake once
         after it, so the batch is routed together. AlreadyStored when one of
         `external_ids` is already a row. While another process holds the database
-        (`StoreBusy`) or it takes no writes (`StoreUnwritable`: a full disk; nothing was
-        written either way) the message is tried again, with the retry policy's waits,
+        (`StoreBusy`), it takes no writes (`StoreUnwritable`: a full disk) or it cannot be
+        reached (`StoreUnavailable`: its server restarts; nothing was written in any case)
+        the message is tried again, with the retry policy's waits,
         until it is stored (SPEC §4: ingest never drops); `waiting` is told why once, at
         the first wait. `attachments`: the files shared with it (`bot.core.attachments`),
         counted in the row's tokens as agents' prompts show them (text within `max_text`, images at
         the provider's estimate).
         """
-        roster = await self.store.list_agents(group.id)
-        people = await self.store.people(group.people_scope)
-        tags = with_agents(parse_tags(text, roster, people=people), [a for a in extra_agents if a.enabled])
         files = tuple(attachments)
         settings = group.settings
-        new = NewMessage(
-            author_type="user",
-            author_name=author_name,
-            text=text,
-            tags=tags,
-            author_user_id=user_id,
-            external_ids=tuple(external_ids),
-            token_count=self.counter.count(thread_line(author_name, counted_text(text, files, settings.max_text)))
-            + images_tokens(files, settings.max_images),
-            attachments=files,
-        )
         failures = 0
         while True:
             try:
+                roster = await self.store.list_agents(group.id)
+                people = await self.store.people(group.people_scope)
+                tags = with_agents(parse_tags(text, roster, people=people), [a for a in extra_agents if a.enabled])
+                new = NewMessage(
+                    author_type="user",
+                    author_name=author_name,
+                    text=text,
+                    tags=tags,
+                    author_user_id=user_id,
+                    external_ids=tuple(external_ids),
+                    token_count=self.counter.count(
+                        thread_line(author_name, counted_text(text, files, settings.max_text)))
+                    + images_tokens(files, settings.max_images),
+                    attachments=files,
+                )
                 message, episode = await self.store.append_user_message(group.id, new)
                 break
-            except (StoreBusy, StoreUnwritable) as exc:
+            except (StoreBusy, StoreUnwritable, StoreUnavailable) as exc:
                 failures += 1
                 delay = self.retry.delay(failures)
-                log.warning("group=%s: a message from %s is not stored yet (%s); trying again in %.1fs",
-                            group.id, author_name, exc, delay)
+                if isinstance(exc, StoreUnavailable):  # the store logs the outage; back soon after it
+                    delay = min(delay, UNREACHABLE_RETRY)
+                log.log(logging.DEBUG if isinstance(exc, StoreUnavailable) else logging.WARNING,
+                        "group=%s: a message from %s is not stored yet (%s); trying again in %.1fs",
+                        group.id, author_name, exc, delay)
                 if failures == 1 and waiting is not None:
                     waiting(exc.public if isinstance(exc, StoreUnwritable) else str(exc))
                 if isinstance(exc, StoreUnwritable):

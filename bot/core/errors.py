@@ -11,7 +11,8 @@
     ├── CapReached             an agent post refused: the turn cap is reached
     ├── StoreError             the database failed (locked, corrupt, ...)
     │   ├── StoreBusy          another process held it longer than the busy timeout
-    │   └── StoreUnwritable    it refuses writes: a full disk, a read-only file, ...
+    │   ├── StoreUnwritable    it refuses writes: a full disk, a read-only file, ...
+    │   └── StoreUnavailable   it cannot be reached: its server restarts, the network is cut
     ├── LeaseLost              another process runs this group now
     ├── LLMError               the model call failed after the client's retries
     │   ├── LLMTimeout
@@ -79,6 +80,12 @@ class StoreUnwritable(StoreError):
     def __init__(self, message: str, *, public: str) -> None:
         super().__init__(message)
         self.public = public
+
+
+class StoreUnavailable(StoreError):
+    """The database server cannot be reached (it restarts, the network is cut): the operation did
+    nothing, and is tried again. The store logs the outage itself, once when it starts and once
+    when it ends, so callers that retry log each failure at DEBUG only."""
 
 
 class LeaseLost(RoundtableError):

@@ -18,7 +18,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from bot.core.errors import StoreError
+from bot.core.errors import StoreError, StoreUnavailable
 from bot.core.models import Group
 from bot.core.shards import Shards
 
@@ -104,7 +104,8 @@ class Ownership:
             if group.enabled and self.mine(group):
                 await self.claim(group)
         except StoreError as exc:  # the keeper tries again on its next tick
-            log.warning("group=%s could not be claimed yet: %s", group_id, exc)
+            log.log(logging.DEBUG if isinstance(exc, StoreUnavailable) else logging.WARNING,
+                    "group=%s could not be claimed yet: %s", group_id, exc)
 
     def forget(self, group_id: int) -> None:
         self.owned.discard(group_id)
@@ -123,6 +124,8 @@ class Ownership:
                 await self.keep_once()
             except asyncio.CancelledError:
                 raise
+            except StoreUnavailable as exc:  # the store logs the outage
+                log.debug("could not renew group leases: %s", exc)
             except Exception as exc:  # the database may be locked for a while: try again next tick
                 log.warning("could not renew group leases: %s", exc)
 

@@ -17,7 +17,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from bot.core.errors import NotFound, RoundtableError, UserFacingError
+from bot.core.errors import NotFound, RoundtableError, StoreUnavailable, UserFacingError
 from bot.core.models import Message, NewMessage, Tags
 from bot.core.prompts import SYSTEM_AUTHOR, thread_line
 from bot.core.schedule import Schedule, format_time, next_after
@@ -59,7 +59,8 @@ class Scheduler:
         try:
             await self.tick()
         except RoundtableError as exc:  # the database may be locked for a while: try again next tick
-            log.warning("could not look at the schedules: %s", exc)
+            log.log(logging.DEBUG if isinstance(exc, StoreUnavailable) else logging.WARNING,  # (the store logs it)
+                    "could not look at the schedules: %s", exc)
 
     async def tick(self) -> list[Message]:
         """Fire every due schedule of the groups run here whose agent is free; the task rows appended."""

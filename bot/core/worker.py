@@ -1,7 +1,9 @@
 """A per-group background loop: woken, it drains until nothing is left, then rests.
 
 The dispatcher (routing and runs) and the outbox (showing committed rows) are
-both one of these. A failure is logged and retried with the engine's backoff;
+both one of these. A failure is logged and retried with the engine's backoff (a
+database that cannot be reached, which the store logs itself, quietly and at
+least every `UNREACHABLE_RETRY` seconds);
 `LeaseLost` (another process runs the group now) stops the loop for good.
 """
 from __future__ import annotations
@@ -11,12 +13,14 @@ import logging
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
-from bot.core.errors import LeaseLost
+from bot.core.errors import LeaseLost, StoreUnavailable
 
 if TYPE_CHECKING:
     from bot.core.engine import Engine
 
 log = logging.getLogger(__name__)
+
+UNREACHABLE_RETRY = 2.0  # seconds between two tries at most while the database cannot be reached
 
 
 class GroupWorker(ABC):
@@ -52,6 +56,14 @@ class GroupWorker(ABC):
                             self.group_id, self.kind)
                 self.engine.drop(self.group_id)
                 return
+            except StoreUnavailable as exc:  # the store logged the outage; tried often, to be back soon after it
+                failures += 1
+                delay = min(self.engine.retry.delay(failures), UNREACHABLE_RETRY)
+                log.debug("group=%s %s waits for the database (%s); retrying in %.1fs",
+                          self.group_id, self.kind, exc, delay)
+                await asyncio.sleep(delay)
+                self._wake.set()
+                continue
             except Exception:
                 failures += 1
                 delay = self.engine.retry.delay(failures)

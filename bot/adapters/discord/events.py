@@ -29,7 +29,7 @@ import aiohttp
 import discord
 
 from bot.core.attachments import FileUnavailable, take_in
-from bot.core.errors import AlreadyStored, StoreError, StoreUnwritable
+from bot.core.errors import AlreadyStored, StoreError, StoreUnavailable, StoreUnwritable
 from bot.core.models import Agent, Group, SharedFile
 
 if TYPE_CHECKING:
@@ -164,8 +164,9 @@ class Ingest:
                     failures += 1
                     delay = self.bot.engine.retry.delay(failures)
                     expected = (discord.HTTPException, aiohttp.ClientError, OSError, asyncio.TimeoutError, StoreError)
-                    log.warning("channel %s: catching up failed (%s); retrying in %.1fs", feed.channel_id,
-                                type(exc).__name__, delay, exc_info=not isinstance(exc, expected))
+                    log.log(logging.DEBUG if isinstance(exc, StoreUnavailable) else logging.WARNING,
+                            "channel %s: catching up failed (%s); retrying in %.1fs", feed.channel_id,
+                            type(exc).__name__, delay, exc_info=not isinstance(exc, expected))
                     await asyncio.sleep(delay)
             if item is not None:
                 try:
@@ -221,8 +222,8 @@ class Ingest:
             except StoreError as exc:
                 failures += 1
                 delay = self.bot.engine.retry.delay(failures)
-                log.warning("group=%s message %s not stored yet (%s); retrying in %.1fs",
-                            group.id, message.id, exc, delay)
+                log.log(logging.DEBUG if isinstance(exc, StoreUnavailable) else logging.WARNING,  # (the store logs it)
+                        "group=%s message %s not stored yet (%s); retrying in %.1fs", group.id, message.id, exc, delay)
                 if isinstance(exc, StoreUnwritable):  # stored as soon as the database takes writes again
                     await self.store.health.until_writable(delay)
                 else:
@@ -283,5 +284,6 @@ class Ingest:
             except StoreError as exc:
                 failures += 1
                 delay = self.bot.engine.retry.delay(failures)
-                log.warning("%s failed (%s); retrying in %.1fs", getattr(call, "__name__", "a store call"), exc, delay)
+                log.log(logging.DEBUG if isinstance(exc, StoreUnavailable) else logging.WARNING,  # (the store logs it)
+                        "%s failed (%s); retrying in %.1fs", getattr(call, "__name__", "a store call"), exc, delay)
                 await asyncio.sleep(delay)
