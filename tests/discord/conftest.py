@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import discord
 import pytest
@@ -16,7 +16,7 @@ from bot.adapters.tokens import make_token_counter
 from bot.core.engine import Engine
 from bot.core.models import GroupSettings
 from bot.core.outbox import RetryPolicy
-from storage.store import SqliteStore
+from storage.store import SqliteStore, SqlStore
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript
 
@@ -30,17 +30,21 @@ class BotHarness:
         self.db = db
         self.bot: RoundtableBot | None = None
         self.engine: Engine | None = None
-        self.store: SqliteStore | None = None
+        self.store: SqlStore | None = None
         self.surface: DiscordSurface | None = None
         self._task: asyncio.Task[None] | None = None
         self._llm: Any = None
         self.engine_options: dict[str, Any] = {}  # more Engine arguments (a clock, the schedule tick)
+        self.open_store: Callable[[], Awaitable[SqlStore]] | None = None  # another database than the SQLite file
         self.store_options: dict[str, Any] = {}  # more SqliteStore.open arguments (its health tracker)
         self.make_llm: Any = None  # (token counter) -> the LLM port, instead of one client of llm_server
 
     async def start(self, *, wait_ready: bool = True, busy_timeout_ms: int = 5000) -> RoundtableBot:
         await point_at(self.emu.api_base)
-        self.store = await SqliteStore.open(self.db, busy_timeout_ms=busy_timeout_ms, **self.store_options)
+        if self.open_store is not None:
+            self.store = await self.open_store()
+        else:
+            self.store = await SqliteStore.open(self.db, busy_timeout_ms=busy_timeout_ms, **self.store_options)
         counter = make_token_counter()
         self._llm = self.make_llm(counter) if self.make_llm else OpenAILLM(
             api_key="sk-test", base_url=self.llm_server.base_url, default_model="fake-model", timeout=10,

@@ -37,7 +37,7 @@ from bot.core.admin import Admin
 from bot.core.card import Attachment, Card, MarkRead, Reply
 from bot.core.commands import Command, Option, model_choices
 from bot.core.doctor import Check
-from bot.core.errors import InvalidInput, UserFacingError
+from bot.core.errors import InvalidInput, StoreUnavailable, UserFacingError
 from bot.core.models import Group, Message
 from bot.core.reading import Reader
 from bot.core.secrets import mask
@@ -53,6 +53,7 @@ TONE_COLOURS = {"neutral": discord.Colour.blurple(), "good": discord.Colour.gree
 WHY_MENU = "Why this reply?"
 MAX_IMAGE_BYTES = 8 * 2**20
 SOMETHING_WENT_WRONG = "Something went wrong; nothing was changed. The error is in the bot's log."
+DATABASE_AWAY = "The database cannot be reached right now (it may be restarting); nothing was changed. Try again soon."
 
 
 def group_key(channel_id: int) -> str:
@@ -355,9 +356,13 @@ class SlashCommands:
         """A command that raised (the tree's on_error): an option value Discord should not have
         let through gets one line; anything else is logged with its traceback and answered briefly."""
         name = interaction.command.qualified_name if interaction.command else "?"
+        original = getattr(error, "original", None)
         if isinstance(error, app_commands.TransformerError):
             log.info("command %s: %s", name, error)
             text = f"{error.value!r} is not a {error.type.name} this option takes; pick one from Discord's list."
+        elif isinstance(original, StoreUnavailable):  # expected while the server restarts; the store logs it
+            log.info("command %s: %s", name, original)
+            text = DATABASE_AWAY
         else:
             log.error("command %s failed", name, exc_info=error)
             text = SOMETHING_WENT_WRONG

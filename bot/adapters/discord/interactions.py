@@ -23,7 +23,7 @@ from typing import Any, AsyncIterator, Callable
 
 import discord
 
-from bot.core.errors import StoreError
+from bot.core.errors import StoreError, StoreUnavailable
 from bot.core.ports import Store
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,8 @@ class Interactions:
                 await asyncio.sleep(LEADER_FIRST)  # the process that runs the group claims first
             won = await self.store.claim_interaction(str(interaction.id))
         except StoreError as exc:  # better a second answer than none
-            log.warning("could not claim interaction %s (%s); handling it here", interaction.id, exc)
+            log.log(logging.DEBUG if isinstance(exc, StoreUnavailable) else logging.WARNING,  # (the store logs it)
+                    "could not claim interaction %s (%s); handling it here", interaction.id, exc)
             won = True
         if not won:
             finish(interaction)
