@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 EPISODE_END_STATUSES = frozenset(get_args(EpisodeStatus)) - {"running"}
 ADVANCE_STEP = 1000  # decisions read at a time when moving routed_through
-DECISIONS_PER_INSERT = 50  # rows of one INSERT statement: 800 parameters, under SQLite's oldest limit (999)
+DECISIONS_PER_INSERT = 50  # rows of one INSERT statement: 850 parameters (17 each), under SQLite's oldest limit (999)
 INTERACTIONS_KEPT = 24 * 3600.0  # seconds a taken interaction's id is kept (Discord answers one for 15 minutes)
 
 
