@@ -53,6 +53,7 @@ class GroupDispatcher(GroupWorker):
                 if group.latest_seq != snapshot:
                     continue  # a message arrived meanwhile: route it before settling anything
                 await self._settle_episode(group)
+                await self.engine.sweep_drafts(group)
                 return
             low = min(a.delivered_through for a in pending)
             decisions = await store.decisions(group.id, after=low, through=snapshot)
