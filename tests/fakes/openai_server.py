@@ -296,12 +296,14 @@ class FakeOpenAI:
 
         await send([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
         pieces = list(reply.pieces) if reply.pieces is not None else re.findall(r"\S+\s*|\s+", reply.text)
+        began = time.monotonic()
         for i, piece in enumerate(pieces):
             if reply.break_after is not None and i >= reply.break_after:
                 if request.transport is not None:
                     request.transport.abort()  # the connection drops mid-stream
                 return stream
-            await self._pause(reply.first if i == 0 else reply.every)
+            # Each piece at its time from the start (no drift from the sleeps' own overshoot).
+            await self._pause(max(0.0, began + reply.first + i * reply.every - time.monotonic()))
             if self._closing.is_set():
                 return stream
             await send([{"index": 0, "delta": {"content": piece}, "finish_reason": None}])

@@ -73,9 +73,10 @@ class HookPace:
             self.blocked_until = max(self.blocked_until, now + max(float(retry or 1.0), 0.0))
             self.remaining = 0
 
-    def ready_at(self, now: float) -> float:
-        """When a draft may send its next request on this webhook."""
-        at = max(self.blocked_until, self.last_draft + DRAFT_GAP)
+    def ready_at(self, now: float, *, gap: bool = True) -> float:
+        """When a draft may send its next request on this webhook (without `gap`: a reply's first
+        post, which waits only for the rate limit)."""
+        at = max(self.blocked_until, self.last_draft + DRAFT_GAP if gap else 0.0)
         if self.remaining is not None and self.remaining <= RESERVE and now < self.reset_at:
             at = max(at, self.reset_at)
         return at
@@ -193,15 +194,15 @@ class DiscordDraft:
                 if wait <= 0:
                     await self._edit(index, message_id, chunk)
             else:
-                wait = self._wait(0.0)
+                wait = self._wait(0.0, gap=bool(self.parts))  # the first text shows at once
                 if wait <= 0:
                     await self._post(index, chunk)
             return max(wait, 0.0)
         return None
 
-    def _wait(self, at: float) -> float:
+    def _wait(self, at: float, *, gap: bool = True) -> float:
         now = time.monotonic()
-        return max(at, self._not_before, self.hooks.pace(self.group).ready_at(now)) - now
+        return max(at, self._not_before, self.hooks.pace(self.group).ready_at(now, gap=gap)) - now
 
     async def _post(self, index: int, chunk: str) -> None:
         store = self.hooks.store
