@@ -129,15 +129,23 @@ async def test_a_long_reply_continues_in_new_messages_and_ends_in_the_whole_post
     assert len(hook_requests(emu, "POST")) == 3 and not hook_requests(emu, "DELETE")
 
 
-async def test_a_provisional_message_a_moderator_deleted_is_posted_again(streaming, script):
+@pytest.mark.parametrize("when", ["while it is written", "before the final edit"])
+async def test_a_provisional_message_a_moderator_deleted_is_posted_again(streaming, script, when):
     emu = streaming.emu
     hold_end = asyncio.Event()
     script.set_agent("planner", [Reply(PLAN, every=0.01, hold_end=hold_end)])
     await streaming.setup_group(("planner", "plans"), mode="tags")
+    final = emu.hold("PATCH", HOOK + r"/messages/\d+$", where=lambda r: r.json.get("content") == PLAN)
     await emu.user_post(emu.channel_id, emu.alice_id, "@planner plan it")
     first = (await emu.wait_for_messages(emu.channel_id, lambda m: bool(m.get("webhook_id")), timeout=10))[0]
-    emu._delete_message(first["id"])  # a moderator removes it while the model still writes
+    if when == "while it is written":
+        emu._delete_message(first["id"])  # a moderator removes it while the model still writes
+        final.release()
     hold_end.set()
+    if when == "before the final edit":
+        await final.wait_arrived(timeout=10)
+        emu._delete_message(first["id"])
+        final.release()  # Discord answers 10008 Unknown Message
     rows = await settled(streaming, 1)
     shows_exactly(emu, rows)
     assert rows[0].external_ids[0] != first["id"] and len(posted(emu)) == 1
