@@ -48,20 +48,34 @@ DRAFT_GAP = 0.5  # seconds between two draft requests on one webhook, all drafts
 RESERVE = 2  # requests of the webhook's rate-limit bucket that drafts leave to posts
 DRAFT_TIMEOUT = 10.0  # seconds a draft request may take
 GIVE_UP_AFTER = 5  # failed draft requests in a row before a draft stops showing
+WINDOW = 2.0  # seconds of a webhook's rate-limit window, until an answer says otherwise
 
 
 @dataclass
 class HookPace:
-    """What one webhook's rate limit allows drafts now, from the answers to its requests."""
+    """What one webhook's rate limit allows drafts now: Discord's X-RateLimit answers, less the
+    requests sent since (several may be on their way at once)."""
 
-    remaining: int | None = None  # X-RateLimit-Remaining of the latest answer
+    limit: int | None = None  # X-RateLimit-Limit
+    remaining: int | None = None  # X-RateLimit-Remaining of the latest answer, less the requests sent since
     reset_at: float = 0.0  # when the bucket refills (monotonic)
     blocked_until: float = 0.0  # a 429's Retry-After
     last_draft: float = -math.inf  # the latest draft request
 
+    def spend(self, now: float | None = None) -> None:
+        """A request (a draft's or a post's) is about to go."""
+        now = time.monotonic() if now is None else now
+        if self.remaining is None:
+            return
+        if now >= self.reset_at and self.limit is not None:  # refilled; the answer says when it refills next
+            self.remaining, self.reset_at = self.limit, now + WINDOW
+        self.remaining -= 1
+
     def note(self, status: int, headers: Mapping[str, str], body: Any, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
         with contextlib.suppress(TypeError, ValueError):
+            if headers.get("X-RateLimit-Limit") is not None:
+                self.limit = int(headers["X-RateLimit-Limit"])
             if headers.get("X-RateLimit-Remaining") is not None:
                 self.remaining = int(headers["X-RateLimit-Remaining"])
             if headers.get("X-RateLimit-Reset-After") is not None:
@@ -72,6 +86,7 @@ class HookPace:
                 retry = _seconds(headers.get("Retry-After"))
             self.blocked_until = max(self.blocked_until, now + max(float(retry or 1.0), 0.0))
             self.remaining = 0
+            self.reset_at = max(self.reset_at, self.blocked_until)
 
     def ready_at(self, now: float, *, gap: bool = True) -> float:
         """When a draft may send its next request on this webhook (without `gap`: a reply's first

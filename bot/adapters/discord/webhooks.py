@@ -392,6 +392,7 @@ class DiscordSurface:
         if wait > 0:
             await asyncio.sleep(min(wait, 60.0))
         url = f"{Route.BASE}/webhooks/{hook_id}/{token}"
+        self.pace(group).spend()
         try:
             async with session.post(url, json=payload, params=params,
                                           timeout=aiohttp.ClientTimeout(total=POST_TIMEOUT)) as resp:
@@ -506,6 +507,7 @@ class DiscordSurface:
         params = {"wait": "true"} if method == "POST" else {}
         if group.parent_channel_id and group.channel_id:
             params["thread_id"] = group.channel_id
+        self.pace(group).spend()
         try:
             async with self._http().request(method, url, json=payload, params=params,
                                             timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
