@@ -103,3 +103,27 @@ async def test_what_on_text_raises_comes_out_unchanged() -> None:
         async with make_llm(srv) as llm:
             with pytest.raises(KeyError, match="Hello"):
                 await llm.stream(MESSAGES, on_text=refuse)
+
+
+async def test_providers_stream_on_the_agents_provider_and_say_which() -> None:
+    from bot.adapters.providers import Providers
+
+    async with FakeOpenAI(lambda body: Reply(text=TEXT)) as default, \
+            FakeOpenAI(lambda body: Reply(text="From the local one.")) as local, \
+            FakeOpenAI(lambda body: Reply(status=503, headers={"x-should-retry": "false"})) as down:
+        clients = {name: OpenAILLM(api_key="sk-test", base_url=srv.base_url, default_model="agent-model", timeout=5.0,
+                                   counter=make_token_counter(), provider=name, max_retries=0)
+                   for name, srv in (("default", default), ("local", local), ("down", down))}
+        providers = Providers(clients, default_model="agent-model")
+        try:
+            pieces: list[str] = []
+            there = await providers.stream(MESSAGES, on_text=pieces.append, model="local/llama3.1:8b")
+            here = await providers.stream(MESSAGES, on_text=pieces.append)
+            with pytest.raises(LLMUnavailable) as failed:
+                await providers.stream(MESSAGES, on_text=pieces.append, model="down/m")
+        finally:
+            await providers.aclose()
+    assert (there.text, there.provider, here.text, here.provider) == ("From the local one.", "local", TEXT, "default")
+    assert "".join(pieces) == "From the local one." + TEXT
+    assert [r["model"] for r in local.requests] == ["llama3.1:8b"] and local.requests[0]["stream"] is True
+    assert "provider down" in failed.value.public
