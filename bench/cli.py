@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 DESCRIPTION = ("Prompt tokens, cache and prefix on the Tokyo task (Roundtable vs AutoGen's SelectorGroupChat, "
                "with its defaults and with token-limited contexts) against a local server that bills cached "
                "tokens as OpenAI does, and the engine's overhead per turn at several history sizes. A run over "
-               "100 turns is episodes of at most 100, each later one opened by a person's follow-up. And streamed replies over the Discord emulator, "
-               "against stream:off (from a source checkout, whose tests/ holds the emulator).")
+               "100 turns is episodes of at most 100, each later one opened by a person's follow-up. And "
+               "streamed replies over the Discord emulator, against stream:off (from a source checkout, whose "
+               "tests/ holds the emulator).")
 PG_ENV = "ROUNDTABLE_BENCH_PG"
 FULL_TURNS = (30, 200)
 QUICK_TURNS = (30,)

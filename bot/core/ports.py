@@ -131,8 +131,10 @@ class Surface(Protocol):
         `message.external_ids` are the parts already recorded: show only the rest.
         With `resume`, an earlier attempt may have reached people without being
         recorded (a crash, a reset connection): first look for those parts and
-        record them instead of showing them twice. Called for agent and system
-        rows, and (console) user rows. Raises `DeliveryError`.
+        record them instead of showing them twice. An agent row whose run was shown
+        while it was written (`draft`) is finished in the provisional messages of its
+        run, which become its parts. Called for agent and system rows, and (console)
+        user rows. Raises `DeliveryError`.
         """
         ...
 
