@@ -182,9 +182,13 @@ async def test_sigterm_stops_gracefully_and_the_next_start_finishes_the_turn(bot
     assert check_once(bot, [channel]) == {"people": 1, "replies": 1}
 
 
-async def test_a_storm_of_kills_while_five_channels_keep_talking(bot, replies):
+@pytest.mark.parametrize("streams", ["fast", "slowly"])
+async def test_a_storm_of_kills_while_five_channels_keep_talking(bot, replies, streams):
+    """Kills at random moments; with replies streaming slowly (a few seconds each), most land mid-stream."""
     emu = bot.emu
     replies.delay = 0.05
+    if streams == "slowly":
+        replies.every, replies.piece = 0.1, 3
     channels = [await bot.add_group(emu.channel_id)]
     for i in range(4):
         channels.append(await bot.add_group(emu.add_channel(emu.guild_id, f"room-{i}")))
