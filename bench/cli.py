@@ -20,7 +20,9 @@ if TYPE_CHECKING:
 DESCRIPTION = ("Prompt tokens, cache and prefix on the Tokyo task (Roundtable vs AutoGen's SelectorGroupChat, "
                "with its defaults and with token-limited contexts) against a local server that bills cached "
                "tokens as OpenAI does, and the engine's overhead per turn at several history sizes. A run over "
-               "100 turns is episodes of at most 100, each later one opened by a person's follow-up.")
+               "100 turns is episodes of at most 100, each later one opened by a person's follow-up. And "
+               "streamed replies over the Discord emulator, against stream:off (from a source checkout, whose "
+               "tests/ holds the emulator).")
 PG_ENV = "ROUNDTABLE_BENCH_PG"
 FULL_TURNS = (30, 200)
 QUICK_TURNS = (30,)
@@ -54,6 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-autogen", action="store_true", help="do not run AutoGen even when it is installed")
     parser.add_argument("--no-engine", action="store_true", help="skip the engine figures (tokens only)")
     parser.add_argument("--no-tokens", action="store_true", help="skip the Tokyo task (engine figures only)")
+    parser.add_argument("--no-streaming", action="store_true",
+                        help="skip the streaming figure (a `roundtable run` process over the Discord emulator)")
+    parser.add_argument("--streaming-replies", type=int, metavar="N",
+                        help="replies timed per mode for the streaming figure (default 5; --quick 3)")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log the engine's warnings (-v) or more")
 
 
@@ -118,6 +124,12 @@ async def collect(args: argparse.Namespace) -> Results:
                 where = ", PostgreSQL" if pg_url else (", SQLite" if args.pg else "")
                 _progress(f"engine: history {n:,}{where}, {args.repeats} fresh starts x {engine_turns} turns")
                 results.sizes.append(await engine_figures.measure_size(n, engine_turns, args.repeats, pg_url))
+    if not args.no_streaming:
+        from bench import streaming
+
+        replies = args.streaming_replies or (streaming.QUICK_REPLIES if args.quick else streaming.REPLIES)
+        _progress(f"streaming: {replies} replies streamed and {replies} with stream:off over the Discord emulator")
+        results.streaming = await streaming.measure(replies)
     return results
 
 
@@ -145,6 +157,9 @@ def check_pg(url: str) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     """Run with parsed options; print the table. 0, or 2 for a bad option."""
+    if args.streaming_replies is not None and args.streaming_replies < 1:
+        print("bench: --streaming-replies must be >= 1", file=sys.stderr)
+        return 2
     if args.repeats < 1 or (args.engine_turns is not None and args.engine_turns < 10):
         print("bench: --repeats must be >= 1 and --engine-turns >= 10 (the tenth turn is a figure)", file=sys.stderr)
         return 2

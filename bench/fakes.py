@@ -9,12 +9,12 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Sequence
+from typing import AsyncIterator, Callable, Sequence
 
 from bench.scenario import Script, classify
 from bot.core.attachments import FileUnavailable
-from bot.core.models import Agent, ChatMessage, Completion, Episode, Group, Message, SharedFile, Usage
-from bot.core.ports import Recorder
+from bot.core.models import Agent, ChatMessage, Completion, DraftPart, Episode, Group, Message, SharedFile, Usage
+from bot.core.ports import Draft, Recorder
 
 
 class RecordingSurface:
@@ -46,6 +46,13 @@ class RecordingSurface:
 
     async def episode_updated(self, group: Group, episode: Episode) -> None:
         self.episodes.append(episode)
+
+    def draft(self, group: Group, agent: Agent, run_id: int, parts: Sequence[DraftPart],
+              text: Callable[[], str]) -> Draft | None:
+        return None  # the engine figures time whole posts
+
+    async def remove_drafts(self, group: Group, parts: Sequence[DraftPart]) -> list[int]:
+        return [p.id for p in parts]
 
     def agent_posts(self) -> list[tuple[float, Message]]:
         return [(t, m) for t, m in self.published if m.author_type == "agent"]
@@ -88,6 +95,12 @@ class InstantLLM:
             text = self.script.answer(kind, agent, texts)
         call.end = time.perf_counter()
         return Completion(text=text, usage=Usage(100, 20, 0), model=model or "bench-model")
+
+    async def stream(self, messages: Sequence[ChatMessage], *, on_text: Callable[[str], None],
+                     model: str | None = None, max_tokens: int | None = None, **_options: object) -> Completion:
+        completion = await self.complete(messages, model=model, max_tokens=max_tokens)
+        on_text(completion.text)
+        return completion
 
     async def tools_refusal(self, model: str | None, *, spent: list[Completion] | None = None) -> str | None:
         return "the bench's scripted model does not take tool calls"

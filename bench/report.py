@@ -11,6 +11,8 @@ from typing import Callable
 
 from bench.engine_figures import SQLITE, MidRun, SizeFigures
 from bench.scenario import TASK, episodes
+from bench.streaming import StreamingFigures
+from bench.streaming import render as render_streaming
 from bench.tokyo import AUTOGEN, AUTOGEN_TUNED, LAST_TURNS, ROUNDTABLE, Comparison, RunReport
 
 TARGET_TURNS_1 = 30
@@ -37,6 +39,7 @@ class Results:
     sizes: list[SizeFigures] = field(default_factory=list)
     mid_run: MidRun | None = None
     autogen_line: str = ""  # "AutoGen: skipped (...)" when it did not run
+    streaming: StreamingFigures | None = None  # issue 20's figure
 
 
 def _n(value: float) -> str:
@@ -255,5 +258,7 @@ def render(results: Results, *, with_targets: bool = False) -> str:
     if with_targets:
         parts += ["", "Targets (issue 22; the engine's two from issue 9)"]
         parts += [f"  {line}" for line in targets(results)]
+    if results.streaming is not None:
+        parts += ["", *render_streaming(results.streaming, with_targets=with_targets)]
     return "\n".join(parts)
 

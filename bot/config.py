@@ -77,6 +77,7 @@ class Settings:
     providers: tuple[Provider, ...] = ()  # the named ones; the default is openai_base_url / openai_api_key
     max_images: int = DEFAULT_MAX_IMAGES
     max_text: int = DEFAULT_MAX_TEXT
+    stream: bool = True  # ROUNDTABLE_STREAM: new groups show replies as they are written
 
     @property
     def prices(self) -> dict[str, Price]:
@@ -146,6 +147,13 @@ def _url(raw: str) -> str:
     if not parts.hostname:
         raise _Malformed("it names no host")
     return raw.rstrip("/")
+
+
+def _switch(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value not in ("on", "off", "true", "false", "yes", "no", "1", "0"):
+        raise ValueError(raw)
+    return value in ("on", "true", "yes", "1")
 
 
 def _level(raw: str) -> str:
@@ -278,6 +286,7 @@ def load_settings(env: Mapping[str, str], *, need_discord: bool, missing_note: s
                                       secret=True),
         discord_guild_id=r.parsed("DISCORD_GUILD_ID", None, _in_range(1, 2**64, int),
                                   "use the numeric id of your server (Developer Mode > Copy Server ID)"),
+        stream=r.parsed("ROUNDTABLE_STREAM", True, _switch, "use on or off"),
         price_overrides=r.parsed("ROUNDTABLE_PRICES", {}, _prices,
                                  "use model=input/cached/output;... in dollars per million tokens, "
                                  "e.g. gpt-4o=2.50/1.25/10;llama3=0/0/0", secret=True),

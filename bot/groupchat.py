@@ -19,13 +19,13 @@ import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AsyncIterator, Sequence
+from typing import AsyncIterator, Callable, Sequence
 
 from bot.core.attachments import FileUnavailable
 from bot.core.engine import Engine
 from bot.core.errors import InvalidInput
-from bot.core.models import Agent, Episode, EpisodeResult, Group, GroupSettings, Message, SharedFile
-from bot.core.ports import LLM, Recorder, TokenCounter
+from bot.core.models import Agent, DraftPart, Episode, EpisodeResult, Group, GroupSettings, Message, SharedFile
+from bot.core.ports import LLM, Draft, Recorder, TokenCounter
 from storage import open_store
 
 
@@ -56,6 +56,13 @@ class _Quiet:
 
     async def episode_updated(self, group: Group, episode: Episode) -> None:
         return None
+
+    def draft(self, group: Group, agent: Agent, run_id: int, parts: Sequence[DraftPart],
+              text: Callable[[], str]) -> Draft | None:
+        return None  # nothing is shown: nothing to stream
+
+    async def remove_drafts(self, group: Group, parts: Sequence[DraftPart]) -> list[int]:
+        return [p.id for p in parts]
 
 
 async def run_group_chat(

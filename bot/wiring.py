@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 def group_defaults(settings: Settings) -> GroupSettings:
     return GroupSettings(max_agent_turns=settings.max_agent_turns, context_budget=settings.context_budget,
                          selector_budget=settings.selector_budget, max_images=settings.max_images,
-                         max_text=settings.max_text)
+                         max_text=settings.max_text, stream=settings.stream)
 
 
 def make_providers(settings: Settings, counter: TokenCounter) -> Providers:

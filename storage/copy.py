@@ -44,9 +44,10 @@ TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("agent_notes", ("id",)),
     ("schedules", ("id",)),
     ("model_calls", ("id",)),
+    ("drafts", ("id",)),
 )
 NOT_COPIED = ("leases", "interactions", "_migrations")
-IDENTITY_TABLES = ("groups", "agents", "episodes", "runs", "agent_notes", "schedules", "model_calls")
+IDENTITY_TABLES = ("groups", "agents", "episodes", "runs", "agent_notes", "schedules", "model_calls", "drafts")
 
 
 @dataclass(frozen=True)

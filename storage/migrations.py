@@ -350,6 +350,27 @@ CREATE TABLE context_summaries (
 CREATE INDEX context_summaries_created ON context_summaries(group_id, created_at);
 """
 
+M013_DRAFTS = """
+-- Provisional messages of replies being written (streaming): each one's Discord id is recorded
+-- before it is edited, so a reply shown in part is finished in the same messages or taken back,
+-- even after a crash. external_id is NULL while its post is on its way (text: what the post
+-- carried, to find it after a crash). A committed reply owns the drafts of its run
+-- (messages.source_run_id) until it is confirmed, when they are deleted.
+CREATE TABLE drafts (
+    id INTEGER PRIMARY KEY,
+    group_id INTEGER NOT NULL REFERENCES groups(id),
+    agent_id INTEGER NOT NULL REFERENCES agents(id),
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    position INTEGER NOT NULL,
+    author_name TEXT NOT NULL,
+    external_id TEXT,
+    text TEXT NOT NULL DEFAULT '',
+    created_at REAL NOT NULL
+);
+CREATE INDEX drafts_run ON drafts(run_id);
+CREATE INDEX drafts_group_agent ON drafts(group_id, agent_id);
+"""
+
 MIGRATIONS: list[tuple[int, str, Step]] = [
     (1, "create tables", M001_CREATE_TABLES),
     (2, "leases, ingest watermark, delivery problem", M002_OWNERSHIP_AND_CATCH_UP),
@@ -363,6 +384,7 @@ MIGRATIONS: list[tuple[int, str, Step]] = [
     (10, "files shared with messages; providers of model calls", M010_FILES_AND_PROVIDERS),
     (11, "model calls per run, and calls outside runs", M011_MODEL_CALLS),
     (12, "rolling summaries of what context windows cut", M012_CONTEXT_SUMMARIES),
+    (13, "provisional messages of streamed replies", M013_DRAFTS),
 ]
 
 _CREATE_LEDGER = """

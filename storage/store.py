@@ -29,6 +29,7 @@ from bot.core.validation import check_name_free
 from storage.base import Clock
 from storage.db import DEFAULT_BUSY_TIMEOUT_MS, SqliteBackend
 from storage.diagnosis import DiagnosisMixin
+from storage.draft import DraftMixin
 from storage.notes import NotesMixin
 from storage.record import RecordMixin
 from storage.rows import dumps, settings_to_json, strings_from_json, to_agent, to_group, to_message, unique
@@ -41,7 +42,7 @@ log = logging.getLogger(__name__)
 AGENT_FIELDS = ("name", "role", "system_prompt", "model", "avatar_url", "enabled", "position", "memory")
 
 
-class SqlStore(NotesMixin, RecordMixin, ScheduleMixin, SummaryMixin, DiagnosisMixin):
+class SqlStore(NotesMixin, DraftMixin, RecordMixin, ScheduleMixin, SummaryMixin, DiagnosisMixin):
     """Implements `bot.core.ports.Store` over a backend: `SqliteStore` or `storage.pg.PostgresStore`
     (or `storage.open_store(target)`, which picks one)."""
 
@@ -282,12 +283,15 @@ class SqlStore(NotesMixin, RecordMixin, ScheduleMixin, SummaryMixin, DiagnosisMi
         return None if held is None else int(held["seq"])
 
     async def confirm_message(self, group_id: int, seq: int) -> None:
-        """Every part of the row reached the surface."""
+        """Every part of the row reached the surface; the provisional messages of its run are
+        its parts now, or gone."""
         async with self._write(group_id) as db:
-            await self._message_row(db, group_id, seq)
+            row = await self._message_row(db, group_id, seq)
             await self._exec(
                 db, "UPDATE messages SET confirmed = 1 WHERE group_id = ? AND seq = ?", (group_id, seq)
             )
+            if row["source_run_id"] is not None and row["author_type"] == "agent":
+                await self._exec(db, "DELETE FROM drafts WHERE run_id = ?", (row["source_run_id"],))
 
     async def unconfirmed_messages(self, group_id: int) -> list[Message]:
         # The partial index names the few unconfirmed rows; without statistics SQLite would walk

@@ -245,3 +245,16 @@ def test_provider_and_attachment_problems_are_one_line(env, problem):
     with pytest.raises(ConfigError) as info:
         load_settings(dict(BASE, **env), need_discord=True)
     assert problem in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("value, stream", [("on", True), ("OFF", False), ("true", True), ("0", False), ("", True)])
+def test_roundtable_stream_is_the_default_of_new_groups(value, stream):
+    from bot.wiring import group_defaults
+
+    settings = load_settings(dict(BASE, ROUNDTABLE_STREAM=value), need_discord=True)
+    assert settings.stream is stream and group_defaults(settings).stream is stream
+
+
+def test_a_malformed_roundtable_stream_is_one_line():
+    with pytest.raises(ConfigError, match=r"^ROUNDTABLE_STREAM='sometimes' is malformed: use on or off\.$"):
+        load_settings(dict(BASE, ROUNDTABLE_STREAM="sometimes"), need_discord=True)

@@ -64,6 +64,7 @@ async def test_piped_session_prints_the_conversation(tmp_path):
     assert script.participant_order == ["planner", "budget", "planner"]
     assert "sk-test-console-key" not in out + err
     assert "\x1b" not in out and "you> " not in out and "typing" not in out  # a pipe gets plain lines
+    assert not any(r.get("stream") for r in srv.requests)  # each row printed once, whole: nothing to stream
 
 
 async def test_second_run_on_the_same_file_keeps_history_and_roster(tmp_path):

@@ -367,3 +367,43 @@ async def test_agent_add_asks_for_the_prompt_on_a_terminal(tmp_path, ttys):
         assert await tty.ended() == 0
     with sqlite3.connect(tmp_path / "rt.db") as db:
         assert db.execute("SELECT system_prompt FROM agents").fetchall() == [("You plan trips.\nKeep it short.",)]
+
+
+async def test_a_reply_shows_as_it_is_written_above_the_prompt_and_is_printed_once(tmp_path, ttys):
+    reply = ("Day one is Asakusa and the temple. Day two is Ueno.\n"
+             "Day three is Shibuya and a long walk through the city at night. TERMINATE")
+    script = GroupChatScript(agents={"planner": [Reply(reply, every=0.25)]})  # ~5 s of words
+    final = ["[planner] Day one is Asakusa and the temple. Day two is Ueno.",
+             "Day three is Shibuya and a long walk through the city at night."]
+    async with FakeOpenAI(script) as srv:
+        tty = ttys(tmp_path, srv.base_url)
+        await tty.expect("you> ")
+        tty.type(ADD_PLANNER + "\r")
+        await tty.expect("you> ")
+        tty.type("@planner plan it\r")
+        await tty.shows(lambda rows: any(row.startswith("[planner] Day one is") for row in rows)
+                        and not any("night" in row for row in rows))  # part of it, while it is written
+        assert any("planner is typing…" in row for row in tty.rows())  # the status stays below it
+        tty.type("half")
+        await tty.shows(lambda rows: tty.prompt_row() == "you> half")
+        await tty.shows(final[1])
+        await tty.shows("episode #1 ended")
+        await tty.shows(lambda rows: tty.prompt_row() == "you> half" and not any("typing" in r for r in rows))
+        rows = [row for row in tty.rows() if row]
+        assert rows.count(final[0]) == 1 and rows.count(final[1]) == 1 and "TERMINATE" not in tty.raw
+        assert rows[rows.index(final[0]) + 1] == final[1]
+        tty.type("\x01\x0b" + CTRL_D)
+        assert await tty.ended() == 0
+    assert [bool(r.get("stream")) for r in srv.requests] == [True]
+
+
+async def test_a_terminal_with_stream_off_prints_the_reply_whole(tmp_path, ttys):
+    script = GroupChatScript(agents={"planner": ["All at once."]})
+    async with FakeOpenAI(script) as srv:
+        tty = ttys(tmp_path, srv.base_url, ROUNDTABLE_STREAM="off")
+        await tty.expect("you> ")
+        tty.type(ADD_PLANNER + "\r@planner go\r")
+        await tty.shows("[planner] All at once.")
+        tty.type(CTRL_D)
+        assert await tty.ended() == 0
+    assert [bool(r.get("stream")) for r in srv.requests] == [False]

@@ -19,7 +19,8 @@ from tests.test_cli import roundtable
 
 async def seeded(path: Path) -> Harness:
     """Two episodes of the group 'main' with selector decisions, runs, a notice, a webhook, people,
-    a summary, a rolling summary, a read cursor, a memory note and a schedule: a row in every copied table."""
+    a summary, a rolling summary, a read cursor, a memory note, a schedule and a provisional message left by
+    a run: a row in every copied table."""
     harness = Harness(path)
     llm = ScriptedLLM(
         selector=[Completion("planner", Usage(300, 1, 0), model="gpt-4o-mini"),
@@ -47,6 +48,8 @@ async def seeded(path: Path) -> Harness:
         await store.add_note(planner.id, "Alice likes temples.")
         await store.record_call(group_id, planner.id, "memory check", Completion("", Usage(30, 5, 0), "m"))
         await store.add_schedule(planner.id, When(at_time="09:00", tz="Asia/Tokyo"), "morning plan", next_run_at=9e9)
+        run = next(iter(await store.runs_by_id([1])))
+        await store.add_draft(group_id, planner.id, run, 0, "planner", "half a repl")
         await store.acquire_lease(group_id, 30)  # not copied: ownership stays with the old database
     return harness
 

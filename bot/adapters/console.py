@@ -14,7 +14,9 @@ alone lists them, `/detach` drops them): a text file is read at once and kept wi
 row, an image is kept by its path and read when a run is made (`bot.core.attachments`).
 
 How lines are read and shown (prompt, line editing, the typing status, colour)
-is `bot.adapters.terminal`'s business; this module only says what to show.
+is `bot.adapters.terminal`'s business; this module only says what to show. On a
+terminal a reply shows while it is written (the group's `stream` setting), above
+the prompt, until it is printed for good; piped output gets each row once, whole.
 """
 from __future__ import annotations
 
@@ -23,9 +25,10 @@ import contextlib
 import logging
 import mimetypes
 import shutil
+import time
 from dataclasses import replace
 from pathlib import Path
-from typing import AsyncIterator, Protocol, TextIO
+from typing import AsyncIterator, Callable, Protocol, Sequence, TextIO
 
 from bot.adapters.commandline import parse_command
 from bot.adapters.terminal import ERROR_STYLE, Screen, and_list
@@ -36,8 +39,8 @@ from bot.core.card import Attachment, reply_lines
 from bot.core.doctor import Check
 from bot.core.engine import Engine
 from bot.core.errors import Busy, InvalidInput, StoreError, UserFacingError
-from bot.core.models import Agent, Episode, Group, GroupSettings, Message, SharedFile
-from bot.core.ports import Recorder
+from bot.core.models import Agent, DraftPart, Episode, Group, GroupSettings, Message, SharedFile
+from bot.core.ports import Draft, Recorder
 from bot.core.prompts import SYSTEM_AUTHOR
 from bot.core.reading import Reader
 from bot.core.stop import strip_terminate
@@ -49,6 +52,46 @@ EXIT_REFUSED = 1  # piped input with a refused line (README, `roundtable console
 
 ATTACH_MAX_BYTES = 25 * 1024 * 1024  # a file the console attaches (Discord's own limit for most servers)
 ATTACH_MAX_FILES = 10  # files with one message (as Discord)
+
+REDRAW_EVERY = 0.05  # seconds between redraws of a reply being written
+
+
+class ConsoleDraft:
+    """A reply shown on the terminal while it is written: redrawn at most every REDRAW_EVERY,
+    until its row is printed for good (or it is taken back)."""
+
+    def __init__(self, screen: Screen, name: str, text: Callable[[], str]) -> None:
+        self.screen = screen
+        self.name = name
+        self.text = text
+        self._label = screen.author(screen.clean(name), "agent")
+        self._timer: asyncio.TimerHandle | None = None
+        self._last = 0.0
+        self._stopped = False
+
+    def grew(self) -> None:
+        if self._timer is not None or self._stopped:
+            return
+        delay = max(0.0, self._last + REDRAW_EVERY - time.monotonic())
+        self._timer = asyncio.get_running_loop().call_later(delay, self._show)
+
+    def _show(self) -> None:
+        self._timer = None
+        self._last = time.monotonic()
+        visible = self.text()
+        if visible:
+            self.screen.show_live(self.name, f"{self._label} {self.screen.clean(visible)}")
+
+    async def stop(self, *, wait: bool = True) -> None:
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if wait:
+            self._show()  # as far as it may be shown; the committed row replaces it in a moment
+
+    async def discard(self) -> None:
+        self.screen.show_live(self.name, None)
 
 
 class ConsoleSurface:
@@ -71,9 +114,18 @@ class ConsoleSurface:
             return  # printed before (the terminal cannot be read back, so `resume` changes nothing)
         text = strip_terminate(message.text) if message.author_type == "agent" else brief_text(message)
         author = self.screen.author(self.screen.clean(message.author_name), message.author_type)
-        self.screen.print(f"{author} {self.screen.clean(text)}", replaces_echo=message.author_type == "user")
+        self.screen.print(f"{author} {self.screen.clean(text)}", replaces_echo=message.author_type == "user",
+                          ends_live=message.author_name if message.author_type == "agent" else None)
         self.printed[group.id] = max(self.printed.get(group.id, 0), message.seq)
         await record(f"console:{group.id}:{message.seq}")
+
+    def draft(self, group: Group, agent: Agent, run_id: int, parts: Sequence[DraftPart],
+              text: Callable[[], str]) -> Draft | None:
+        """On a terminal, the reply as it is written; piped output only ever gets whole rows."""
+        return ConsoleDraft(self.screen, agent.name, text) if self.screen.live else None
+
+    async def remove_drafts(self, group: Group, parts: Sequence[DraftPart]) -> list[int]:
+        return [p.id for p in parts]  # a terminal's lines cannot be taken back; none are recorded
 
     async def alert(self, group: Group, text: str) -> None:
         self.screen.print(f"{self.screen.author(SYSTEM_AUTHOR, 'system')} {self.screen.clean(text)}")

@@ -53,16 +53,18 @@ parameter, and the model is remembered so later calls use it directly.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import socket
 import ssl
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit
 
 import httpx2
 import openai
+from openai.types.chat import ChatCompletion
 
 from bot.adapters.tokens import make_token_counter
 from bot.config import redact_url
@@ -138,6 +140,9 @@ class OpenAILLM:
         self._models_lock = asyncio.Lock()
         self._completion_tokens_models: set[str] = set()
         self._no_cache_key_models: set[str] = set()
+        self._no_stream_options_models: set[str] = set()
+        self._unstreamed_models: set[str] = set()  # models whose server does not stream: asked whole
+        self._broken_streams: set[str] = set()  # models whose stream broke off once (said once in the log)
         self._tools_answers: dict[str, str | None] = {}  # model -> tools_refusal's definite answer
 
     async def aclose(self) -> None:
@@ -239,11 +244,12 @@ class OpenAILLM:
     async def _create(
         self, messages: Sequence[ChatMessage], model: str, max_tokens: int | None, logprobs: bool,
         cache_key: str | None = None, *, tools: list[dict[str, Any]] | None = None,
-        tool_choice: dict[str, Any] | None = None,
+        tool_choice: dict[str, Any] | None = None, stream: bool = False,
     ) -> Any:
-        """One request; a 400 naming `max_completion_tokens` or `prompt_cache_key` is repeated
-        adapted (each at most once), and so is a refusal of images (without them); the model is
-        remembered so later calls are sent right."""
+        """One request; a 400 naming `max_completion_tokens`, `prompt_cache_key` or (`stream`)
+        `stream_options` is repeated adapted (each at most once), and so is a refusal of images
+        (without them); the model is remembered so later calls are sent right. With `stream`,
+        the SDK's stream, its response begun."""
         kwargs: dict[str, Any] = {
             "model": model,
             "messages": [_message_json(m) for m in messages],
@@ -255,6 +261,8 @@ class OpenAILLM:
             kwargs["tools"] = tools
             if tool_choice is not None:
                 kwargs["tool_choice"] = tool_choice
+        if stream:
+            kwargs["stream"] = True
         while True:
             attempt = dict(kwargs)
             if cache_key and model not in self._no_cache_key_models:
@@ -262,6 +270,8 @@ class OpenAILLM:
             if max_tokens is not None:
                 limit = "max_completion_tokens" if model in self._completion_tokens_models else "max_tokens"
                 attempt[limit] = max_tokens
+            if stream and model not in self._no_stream_options_models:
+                attempt["stream_options"] = {"include_usage": True}
             try:
                 async with asyncio.timeout(self.deadline):
                     return await self._client.chat.completions.create(**attempt)
@@ -282,6 +292,9 @@ class OpenAILLM:
                 elif "max_tokens" in attempt and _names(exc, "max_completion_tokens"):
                     log.info("model %s rejects max_tokens; using max_completion_tokens from now on", model)
                     self._completion_tokens_models.add(model)
+                elif "stream_options" in attempt and _names(exc, "stream_options"):
+                    log.info("model %s rejects stream_options; its usage is estimated from now on", model)
+                    self._no_stream_options_models.add(model)
                 else:
                     raise
 
@@ -327,6 +340,110 @@ class OpenAILLM:
             finish_reason=getattr(choice, "finish_reason", None),
             tool_calls=calls,
         )
+
+    async def stream(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        on_text: Callable[[str], None],
+        model: str | None = None,
+        max_tokens: int | None = None,
+        cache_key: str | None = None,
+    ) -> Completion:
+        """One chat completion, streamed (`bot.core.ports.LLM.stream`): `on_text(piece)` for each
+        piece of text as it arrives; usage from the stream's last chunk (`stream_options`), else
+        estimated. A server that refuses to stream (HTTP 400/404/405/415/422/501) or answers the whole
+        completion at once is remembered and asked plainly from then on; a stream that breaks off
+        (the connection drops, an error event, no finish reason) is asked again plainly. Either is
+        said in the log once per model. Raises `LLMError` subclasses (and what `on_text` raises)."""
+        name = model or self.default_model
+        if name in self._unstreamed_models:
+            return await self.complete(messages, model=name, max_tokens=max_tokens, cache_key=cache_key)
+        if not self.takes_images(name):
+            messages = [m.without_images() for m in messages]
+        started = time.monotonic()
+        try:
+            completion = await self._streamed(messages, name, max_tokens, cache_key, on_text)
+        except _Caller as wrapped:
+            raise wrapped.error from None
+        except openai.APIStatusError as exc:
+            if exc.status_code not in _NOT_STREAMING:
+                raise self._translate(exc, name) from None
+            completion = await self.complete(messages, model=name, max_tokens=max_tokens, cache_key=cache_key)
+            self._unstreamed_models.add(name)  # the plain request worked: the refusal was about streaming
+            log.warning("model %s at %s does not stream (HTTP %d to a streamed request); its replies are posted "
+                        "whole", name, self.host, exc.status_code)
+            return completion
+        except _StreamBroken as exc:
+            level = logging.DEBUG if name in self._broken_streams else logging.WARNING
+            self._broken_streams.add(name)
+            log.log(level, "model %s at %s broke its stream off (%s); asked again without streaming, the reply is "
+                           "posted whole", name, self.host, exc)
+            return await self.complete(messages, model=name, max_tokens=max_tokens, cache_key=cache_key)
+        except openai.OpenAIError as exc:
+            err = self._translate(exc, name)
+            log.debug("llm %s stream failed after %.2fs: %s", name, time.monotonic() - started, err)
+            raise err from None
+        log.debug("llm %s streamed: prompt=%d completion=%d cached=%d%s finish=%s in %.2fs", completion.model,
+                  completion.usage.prompt_tokens, completion.usage.completion_tokens, completion.usage.cached_tokens,
+                  " (estimated)" if completion.usage.estimated else "", completion.finish_reason,
+                  time.monotonic() - started)
+        return completion
+
+    async def _streamed(self, messages: Sequence[ChatMessage], model: str, max_tokens: int | None,
+                        cache_key: str | None, on_text: Callable[[str], None]) -> Completion:
+        """The streamed request and its chunks (`stream`'s body); the whole of it within the deadline."""
+        try:
+            async with asyncio.timeout(self.deadline):
+                response = await self._create(messages, model, max_tokens, False, cache_key, stream=True)
+                async with response:
+                    if "text/event-stream" not in response.response.headers.get("content-type", ""):
+                        return self._answered_whole(await response.response.aread(), messages, model)
+                    return await self._chunks(response, messages, model, on_text)
+        except TimeoutError:
+            raise _Overdue(self.deadline, self._client.base_url) from None
+
+    async def _chunks(self, response: Any, messages: Sequence[ChatMessage], model: str,
+                      on_text: Callable[[str], None]) -> Completion:
+        pieces: list[str] = []
+        usage: Any = None
+        finish: str | None = None
+        answered_by: str | None = None
+        try:
+            async for chunk in response:
+                answered_by = getattr(chunk, "model", None) or answered_by
+                usage = getattr(chunk, "usage", None) or usage
+                for choice in getattr(chunk, "choices", None) or ():
+                    if getattr(choice, "index", 0) != 0:
+                        continue
+                    piece = getattr(getattr(choice, "delta", None), "content", None)
+                    if piece:
+                        pieces.append(piece)
+                        try:
+                            on_text(piece)
+                        except Exception as exc:
+                            raise _Caller(exc) from exc
+                    finish = getattr(choice, "finish_reason", None) or finish
+        except openai.APITimeoutError:
+            raise
+        except (openai.APIConnectionError, openai.APIError) as exc:  # the response had begun: it broke off
+            raise _StreamBroken(f"{type(exc).__name__} after {len(pieces)} pieces") from None
+        if finish is None:
+            raise _StreamBroken(f"it ended without a finish reason after {len(pieces)} pieces")
+        text = "".join(pieces)
+        return Completion(text=text, usage=self._usage(usage, messages, text), model=answered_by or model,
+                          finish_reason=finish)
+
+    def _answered_whole(self, body: bytes, messages: Sequence[ChatMessage], model: str) -> Completion:
+        """A server that ignored `stream` and sent the whole completion: taken as it is, remembered."""
+        try:
+            completion = self._completion(ChatCompletion.model_validate(json.loads(body)), messages, model)
+        except (ValueError, TypeError) as exc:
+            raise LLMError(f"malformed response from model {model} at {self.host}: {type(exc).__name__}") from None
+        self._unstreamed_models.add(model)
+        log.warning("model %s at %s does not stream (it answered a streamed request whole); its replies are posted "
+                    "whole", model, self.host)
+        return completion
 
     async def tools_refusal(self, model: str | None, *, spent: list[Completion] | None = None) -> str | None:
         """None when `model` takes tool calls, else why not (or that it could not be checked).
@@ -452,6 +569,22 @@ def _connection_problem(exc: BaseException) -> str:
             return "connection failed"
         cause = cause.__cause__ or cause.__context__
     return "could not connect"
+
+
+# Answers to a streamed request that may mean "this server does not stream" (asked again plainly).
+_NOT_STREAMING = frozenset({400, 404, 405, 415, 422, 501})
+
+
+class _StreamBroken(Exception):
+    """A streamed answer that began and then broke off."""
+
+
+class _Caller(Exception):
+    """What `on_text` raised, carried out of the stream unchanged."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class _Overdue(openai.APITimeoutError):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from bot.adapters.openai_llm import OpenAILLM
 from bot.core.errors import ConfigError, LLMError
@@ -60,6 +60,17 @@ class Providers:
         try:
             completion = await client.complete(messages, model=name, max_tokens=max_tokens, logprobs=logprobs,
                                                cache_key=cache_key, tools=tools)
+        except LLMError as exc:
+            raise self._named(exc, provider) from None
+        return dataclasses.replace(completion, provider=provider)
+
+    async def stream(self, messages: Sequence[ChatMessage], *, on_text: Callable[[str], None],
+                     model: str | None = None, max_tokens: int | None = None,
+                     cache_key: str | None = None) -> Completion:
+        provider, client, name = self.resolve(model)
+        try:
+            completion = await client.stream(messages, on_text=on_text, model=name, max_tokens=max_tokens,
+                                             cache_key=cache_key)
         except LLMError as exc:
             raise self._named(exc, provider) from None
         return dataclasses.replace(completion, provider=provider)

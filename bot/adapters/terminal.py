@@ -20,10 +20,13 @@ waits for executor threads at exit, so a read blocked on the keyboard would hold
 Ctrl-C up until the next key. A pipe is read with `os.read`, not through
 `sys.stdin`, whose buffer lock a blocked daemon thread would hold at exit.
 
-The screen's bottom is [status row][the line readline edits]. Anything printed
-goes above it: erase the bottom, write, draw the bottom again (the edited text and
-the cursor are read back from readline). Messages arrive at any time, from the
-event loop's thread; readline runs in the reading thread; one lock orders them.
+The screen's bottom is [replies being written][status row][the line readline edits].
+Anything printed goes above it: erase the bottom, write, draw the bottom again (the
+edited text and the cursor are read back from readline). A reply being written
+(`show_live`) is drawn there, wrapped, its newest rows when it is taller than the
+terminal allows, until it is printed for good (`print(..., ends_live=...)`). Messages
+arrive at any time, from the event loop's thread; readline runs in the reading thread;
+one lock orders them.
 """
 from __future__ import annotations
 
@@ -101,20 +104,27 @@ def and_list(names: list[str]) -> str:
 
 # output -----------------------------------------------------------------------
 class Screen:
-    """Plain lines (pipes, files, tests): no prompt, no status, no colour."""
+    """Plain lines (pipes, files, tests): no prompt, no status, no colour, nothing shown before
+    it is printed for good (every line is printed once, whole)."""
 
     colour = False
+    live = False  # shows replies while they are written
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
 
-    def print(self, text: str, *, replaces_echo: bool = False) -> None:
-        """Write a line. `replaces_echo`: it shows the line just typed (`[you] text` for `text`)."""
+    def print(self, text: str, *, replaces_echo: bool = False, ends_live: str | None = None) -> None:
+        """Write a line. `replaces_echo`: it shows the line just typed (`[you] text` for `text`).
+        `ends_live`: it is the reply `show_live` showed under that key, now printed for good."""
         self.out.write(text + "\n")
         self.out.flush()
 
     def set_status(self, text: str | None) -> None:
         """What is going on now (`planner is typing…`); None clears it."""
+
+    def show_live(self, key: str, text: str | None) -> None:
+        """A reply being written (its lines as far as they may be shown), above the status; None
+        takes it away."""
 
     def finish(self) -> None:
         """The session ends: clear the status and the prompt; later lines are plain."""
@@ -156,12 +166,17 @@ class _Echo:
 class TtyScreen(Screen):
     """A terminal: a status row and readline's line at the bottom, kept whole while lines are printed."""
 
+    live = True
+
     def __init__(self, out: TextIO, editor: LineEditor, *, colour: bool, columns: int | None = None,
-                 hooked: bool = True) -> None:
+                 hooked: bool = True, lines: int | None = None) -> None:
         super().__init__(out)
         self.editor = editor
         self.colour = colour
         self._columns = columns  # fixed width (tests); None: ask the terminal
+        self._lines = lines  # fixed height (tests); None: ask the terminal
+        self._live: dict[str, str] = {}  # replies being written, by key, in the order they began
+        self._live_rows = 0  # rows they took when last drawn
         self._hooked = hooked  # readline calls `prompt_drawn` once its prompt is on screen
         self._lock = threading.RLock()
         self._status: str | None = None
@@ -176,12 +191,25 @@ class TtyScreen(Screen):
         return _CONTROLS.sub("\ufffd", mask(text))
 
     # called from the event loop's thread
-    def print(self, text: str, *, replaces_echo: bool = False) -> None:
+    def print(self, text: str, *, replaces_echo: bool = False, ends_live: str | None = None) -> None:
         with self._lock:
             if self._finished:
                 return super().print(text)
             self._erase(keep_echo=not (replaces_echo and self._echo is not None and self._echo.kind == "message"))
+            if ends_live is not None:
+                self._live.pop(ends_live, None)
             self._write(text + "\n")
+            self._draw()
+
+    def show_live(self, key: str, text: str | None) -> None:
+        with self._lock:
+            if self._finished or self._live.get(key) == text:
+                return
+            self._erase()
+            if text is None:
+                self._live.pop(key, None)
+            else:
+                self._live[key] = text
             self._draw()
 
     def set_status(self, text: str | None) -> None:
@@ -198,6 +226,7 @@ class TtyScreen(Screen):
                 return
             self._erase()
             self._status = self._prompt = None
+            self._live.clear()
             self._finished = True
             self.out.flush()
 
@@ -251,11 +280,20 @@ class TtyScreen(Screen):
             return 80
         return max(columns, 10) if columns else 80  # 0: the terminal does not say (a pty nobody sized)
 
+    def _height(self) -> int:
+        if self._lines is not None:
+            return self._lines
+        try:
+            return max(os.get_terminal_size(self.out.fileno()).lines, 5)
+        except (OSError, ValueError):
+            return 24
+
     def _erase(self, *, keep_echo: bool = True) -> None:
-        """Clear the bottom (status, echo, prompt); the cursor ends at the start of its first row.
-        A kept echo is written again, for good, above the bottom."""
+        """Clear the bottom (replies being written, status, echo, prompt); the cursor ends at the
+        start of its first row. A kept echo is written again, for good, above the bottom."""
         width = self._width()
-        up = 1 if self._status else 0
+        up = self._live_rows + (1 if self._status else 0)
+        self._live_rows = 0
         if self._prompt is not None:
             buffer = self.editor.buffer()
             prompt = self.editor.shown_prompt(self._prompt)
@@ -268,8 +306,13 @@ class TtyScreen(Screen):
         self._echo = None
 
     def _draw(self) -> None:
-        """Draw the status row and the edited line, the cursor where readline has it."""
+        """Draw the replies being written, the status row and the edited line, the cursor where
+        readline has it."""
         width = self._width()
+        rows = self._wrapped_live(width)
+        for row in rows:
+            self._write(row + "\n")
+        self._live_rows = len(rows)
         if self._status:
             status = self._status
             while cells(status) > width - 1:
@@ -291,8 +334,49 @@ class TtyScreen(Screen):
             self._write(moves)
         self.out.flush()
 
+    def _wrapped_live(self, width: int) -> list[str]:
+        """The rows of the replies being written, each narrower than the terminal (so a row never
+        wraps by itself); the newest rows that leave room for the status and the prompt."""
+        rows: list[str] = []
+        for text in self._live.values():
+            for line in text.split("\n"):
+                rows.extend(_wrap(line, width - 1))
+        room = max(self._height() - 4, 2)
+        if len(rows) > room:  # the newest rows; the first of them says that more came before
+            rows = rows[-room:]
+            rows[0] = "…" + _strip_paint(rows[0])[1:]
+        return rows
+
     def _write(self, text: str) -> None:
         self.out.write(text)
+
+
+_PAINT = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _strip_paint(text: str) -> str:
+    return _PAINT.sub("", text)
+
+
+def _wrap(line: str, width: int) -> list[str]:
+    """`line` cut into rows of at most `width` cells (colour codes take none); an empty line is one row."""
+    rows: list[str] = []
+    current, used, i = "", 0, 0
+    while i < len(line):
+        paint = _PAINT.match(line, i)
+        if paint:
+            current += paint.group()
+            i = paint.end()
+            continue
+        wide = cells(line[i])
+        if used + wide > width and used:
+            rows.append(current + (RESET if "\x1b[" in current else ""))
+            current, used = "", 0
+        current += line[i]
+        used += wide
+        i += 1
+    rows.append(current)
+    return rows
 
 
 # input --------------------------------------------------------------------------

@@ -35,7 +35,7 @@ CONFIG_FIELDS = {  # option name -> GroupSettings field
     "context_budget": "context_budget", "selector_budget": "selector_budget", "pace": "pace",
     "selector_model": "selector_model",
     "operator_role": "operator_role", "allow_bots": "allow_bots", "brief": "brief", "min_confidence": "min_confidence",
-    "monthly_budget": "monthly_budget", "max_images": "max_images", "max_text": "max_text",
+    "monthly_budget": "monthly_budget", "max_images": "max_images", "max_text": "max_text", "stream": "stream",
 }
 
 
@@ -72,6 +72,7 @@ def settings_fields(settings: GroupSettings) -> tuple[Field, ...]:
         "brief": brief, "min_confidence": settings.min_confidence or "off",
         "monthly_budget": exact_dollars(settings.monthly_budget) if settings.monthly_budget else "off",
         "max_images": settings.max_images, "max_text": f"{settings.max_text:,}",
+        "stream": "on" if settings.stream else "off",
     }
     return tuple(Field(k, str(val)) for k, val in shown.items())
 

@@ -379,6 +379,7 @@ COMMANDS: tuple[Command, ...] = (
                        "integer", low=MAX_IMAGES_RANGE[0], high=MAX_IMAGES_RANGE[1]),
                 Option("max_text", "characters of a message's text files put in prompts (the rest is cut)",
                        "integer", low=MAX_TEXT_RANGE[0], high=MAX_TEXT_RANGE[1]),
+                Option("stream", "show replies as they are written (off: whole messages)", "boolean"),
             ), who="operators_to_change"),
     Command(("roundtable", "pause"), "Hold deliveries (messages are still recorded)",
             lambda inv: inv.admin.pause(inv.group), who="operators"),

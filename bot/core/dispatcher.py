@@ -11,7 +11,8 @@ The durable queue is the group's latest seq plus each agent's
   3-4. keep the agents that a message after their cursor selects, skip-advance
   the rest; 5. skip agents holding their lock; 6. pick the furthest-behind idle
   one (tie: oldest agent); 7. run it once over the snapshot and wait;
-  8. advance its cursor through the snapshot; 9. repeat until nobody is pending.
+  8. advance its cursor through the snapshot; 9. repeat until nobody is pending
+  (then provisional messages that no reply will own are taken back: `Engine.sweep_drafts`).
 """
 from __future__ import annotations
 
@@ -58,6 +59,7 @@ class GroupDispatcher(GroupWorker):
                 if group.latest_seq != snapshot:
                     continue  # a message arrived meanwhile: route it before settling anything
                 await self._settle_episode(group)
+                await self.engine.sweep_drafts(group)
                 return
             low = min(a.delivered_through for a in pending)
             decisions = await store.decisions(group.id, after=low, through=snapshot)

@@ -25,7 +25,7 @@ from bot.core.attachments import ImageSource, counted_text, images_tokens
 from bot.core.direct import DirectAnswer, DirectRuns
 from bot.core.dispatcher import GroupDispatcher
 from bot.core.doctor import Probe
-from bot.core.errors import Busy, StoreBusy, StoreUnavailable, StoreUnwritable
+from bot.core.errors import Busy, DeliveryError, StoreBusy, StoreUnavailable, StoreUnwritable
 from bot.core.models import Agent, Episode, EpisodeResult, Group, Message, NewMessage, SharedFile, Usage
 from bot.core.outbox import Outbox, RetryPolicy
 from bot.core.ownership import LEASE_TTL, Ownership
@@ -442,6 +442,22 @@ class Engine:
                         await self.surface.alert(group, mask_error(text))
                 except Exception:  # best effort: /roundtable status shows it too
                     log.warning("group=%s: could not tell people about the database", group_id, exc_info=True)
+
+    async def sweep_drafts(self, group: Group) -> None:
+        """Take back the provisional messages that no row owns and no run will use (a run
+        that ended without a reply and could not take its own back, e.g. it died mid-stream
+        and its agent has nothing left to answer). Called when the group has nobody pending."""
+        parts = await self.store.orphan_drafts(group.id)
+        if not parts:
+            return
+        try:
+            gone = await self.surface.remove_drafts(group, parts)
+        except DeliveryError as exc:
+            log.warning("group=%s: %d provisional message(s) could not be taken back yet: %s", group.id, len(parts),
+                        exc)
+            return
+        await self.store.drop_drafts(gone)
+        log.info("group=%s: took back %d provisional message(s) of replies never posted", group.id, len(gone))
 
     # results -------------------------------------------------------------
     async def episode_result(self, episode_id: int) -> EpisodeResult:

@@ -59,6 +59,7 @@ class GroupSettings:
     monthly_budget: float | None = None  # dollars a calendar month (UTC); reached: the group pauses
     max_images: int = DEFAULT_MAX_IMAGES  # images sent from one message, and in one prompt
     max_text: int = DEFAULT_MAX_TEXT  # characters of a message's text files inlined in prompts
+    stream: bool = True  # replies appear as they are written (provisional messages, then the committed text)
 
     def with_changes(self, **changes: Any) -> "GroupSettings":
         return replace(self, **changes)
@@ -191,6 +192,23 @@ class Message:
     created_at: float = 0.0
     tokens_before: int = 0  # the thread cost of the group's earlier rows (running sum of token_cost)
     attachments: tuple[SharedFile, ...] = ()
+
+
+@dataclass(frozen=True)
+class DraftPart:
+    """One provisional message of a reply being written (SPEC §8 "Streaming"): the surface's id for
+    it (None while its post is on its way), the text that post carried, and the run it belongs to.
+    A committed reply's row owns the parts of its run (`Message.source_run_id`)."""
+
+    id: int
+    group_id: int
+    agent_id: int
+    run_id: int
+    position: int
+    author_name: str
+    external_id: str | None = None
+    text: str = ""
+    created_at: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from bot.core.models import (
     Completion,
     ContextSummary,
     Decision,
+    DraftPart,
     Episode,
     FinishedRun,
     Group,
@@ -61,6 +62,23 @@ class LLM(Protocol):
         """
         ...
 
+    async def stream(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        on_text: Callable[[str], None],
+        model: str | None = None,
+        max_tokens: int | None = None,
+        cache_key: str | None = None,
+    ) -> Completion:
+        """One chat completion, streamed: `on_text(piece)` for each piece of the reply's text as
+        the model writes it, then the whole completion (usage from the server when it sends any,
+        else estimated, as `complete` does). A server that does not stream, or a stream that
+        breaks off, is answered by one plain request instead: the completion's text is then the
+        reply, whatever pieces came before. Raises `LLMError` subclasses (and whatever `on_text`
+        raises)."""
+        ...
+
     async def tools_refusal(self, model: str | None, *, spent: list[Completion] | None = None) -> str | None:
         """None when `model` (None: the default) takes tool calls; else one line saying why
         not, or that it could not be checked. Never raises. When it asked the model (a tiny
@@ -84,6 +102,25 @@ class LLM(Protocol):
 Recorder = Callable[[str], Awaitable[None]]
 
 
+class Draft(Protocol):
+    """A reply shown while it is written, until its row is committed and published (SPEC §8)."""
+
+    def grew(self) -> None:
+        """More of the reply was written: show the draft's text source again soon (the surface
+        paces its updates; it calls the source when it is about to show). Never blocks."""
+        ...
+
+    async def stop(self, *, wait: bool = True) -> None:
+        """The model is done: no more updates; an update on its way is finished first (its ids
+        recorded), unless not `wait` (shutting down: the parts recorded so far are the next run's)."""
+        ...
+
+    async def discard(self) -> None:
+        """Nothing will be posted for this run: take back what was shown (best effort; what stays
+        is recorded and removed later)."""
+        ...
+
+
 class Surface(Protocol):
     """Where public messages are shown: Discord, or the console."""
 
@@ -94,13 +131,27 @@ class Surface(Protocol):
         `message.external_ids` are the parts already recorded: show only the rest.
         With `resume`, an earlier attempt may have reached people without being
         recorded (a crash, a reset connection): first look for those parts and
-        record them instead of showing them twice. Called for agent and system
-        rows, and (console) user rows. Raises `DeliveryError`.
+        record them instead of showing them twice. An agent row whose run was shown
+        while it was written (`draft`) is finished in the provisional messages of its
+        run, which become its parts. Called for agent and system rows, and (console)
+        user rows. Raises `DeliveryError`.
         """
         ...
 
     def working(self, group: Group, agent: Agent) -> AsyncContextManager[None]:
         """Held while `agent` works on a run (e.g. Discord's typing indicator); never delays the run."""
+        ...
+
+    def draft(self, group: Group, agent: Agent, run_id: int, parts: Sequence[DraftPart],
+              text: Callable[[], str]) -> Draft | None:
+        """Show run `run_id`'s reply while it is written (`text()`: what may be shown of it now);
+        None when this surface does not (then the reply is shown once committed). `parts`: the
+        provisional messages the run took over from an interrupted run of the agent, to reuse.
+        The committed row's `publish` turns what was shown into the final text."""
+        ...
+
+    async def remove_drafts(self, group: Group, parts: Sequence[DraftPart]) -> list[int]:
+        """Take back provisional messages no row will own; the ids of the parts that are gone."""
         ...
 
     async def episode_updated(self, group: Group, episode: Episode) -> None:
@@ -214,7 +265,8 @@ class ChatStore(Protocol):
         ...
 
     async def confirm_message(self, group_id: int, seq: int) -> None:
-        """Every part of the row reached the surface."""
+        """Every part of the row reached the surface (the provisional messages of its run are its
+        parts now, or gone: they are forgotten)."""
         ...
 
     async def unconfirmed_messages(self, group_id: int) -> list[Message]:
@@ -315,6 +367,37 @@ class ContextStore(ChatStore, Protocol):
 
     async def earlier_tasks(self, group_id: int, *, before_seq: int, limit: int) -> list[tuple[Episode, Message]]:
         """The episodes opened before row `before_seq`, each with its task row, newest first, at most `limit`."""
+        ...
+
+
+class DraftStore(Protocol):
+    """Provisional messages of replies being written (SPEC §8 "Streaming"), so that a reply
+    shown in part is finished or taken back even after a crash."""
+
+    async def add_draft(self, group_id: int, agent_id: int, run_id: int, position: int, author_name: str,
+                        text: str) -> DraftPart:
+        """A provisional message about to be posted with `text` (its id is not known yet)."""
+        ...
+
+    async def draft_posted(self, draft_id: int, external_id: str) -> None:
+        """The provisional message was posted: its id (before any edit of it)."""
+        ...
+
+    async def draft_parts(self, run_id: int) -> list[DraftPart]:
+        """The run's provisional messages, in order."""
+        ...
+
+    async def adopt_drafts(self, group_id: int, agent_id: int, run_id: int) -> list[DraftPart]:
+        """Move to run `run_id` the agent's provisional messages that no row owns and whose run
+        ended (an interrupted run's); return the run's parts, in order."""
+        ...
+
+    async def orphan_drafts(self, group_id: int) -> list[DraftPart]:
+        """Provisional messages that no row owns and no running run will use."""
+        ...
+
+    async def drop_drafts(self, draft_ids: Iterable[int]) -> None:
+        """Forget these provisional messages (taken back, or never posted)."""
         ...
 
 
@@ -511,8 +594,8 @@ class DiagnosisStore(Protocol):
         ...
 
 
-class Store(ContextStore, MemoryStore, ScheduleStore, RecordStore, ReadingStore, LeaseStore, WebhookStore,
-            InteractionStore, DiagnosisStore, Protocol):
+class Store(ContextStore, DraftStore, MemoryStore, ScheduleStore, RecordStore, ReadingStore, LeaseStore,
+            WebhookStore, InteractionStore, DiagnosisStore, Protocol):
     """Durable state. Every method is atomic; appends are serialised per group.
 
     Seqs are per group, 1, 2, 3 ... without gaps. `group.latest_seq` is the

@@ -4,6 +4,13 @@
 result to the store, which settles it in one transaction (status, tokens, the
 reply or notice, the agent's cursor), and returns the outcome; the outbox shows
 what was posted and the dispatcher applies the stop rules.
+
+With the group's `stream` setting on, the reply is shown while the model writes it
+(`bot.core.draft`): the surface's draft shows what may be shown of it, paced by the
+surface, and stops before the run is settled, so the committed row's publish has the
+last word. The run first takes over the provisional messages an interrupted run of
+the agent left (its reply replaces them); a run that posts nothing takes its own back.
+A run with memory on (a loop of tool calls) is not streamed: its reply is posted whole.
 """
 from __future__ import annotations
 
@@ -14,9 +21,11 @@ from typing import TYPE_CHECKING, Sequence
 
 from bot.core.attachments import PromptFiles
 from bot.core.context import Trimmed, load_thread, participant_step
+from bot.core.draft import ReplyStream
 from bot.core.errors import CapReached, LLMError
 from bot.core.memory import Answer, load_memory, run_with_memory
-from bot.core.models import Agent, ChatMessage, Group, Message, NewMessage, Run, RunResult, Usage
+from bot.core.models import Agent, ChatMessage, Completion, Group, Message, NewMessage, Run, RunResult, Usage
+from bot.core.ports import Draft
 from bot.core.prompts import participant_prompt, system_message, thread_line
 from bot.core.stop import cap_refusal_notice, ends_with_terminate, guard_impersonation, strip_terminate
 from bot.core.tags import parse_tags
@@ -93,6 +102,7 @@ class AgentTurn:
         engine = self.engine
         store = engine.store
         run = await store.start_run(group.id, agent.id, "group", snapshot)
+        draft: Draft | None = None
         try:
             fresh = await store.get_group(group.id)
             cap = fresh.settings.max_agent_turns
@@ -102,13 +112,15 @@ class AgentTurn:
                 result, terminated = RunResult("refused", selector_usage=selector_usage, error=str(CapReached(cap)),
                                                notice=await self._refusal_notice(run, agent, cap)), False
             else:
-                result, terminated = await self._call(group, agent, run, selector_usage)
+                result, terminated, draft = await self._call(fresh, agent, run, selector_usage)
         except asyncio.CancelledError:
             # Shutting down: the run stays undone (its agent runs again on the next start).
             await self._interrupt(run, selector_usage)
             raise
         finished = await store.finish_run(run.id, result, cap=cap)
         run, reply, notice = finished.run, finished.reply, finished.notice
+        if draft is not None and reply is None:
+            await draft.discard()  # nothing will own what was shown
         if result.reply is not None and reply is None:
             log.info("group=%s agent=%s run=%s not posted: %s", group.id, agent.name, run.id, run.error)
         if run.status == "refused" and result.status != "refused":  # the store refused it: another agent posted first
@@ -132,8 +144,10 @@ class AgentTurn:
             return None
         return self.engine.notice(cap_refusal_notice(agent.name, cap))
 
-    async def _call(self, group: Group, agent: Agent, run: Run, selector_usage: Usage) -> tuple[RunResult, bool]:
-        """Prompt the agent and turn its answer into the run's result (and whether it said TERMINATE)."""
+    async def _call(self, group: Group, agent: Agent, run: Run,
+                    selector_usage: Usage) -> tuple[RunResult, bool, Draft | None]:
+        """Prompt the agent and turn its answer into the run's result (whether it said TERMINATE,
+        and the draft that showed it while it was written)."""
         engine = self.engine
         store = engine.store
         roster = await store.list_agents(group.id)
@@ -150,7 +164,14 @@ class AgentTurn:
         engine.withheld_images(agent.model, files.withheld)
         async with engine.surface.working(group, agent):
             messages = await files.fill_images(messages, engine.images(group))
-            answer = await self._complete(group, agent, messages)
+            answer, draft = await self._complete(group, agent, run, messages, others)
+        result, terminated = await self._result(group, agent, run, answer, roster, others, selector_usage)
+        return result, terminated, draft
+
+    async def _result(self, group: Group, agent: Agent, run: Run, answer: Answer, roster: Sequence[Agent],
+                      others: Sequence[str], selector_usage: Usage) -> tuple[RunResult, bool]:
+        """The run's result from the agent's answer, cleaned (and whether it said TERMINATE)."""
+        engine, store = self.engine, self.engine.store
         if answer.error is not None:
             exc = answer.error
             log.warning("group=%s agent=%s run=%s failed: %s", group.id, agent.name, run.id, exc)
@@ -181,16 +202,46 @@ class AgentTurn:
         return RunResult("posted", usage, selector_usage, reply=reply, model=answer.model,
                          memory_skipped=skipped, provider=answer.provider, calls=answer.calls), terminated
 
-    async def _complete(self, group: Group, agent: Agent, messages: list[ChatMessage]) -> Answer:
-        """The agent's answer: one call, or with memory on, the memory_write loop (`bot.core.memory`)."""
-        llm, key = self.engine.llm, cache_key(group, agent.id)
+    async def _complete(self, group: Group, agent: Agent, run: Run, messages: list[ChatMessage],
+                        others: Sequence[str]) -> tuple[Answer, Draft | None]:
+        """The agent's answer: one call (streamed to the surface's draft when the group streams),
+        or with memory on, the memory_write loop (`bot.core.memory`), never streamed. The run
+        takes over the provisional messages an interrupted run of the agent left, streamed or not
+        (its reply's row owns them)."""
+        engine = self.engine
+        llm, key = engine.llm, cache_key(group, agent.id)
+        parts = await engine.store.adopt_drafts(group.id, agent.id, run.id)
         if agent.memory:
-            return await run_with_memory(llm, self.engine.store, agent, messages, cache_key=key)
+            return await run_with_memory(llm, engine.store, agent, messages, cache_key=key), None
+        reply = ReplyStream(agent.name, others)
+        draft = engine.surface.draft(group, agent, run.id, parts, reply.visible) if group.settings.stream else None
         try:
-            completion = await llm.complete(messages, model=agent.model, cache_key=key)
+            if draft is None:
+                completion = await llm.complete(messages, model=agent.model, cache_key=key)
+            else:
+                completion = await self._streamed(agent, messages, key, reply, draft)
         except LLMError as exc:
-            return Answer("", Usage(), "", False, 1, error=exc)
-        return Answer(completion.text, completion.usage, completion.model, False, 1, provider=completion.provider)
+            return Answer("", Usage(), "", False, 1, error=exc), draft
+        return Answer(completion.text, completion.usage, completion.model, False, 1,
+                      provider=completion.provider), draft
+
+    async def _streamed(self, agent: Agent, messages: list[ChatMessage], key: str, reply: ReplyStream,
+                        draft: Draft) -> Completion:
+        """The model's answer, streamed: each piece grows the draft; the draft stops before it is settled."""
+        def piece(text: str) -> None:
+            reply.add(text)
+            draft.grew()
+
+        try:
+            completion = await self.engine.llm.stream(messages, on_text=piece, model=agent.model, cache_key=key)
+        except asyncio.CancelledError:
+            await draft.stop(wait=False)  # shutting down: what was shown is recorded for the next run
+            raise
+        except BaseException:
+            await draft.stop()
+            raise
+        await draft.stop()
+        return completion
 
     async def _interrupt(self, run: Run, selector_usage: Usage) -> None:
         try:

@@ -262,3 +262,40 @@ async def test_line_reader_over_a_pipe():
 async def test_line_reader_over_a_stream_without_a_file():
     reader = LineReader(io.StringIO("a\nb"))
     assert [await reader(), await reader(more=True), await reader()] == ["a\n", "b", ""]
+
+
+def test_a_reply_being_written_is_drawn_above_the_status_and_printed_once_when_done(tty):
+    term, screen, editor = tty
+    prompt_with(term, screen, editor, "half a li", left=2)
+    screen.set_status("planner is typing…")
+    screen.show_live("planner", "[planner] Day one is Asakusa,")
+    assert term.rows() == ["[planner] Day one is Asakusa,", "planner is typing…", "you> half a li"]
+    assert term.cursor == (2, len("you> half a "))
+    screen.show_live("planner", "[planner] Day one is Asakusa, day two is Ueno and\nits museums")
+    assert term.rows() == ["[planner] Day one is Asakusa, day two i", "s Ueno and", "its museums",
+                           "planner is typing…", "you> half a li"]  # wrapped narrower than the terminal
+    screen.print("[budget] fine", ends_live="budget")  # another line goes above; the reply stays below it
+    assert term.rows()[:2] == ["[budget] fine", "[planner] Day one is Asakusa, day two i"]
+    screen.set_status(None)
+    screen.print("[planner] Day one is Asakusa, day two is Ueno and its museums.", ends_live="planner")
+    assert term.rows() == ["[budget] fine", "[planner] Day one is Asakusa, day two is", " Ueno and its museums.",
+                           "you> half a li"]
+    assert term.cursor == (3, len("you> half a "))
+
+
+def test_a_reply_taller_than_the_terminal_shows_its_newest_rows_and_can_be_taken_back():
+    term, editor = Terminal(40), Editor()
+    screen = TtyScreen(term, editor, colour=False, columns=40, lines=8)  # type: ignore[arg-type]  # room for 4 rows of it
+    prompt_with(term, screen, editor, "")
+    screen.show_live("planner", "\n".join(f"line {i}" for i in range(10)))
+    assert term.rows() == ["…ine 6", "line 7", "line 8", "line 9", "you>"]
+    screen.show_live("planner", None)
+    assert term.rows() == ["you>"] and term.cursor == (0, 5)
+
+
+def test_a_plain_screen_never_shows_a_reply_before_it_is_printed():
+    out = io.StringIO()
+    screen = Screen(out)
+    screen.show_live("planner", "[planner] half")
+    screen.print("[planner] whole.", ends_live="planner")
+    assert not screen.live and out.getvalue() == "[planner] whole.\n"

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from bench import engine_figures
+from bench import engine_figures, streaming
 from bench.cache_server import Tokenizer
 from bench.cli import PG_ENV, build_parser, check_pg
 from bench.cli import main as bench_main
@@ -197,7 +197,8 @@ def test_a_quick_run_on_sqlite_and_postgresql(capsys: pytest.CaptureFixture[str]
     if reason is not None:
         pytest.skip(f"PostgreSQL: {reason}")
     url = pg_url()
-    assert bench_main(["--no-tokens", "--sizes", "30", "--engine-turns", "10", "--repeats", "1", "--pg", url]) == 0
+    assert bench_main(["--no-tokens", "--no-streaming", "--sizes", "30", "--engine-turns", "10", "--repeats", "1",
+                       "--pg", url]) == 0
     out = capsys.readouterr().out
     for database in ("sqlite", "postgresql"):
         assert f"history 30 ({database}): overhead/turn p50 / p99 ms" in out
@@ -215,3 +216,32 @@ def test_a_quick_run_on_sqlite_and_postgresql(capsys: pytest.CaptureFixture[str]
             await conn.close()
 
     assert asyncio.run(leftovers()) == []  # the schema was dropped
+
+
+async def test_the_streaming_figure_runs_and_counts() -> None:
+    figures = await streaming.measure(replies=1)
+    assert figures.note == ""
+    streamed, whole, together = figures.modes
+    assert (streamed.stream, whole.stream, together.stream) == (True, False, True) and together.rooms == 3
+    assert streamed.messages == [1] and streamed.posts == [1.0] and streamed.edits[0] >= 2  # grown, then finished
+    assert whole.messages == [1] and whole.posts == [1.0] and whole.edits == [0.0]
+    assert len(together.first_visible) == 3 and together.messages == [1, 1, 1]
+    assert all(m.limited == 0 and m.rest_calls[0] >= m.webhook_calls[0] for m in figures.modes)
+    text = render(Results(streaming=figures))
+    assert "streamed, 3 at once" in text and "REST calls per answered message" in text
+
+
+def test_the_streaming_figure_is_skipped_with_one_line_outside_a_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(streaming, "testing_modules", lambda: None)
+    figures = asyncio.run(streaming.measure(replies=1))
+    assert render(Results(streaming=figures)).endswith(streaming.SKIPPED)
+
+
+def test_the_streaming_targets_read_the_figures() -> None:
+    fast = streaming.ModeFigures(True, first_visible=[0.1, 0.2], after_last_token=[0.02, 0.03])
+    slow = streaming.ModeFigures(True, first_visible=[0.5], after_last_token=[0.9], limited=1)
+    lines = streaming.render(streaming.StreamingFigures([fast, streaming.ModeFigures(False, first_visible=[3.0])]))
+    assert [line.rsplit(": ", 1)[-1] for line in lines[-3:]] == ["met", "met", "met"]
+    assert "0.20 s" in lines[-3]
+    lines = streaming.render(streaming.StreamingFigures([slow]))
+    assert [line.rsplit(": ", 1)[-1] for line in lines[-3:]] == ["not met", "not met", "not met"]

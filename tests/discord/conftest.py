@@ -24,7 +24,12 @@ FAST_RETRY = RetryPolicy(first=0.05, factor=2.0, cap=0.4)  # the default waits s
 
 
 class BotHarness:
-    def __init__(self, emu: DiscordEmulator, llm_server: FakeOpenAI, db: Path) -> None:
+    """The bot in this process. New groups stream replies only with `stream=True` (ROUNDTABLE_STREAM):
+    the tests of other features check whole posts request by request; tests/discord/test_streaming.py
+    checks streamed ones."""
+
+    def __init__(self, emu: DiscordEmulator, llm_server: FakeOpenAI, db: Path, *, stream: bool = False) -> None:
+        self.stream = stream
         self.emu = emu
         self.llm_server = llm_server
         self.db = db
@@ -52,7 +57,8 @@ class BotHarness:
         self.surface = DiscordSurface(self.store)
         self.engine = Engine(self.store, self._llm, self.surface, counter, scope="discord:", retry=FAST_RETRY,
                              **self.engine_options)
-        self.bot = RoundtableBot(self.engine, self.surface, GroupSettings(), guild_id=int(self.emu.guild_id),
+        self.bot = RoundtableBot(self.engine, self.surface, GroupSettings(stream=self.stream),
+                                 guild_id=int(self.emu.guild_id),
                                  guild_ready_timeout=0.05)
         self._task = asyncio.create_task(self.bot.start(self.emu.token))
         if wait_ready:

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bot.adapters.discord.render import neutralize_mass_mentions, split_message
 from bot.core.models import GroupSettings
+from bot.core.stop import strip_terminate
 from storage import open_store
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.databases import Place, SqlitePlace
@@ -30,7 +32,9 @@ ROUNDTABLE = str(Path(sys.executable).parent / "roundtable")
 
 class UniqueReplies(GroupChatScript):
     """Every agent reply is different ("echo reply 7"), so a post shown twice is visible.
-    `hang` makes the next participant calls wait (a model call in flight while the bot dies)."""
+    `hang` makes the next participant calls wait (a model call in flight while the bot dies).
+    A streamed reply comes in pieces of `piece` characters `every` seconds apart; `hold_end`
+    (an event) keeps the next streamed reply from finishing until it is set."""
 
     def __init__(self, *, long: bool = False, delay: float = 0.0) -> None:
         super().__init__(selector=lambda body: "TERMINATE")
@@ -38,6 +42,10 @@ class UniqueReplies(GroupChatScript):
         self.long = long
         self.delay = delay
         self.hang = 0
+        self.every = 0.0
+        self.piece = 60
+        self.hold_end: asyncio.Event | None = None
+        self.texts: list[str] = []  # every participant reply, in order
 
     def _participant(self, name: str) -> Any:
         self.participant_order.append(name)
@@ -45,10 +53,13 @@ class UniqueReplies(GroupChatScript):
         text = f"{name} reply {n}."
         if self.long:  # about 5,000 characters: three chunks
             text += "\n\n" + "\n\n".join(f"Part {n}.{i}: " + "plenty of words " * 100 for i in range(3))
+        self.texts.append(text)
+        pieces = [text[i:i + self.piece] for i in range(0, len(text), self.piece)]
+        hold_end, self.hold_end = self.hold_end, None
         if self.hang:
             self.hang -= 1
             return Reply(text=text, delay=120)
-        return Reply(text=text, delay=self.delay)
+        return Reply(text=text, delay=self.delay, pieces=pieces, every=self.every, hold_end=hold_end)
 
 
 @dataclass
@@ -153,7 +164,8 @@ class BotProcess:
             "SELECT COUNT(*) FROM agents a JOIN groups g ON g.id = a.group_id"
             " WHERE a.removed_at IS NULL AND a.enabled = 1 AND a.delivered_through < g.latest_seq")[0]
         (unrouted,) = self.query("SELECT COUNT(*) FROM groups WHERE routed_through < latest_seq")[0]
-        return running == unshown == behind == unrouted == 0
+        (drafts,) = self.query("SELECT COUNT(*) FROM drafts")[0]  # provisional messages not finished or taken back
+        return running == unshown == behind == unrouted == drafts == 0
 
     async def wait_settled(self, timeout: float = 60) -> None:
         async def stable() -> None:
@@ -171,13 +183,14 @@ class BotProcess:
 
 def check_once(bot: BotProcess, channels: list[Channel]) -> dict[str, int]:
     """Every person's message in each channel is stored once, in Discord's order, and
-    answered; every agent row is in the channel exactly once, chunk by chunk, and
-    nothing else was posted as an agent. Returns counts for the test's own checks."""
+    answered; every agent row is in the channel exactly once, chunk by chunk, showing
+    what a whole post of it shows (no half reply), and nothing else was posted as an
+    agent. Returns counts for the test's own checks."""
     emu, totals = bot.emu, {"people": 0, "replies": 0}
     for channel in channels:
         in_discord = [m for m in emu.channel_messages(channel.channel_id)]
         people = [m["id"] for m in in_discord if not m.get("webhook_id") and m["author"]["id"] != emu.bot_user_id]
-        rows = bot.query("SELECT seq, author_type, external_ids, confirmed FROM messages WHERE group_id = ?"
+        rows = bot.query("SELECT seq, author_type, external_ids, confirmed, text FROM messages WHERE group_id = ?"
                          " ORDER BY seq", (channel.group_id,))
         stored_people = [eval_ids(r[2])[0] for r in rows if r[1] == "user"]
         assert stored_people == people, f"channel {channel.channel_id}: {len(stored_people)} stored of {len(people)}"
@@ -188,6 +201,9 @@ def check_once(bot: BotProcess, channels: list[Channel]) -> dict[str, int]:
             f"channel {channel.channel_id}: agent rows {len(agent_ids)} chunk ids vs {len(posted)} webhook posts")
         contents = [m["content"] for m in posted]
         assert len(set(contents)) == len(contents), "a reply was posted twice"
+        chunks = [c for r in rows if r[1] == "agent"
+                  for c in split_message(neutralize_mass_mentions(strip_terminate(r[4])))]
+        assert contents == chunks, f"channel {channel.channel_id}: what the agent messages show is not the replies"
         if people:
             last_person = max(r[0] for r in rows if r[1] == "user")
             (answered,) = bot.query("SELECT COUNT(*) FROM runs WHERE group_id = ? AND status = 'posted'"

@@ -1,5 +1,6 @@
 """kill -9 of `roundtable run` at every step of a turn, then a restart on the same database
 and emulator: every message answered as routing says, nothing lost, nothing posted twice.
+The same while a reply streams (provisional messages): one copy, never a half reply.
 Also SIGTERM (a graceful stop) and a storm of restarts while five channels keep talking."""
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ from typing import AsyncIterator
 
 import pytest
 
-from tests.discord.process import BotProcess, Channel, UniqueReplies, check_once
+from tests.discord.process import BotProcess, Channel, UniqueReplies, check_once, eval_ids
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.openai_server import FakeOpenAI
 
 WEBHOOK = r"^/webhooks/\d+/[\w.\-]{60,}"
+EDIT = WEBHOOK + r"/messages/\d+$"
 
 
 @pytest.fixture
@@ -58,7 +60,7 @@ KILL_POINTS = [
 async def test_kill_9_at_each_step_of_a_turn_loses_nothing_and_posts_nothing_twice(bot, replies, point):
     emu = bot.emu
     replies.long = point.startswith("between chunks")
-    channel = await bot.add_group(emu.channel_id, agents=("echo", "other"))
+    channel = await bot.add_group(emu.channel_id, agents=("echo", "other"), stream=False)  # whole posts
     await bot.start()
     await ask(bot, channel, "@echo warm up")
     await bot.wait_settled()
@@ -103,6 +105,67 @@ async def test_kill_9_at_each_step_of_a_turn_loses_nothing_and_posts_nothing_twi
         assert "interrupted" in statuses
 
 
+STREAM_KILL_POINTS = [
+    "after the first edit",
+    "between chunks, the next provisional post landed, its id not recorded",
+    "after the last edit before the commit",
+    "after the commit before the final edit",
+    "after the final edit, before it was recorded",
+]
+
+
+@pytest.mark.parametrize("point", STREAM_KILL_POINTS)
+async def test_kill_9_while_a_reply_streams_leaves_one_copy_and_no_half_reply(bot, replies, point):
+    """The reply is shown while it is written; the bot dies at a point of it and starts again:
+    the re-run's reply (or the committed one) ends up in the same messages, once, whole."""
+    emu = bot.emu
+    replies.long = point.startswith("between chunks")
+    replies.every, replies.piece = (0.04, 100) if replies.long else (0.5, 2)  # a few seconds of text
+    channel = await bot.add_group(emu.channel_id, agents=("echo", "other"))  # streamed (the default)
+    await bot.start()
+    await ask(bot, channel, "@echo warm up")
+    await bot.wait_settled()
+    before = len(emu.requests)
+    shown = "SELECT COUNT(*) FROM drafts WHERE external_id IS NOT NULL"
+    if point == "after the last edit before the commit":
+        replies.hold_end = asyncio.Event()  # the model never finishes this reply
+    held = None
+    final = f"echo reply {len(replies.texts) + 1}."  # what the reply will be (the draft never shows its stop)
+    if point.startswith("after the commit"):
+        held = emu.hold("PATCH", EDIT, where=lambda r: (r.json or {}).get("content") == final)
+    elif point.startswith("after the final edit"):
+        held = emu.hold("PATCH", EDIT, after=True, where=lambda r: (r.json or {}).get("content") == final)
+    await ask(bot, channel, "@echo the real question")
+    if point == "after the first edit":
+        await emu.wait_for(lambda: [r for r in emu.requests[before:] if r.method == "PATCH" and r.status == 200],
+                           timeout=20, what="a provisional edit")
+    elif point.startswith("between chunks"):
+        await wait_rows(bot, shown)  # the first provisional message is recorded: the next post is the second
+        held = emu.hold("POST", WEBHOOK, after=True)
+    elif point == "after the last edit before the commit":
+        await emu.wait_for(lambda: [m for m in emu.channel_messages(emu.channel_id)
+                                    if m.get("webhook_id") and m["content"] == final[:-1]],
+                           timeout=20, what="the whole text, edited in")
+    if held is not None:
+        await held.wait_arrived(timeout=20)
+    provisional = [m["id"] for m in emu.channel_messages(emu.channel_id)
+                   if m.get("webhook_id") and not bot.query("SELECT 1 FROM messages WHERE external_ids LIKE ?",
+                                                            (f'%"{m["id"]}"%',))]
+    await bot.kill()
+    await bot.start()
+    await bot.wait_settled()
+    totals = check_once(bot, [channel])
+    assert totals["people"] == 2 and totals["replies"] == 2
+    statuses = [r[0] for r in bot.query("SELECT status FROM runs ORDER BY id")]
+    assert statuses.count("running") == 0 and statuses.count("posted") == 2, statuses
+    (last,) = bot.query("SELECT external_ids FROM messages WHERE author_type = 'agent' ORDER BY seq DESC LIMIT 1")[0]
+    assert provisional and eval_ids(last)[0] == provisional[0]  # finished in the message it began in
+    committed = point.startswith(("after the commit", "after the final edit"))
+    assert ("interrupted" in statuses) is not committed  # else the re-run's reply took the messages over
+    if point.startswith("between chunks"):
+        assert "a provisional message had landed unrecorded" in bot.log.read_text()
+
+
 async def test_sigterm_stops_gracefully_and_the_next_start_finishes_the_turn(bot, replies):
     emu = bot.emu
     channel = await bot.add_group(emu.channel_id)
@@ -119,9 +182,13 @@ async def test_sigterm_stops_gracefully_and_the_next_start_finishes_the_turn(bot
     assert check_once(bot, [channel]) == {"people": 1, "replies": 1}
 
 
-async def test_a_storm_of_kills_while_five_channels_keep_talking(bot, replies):
+@pytest.mark.parametrize("streams", ["fast", "slowly"])
+async def test_a_storm_of_kills_while_five_channels_keep_talking(bot, replies, streams):
+    """Kills at random moments; with replies streaming slowly (a few seconds each), most land mid-stream."""
     emu = bot.emu
     replies.delay = 0.05
+    if streams == "slowly":
+        replies.every, replies.piece = 0.1, 3
     channels = [await bot.add_group(emu.channel_id)]
     for i in range(4):
         channels.append(await bot.add_group(emu.add_channel(emu.guild_id, f"room-{i}")))

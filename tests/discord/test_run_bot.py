@@ -30,8 +30,10 @@ async def test_run_bot_answers_in_the_channel(tmp_path, original_discord_endpoin
                                            {"name": "planner", "role": "plans", "prompt": "You plan."})
             await rec.wait_response(5)
             await emu.user_post(emu.channel_id, emu.alice_id, "@planner ready?")
-            posts = await emu.wait_for_messages(emu.channel_id, lambda m: m.get("webhook_id"), timeout=10)
-            assert posts[0]["content"] == "Wired up." and posts[0]["author"]["username"] == "planner"
+            posts = await emu.wait_for_messages(  # (streamed: the post grows into the reply)
+                emu.channel_id, lambda m: m.get("webhook_id") and m["content"] == "Wired up.", timeout=10)
+            assert posts[0]["author"]["username"] == "planner"
+            assert len([m for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id")]) == 1
             synced = {c["name"] for c in emu.synced_commands[emu.guild_id]}
             assert {"roundtable", "agent"} <= synced
         finally:

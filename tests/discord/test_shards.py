@@ -3,8 +3,6 @@ PostgreSQL schema), against the emulator with guilds on both shards: each guild'
 taken in and answered once, by its shard."""
 from __future__ import annotations
 
-import asyncio
-
 from bot.core.shards import shard_of
 from tests.discord.process import BotProcess, UniqueReplies, check_once
 from tests.discord_emulator import DiscordEmulator
@@ -38,7 +36,10 @@ async def test_two_shard_processes_answer_each_guild_once_from_its_own_shard(tmp
             for n in range(3):
                 for i, (_, channel, person) in guilds.items():
                     await emu.user_post(channel, person, f"@echo message {n} in shard {i}'s guild")
-                await asyncio.sleep(0.2)
+                # each round answered before the next (two messages waiting for one agent are one run)
+                await emu.wait_for(lambda n=n: bots[0].query(
+                    "SELECT COUNT(*) FROM messages WHERE author_type = 'agent'")[0][0] >= 2 * (n + 1),
+                    timeout=60, what=f"round {n}'s replies")
             await bots[0].wait_settled()
             totals = check_once(bots[0], list(channels.values()))
             assert totals == {"people": 6, "replies": 6}

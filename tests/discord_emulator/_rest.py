@@ -243,6 +243,7 @@ class RestMixin:
                                   components=body.get("components"), flags=body.get("flags") or 0)
         msg["nonce"] = body.get("nonce")
         self._store_message(msg)
+        self.pings.extend((msg["id"], user["id"]) for user in msg["mentions"])
         if nonce_key is not None:
             self._nonces[nonce_key] = (msg["id"], time.monotonic())
         self._dispatch_message("MESSAGE_CREATE", msg, self.bot_user_id)

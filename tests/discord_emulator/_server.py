@@ -70,6 +70,7 @@ class Hold:
     pattern: re.Pattern
     after: bool
     times: Optional[int]           # None = every matching request until release()
+    where: Optional[Callable[[RequestRecord], bool]] = None  # and only requests this accepts
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
     count: int = 0
     records: List[RequestRecord] = field(default_factory=list)
@@ -127,6 +128,13 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
     Faults: fail_next() (error status or connection reset, before or after handling),
     hold()/release_all() (delay a request or its response). Message creates with a
     nonce and enforce_nonce are deduplicated for nonce_window seconds, like Discord.
+
+    Rate limits: with ``webhook_rate_limit = (5, 2.0)`` every request to a webhook's token
+    routes (execute, its messages' get/edit/delete) spends one of that webhook's 5 requests
+    per 2 s window, answered with Discord's X-RateLimit-* headers; past them, a 429 with
+    ``retry_after`` and Retry-After (kept in ``rate_limited``). Off (None) by default.
+    ``pings`` lists (message id, user id) for each person a message notified when it was
+    created: mentions allowed by its ``allowed_mentions`` (an edit notifies nobody, as on Discord).
     """
 
     def __init__(self, *, token: str = DEFAULT_TOKEN, bot_name: str = "Roundtable",
@@ -139,6 +147,10 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
         self.privileged_intents_allowed = privileged_intents_allowed
         self.deny_manage_webhooks = False
         self.requests: List[RequestRecord] = []
+        self.webhook_rate_limit: Optional[tuple] = None   # (requests, seconds) per webhook, or None
+        self.rate_limited: List[RequestRecord] = []
+        self._buckets: Dict[str, List[float]] = {}         # webhook id -> [window start, used]
+        self.pings: List[tuple] = []
         self.typing_log: List[dict] = []
         self._faults: List[_Fault] = []
         self._holds: List[Hold] = []       # still catching requests
@@ -217,7 +229,8 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
                 hdrs.setdefault("X-RateLimit-Global", "true")
         self._faults.append(_Fault(method.upper(), re.compile(path_regex), status, body, hdrs, times, after))
 
-    def hold(self, method: str, path_regex: str, *, after: bool = False, times: Optional[int] = 1) -> Hold:
+    def hold(self, method: str, path_regex: str, *, after: bool = False, times: Optional[int] = 1,
+             where: Optional[Callable[[RequestRecord], bool]] = None) -> Hold:
         """Hold the next `times` (None = all until released) matching requests (same
         matching as fail_next) until the returned Hold is released.
 
@@ -226,10 +239,11 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
         A request whose client disconnected meanwhile is still handled on release (like a
         server that already got it) and its record gets client_gone=True; close() drops
         requests still held instead of handling them. Holds are checked before fail_next
-        faults, so a held request can then be answered by a fault."""
+        faults, so a held request can then be answered by a fault. `where(record)` narrows it
+        further (e.g. to an edit that carries a given text)."""
         if times is not None and times < 1:
             raise ValueError("times must be >= 1 or None")
-        h = Hold(method.upper(), re.compile(path_regex), after, times, _owner=self._holds)
+        h = Hold(method.upper(), re.compile(path_regex), after, times, where, _owner=self._holds)
         self._holds.append(h)
         self._all_holds.append(h)
         return h
@@ -287,10 +301,35 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
         request[u.BODY], request[u.FILES], request[u.RECORD] = body, files, rec
         resp = await self._intercept(request, rec, after=False)
         if resp is None:
-            resp = await self._handle(request, handler, rec)
+            limited, limit_headers = self._rate_limit(rec)
+            resp = limited or await self._handle(request, handler, rec)
             rec.status = resp.status
             resp = await self._intercept(request, rec, after=True) or resp
+            resp.headers.update(limit_headers)
         return resp
+
+    def _rate_limit(self, rec: RequestRecord):
+        """(a 429 or None, the X-RateLimit headers) for a request to a webhook's token routes."""
+        m = re.match(r"^/webhooks/(\d+)/([^/]+)", rec.path)
+        if self.webhook_rate_limit is None or m is None or m.group(2) in self.interactions_by_token:
+            return None, {}
+        limit, per = self.webhook_rate_limit
+        now = time.monotonic()
+        bucket = self._buckets.get(m.group(1))
+        if bucket is None or now >= bucket[0] + per:
+            bucket = self._buckets[m.group(1)] = [now, 0]
+        reset_after = max(bucket[0] + per - now, 0.001)
+        headers = {"X-RateLimit-Limit": str(limit), "X-RateLimit-Reset-After": f"{reset_after:.3f}",
+                   "X-RateLimit-Reset": f"{time.time() + reset_after:.3f}", "X-RateLimit-Bucket": f"hook{m.group(1)}"}
+        if bucket[1] >= limit:
+            self.rate_limited.append(rec)
+            body = {"message": "You are being rate limited.", "retry_after": round(reset_after, 3), "global": False}
+            headers.update({"X-RateLimit-Remaining": "0", "Retry-After": str(max(1, int(reset_after + 0.999))),
+                            "Via": "1.1 google", "X-RateLimit-Scope": "user"})
+            return u.json_response(body, status=429), headers
+        bucket[1] += 1
+        headers["X-RateLimit-Remaining"] = str(limit - bucket[1])
+        return None, headers
 
     async def _handle(self, request: web.Request, handler, rec: RequestRecord) -> web.StreamResponse:
         if not _NO_AUTH.match(rec.path) and request.headers.get("Authorization") != f"Bot {self.token}":
@@ -308,7 +347,8 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
     async def _intercept(self, request: web.Request, rec: RequestRecord, *,
                          after: bool) -> Optional[web.StreamResponse]:
         """Apply a matching hold, then a matching fault; None = carry on normally."""
-        hold = next((h for h in self._holds if h.after == after and _matches(h.method, h.pattern, rec)), None)
+        hold = next((h for h in self._holds if h.after == after and _matches(h.method, h.pattern, rec)
+                     and (h.where is None or h.where(rec))), None)
         if hold is not None:
             hold._catch(rec)
             await hold._released.wait()

@@ -175,6 +175,7 @@ class WebhookMixin:
                                   attachments=request[u.FILES], components=body.get("components"),
                                   flags=body.get("flags") or 0)
         self._store_message(msg)
+        self.pings.extend((msg["id"], user["id"]) for user in msg["mentions"])
         self._dispatch_message("MESSAGE_CREATE", msg, None)
         if request.query.get("wait", "").lower() in ("1", "true"):
             return u.json_response(msg)

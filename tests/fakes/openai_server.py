@@ -5,14 +5,23 @@
         ...
         srv.requests[0]["messages"], srv.requests[0].headers["authorization"]
 
-It serves POST /v1/chat/completions (non-streaming; `stream: true` gets a 400)
-and GET /v1/models. Each chat request is answered by the responder, a callable
+It serves POST /v1/chat/completions and GET /v1/models. Each chat request is answered by the responder, a callable
 `(body) -> Reply | str | Awaitable[Reply | str]` (a str means `Reply(text=...)`),
 or a list of replies answered in order. A `Reply` may carry `tool_calls`
 (`tool_call("memory_write", note="...")`), sent as OpenAI sends them. `GroupChatScript` is a
 ready-made responder for group-chat tests. `text_only` models answer a request carrying image
 parts with OpenAI's 400 for them (recorded, not passed to the responder); `image_urls(body)`
 lists the images a request carried.
+
+A request with `stream: true` is answered as OpenAI streams: server-sent events, one
+`chat.completion.chunk` per piece of the reply (`Reply.pieces`, else its words), the
+finish reason, a usage chunk when `stream_options.include_usage` asks for it, `[DONE]`.
+A reply paces its pieces (`first`, `every`), can break the stream off (`break_after`:
+the connection is dropped after that many pieces) or hold its end (`hold_end`: an event
+the test sets). `FakeOpenAI(streams=False)` answers a stream request with a 400 (a server
+that does not stream), `streams="json"` with the whole completion as JSON (a server that
+ignores `stream`); `stream_options=False` refuses the `stream_options` field with a 400.
+The times of a streamed request's first and last pieces are kept on its record.
 """
 from __future__ import annotations
 
@@ -50,6 +59,12 @@ class Reply:
     finish_reason: str = "stop"
     raw_body: Any = None  # when set: sent as the JSON body instead of a chat.completion
     tool_calls: Sequence[dict[str, Any]] = ()  # each {"name": ..., "arguments": JSON text}; see `tool_call`
+    # streamed answers (a request with stream: true)
+    pieces: Sequence[str] | None = None  # the text's pieces in order (default: its words with their blanks)
+    first: float = 0.0  # seconds from the headers to the first piece
+    every: float = 0.0  # seconds between pieces
+    break_after: int | None = None  # drop the connection after this many pieces
+    hold_end: asyncio.Event | None = None  # after the last piece, wait for this before finishing
 
 
 def tool_call(name: str, arguments: str | None = None, **args: Any) -> dict[str, Any]:
@@ -70,11 +85,14 @@ Responder = Callable[[dict[str, Any]], Union[ReplyLike, Awaitable[ReplyLike]]]
 
 
 class RecordedRequest(dict):  # type: ignore[type-arg]
-    """The parsed JSON body of one request; `.headers` (lower-case names), `.path`, `.at` (monotonic)."""
+    """The parsed JSON body of one request; `.headers` (lower-case names), `.path`, `.at` (monotonic);
+    for a streamed answer `.first_piece_at` and `.last_piece_at` (monotonic, None before)."""
 
     headers: dict[str, str]
     path: str
     at: float
+    first_piece_at: float | None = None
+    last_piece_at: float | None = None
 
 
 def rough_tokens(text: str) -> int:
@@ -146,6 +164,8 @@ class FakeOpenAI:
         *,
         models: Sequence[str] = ("fake-model",),
         text_only: Sequence[str] = (),
+        streams: bool | Literal["json"] = True,
+        stream_options: bool = True,
     ) -> None:
         if responder is None:
             responder = lambda body: Reply(text="ok")  # noqa: E731
@@ -154,6 +174,8 @@ class FakeOpenAI:
         self.responder: Responder = responder
         self.models = list(models)
         self.text_only = set(text_only)  # models that refuse image parts with a 400
+        self.streams = streams
+        self.stream_options = stream_options
         self.requests: list[RecordedRequest] = []
         self.errors: list[BaseException] = []  # exceptions raised by the responder
         self.port = 0
@@ -205,8 +227,12 @@ class FakeOpenAI:
         recorded.path = request.path
         recorded.at = time.monotonic()
         self.requests.append(recorded)
-        if body.get("stream"):
-            return self._error(400, "FakeOpenAI does not support stream=true; send a non-streaming request")
+        streamed = bool(body.get("stream")) and self.streams is True
+        if body.get("stream") and not self.streams:
+            return self._error(400, "FakeOpenAI(streams=False) does not support stream=true; send a non-streaming "
+                                    "request")
+        if "stream_options" in body and not self.stream_options:
+            return self._error(400, "Unrecognized request argument supplied: stream_options")
         if not isinstance(body.get("messages"), list) or not body.get("model"):
             return self._error(400, "'model' and 'messages' are required")
         problem = _tool_sequence_problem(body["messages"])
@@ -225,6 +251,10 @@ class FakeOpenAI:
                                headers={"x-should-retry": "false"})
         if isinstance(reply, str):
             reply = Reply(text=reply)
+        if streamed and reply.status == 200 and reply.raw_body is None:
+            if reply.delay > 0:
+                await self._pause(reply.delay)
+            return await self._stream(request, reply, recorded)
         if reply.trickle > 0:
             return await self._trickle(request, reply, recorded)
         if reply.delay > 0:
@@ -243,6 +273,53 @@ class FakeOpenAI:
             await stream.write(b" ")
             await asyncio.sleep(reply.trickle)
         await stream.write(rendered.body if isinstance(rendered.body, bytes) else b"")
+        await stream.write_eof()
+        return stream
+
+    async def _pause(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self._closing.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _stream(self, request: web.Request, reply: Reply, recorded: RecordedRequest) -> web.StreamResponse:
+        """The reply as server-sent events, piece by piece (see the module docstring)."""
+        n = next(self._ids)
+        stream = web.StreamResponse(headers={"Content-Type": "text/event-stream", "x-request-id": f"req_fake{n}",
+                                             **(reply.headers or {})})
+        await stream.prepare(request)
+        base = {"id": f"chatcmpl-fake{n}", "object": "chat.completion.chunk", "created": int(time.time()),
+                "model": recorded.get("model"), "system_fingerprint": "fp_fake"}
+
+        async def send(choices: list[dict[str, Any]], **extra: Any) -> None:
+            await stream.write(f"data: {json.dumps({**base, 'choices': choices, **extra})}\n\n".encode())
+
+        await send([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+        pieces = list(reply.pieces) if reply.pieces is not None else re.findall(r"\S+\s*|\s+", reply.text)
+        began = time.monotonic()
+        for i, piece in enumerate(pieces):
+            if reply.break_after is not None and i >= reply.break_after:
+                if request.transport is not None:
+                    request.transport.abort()  # the connection drops mid-stream
+                return stream
+            # Each piece at its time from the start (no drift from the sleeps' own overshoot).
+            await self._pause(max(0.0, began + reply.first + i * reply.every - time.monotonic()))
+            if self._closing.is_set():
+                return stream
+            await send([{"index": 0, "delta": {"content": piece}, "finish_reason": None}])
+            recorded.last_piece_at = time.monotonic()
+            if recorded.first_piece_at is None:
+                recorded.first_piece_at = recorded.last_piece_at
+        if reply.hold_end is not None:
+            waits = {asyncio.ensure_future(self._closing.wait()), asyncio.ensure_future(reply.hold_end.wait())}
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for wait in waits:
+                wait.cancel()
+        await send([{"index": 0, "delta": {}, "finish_reason": reply.finish_reason}])
+        if (recorded.get("stream_options") or {}).get("include_usage") and reply.usage != "omit":
+            usage = reply.usage if reply.usage is not None else _usage(recorded, reply.text)
+            await send([], usage=usage)
+        await stream.write(b"data: [DONE]\n\n")
         await stream.write_eof()
         return stream
 

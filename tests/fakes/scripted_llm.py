@@ -49,6 +49,8 @@ class ScriptedLLM:
     tools_asked: list[str | None] = field(default_factory=list)
     text_only: set[str | None] = field(default_factory=set)  # models takes_images says no for
     models: dict[str, list[str] | None] = field(default_factory=lambda: {"default": None})  # model_names
+    piece: int = 3  # characters per streamed piece
+    streamed: int = 0  # calls answered by `stream`
 
     async def tools_refusal(self, model: str | None, *, spent: list[Completion] | None = None) -> str | None:
         self.tools_asked.append(model)
@@ -101,3 +103,14 @@ class ScriptedLLM:
             return reply
         text = reply(messages) if callable(reply) else reply
         return Completion(text=text, usage=self.usage, model=model or "fake")
+
+    async def stream(self, messages: Sequence[ChatMessage], *, on_text: Callable[[str], None],
+                     model: str | None = None, max_tokens: int | None = None,
+                     cache_key: str | None = None) -> Completion:
+        """`complete`, its text handed to `on_text` a few characters at a time first."""
+        completion = await self.complete(messages, model=model, max_tokens=max_tokens, cache_key=cache_key)
+        self.streamed += 1
+        for i in range(0, len(completion.text), self.piece):
+            on_text(completion.text[i:i + self.piece])
+            await asyncio.sleep(0)
+        return completion

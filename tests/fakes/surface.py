@@ -1,14 +1,42 @@
-"""A recording Surface: what the engine published, typed and reported, in order."""
+"""A recording Surface: what the engine published, typed and reported, in order.
+
+With `streams = True` it also gives drafts (`RecordingDraft`), which keep every text they
+were shown and what became of them."""
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable, Sequence
 
 from bot.core.attachments import FileUnavailable
 from bot.core.errors import DeliveryError
-from bot.core.models import Agent, Episode, Group, Message, SharedFile
-from bot.core.ports import Recorder
+from bot.core.models import Agent, DraftPart, Episode, Group, Message, SharedFile
+from bot.core.ports import Draft, Recorder
+
+
+class RecordingDraft:
+    """Shows (records) `text()` at every `grew()`; `state`: "open", "stopped", "discarded"."""
+
+    def __init__(self, agent: str, run_id: int, parts: Sequence[DraftPart], text: Callable[[], str]) -> None:
+        self.agent = agent
+        self.run_id = run_id
+        self.parts = list(parts)
+        self.text = text
+        self.shown: list[str] = []
+        self.state = "open"
+
+    def grew(self) -> None:
+        assert self.state == "open", f"a {self.state} draft grew"
+        visible = self.text()
+        if visible and (not self.shown or visible != self.shown[-1]):
+            self.shown.append(visible)
+
+    async def stop(self, *, wait: bool = True) -> None:
+        self.state = "stopped"
+
+    async def discard(self) -> None:
+        assert self.state == "stopped", "discarded before it stopped"
+        self.state = "discarded"
 
 
 class RecordingSurface:
@@ -23,6 +51,9 @@ class RecordingSurface:
         self.delay = 0.0  # seconds each publish takes
         self.files: dict[str, bytes] = {}  # a shared file's url -> its bytes (file_data)
         self.fetched: list[str] = []  # the urls file_data was asked for, in order
+        self.streams = False  # give drafts
+        self.drafts: list[RecordingDraft] = []
+        self.removed: list[DraftPart] = []
 
     async def publish(self, group: Group, message: Message, agent: Agent | None, *,
                       resume: bool = False, record: Recorder) -> None:
@@ -53,6 +84,17 @@ class RecordingSurface:
     async def episode_updated(self, group: Group, episode: Episode) -> None:
         self.episodes.append(episode)
         self.events.append(f"episode {episode.id} {episode.status}")
+
+    def draft(self, group: Group, agent: Agent, run_id: int, parts: Sequence[DraftPart],
+              text: Callable[[], str]) -> Draft | None:
+        if not self.streams:
+            return None
+        self.drafts.append(RecordingDraft(agent.name, run_id, parts, text))
+        return self.drafts[-1]
+
+    async def remove_drafts(self, group: Group, parts: Sequence[DraftPart]) -> list[int]:
+        self.removed.extend(parts)
+        return [p.id for p in parts]
 
     def lines(self) -> list[str]:
         return [f"[{m.author_name}] {m.text}" for m in self.published]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 
@@ -32,8 +33,10 @@ async def test_wire_format() -> None:
             assert r.status == 200 and r.content_type == "application/json"
             data = await r.json()
         async with http.post(f"{srv.base_url}/chat/completions",
-                             json={"model": "m1", "messages": [], "stream": True}) as r:
-            assert r.status == 400 and "stream" in (await r.json())["error"]["message"]
+                             json={"model": "m1", "messages": [], "stream": True,
+                                   "stream_options": {"include_usage": True}}) as r:
+            assert r.status == 200 and r.content_type == "text/event-stream"
+            events = [line.removeprefix("data: ") for line in (await r.text()).split("\n\n") if line]
         async with http.get(f"{srv.base_url}/models") as r:
             assert [m["id"] for m in (await r.json())["data"]] == ["fake-model"]
     assert data["object"] == "chat.completion" and data["model"] == "m1"
@@ -42,6 +45,18 @@ async def test_wire_format() -> None:
     assert data["usage"]["prompt_tokens"] > 0 and data["usage"]["prompt_tokens_details"] == {
         "cached_tokens": 0, "audio_tokens": 0}
     assert len(srv.requests) == 2 and srv.requests[0]["model"] == "m1"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert events[-1] == "[DONE]" and {c["object"] for c in chunks} == {"chat.completion.chunk"}
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]) == "hi"
+    assert chunks[-2]["choices"][0]["finish_reason"] == "stop" and chunks[-1]["choices"] == []
+    assert chunks[-1]["usage"]["completion_tokens"] == 1
+
+
+async def test_a_server_that_does_not_stream_says_so() -> None:
+    async with FakeOpenAI(lambda body: "hi", streams=False) as srv, aiohttp.ClientSession() as http:
+        async with http.post(f"{srv.base_url}/chat/completions",
+                             json={"model": "m1", "messages": [], "stream": True}) as r:
+            assert r.status == 400 and "stream" in (await r.json())["error"]["message"]
 
 
 async def test_close_does_not_wait_for_a_hanging_reply() -> None:

@@ -23,6 +23,11 @@ the webhook, so one copy stays, the one the row records.
 Every transport failure becomes a `DeliveryError` here: a passing fault (429,
 5xx, network) is retried by the engine's outbox; a lasting refusal (a missing
 permission) carries a `problem` text that names what to fix.
+
+Streamed replies (the group's `stream` setting) are shown in provisional messages
+while they are written and finished by the committed row's publish, in the same
+messages: `bot.adapters.discord.drafts`. This surface gives those the webhook's
+requests and its rate-limit state (shared by posts and drafts, per webhook).
 """
 from __future__ import annotations
 
@@ -30,18 +35,21 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any, AsyncIterator, Coroutine
+from dataclasses import replace
+from datetime import datetime, timezone
+from typing import Any, AsyncIterator, Callable, Coroutine, Sequence
 from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 import discord
 from discord.http import Route
 
+from bot.adapters.discord.drafts import DRAFT_TIMEOUT, DiscordDraft, HookPace, publish_over, remove_parts
 from bot.adapters.discord.render import mention_policy, neutralize_mass_mentions, split_message
 from bot.core.attachments import FileUnavailable
 from bot.core.errors import DeliveryError, UserFacingError
-from bot.core.models import Agent, Episode, Group, Message, SharedFile
-from bot.core.ports import Recorder, Store
+from bot.core.models import Agent, DraftPart, Episode, Group, Message, SharedFile
+from bot.core.ports import Draft, Recorder, Store
 from bot.core.stop import strip_terminate
 
 log = logging.getLogger(__name__)
@@ -49,6 +57,9 @@ log = logging.getLogger(__name__)
 WEBHOOK_NAME = "Roundtable"
 UNKNOWN_WEBHOOK = 10015
 UNKNOWN_CHANNEL = 10003
+UNKNOWN_MESSAGE = 10008
+NO_MENTIONS = {"parse": [], "users": [], "replied_user": False}
+SHOWN_KEPT = 2000  # our messages whose latest content is remembered (to skip an edit that changes nothing)
 SCAN_LIMIT = 500  # channel messages read back when looking for chunks that arrived unrecorded
 POST_TIMEOUT = 30.0
 # A webhook execute that timed out (or got a gateway's 502/504) may still be committed by Discord
@@ -113,6 +124,8 @@ class DiscordSurface:
         self._fresh: dict[str, str] = {}  # a stored signed URL -> its latest refreshed copy
         self._makers: dict[str, bool] = {}  # webhook id -> whether this bot made it
         self._late: dict[tuple[int, int], tuple[str, str]] = {}  # (group, seq) -> the hook of a post that may land late
+        self._paces: dict[str, HookPace] = {}  # webhook channel -> its rate limit as drafts see it
+        self._shown: dict[str, str] = {}  # message id -> the content Discord last accepted for it
 
     @property
     def bot(self) -> discord.Client:
@@ -240,6 +253,12 @@ class DiscordSurface:
         if message.author_type == "user":
             return  # people's messages are already in the channel
         chunks = split_message(rendered(message))
+        if message.author_type == "agent" and message.source_run_id is not None:
+            parts = await self.store.draft_parts(message.source_run_id)
+            if parts:  # it was streamed: its provisional messages become its chunks
+                tagged = message.tags.user_ids
+                message = await publish_over(self, group, message, chunks, parts, record,
+                                             lambda chunk: bool(allowed_mentions(chunk, tagged)["users"]))
         done = len(message.external_ids)
         if done >= len(chunks):
             return
@@ -312,9 +331,13 @@ class DiscordSurface:
                 await target.add_reaction(emoji)
 
     def _background(self, coro: Coroutine[object, object, None], name: str) -> None:
+        self.spawn(coro, name)
+
+    def spawn(self, coro: Coroutine[object, object, None], name: str) -> asyncio.Task[None]:
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
+        return task
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -369,6 +392,7 @@ class DiscordSurface:
         if wait > 0:
             await asyncio.sleep(min(wait, 60.0))
         url = f"{Route.BASE}/webhooks/{hook_id}/{token}"
+        self.pace(group).spend()
         try:
             async with session.post(url, json=payload, params=params,
                                           timeout=aiohttp.ClientTimeout(total=POST_TIMEOUT)) as resp:
@@ -378,6 +402,7 @@ class DiscordSurface:
             raise _MaybeLater(f"the webhook post got no answer in {POST_TIMEOUT:.0f}s") from None
         except (*TRANSPORT_ERRORS, ValueError) as exc:
             raise DeliveryError(f"the webhook post did not complete ({type(exc).__name__})", maybe_shown=True) from None
+        self.pace(group).note(status, headers, body)
         if headers.get("X-RateLimit-Remaining") == "0":
             with contextlib.suppress(ValueError):
                 self._not_before[hook_id] = time.monotonic() + float(headers.get("X-RateLimit-Reset-After", "1"))
@@ -444,6 +469,143 @@ class DiscordSurface:
             problem = (f"Discord refused a post in {where} ({status}, code {code}); "
                        "it is retried, and the bot's log has the details.")
         return DeliveryError(f"Discord answered {status} (code {code})", problem=problem)
+
+    # streamed replies (bot.adapters.discord.drafts) ---------------------------
+    def draft(self, group: Group, agent: Agent, run_id: int, parts: Sequence[DraftPart],
+              text: Callable[[], str]) -> Draft | None:
+        if self._closed or self.client is None:
+            return None
+        return DiscordDraft(self, group, agent, run_id, parts, text)
+
+    async def remove_drafts(self, group: Group, parts: Sequence[DraftPart]) -> list[int]:
+        return await remove_parts(self, group, parts)
+
+    def pace(self, group: Group) -> HookPace:
+        return self._paces.setdefault(group.parent_channel_id or group.channel_id or "", HookPace())
+
+    def shown(self, message_id: str) -> str | None:
+        return self._shown.get(message_id)
+
+    def _remember(self, message_id: str, content: str) -> None:
+        self._shown.pop(message_id, None)
+        self._shown[message_id] = content
+        while len(self._shown) > SHOWN_KEPT:
+            self._shown.pop(next(iter(self._shown)))
+
+    async def _hook_call(self, group: Group, method: str, message_id: str | None, payload: dict[str, Any] | None,
+                         *, timeout: float) -> tuple[int, Any]:
+        """One request to the group's webhook (its messages' route with `message_id`): status and
+        JSON body. A transport failure is a DeliveryError (one that may have reached Discord)."""
+        if self._closed:
+            raise DeliveryError("the bot is shutting down")
+        hook_channel = group.parent_channel_id or group.channel_id or ""
+        try:
+            hook_id, token = await self.webhook(hook_channel)
+        except UserFacingError as exc:
+            raise DeliveryError(str(exc), problem=str(exc)) from None
+        url = f"{Route.BASE}/webhooks/{hook_id}/{token}" + (f"/messages/{message_id}" if message_id else "")
+        params = {"wait": "true"} if method == "POST" else {}
+        if group.parent_channel_id and group.channel_id:
+            params["thread_id"] = group.channel_id
+        self.pace(group).spend()
+        try:
+            async with self._http().request(method, url, json=payload, params=params,
+                                            timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+                body = await resp.json(content_type=None) if resp.content_length != 0 else None
+                status, headers = resp.status, resp.headers
+        except asyncio.TimeoutError:
+            raise _MaybeLater(f"the webhook {method} got no answer in {timeout:.0f}s") from None
+        except (*TRANSPORT_ERRORS, ValueError) as exc:
+            raise DeliveryError(f"the webhook {method} did not complete ({type(exc).__name__})",
+                                maybe_shown=method != "DELETE") from None
+        self.pace(group).note(status, headers, body)
+        return status, body
+
+    async def draft_post(self, group: Group, agent: Agent, chunk: str) -> str:
+        payload: dict[str, Any] = {"content": chunk, "username": agent.name, "allowed_mentions": NO_MENTIONS}
+        if agent.avatar_url:
+            payload["avatar_url"] = await self.fresh_url(agent.avatar_url)
+        status, body = await self._hook_call(group, "POST", None, payload, timeout=DRAFT_TIMEOUT)
+        if 200 <= status < 300 and isinstance(body, dict) and "id" in body:
+            landed = str(body.get("channel_id") or group.channel_id)
+            if group.channel_id and landed != group.channel_id:  # the webhook was moved: the post shows it
+                hook_id, token = await self.webhook(group.parent_channel_id or group.channel_id)
+                await self._delete_post(group, f"{Route.BASE}/webhooks/{hook_id}/{token}", str(body["id"]), landed)
+                raise DeliveryError("the webhook posts in another channel", problem="the webhook was moved")
+            self._remember(str(body["id"]), chunk)
+            return str(body["id"])
+        code = body.get("code") if isinstance(body, dict) else None
+        raise self._refusal(group, status, code, body, need="Manage Webhooks and Send Messages")
+
+    async def draft_edit(self, group: Group, message_id: str, chunk: str, *, tagged: Sequence[str] = (),
+                         final: bool = False) -> bool:
+        if self._shown.get(message_id) == chunk:
+            return True
+        payload = {"content": chunk, "allowed_mentions": allowed_mentions(chunk, tuple(tagged)) if final
+                   else NO_MENTIONS}
+        status, body = await self._hook_call(group, "PATCH", message_id, payload,
+                                             timeout=POST_TIMEOUT if final else DRAFT_TIMEOUT)
+        if 200 <= status < 300:
+            self._remember(message_id, chunk)
+            return True
+        code = body.get("code") if isinstance(body, dict) else None
+        if status == 404 and code in (UNKNOWN_MESSAGE, UNKNOWN_WEBHOOK):
+            return False
+        raise self._refusal(group, status, code, body, need="Manage Webhooks and Send Messages")
+
+    async def draft_delete(self, group: Group, message_id: str) -> None:
+        status, body = await self._hook_call(group, "DELETE", message_id, None, timeout=DRAFT_TIMEOUT)
+        code = body.get("code") if isinstance(body, dict) else None
+        if status == 404 and code == UNKNOWN_WEBHOOK:  # made by a webhook deleted since: delete it as the bot
+            try:
+                await self.bot.http.delete_message(int(group.channel_id or 0), int(message_id))
+            except discord.NotFound:
+                pass
+            except discord.Forbidden:
+                log.warning("group=%s: provisional message %s of a deleted webhook stays (deleting it needs Manage "
+                            "Messages)", group.id, message_id)
+            except (discord.HTTPException, *TRANSPORT_ERRORS) as exc:
+                raise DeliveryError(f"could not delete a provisional message ({type(exc).__name__})") from None
+        elif not (200 <= status < 300 or status == 404):
+            raise self._refusal(group, status, code, body, need="Manage Webhooks")
+        self._shown.pop(message_id, None)
+
+    async def settle_parts(self, group: Group, parts: Sequence[DraftPart]) -> list[DraftPart]:
+        pending = [p for p in parts if p.external_id is None]
+        if not pending:
+            return list(parts)
+        found = await self._find_parts(group, pending, {p.external_id for p in parts if p.external_id})
+        for part in pending:
+            if part.id in found:
+                log.info("group=%s run=%s: a provisional message had landed unrecorded (%s)", group.id, part.run_id,
+                         found[part.id])
+                await self.store.draft_posted(part.id, found[part.id])
+        await self.store.drop_drafts(p.id for p in pending if p.id not in found)
+        return [replace(p, external_id=found.get(p.id, p.external_id)) for p in parts
+                if p.external_id is not None or p.id in found]
+
+    async def _find_parts(self, group: Group, pending: Sequence[DraftPart], known: set[str | None]) -> dict[int, str]:
+        """The ids of the channel's webhook messages that carry the pending parts' texts under their
+        authors' names, posted since shortly before the earliest of them; by part id."""
+        since = datetime.fromtimestamp(min(p.created_at for p in pending) - 60, tz=timezone.utc)
+        found: dict[int, str] = {}
+        try:
+            async for seen in self.channel(group.channel_id or "0").history(
+                    limit=SCAN_LIMIT, after=discord.Object(discord.utils.time_snowflake(since)), oldest_first=True):
+                if seen.webhook_id is None or str(seen.id) in known:
+                    continue
+                for part in pending:
+                    if (part.id not in found and seen.author.name == part.author_name
+                            and seen.content.strip() == part.text.strip()
+                            and await self.store.find_message_by_external_id(str(seen.id)) is None):
+                        found[part.id] = str(seen.id)
+                        known.add(str(seen.id))
+                        break
+        except discord.HTTPException as exc:
+            raise self._refusal(group, exc.status, exc.code, None, need="Read Message History") from None
+        except TRANSPORT_ERRORS as exc:
+            raise DeliveryError(f"could not read the channel back ({type(exc).__name__})") from None
+        return found
 
     # finding what arrived --------------------------------------------------
     async def _arrived_settled(self, group: Group, message: Message, agent: Agent | None,

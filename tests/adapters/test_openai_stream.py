@@ -1,0 +1,129 @@
+"""OpenAILLM.stream with the real openai client against FakeOpenAI's server-sent events: pieces as they
+come, usage as a plain call reports it, and servers that do not stream or break the stream off."""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from bot.adapters.openai_llm import OpenAILLM
+from bot.adapters.tokens import make_token_counter
+from bot.core.errors import LLMUnavailable
+from bot.core.models import ChatMessage
+from bot.core.ports import LLM
+from tests.fakes.openai_server import FakeOpenAI, Reply
+
+MESSAGES = [ChatMessage("system", "You are terse."), ChatMessage("user", "Say hello to the group.")]
+TEXT = "Hello all, here is the plan for the three days."
+USAGE = {"prompt_tokens": 20, "completion_tokens": 11, "total_tokens": 31,
+         "prompt_tokens_details": {"cached_tokens": 7}}
+
+
+def make_llm(srv: FakeOpenAI, **kwargs: Any) -> OpenAILLM:
+    return OpenAILLM(api_key="sk-test", base_url=srv.base_url, default_model="agent-model", timeout=5.0,
+                     counter=make_token_counter(), **kwargs)
+
+
+async def test_pieces_arrive_in_order_and_usage_is_the_servers() -> None:
+    async with FakeOpenAI(lambda body: Reply(text=TEXT, usage=USAGE)) as srv:
+        async with make_llm(srv) as llm:
+            port: LLM = llm
+            pieces: list[str] = []
+            streamed = await port.stream(MESSAGES, on_text=pieces.append, cache_key="rt-1-2")
+            whole = await port.complete(MESSAGES, cache_key="rt-1-2")
+    assert len(pieces) == len(TEXT.split()) and "".join(pieces) == TEXT == streamed.text
+    assert streamed.usage == whole.usage and not streamed.usage.estimated and streamed.usage.cached_tokens == 7
+    assert streamed.model == "agent-model" and streamed.finish_reason == "stop"
+    body = srv.requests[0]
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["prompt_cache_key"] == "rt-1-2" and "stream" not in srv.requests[1]
+
+
+async def test_without_usage_in_the_stream_it_is_estimated_as_for_a_plain_call() -> None:
+    async with FakeOpenAI(lambda body: Reply(text=TEXT, usage="omit")) as srv:
+        async with make_llm(srv) as llm:
+            streamed = await llm.stream(MESSAGES, on_text=lambda piece: None)
+            whole = await llm.complete(MESSAGES)
+    assert streamed.usage == whole.usage and streamed.usage.estimated and streamed.usage.completion_tokens > 5
+
+
+async def test_a_server_refusing_stream_options_is_asked_without_them() -> None:
+    async with FakeOpenAI(lambda body: Reply(text=TEXT), stream_options=False) as srv:
+        async with make_llm(srv) as llm:
+            first = await llm.stream(MESSAGES, on_text=lambda piece: None)
+            await llm.stream(MESSAGES, on_text=lambda piece: None)
+    assert first.text == TEXT and first.usage.estimated
+    assert ["stream_options" in r for r in srv.requests] == [True, False, False]
+
+
+@pytest.mark.parametrize("streams", [False, "json"])
+async def test_a_server_that_does_not_stream_is_asked_plainly_and_said_once(streams, caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="bot.adapters.openai_llm")
+    async with FakeOpenAI(lambda body: Reply(text=TEXT, usage=USAGE), streams=streams) as srv:
+        async with make_llm(srv) as llm:
+            pieces: list[str] = []
+            first = await llm.stream(MESSAGES, on_text=pieces.append)
+            second = await llm.stream(MESSAGES, on_text=pieces.append)
+    assert first.text == second.text == TEXT and pieces == [] and first.usage.completion_tokens == 11
+    asked = [bool(r.get("stream")) for r in srv.requests]
+    assert asked == ([True, False, False] if streams is False else [True, False])  # remembered after the first
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "agent-model" in lines[0] and "does not stream" in lines[0], lines
+
+
+async def test_a_stream_broken_off_is_asked_again_plainly_and_said_once_per_model(caplog) -> None:
+    caplog.set_level(logging.DEBUG, logger="bot.adapters.openai_llm")
+    replies = iter([Reply(text="Half a repl and then", break_after=3), Reply(text=TEXT),
+                    Reply(text="Broken again", break_after=1), Reply(text=TEXT)])
+    async with FakeOpenAI(lambda body: next(replies)) as srv:
+        async with make_llm(srv) as llm:
+            pieces: list[str] = []
+            first = await llm.stream(MESSAGES, on_text=pieces.append)
+            second = await llm.stream(MESSAGES, on_text=pieces.append)
+    assert pieces == ["Half ", "a ", "repl ", "Broken "]
+    assert first.text == second.text == TEXT and [bool(r.get("stream")) for r in srv.requests] == [True, False] * 2
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "broke its stream off" in warned[0]
+
+
+async def test_a_server_error_is_an_error_not_a_reason_to_stop_streaming() -> None:
+    async with FakeOpenAI(lambda body: Reply(status=503, headers={"x-should-retry": "false"})) as srv:
+        async with make_llm(srv, max_retries=0) as llm:
+            with pytest.raises(LLMUnavailable):
+                await llm.stream(MESSAGES, on_text=lambda piece: None)
+    assert len(srv.requests) == 1
+
+
+async def test_what_on_text_raises_comes_out_unchanged() -> None:
+    def refuse(piece: str) -> None:
+        raise KeyError(piece)
+
+    async with FakeOpenAI(lambda body: Reply(text=TEXT)) as srv:
+        async with make_llm(srv) as llm:
+            with pytest.raises(KeyError, match="Hello"):
+                await llm.stream(MESSAGES, on_text=refuse)
+
+
+async def test_providers_stream_on_the_agents_provider_and_say_which() -> None:
+    from bot.adapters.providers import Providers
+
+    async with FakeOpenAI(lambda body: Reply(text=TEXT)) as default, \
+            FakeOpenAI(lambda body: Reply(text="From the local one.")) as local, \
+            FakeOpenAI(lambda body: Reply(status=503, headers={"x-should-retry": "false"})) as down:
+        clients = {name: OpenAILLM(api_key="sk-test", base_url=srv.base_url, default_model="agent-model", timeout=5.0,
+                                   counter=make_token_counter(), provider=name, max_retries=0)
+                   for name, srv in (("default", default), ("local", local), ("down", down))}
+        providers = Providers(clients, default_model="agent-model")
+        try:
+            pieces: list[str] = []
+            there = await providers.stream(MESSAGES, on_text=pieces.append, model="local/llama3.1:8b")
+            here = await providers.stream(MESSAGES, on_text=pieces.append)
+            with pytest.raises(LLMUnavailable) as failed:
+                await providers.stream(MESSAGES, on_text=pieces.append, model="down/m")
+        finally:
+            await providers.aclose()
+    assert (there.text, there.provider, here.text, here.provider) == ("From the local one.", "local", TEXT, "default")
+    assert "".join(pieces) == "From the local one." + TEXT
+    assert [r["model"] for r in local.requests] == ["llama3.1:8b"] and local.requests[0]["stream"] is True
+    assert "provider down" in failed.value.public
