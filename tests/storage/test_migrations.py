@@ -10,7 +10,7 @@ import pytest
 from bot.core.errors import StoreError
 from bot.core.models import GroupSettings, NewMessage
 from storage import MIGRATIONS, SqliteStore, apply_migrations, open_db
-from storage.migrations import split_statements
+from storage.migrations import MigrationDb, split_statements
 
 TABLES = {
     "groups", "agents", "messages", "message_external_ids", "decisions",
@@ -53,16 +53,19 @@ async def test_applying_again_is_a_no_op(tmp_path: Path) -> None:
 async def test_apply_returns_what_it_applied_and_later_migrations_run_once(tmp_path: Path) -> None:
     async with aiosqlite.connect(tmp_path / "rt.db", isolation_level=None) as conn:
         assert await apply_migrations(conn) == [mid for mid, _, _ in MIGRATIONS]
-        calls: list[int] = []
+        calls: list[str] = []
 
-        async def add_column(db: aiosqlite.Connection) -> None:
-            calls.append(1)
-            await db.execute("ALTER TABLE webhooks ADD COLUMN note TEXT")
+        async def add_column(db: MigrationDb) -> None:
+            calls.append(db.dialect)
+            await db.script("ALTER TABLE webhooks ADD COLUMN note TEXT;")
 
-        extended = [*MIGRATIONS, (900, "webhook note", add_column)]
-        assert await apply_migrations(conn, extended) == [900]
+        extended = [*MIGRATIONS, (900, "webhook note", add_column),
+                    (901, "webhook count", "ALTER TABLE webhooks ADD COLUMN uses {int} NOT NULL DEFAULT 0;")]
+        assert await apply_migrations(conn, extended) == [900, 901]
         assert await apply_migrations(conn, extended) == []
-        assert calls == [1]
+        assert calls == ["sqlite"]
+        columns = await conn.execute_fetchall("SELECT name, type FROM pragma_table_info('webhooks')")
+        assert [tuple(c) for c in columns][-2:] == [("note", "TEXT"), ("uses", "INTEGER")]
 
 
 async def test_a_failing_migration_leaves_nothing_behind(tmp_path: Path) -> None:

@@ -11,9 +11,9 @@ import pytest
 
 from bot.core.errors import AlreadyStored
 from bot.core.models import GroupSettings, NewMessage
-from storage import SqlStore
+from storage import MIGRATIONS, SqlStore
 from storage.pg_locks import WriteGate
-from storage.pg_migrations import PG_MIGRATIONS, apply_pg_migrations
+from storage.pg_migrations import apply_pg_migrations
 from tests.fakes.databases import PostgresPlace
 
 WAIT = 0.3  # long enough for a write that is not blocked to finish
@@ -168,11 +168,11 @@ async def test_a_migration_waits_for_writes_and_the_next_write_runs_after_it(pg:
         group = await store.create_group("g", "g", GroupSettings())
         await store.append_user_message(group.id, ask("q"))
         await store.confirm_message(group.id, 1)
-        newer = (PG_MIGRATIONS[-1][0] + 1, "a column more", "ALTER TABLE messages ADD COLUMN extra TEXT")
+        newer = (MIGRATIONS[-1][0] + 1, "a column more", "ALTER TABLE messages ADD COLUMN extra TEXT")
         conn = await asyncpg.connect(pg.target)  # another process, a newer version, starting
         try:
             async with store._write(group.id):
-                migrating = asyncio.create_task(apply_pg_migrations(conn, [*PG_MIGRATIONS, newer]))
+                migrating = asyncio.create_task(apply_pg_migrations(conn, [*MIGRATIONS, newer]))
                 await asyncio.sleep(WAIT)
                 assert not migrating.done()  # no table changes under a write
             assert await asyncio.wait_for(migrating, 5) == [newer[0]]

@@ -1,5 +1,5 @@
-"""The numbered migrations on PostgreSQL: the same ids and the same schema as SQLite's, applied
-once (also by two processes starting together), refused when written by a newer version."""
+"""The numbered migrations on PostgreSQL: applied once (also by two processes starting together),
+refused when written by a newer version (tests/storage/test_schema.py: the same schema as SQLite's)."""
 from __future__ import annotations
 
 import asyncio
@@ -10,9 +10,10 @@ import pytest
 from bot.core.errors import StoreError
 from bot.core.models import NewMessage
 from storage import MIGRATIONS
+from storage.migrations import MigrationDb
 from storage.pg import PostgresStore
-from storage.pg_migrations import PG_MIGRATIONS, apply_pg_migrations
-from tests.fakes.databases import PostgresPlace, SqlitePlace
+from storage.pg_migrations import apply_pg_migrations
+from tests.fakes.databases import PostgresPlace
 
 
 async def connect(place: PostgresPlace) -> Any:
@@ -21,32 +22,10 @@ async def connect(place: PostgresPlace) -> Any:
     return await asyncpg.connect(place.target)
 
 
-def test_the_registries_have_the_same_ids_and_names() -> None:
-    assert [(mid, name) for mid, name, _ in PG_MIGRATIONS] == [(mid, name) for mid, name, _ in MIGRATIONS]
-
-
-async def test_the_schema_has_the_tables_and_columns_of_sqlites(pg: PostgresPlace, tmp_path) -> None:
-    await (await pg.open()).close()
-    sqlite = SqlitePlace(tmp_path / "rt.db")
-    await (await sqlite.open()).close()
-    lite: dict[str, set[str]] = {}
-    for (table,) in await sqlite.fetch("SELECT name FROM sqlite_master WHERE type = 'table'"):
-        lite[table] = {r[1] for r in await sqlite.fetch(f"PRAGMA table_info({table})")}
-    postgres: dict[str, set[str]] = {}
-    for table, column in await pg.fetch(
-            "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = ?", (pg.schema,)):
-        postgres.setdefault(table, set()).add(column)
-    assert postgres == lite
-    lite_indexes = {r[0] for r in await sqlite.fetch(
-        "SELECT name FROM sqlite_master WHERE type = 'index' AND name NOT LIKE 'sqlite_autoindex%'")}
-    pg_indexes = {r[0] for r in await pg.fetch("SELECT indexname FROM pg_indexes WHERE schemaname = ?", (pg.schema,))}
-    assert lite_indexes <= pg_indexes  # PostgreSQL also names its primary keys and unique constraints
-
-
 async def test_fresh_schema_gets_a_row_per_migration_and_applying_again_is_a_no_op(pg: PostgresPlace) -> None:
     await (await pg.open()).close()
     rows = await pg.fetch("SELECT id, name, applied_at FROM _migrations ORDER BY id")
-    assert [(r[0], r[1]) for r in rows] == [(mid, name) for mid, name, _ in PG_MIGRATIONS]
+    assert [(r[0], r[1]) for r in rows] == [(mid, name) for mid, name, _ in MIGRATIONS]
     conn = await connect(pg)
     try:
         assert await apply_pg_migrations(conn) == []
@@ -59,28 +38,31 @@ async def test_two_processes_starting_together_apply_each_migration_once(pg: Pos
     stores = await asyncio.gather(*(pg.open() for _ in range(4)))
     for store in stores:
         await store.close()
-    assert await pg.fetch("SELECT COUNT(*), COUNT(DISTINCT id) FROM _migrations") == [(len(PG_MIGRATIONS),) * 2]
+    assert await pg.fetch("SELECT COUNT(*), COUNT(DISTINCT id) FROM _migrations") == [(len(MIGRATIONS),) * 2]
 
 
 async def test_a_later_migration_runs_once_and_a_failing_one_leaves_nothing(pg: PostgresPlace) -> None:
     conn = await connect(pg)
     try:
-        assert await apply_pg_migrations(conn) == [mid for mid, _, _ in PG_MIGRATIONS]
-        calls: list[int] = []
+        assert await apply_pg_migrations(conn) == [mid for mid, _, _ in MIGRATIONS]
+        calls: list[str] = []
 
-        async def add_column(db: Any) -> None:
-            calls.append(1)
-            await db.execute("ALTER TABLE webhooks ADD COLUMN note TEXT")
+        async def add_column(db: MigrationDb) -> None:
+            calls.append(db.dialect)
+            await db.script("ALTER TABLE webhooks ADD COLUMN note TEXT;")
 
-        extended = [*PG_MIGRATIONS, (900, "webhook note", add_column)]
-        assert await apply_pg_migrations(conn, extended) == [900]
+        extended = [*MIGRATIONS, (900, "webhook note", add_column), (901, "webhook label", "ALTER TABLE webhooks"
+                                                                     " ADD COLUMN label {text_c} NOT NULL DEFAULT ''")]
+        assert await apply_pg_migrations(conn, extended) == [900, 901]
         assert await apply_pg_migrations(conn, extended) == []
-        assert calls == [1]
-        broken = [*extended, (901, "broken", "CREATE TABLE half (x TEXT); SELECT nope FROM nowhere;")]
+        assert calls == ["postgresql"]
+        assert await conn.fetchval("SELECT collation_name FROM information_schema.columns WHERE table_schema ="
+                                   " current_schema() AND table_name = 'webhooks' AND column_name = 'label'") == "C"
+        broken = [*extended, (902, "broken", "CREATE TABLE half (x TEXT); SELECT nope FROM nowhere;")]
         with pytest.raises(Exception, match="nowhere"):
             await apply_pg_migrations(conn, broken)
         assert await conn.fetchval("SELECT to_regclass('half')") is None
-        assert max(r[0] for r in await conn.fetch("SELECT id FROM _migrations")) == 900
+        assert max(r[0] for r in await conn.fetch("SELECT id FROM _migrations")) == 901
     finally:
         await conn.close()
 
@@ -96,7 +78,7 @@ async def test_a_database_from_a_newer_version_is_refused(pg: PostgresPlace) -> 
 async def test_running_token_sums_are_filled_for_rows_written_before_migration_4(pg: PostgresPlace) -> None:
     conn = await connect(pg)
     try:
-        await apply_pg_migrations(conn, [m for m in PG_MIGRATIONS if m[0] < 4])
+        await apply_pg_migrations(conn, [m for m in MIGRATIONS if m[0] < 4])
         await conn.execute("INSERT INTO groups (id, key, name, created_at, latest_seq) VALUES (1, 'k', 'g', 0, 3)")
         await conn.execute("SELECT setval(pg_get_serial_sequence('groups', 'id'), 1)")
         for seq, tokens in ((1, 10), (2, 0), (3, 5)):
