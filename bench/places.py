@@ -1,4 +1,5 @@
-"""Where a benchmark measures on PostgreSQL: a throwaway schema of the given database."""
+"""Where a benchmark (or a test: tests/fakes/databases.py) measures on PostgreSQL: a throwaway schema of the
+given database."""
 from __future__ import annotations
 
 import contextlib

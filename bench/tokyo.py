@@ -233,7 +233,7 @@ async def run_roundtable(turns: int, tokenizer: Tokenizer, **settings: Any) -> R
                 if posted != turns or server.errors:
                     report.note = f"{posted} agent posts; episode {ended[-1] if ended else 'running'}"
                     if server.errors:
-                        report.note += f"; server: {server.errors[0]}"
+                        report.note += f"; server: {type(server.errors[0]).__name__}: {server.errors[0]}"
             finally:
                 await engine.close()
                 await llm.aclose()
@@ -322,7 +322,7 @@ async def run_autogen(turns: int, tokenizer: Tokenizer, *, tuned: bool = False) 
             if said != turns or server.errors:
                 report.note = f"{said} agent messages; stop: {'; '.join(stops)}"
                 if server.errors:
-                    report.note += f"; server: {server.errors[0]}"
+                    report.note += f"; server: {type(server.errors[0]).__name__}: {server.errors[0]}"
         finally:
             await client.close()
     report.records = list(server.records)

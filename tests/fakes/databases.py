@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Any, AsyncIterator, Sequence
 
+from bench.places import scratch_schema, with_schema
 from storage import SqlStore, open_store
 from storage.sql import numbered
 
@@ -47,10 +48,6 @@ def pg_unavailable() -> str | None:
         return (f"no PostgreSQL server answers at {mask_url(url)} ({reason}); "
                 f"set {PG_ENV}=postgresql://USER@HOST:PORT/DATABASE to run them")
     return None
-
-
-def with_schema(url: str, schema: str) -> str:
-    return f"{url}{'&' if '?' in url else '?'}search_path={schema}"
 
 
 class Place:
@@ -138,15 +135,6 @@ class PostgresPlace(Place):
 @contextlib.asynccontextmanager
 async def postgres_place() -> AsyncIterator[PostgresPlace]:
     """A fresh schema on the test server, dropped afterwards."""
-    import asyncpg
-
     url, schema = pg_url(), f"rt_test_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(url)
-    try:
-        await admin.execute(f"CREATE SCHEMA {schema}")
-        try:
-            yield PostgresPlace(url, schema)
-        finally:
-            await admin.execute(f"DROP SCHEMA {schema} CASCADE")
-    finally:
-        await admin.close()
+    async with scratch_schema(url, schema):
+        yield PostgresPlace(url, schema)
