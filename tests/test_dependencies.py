@@ -153,12 +153,15 @@ def test_the_lock_pins_every_dependency_inside_its_range() -> None:
 
 
 def test_install_commands_use_the_lock() -> None:
-    for path in ("README.md", ".ci/run"):
+    """Every command in the docs and CI that installs the project installs it with the lock."""
+    for path in ("README.md", ".ci/run", "CONTRIBUTING.md", *sorted(p.relative_to(ROOT).as_posix()
+                                                                    for p in (ROOT / "docs").glob("*.md"))):
         text = (ROOT / path).read_text()
-        installs = re.findall(r"pip install [^\n`&]*", text)
-        assert installs, f"{path} has no pip install"
-        unlocked = [i for i in installs if f"-c {LOCK}" not in i]
+        installs = [i for i in re.findall(r"pip install [^\n`&]*", text)
+                    if any(word.strip("'\"").startswith(".") for word in i.split())]  # the project: . or '.[x]'
+        unlocked = [i.strip() for i in installs if f"-c {LOCK}" not in i]
         assert not unlocked, f"{path} installs without the lock: {unlocked}"
+    assert "-c constraints.txt -e '.[test]'" in (ROOT / ".ci/run").read_text()
 
 
 def _statements(nodes: Iterable[ast.AST]) -> Iterable[ast.AST]:
