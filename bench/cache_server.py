@@ -5,7 +5,8 @@
         ...
         server.records  # one `CallRecord` per chat request, in order
 
-POST /v1/chat/completions (non-streaming) and GET /v1/models on 127.0.0.1, port 0.
+`bench.openai_server.FakeOpenAI` (the tests' server too: POST /v1/chat/completions and
+GET /v1/models on 127.0.0.1, port 0), answering each chat request with its bill.
 Each request's messages are tokenized in one canonical serialization (per
 message: ``<|role|>name`` and a newline, then the content; the messages'
 tokens concatenated) and billed by the provider rule (`PromptCache`):
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import itertools
 import logging
 import re
 import time
@@ -40,7 +40,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable, Sequence, Union
 
-from aiohttp import web
+from bench.openai_server import FakeOpenAI, Reply, message_text
 
 log = logging.getLogger(__name__)
 
@@ -95,16 +95,6 @@ class Tokenizer:
 
     def count(self, text: str) -> int:
         return len(self.encode(text))
-
-
-def message_text(message: Any) -> str:
-    """A message's content as text (a string, or the text parts of a content list)."""
-    content = message.get("content") if isinstance(message, dict) else None
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return ""
 
 
 class PromptTokenizer:
@@ -214,8 +204,10 @@ def _other(_texts: Sequence[str]) -> Classification:
     return "other", None
 
 
-class CacheServer:
-    """The server. `base_url` is "http://127.0.0.1:PORT/v1"; `records` has every chat request in order."""
+class CacheServer(FakeOpenAI):
+    """The server: `FakeOpenAI` whose every chat request is billed (`bill`) and answered by the
+    responder, which gets the request's `CallRecord` and body and returns the reply's text.
+    `base_url` is "http://127.0.0.1:PORT/v1"; `records` has every chat request in order."""
 
     def __init__(
         self,
@@ -225,21 +217,13 @@ class CacheServer:
         tokenizer: Tokenizer | None = None,
         models: Sequence[str] = ("bench-model",),
     ) -> None:
-        self.responder = responder
+        super().__init__(self._answer, models=models)
+        self.answer = responder
         self.classify = classify
         self.tokens = PromptTokenizer(tokenizer or Tokenizer())
         self.cache = PromptCache()
-        self.models = list(models)
         self.records: list[CallRecord] = []
-        self.errors: list[str] = []
-        self.port = 0
         self._last_prompt: dict[str, array[int]] = {}
-        self._ids = itertools.count(1)
-        self._runner: web.AppRunner | None = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -249,29 +233,6 @@ class CacheServer:
         """A new episode: each agent's next participant call is a first call again (no prefix kept)."""
         self._last_prompt.clear()
 
-    async def __aenter__(self) -> "CacheServer":
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    async def start(self) -> None:
-        app = web.Application(client_max_size=64 * 2**20)
-        app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_get("/v1/models", self._models)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
-
-    async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    # billing ------------------------------------------------------------
     def bill(self, body: dict[str, Any]) -> CallRecord:
         """Classify, tokenize and bill one request body (no reply yet); appends to `records`."""
         messages = body.get("messages") or []
@@ -296,61 +257,18 @@ class CacheServer:
         self.records.append(record)
         return record
 
-    # handlers -----------------------------------------------------------
-    async def _models(self, request: web.Request) -> web.Response:
-        data = [{"id": m, "object": "model", "created": 0, "owned_by": "bench"} for m in self.models]
-        return web.json_response({"object": "list", "data": data})
-
-    async def _chat(self, request: web.Request) -> web.Response:
-        try:
-            body = await request.json()
-        except (ValueError, UnicodeDecodeError):
-            return self._error(400, "request body is not valid JSON")
-        if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body.get("model"):
-            return self._error(400, "'model' and 'messages' are required")
-        if body.get("stream"):
-            return self._error(400, "the bench server does not stream; send stream=false")
+    async def _answer(self, body: dict[str, Any]) -> Reply:
+        """FakeOpenAI's responder: the bill, the reply's text from `answer`, the usage of both."""
         record = self.bill(body)
-        try:
-            reply = self.responder(record, body)
-            if inspect.isawaitable(reply):
-                reply = await reply
-        except Exception as exc:
-            self.errors.append(f"{type(exc).__name__}: {exc}")
-            log.exception("bench responder raised")
-            return self._error(500, f"bench responder raised {type(exc).__name__}: {exc}",
-                               headers={"x-should-retry": "false"})
-        text = str(reply)
-        record.reply = text
-        record.completion_tokens = self.tokenizer.count(text)
-        return self._render(record, text)
-
-    def _error(self, status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
-        kind = "invalid_request_error" if status < 500 else "server_error"
-        body = {"error": {"message": message, "type": kind, "param": None, "code": None}}
-        return web.json_response(body, status=status, headers=headers)
-
-    def _render(self, record: CallRecord, text: str) -> web.Response:
-        n = next(self._ids)
-        usage = {
+        reply = self.answer(record, body)
+        if inspect.isawaitable(reply):
+            reply = await reply
+        record.reply = str(reply)
+        record.completion_tokens = self.tokenizer.count(record.reply)
+        return Reply(text=record.reply, usage={
             "prompt_tokens": record.prompt_tokens,
             "completion_tokens": record.completion_tokens,
             "total_tokens": record.prompt_tokens + record.completion_tokens,
             "prompt_tokens_details": {"cached_tokens": record.cached_tokens, "audio_tokens": 0},
             "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
-        }
-        payload = {
-            "id": f"chatcmpl-bench{n}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": record.model,
-            "choices": [{
-                "index": 0,
-                "message": {"role": "assistant", "content": text, "refusal": None},
-                "logprobs": None,
-                "finish_reason": "stop",
-            }],
-            "usage": usage,
-            "system_fingerprint": "fp_bench",
-        }
-        return web.json_response(payload, headers={"x-request-id": f"req_bench{n}"})
+        })

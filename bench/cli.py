@@ -135,24 +135,14 @@ async def collect(args: argparse.Namespace) -> Results:
 
 def check_pg(url: str) -> str | None:
     """None when `url` is a PostgreSQL URL whose server answers; otherwise one line saying why not."""
+    from bench.places import unreachable
     from storage import is_postgres
     from storage.pg import mask_url
 
     if not is_postgres(url):
         return "expected a postgresql://USER@HOST:PORT/DATABASE URL"
-
-    async def connect() -> None:
-        import asyncpg
-
-        conn = await asyncpg.connect(url, timeout=5)
-        await conn.close()
-
-    try:
-        asyncio.run(connect())
-    except Exception as exc:  # any failure: say which server and why, without its password
-        reason = (str(exc).strip() or type(exc).__name__).splitlines()[0]
-        return f"cannot connect to {mask_url(url)}: {reason}"
-    return None
+    reason = unreachable(url, timeout=5)
+    return None if reason is None else f"cannot connect to {mask_url(url)}: {reason}"  # without its password
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,8 +1,27 @@
-"""Where a benchmark measures on PostgreSQL: a throwaway schema of the given database."""
+"""Where a benchmark (or a test: tests/fakes/databases.py) measures on PostgreSQL: whether the server
+answers, and a throwaway schema of the given database."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import AsyncIterator
+
+
+def unreachable(url: str, timeout: float) -> str | None:
+    """None when the PostgreSQL server at `url` answers within `timeout` seconds; otherwise the first
+    line of why not (call it outside an event loop)."""
+
+    async def connect() -> None:
+        import asyncpg
+
+        conn = await asyncpg.connect(url, timeout=timeout)
+        await conn.close()
+
+    try:
+        asyncio.run(connect())
+    except Exception as exc:  # any failure means: no usable server; say why
+        return (str(exc).strip() or type(exc).__name__).splitlines()[0]
+    return None
 
 
 def with_schema(url: str, schema: str) -> str:

@@ -148,6 +148,20 @@ def _server(tokenizer: Tokenizer, report: RunReport) -> CacheServer:
     return CacheServer(respond, classify, tokenizer=tokenizer, models=(MODEL,))
 
 
+def _settle(report: RunReport, server: CacheServer, tokenizer: Tokenizer, people: int, done: int,
+            how: str) -> RunReport:
+    """The run's calls and turns into `report`; `how` it ended as its note when it did not run the
+    turns asked (`done` of them) or the server saw an error (the first one is named)."""
+    if done != report.turns_asked or server.errors:
+        report.note = how
+        if server.errors:
+            error = server.errors[0]
+            report.note += f"; server: {type(error).__name__}: {error}"
+    report.records = list(server.records)
+    report.turns = split_turns(report.records, tokenizer.count, people)
+    return report
+
+
 # network guard --------------------------------------------------------------
 _LOOPBACK = ("127.", "::1", "localhost", "0:0:0:0:0:0:0:1")
 
@@ -230,17 +244,12 @@ async def run_roundtable(turns: int, tokenizer: Tokenizer, **settings: Any) -> R
                     await engine.wait_idle(group.id, timeout=max(600.0, 3.0 * part))
                 ended = [e.status for e in surface.episodes if e.status != "running"]
                 posted = len(surface.agent_posts())
-                if posted != turns or server.errors:
-                    report.note = f"{posted} agent posts; episode {ended[-1] if ended else 'running'}"
-                    if server.errors:
-                        report.note += f"; server: {server.errors[0]}"
+                how = f"{posted} agent posts; episode {ended[-1] if ended else 'running'}"
             finally:
                 await engine.close()
                 await llm.aclose()
                 await store.close()
-    report.records = list(server.records)
-    report.turns = split_turns(report.records, tokenizer.count, len(parts))
-    return report
+    return _settle(report, server, tokenizer, len(parts), posted, how)
 
 
 # AutoGen --------------------------------------------------------------------
@@ -319,15 +328,10 @@ async def run_autogen(turns: int, tokenizer: Tokenizer, *, tuned: bool = False) 
                     result = await team.run(task=FOLLOW_UP if i else TASK)
                     said += sum(1 for m in result.messages if getattr(m, "source", "") != "user")
                     stops.append(str(result.stop_reason))
-            if said != turns or server.errors:
-                report.note = f"{said} agent messages; stop: {'; '.join(stops)}"
-                if server.errors:
-                    report.note += f"; server: {server.errors[0]}"
+            how = f"{said} agent messages; stop: {'; '.join(stops)}"
         finally:
             await client.close()
-    report.records = list(server.records)
-    report.turns = split_turns(report.records, tokenizer.count, len(parts))
-    return report
+    return _settle(report, server, tokenizer, len(parts), said, how)
 
 
 @dataclass

@@ -5,6 +5,7 @@ from array import array
 from typing import Any, Sequence
 
 import openai
+import pytest
 
 from bench.cache_server import (
     BLOCK_TOKENS,
@@ -17,6 +18,8 @@ from bench.cache_server import (
     block_hashes,
     common_prefix,
 )
+from bench.scenario import Script
+from bench.tokyo import run_roundtable
 
 
 def ids(start: int, n: int) -> list[int]:
@@ -129,3 +132,19 @@ async def test_usage_cached_tokens_and_records_through_the_openai_client() -> No
     assert (r0.kind, r0.agent, r0.prefix_kept, r0.cache_key) == ("participant", "planner", None, None)
     assert (r1.prefix_kept, r1.cache_key, r1.completion_tokens) == (1.0, "group-1", first.usage.completion_tokens)
     assert (r2.kind, r2.max_tokens, r2.cached_tokens) == ("selector", 20, 0)
+
+
+async def test_a_responder_error_is_a_500_and_named_in_the_run_note(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server answers a responder's exception with a 500 the client does not retry; the run's
+    note names it after how the run ended."""
+    real = Script.reply
+
+    def reply(self: Script, agent: str) -> str:
+        if sum(self.replies.values()) >= 2:
+            raise RuntimeError("the script broke")
+        return real(self, agent)
+
+    monkeypatch.setattr(Script, "reply", reply)
+    report = await run_roundtable(4, Tokenizer())
+    assert report.note == "2 agent posts; episode quiet; server: RuntimeError: the script broke"
+    assert [r.kind for r in report.records].count("participant") == 3 and len(report.turns) == 3

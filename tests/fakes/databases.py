@@ -6,7 +6,6 @@ SQL beside them (`?` placeholders on both), the way another process or an operat
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import sqlite3
@@ -14,6 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any, AsyncIterator, Sequence
 
+from bench.places import scratch_schema, unreachable, with_schema
 from storage import SqlStore, open_store
 from storage.sql import numbered
 
@@ -33,24 +33,11 @@ def pg_unavailable() -> str | None:
     url = pg_url()
     if url.lower() in ("", "0", "off", "no", "none"):
         return f"{PG_ENV}={url or '(empty)'} turns the PostgreSQL tests off"
-
-    async def check() -> None:
-        import asyncpg
-
-        conn = await asyncpg.connect(url, timeout=3)
-        await conn.close()
-
-    try:
-        asyncio.run(check())
-    except Exception as exc:  # any failure means: no usable server; say which and why
-        reason = (str(exc).strip() or type(exc).__name__).splitlines()[0]
-        return (f"no PostgreSQL server answers at {mask_url(url)} ({reason}); "
-                f"set {PG_ENV}=postgresql://USER@HOST:PORT/DATABASE to run them")
-    return None
-
-
-def with_schema(url: str, schema: str) -> str:
-    return f"{url}{'&' if '?' in url else '?'}search_path={schema}"
+    reason = unreachable(url, timeout=3)
+    if reason is None:
+        return None
+    return (f"no PostgreSQL server answers at {mask_url(url)} ({reason}); "
+            f"set {PG_ENV}=postgresql://USER@HOST:PORT/DATABASE to run them")
 
 
 class Place:
@@ -138,15 +125,6 @@ class PostgresPlace(Place):
 @contextlib.asynccontextmanager
 async def postgres_place() -> AsyncIterator[PostgresPlace]:
     """A fresh schema on the test server, dropped afterwards."""
-    import asyncpg
-
     url, schema = pg_url(), f"rt_test_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(url)
-    try:
-        await admin.execute(f"CREATE SCHEMA {schema}")
-        try:
-            yield PostgresPlace(url, schema)
-        finally:
-            await admin.execute(f"DROP SCHEMA {schema} CASCADE")
-    finally:
-        await admin.close()
+    async with scratch_schema(url, schema):
+        yield PostgresPlace(url, schema)
