@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from bot.core.errors import StoreError
+from bot.core.secrets import mask_url
 from bot.core.store_health import StoreHealth
 from storage.base import Clock
 from storage.db import DEFAULT_BUSY_TIMEOUT_MS, LOCKED_MESSAGE, open_db
@@ -45,8 +46,6 @@ def sqlite_path(target: str | Path) -> str:
 def describe(target: str | Path) -> str:
     """The target for messages: a path, or a URL with its password masked."""
     if is_postgres(target):
-        from storage.pg import mask_url
-
         return mask_url(str(target))
     return str(target)
 

@@ -1,14 +1,10 @@
 """A database's diagnosis, read without changing it: schema version, the outbox, the leases.
 
-`SqlStore.database_report()` (this module's `DiagnosisMixin`) reads it through an open store
-(`/roundtable doctor` in the running bot). `inspect(target)` reads it for
-`roundtable doctor` and `roundtable init` without opening a store: opening one
-would create a missing SQLite file and apply migrations, and a diagnosis must
-not change what it looks at. It also returns the enabled groups and the stored
-webhooks, which the command line checks against Discord.
-
-The queries read tables that exist from migration 2 on; an older database has
-only its version read.
+`inspect(target)` reads it (`storage.report`) for `roundtable doctor` and `roundtable init`
+without opening a store: opening one would create a missing SQLite file and apply migrations,
+and a diagnosis must not change what it looks at. It also returns the enabled groups and the
+stored webhooks, which the command line checks against Discord. (An open store reads the same
+report with `SqlStore.database_report()`.)
 """
 from __future__ import annotations
 
@@ -17,15 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bot.core.doctor import DatabaseReport, Holder, Waiting
+from bot.core.doctor import DatabaseReport
 from bot.core.errors import StoreError
 from bot.core.models import Group, GroupSettings
-from storage.base import StoreBase
-from storage.lease import describe_owner, owner_alive
+from bot.core.secrets import mask_url, url_secrets
+from storage import is_postgres, sqlite_path
 from storage.migrations import MIGRATIONS
+from storage.report import FIRST_READABLE, read_report
 from storage.sql import Db
 
-FIRST_READABLE = 2  # the leases table and delivery_problem arrive with migration 2
 CONNECT_TIMEOUT = 10.0
 
 
@@ -38,36 +34,13 @@ class Inspection:
     webhooks: dict[str, tuple[str, str]] = field(default_factory=dict)  # channel id -> (webhook id, token)
 
 
-async def read_report(db: Db, where: str, now: float) -> DatabaseReport:
-    row = await db.one("SELECT COALESCE(MAX(id), 0) FROM _migrations")
-    version = int(row[0]) if row is not None else 0
-    known = MIGRATIONS[-1][0]
-    if version < FIRST_READABLE:
-        return DatabaseReport(where, True, version, known)
-    waiting = [Waiting(r[0], int(r[1]), now - float(r[2])) for r in await db.all(
-        "SELECT g.name, COUNT(*), MIN(m.created_at) FROM messages m JOIN groups g ON g.id = m.group_id"
-        " WHERE m.confirmed = 0 AND m.author_type <> 'user' AND g.enabled = 1 GROUP BY g.id, g.name ORDER BY g.id")]
-    leases = [Holder(r[0], describe_owner(r[1], r[2]), float(r[3]) - now, not owner_alive(r[1])) for r in await db.all(
-        "SELECT g.name, l.owner, l.label, l.expires_at FROM leases l JOIN groups g ON g.id = l.group_id ORDER BY g.id")]
-    return DatabaseReport(where, True, version, known, tuple(waiting), tuple(leases))
-
-
-class DiagnosisMixin(StoreBase):
-    async def database_report(self) -> DatabaseReport:
-        """The database's schema version, outbox and leases (`bot.core.doctor`)."""
-        async with self._read() as db:
-            return await read_report(db, self.database, self._now())
-
-
 async def inspect(target: str, now: float) -> Inspection:
     """The database at `target` (a SQLite path or `sqlite:///`, or a `postgresql://` URL), read
     only. A SQLite file that does not exist yet is reported as such (its directory must exist).
     Problems raise `StoreError`: one line naming the database, never a password."""
-    import storage
-
-    if storage.is_postgres(target):
+    if is_postgres(target):
         return await _inspect_postgres(target, now)
-    path = Path(storage.sqlite_path(target)).expanduser()
+    path = Path(sqlite_path(target)).expanduser()
     if path.is_dir():
         raise StoreError(f"{path} is a directory; name a file in it, e.g. {path / 'roundtable.db'}")
     if not path.exists():
@@ -108,7 +81,7 @@ async def _read(db: Db, where: str, now: float, *, has_ledger: bool) -> Inspecti
 async def _inspect_postgres(url: str, now: float) -> Inspection:
     import asyncpg
 
-    from storage.pg import PgDb, _one_line, _secrets, mask_url  # (this package's own helpers)
+    from storage.pg import PgDb, one_line
 
     where = mask_url(url)
     conn: Any = None
@@ -118,7 +91,7 @@ async def _inspect_postgres(url: str, now: float) -> Inspection:
         has_ledger = await conn.fetchval("SELECT to_regclass('_migrations') IS NOT NULL")
         return await _read(PgDb(conn), where, now, has_ledger=bool(has_ledger))
     except (asyncpg.PostgresError, OSError, ValueError, TimeoutError, asyncpg.InterfaceError) as exc:
-        raise StoreError(f"cannot read the database {where}: {_one_line(exc, _secrets(url))}") from None
+        raise StoreError(f"cannot read the database {where}: {one_line(exc, url_secrets(url))}") from None
     finally:
         if conn is not None:
             await conn.close()

@@ -87,12 +87,9 @@ RELISTEN_FIRST, RELISTEN_MAX = 0.5, 5.0  # seconds between tries to LISTEN again
 _CONNECTION_ERRORS = (OSError, asyncio.TimeoutError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError)
 
 
-def _secrets(url: str) -> list[str]:
-    """The URL's password and secret-named query values (`bot.core.secrets` masks them once registered)."""
-    return url_secrets(url)
-
-
-def _one_line(exc: BaseException, secrets: Sequence[str] = ()) -> str:
+def one_line(exc: BaseException, secrets: Sequence[str] = ()) -> str:
+    """The failure's first line, for a message: `secrets` (a URL's, `url_secrets`) and every
+    registered secret masked."""
     text = (str(exc).strip() or type(exc).__name__).splitlines()[0]
     for secret in secrets:
         text = text.replace(secret, MASK)
@@ -121,10 +118,10 @@ def pg_store_error(exc: BaseException) -> StoreError:
         return StoreBusy(LOCKED_MESSAGE)
     reason = unwritable_reason(exc)
     if reason is not None:
-        return StoreUnwritable(f"database error: {_one_line(exc)}", public=reason)
+        return StoreUnwritable(f"database error: {one_line(exc)}", public=reason)
     if server_gone(exc):
         return StoreUnavailable(f"database error: the connection to PostgreSQL failed: {gone_reason(exc)}")
-    return StoreError(f"database error: {_one_line(exc)}")
+    return StoreError(f"database error: {one_line(exc)}")
 
 
 @functools.lru_cache(maxsize=2048)
@@ -273,9 +270,9 @@ class PostgresBackend:
             if pool is not None:
                 pool.terminate()
             if isinstance(exc, StoreError):
-                raise StoreError(f"cannot open the database {label}: {_one_line(exc, _secrets(url))}") from None
+                raise StoreError(f"cannot open the database {label}: {one_line(exc, url_secrets(url))}") from None
             if isinstance(exc, (asyncpg.PostgresError, ValueError, *_CONNECTION_ERRORS)):
-                reason = _one_line(exc, _secrets(url))
+                reason = one_line(exc, url_secrets(url))
                 raise StoreError(f"cannot open the database {label}: {reason}") from None
             raise
         log.info("opened database %s (%d migration(s) applied)", label, len(applied))

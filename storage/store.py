@@ -28,10 +28,10 @@ from bot.core.store_health import StoreHealth
 from bot.core.validation import check_name_free
 from storage.base import Clock
 from storage.db import DEFAULT_BUSY_TIMEOUT_MS, SqliteBackend
-from storage.diagnosis import DiagnosisMixin
 from storage.draft import DraftMixin
 from storage.notes import NotesMixin
 from storage.record import RecordMixin
+from storage.report import DiagnosisMixin
 from storage.rows import dumps, settings_to_json, strings_from_json, to_agent, to_group, to_message, unique
 from storage.schedule import ScheduleMixin
 from storage.sql import Db

@@ -1,0 +1,39 @@
+"""The database report (`bot.core.doctor.DatabaseReport`): schema version, the outbox, the leases.
+
+`read_report` reads it over any `Db`, written once for both databases: through an open store
+(`SqlStore.database_report()`, `/roundtable doctor` in the running bot) and without one
+(`storage.diagnosis.inspect`, for `roundtable doctor` and `roundtable init`).
+
+The queries read tables that exist from migration 2 on; an older database has
+only its version read.
+"""
+from __future__ import annotations
+
+from bot.core.doctor import DatabaseReport, Holder, Waiting
+from storage.base import StoreBase
+from storage.lease import describe_owner, owner_alive
+from storage.migrations import MIGRATIONS
+from storage.sql import Db
+
+FIRST_READABLE = 2  # the leases table and delivery_problem arrive with migration 2
+
+
+async def read_report(db: Db, where: str, now: float) -> DatabaseReport:
+    row = await db.one("SELECT COALESCE(MAX(id), 0) FROM _migrations")
+    version = int(row[0]) if row is not None else 0
+    known = MIGRATIONS[-1][0]
+    if version < FIRST_READABLE:
+        return DatabaseReport(where, True, version, known)
+    waiting = [Waiting(r[0], int(r[1]), now - float(r[2])) for r in await db.all(
+        "SELECT g.name, COUNT(*), MIN(m.created_at) FROM messages m JOIN groups g ON g.id = m.group_id"
+        " WHERE m.confirmed = 0 AND m.author_type <> 'user' AND g.enabled = 1 GROUP BY g.id, g.name ORDER BY g.id")]
+    leases = [Holder(r[0], describe_owner(r[1], r[2]), float(r[3]) - now, not owner_alive(r[1])) for r in await db.all(
+        "SELECT g.name, l.owner, l.label, l.expires_at FROM leases l JOIN groups g ON g.id = l.group_id ORDER BY g.id")]
+    return DatabaseReport(where, True, version, known, tuple(waiting), tuple(leases))
+
+
+class DiagnosisMixin(StoreBase):
+    async def database_report(self) -> DatabaseReport:
+        """The database's schema version, outbox and leases (`bot.core.doctor`)."""
+        async with self._read() as db:
+            return await read_report(db, self.database, self._now())
