@@ -29,7 +29,7 @@ from bot.core.errors import AlreadyStored, NotFound, StoreError, StoreUnwritable
 from bot.core.models import Episode, Message, NewMessage, token_cost
 from bot.core.secrets import mask
 from bot.core.store_health import StoreHealth
-from storage.rows import attachments_to_json, dumps, tags_to_json, to_message, unique
+from storage.codec import attachments_to_json, dumps, tags_to_json, to_message, unique
 from storage.sql import Db, Dialect, Params, Row
 
 log = logging.getLogger(__name__)

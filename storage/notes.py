@@ -6,7 +6,7 @@ from bot.core.errors import InvalidInput
 from bot.core.models import Note
 from bot.core.secrets import mask
 from storage.base import StoreBase
-from storage.rows import to_note
+from storage.codec import to_note
 
 
 class NotesMixin(StoreBase):

@@ -1,5 +1,5 @@
 """Store methods for "what did I miss": people's names, the rows that tag a person,
-stored catch-up summaries. Read cursors themselves are in `storage.ledger`."""
+stored catch-up summaries, and read cursors (how far each person has seen a group)."""
 from __future__ import annotations
 
 import logging
@@ -8,13 +8,14 @@ from typing import Iterable
 from bot.core.models import Message, Summary
 from bot.core.secrets import mask
 from bot.core.validation import name_key
-from storage.ledger import LedgerMixin
-from storage.rows import to_message
+from storage.base import StoreBase
+from storage.codec import to_message
+from storage.sql import Db
 
 log = logging.getLogger(__name__)
 
 
-class ReadingMixin(LedgerMixin):
+class ReadingMixin(StoreBase):
     # people ---------------------------------------------------------------
     async def remember_person(self, scope: str, user_id: str, names: Iterable[str]) -> None:
         """`names` are how the person is tagged in `scope` (a guild, a console group) from now on."""
@@ -78,3 +79,37 @@ class ReadingMixin(LedgerMixin):
                 (group_id, summary.after, summary.through, mask(summary.text), summary.omitted, summary.model,
                  prompt_tokens, completion_tokens, self._now(), summary.provider or None),
             )
+
+    # read cursors -------------------------------------------------------
+    async def get_seen(self, group_id: int, user_id: str) -> int | None:
+        async with self._read() as db:
+            row = await self._one(
+                db,
+                "SELECT seen_through FROM read_cursors WHERE group_id = ? AND user_id = ?",
+                (group_id, user_id),
+            )
+        return None if row is None else int(row[0])
+
+    async def mark_seen(self, group_id: int, user_id: str, seq: int) -> int:
+        """Clamp to 0..latest seq, never backwards; return the stored value."""
+        async with self._write(group_id) as db:
+            group = await self._group_row(db, group_id)
+            target = max(0, min(int(seq), int(group["latest_seq"])))
+            await self._advance_seen(db, group_id, user_id, target)
+            row = await self._one(
+                db,
+                "SELECT seen_through FROM read_cursors WHERE group_id = ? AND user_id = ?",
+                (group_id, user_id),
+            )
+            assert row is not None
+            return int(row[0])
+
+    async def _advance_seen(self, db: Db, group_id: int, user_id: str, seq: int) -> None:
+        await self._exec(
+            db,
+            "INSERT INTO read_cursors (group_id, user_id, seen_through, updated_at) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (group_id, user_id) DO UPDATE"
+            f" SET seen_through = {self._sql.greatest}(read_cursors.seen_through, excluded.seen_through),"
+            " updated_at = excluded.updated_at",
+            (group_id, user_id, seq, self._now()),
+        )

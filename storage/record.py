@@ -6,13 +6,13 @@ from __future__ import annotations
 from typing import AsyncIterator, Iterable
 
 from bot.core.models import Agent, Episode, Message, Run
-from storage.reading import ReadingMixin
-from storage.rows import to_agent, to_episode, to_message, to_run
+from storage.base import StoreBase
+from storage.codec import to_agent, to_episode, to_message, to_run
 
 PAGE = 500
 
 
-class RecordMixin(ReadingMixin):
+class RecordMixin(StoreBase):
     async def message_pages(self, group_id: int, *, after: int = 0, through: int | None = None,
                             size: int = PAGE) -> AsyncIterator[list[Message]]:
         """Rows after < seq <= through (None: to the newest), oldest first, `size` at a time."""

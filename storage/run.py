@@ -15,8 +15,8 @@ from typing import get_args
 from bot.core.errors import CapReached, InvalidInput, NotFound
 from bot.core.models import FinishedRun, Message, Run, RunKind, RunResult, RunStatus, Usage
 from bot.core.secrets import mask_error
+from storage.codec import to_run
 from storage.lease import LeaseMixin
-from storage.rows import to_run
 from storage.sql import Db, Row
 
 log = logging.getLogger(__name__)

@@ -2,8 +2,10 @@
 
 This module owns groups, the roster and the message log (seq allocation,
 streak, episodes opened by user posts, agent cursors, what reached the
-surface, the ingest watermark). Decisions, episodes, usage, webhooks and read
-cursors live in `storage.ledger`; runs in `storage.run`; leases in
+surface, the ingest watermark). Routing decisions live in `storage.routing`;
+episodes in `storage.episode`; model calls and their tokens in `storage.usage`;
+webhooks in `storage.webhook`; taken interactions in `storage.interaction`; read
+cursors and people's names in `storage.reading`; runs in `storage.run`; leases in
 `storage.lease`; schedules in `storage.schedule`; the record read in pages
 (exports) in `storage.record`; agents' notes (memory) in `storage.notes`; rolling
 summaries and the episodes a task continues in `storage.summary`; the
@@ -27,22 +29,30 @@ from bot.core.secrets import mask_error
 from bot.core.store_health import StoreHealth
 from bot.core.validation import check_name_free
 from storage.base import Clock
+from storage.codec import dumps, settings_to_json, strings_from_json, to_agent, to_group, to_message, unique
 from storage.db import DEFAULT_BUSY_TIMEOUT_MS, SqliteBackend
 from storage.draft import DraftMixin
+from storage.episode import EpisodeMixin
+from storage.interaction import InteractionMixin
 from storage.notes import NotesMixin
+from storage.reading import ReadingMixin
 from storage.record import RecordMixin
 from storage.report import DiagnosisMixin
-from storage.rows import dumps, settings_to_json, strings_from_json, to_agent, to_group, to_message, unique
+from storage.routing import RoutingMixin
+from storage.run import RunMixin
 from storage.schedule import ScheduleMixin
 from storage.sql import Db
 from storage.summary import SummaryMixin
+from storage.usage import UsageMixin
+from storage.webhook import WebhookMixin
 
 log = logging.getLogger(__name__)
 
 AGENT_FIELDS = ("name", "role", "system_prompt", "model", "avatar_url", "enabled", "position", "memory")
 
 
-class SqlStore(NotesMixin, DraftMixin, RecordMixin, ScheduleMixin, SummaryMixin, DiagnosisMixin):
+class SqlStore(NotesMixin, DraftMixin, RecordMixin, ReadingMixin, RoutingMixin, EpisodeMixin, UsageMixin, WebhookMixin,
+               InteractionMixin, RunMixin, ScheduleMixin, SummaryMixin, DiagnosisMixin):
     """Implements `bot.core.ports.Store` over a backend: `SqliteStore` or `storage.pg.PostgresStore`
     (or `storage.open_store(target)`, which picks one)."""
 

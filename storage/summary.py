@@ -6,7 +6,7 @@ from __future__ import annotations
 from bot.core.models import ContextSummary, Episode, Message, Usage
 from bot.core.secrets import mask
 from storage.base import StoreBase
-from storage.rows import to_episode, to_message
+from storage.codec import to_episode, to_message
 from storage.sql import Row
 
 

@@ -1,4 +1,4 @@
-"""Row <-> model conversion: JSON columns, booleans, settings.
+"""Row <-> model codec: how models are kept in columns (JSON columns, booleans, settings).
 
 Pure functions over result rows (sqlite3.Row, asyncpg.Record); no I/O.
 """

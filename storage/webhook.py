@@ -1,0 +1,39 @@
+"""The webhooks the bot posts agents' messages through, one per channel; their tokens are secrets
+(registered in `bot.core.secrets` as soon as they are read)."""
+from __future__ import annotations
+
+from bot.core.secrets import SECRETS
+from storage.base import StoreBase
+
+
+class WebhookMixin(StoreBase):
+    async def get_webhook(self, channel_id: str) -> tuple[str, str] | None:
+        async with self._read() as db:
+            row = await self._one(
+                db, "SELECT webhook_id, token FROM webhooks WHERE channel_id = ?", (channel_id,)
+            )
+        if row is None:
+            return None
+        SECRETS.register(row["token"])  # masked wherever it could show from now on
+        return row["webhook_id"], row["token"]
+
+    async def register_webhook_tokens(self) -> int:
+        async with self._read() as db:
+            rows = await self._all(db, "SELECT token FROM webhooks")
+        SECRETS.register_all(row[0] for row in rows)
+        return len(rows)
+
+    async def save_webhook(self, channel_id: str, webhook_id: str, token: str) -> None:
+        SECRETS.register(token)
+        async with self._write() as db:  # a channel's, of no group: alone
+            await self._exec(
+                db,
+                "INSERT INTO webhooks (channel_id, webhook_id, token) VALUES (?, ?, ?)"
+                " ON CONFLICT (channel_id) DO UPDATE SET webhook_id = excluded.webhook_id,"
+                " token = excluded.token",
+                (channel_id, webhook_id, token),
+            )
+
+    async def forget_webhook(self, channel_id: str) -> None:
+        async with self._write() as db:  # a channel's, of no group: alone
+            await self._exec(db, "DELETE FROM webhooks WHERE channel_id = ?", (channel_id,))
