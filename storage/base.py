@@ -1,11 +1,12 @@
-"""The store's plumbing: transactions over a backend, error translation, shared lookups.
+"""The store's plumbing (`Access`, which every part of `storage.store.SqlStore` holds):
+transactions over a backend, error translation, shared lookups and the appends.
 
 A backend (`storage.db.SqliteBackend`, `storage.pg.PostgresBackend`) owns the
 connections and gives out one `Db` per write transaction or read. Writes are
 serialised across processes: SQLite by `BEGIN IMMEDIATE` (one writer for the whole
 file), PostgreSQL by transaction-scoped advisory locks per group (`storage.pg`). A
-write names its group (`_write(group_id)`) when it reads and changes only that
-group's rows; one that touches no group or several takes `_write()`, which excludes
+write names its group (`write(group_id)`) when it reads and changes only that
+group's rows; one that touches no group or several takes `write()`, which excludes
 every other write. Either way a write sees every write of its group committed before
 it, so seq allocation, leases and the checks inside a write are as safe as a single
 process's. Reads see committed data.
@@ -22,8 +23,7 @@ import socket
 import time
 import uuid
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from types import TracebackType
-from typing import AsyncIterator, Callable, Literal, Protocol, Sequence, TypeVar
+from typing import AsyncIterator, Callable, Literal, Protocol, Sequence
 
 from bot.core.errors import AlreadyStored, NotFound, StoreError, StoreUnwritable
 from bot.core.models import Episode, Message, NewMessage, token_cost
@@ -35,8 +35,7 @@ from storage.sql import Db, Dialect, Params, Row
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
-GROUPS_OF_KEPT = 20_000  # rows whose group `_group_of` remembers
-S = TypeVar("S", bound="StoreBase")
+GROUPS_OF_KEPT = 20_000  # rows whose group `group_of` remembers
 
 
 class Backend(Protocol):
@@ -114,14 +113,16 @@ class _Watched:
             raise
 
 
-class StoreBase:
-    """Transactions, error translation, shared lookups."""
+class Access:
+    """What every part of the store shares: the backend's transactions (each write's outcome told
+    to `health`), the clock, who holds this store's leases, and the lookups and appends that
+    several parts make inside their transactions."""
 
     def __init__(self, backend: Backend, *, clock: Clock = time.time, health: StoreHealth | None = None) -> None:
         """`health`: the tracker told of every write's outcome (default: one with the usual waits)."""
-        self._backend = backend
+        self.backend = backend
         self.health = health or StoreHealth()
-        self._sql = backend.dialect
+        self.sql = backend.dialect
         self._clock = clock
         self._closed = False
         # Who holds this store's leases: host and pid (so a dead holder on this host is
@@ -133,57 +134,28 @@ class StoreBase:
     @property
     def database(self) -> str:
         """The database, for messages (a URL's password masked)."""
-        return self._backend.label
-
-    @property
-    def migrations_applied(self) -> list[int]:
-        """The ids of the migrations that opening this store applied."""
-        return list(self._backend.applied)
-
-    async def schema_version(self) -> int:
-        """The highest migration recorded in the database (0: none)."""
-        async with self._read() as db:
-            row = await self._one(db, "SELECT COALESCE(MAX(id), 0) FROM _migrations")
-        return 0 if row is None else int(row[0])
+        return self.backend.label
 
     async def close(self) -> None:
         """Close the connections; later calls raise `StoreError`. Idempotent."""
         if self._closed:
             return
         self._closed = True
-        await self._backend.close()
+        await self.backend.close()
 
-    async def __aenter__(self: S) -> S:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-    def _now(self) -> float:
+    def now(self) -> float:
         return float(self._clock())
-
-    async def watch(self, appended: Callable[[int], None]) -> None:
-        """Call `appended(group_id)` soon after another process stores a row in a group:
-        PostgreSQL's LISTEN/NOTIFY, at once; on SQLite nothing is called (the lease keeper
-        compares each group's latest seq every couple of seconds instead)."""
-        self._check_open()
-        await self._backend.watch(self.owner, appended)
 
     # transactions -----------------------------------------------------------
     @asynccontextmanager
-    async def _write(self, group_id: int | None = None) -> AsyncIterator[Db]:
+    async def write(self, group_id: int | None = None) -> AsyncIterator[Db]:
         """One write transaction, or nothing at all. With `group_id`, the block reads and
         changes that group's rows only (and rows of no group that no other write touches);
         without, it is alone among the database's writes."""
-        self._check_open()
+        self.check_open()
         watched: _Watched | None = None
         try:
-            async with self._backend.write(group_id) as db:
+            async with self.backend.write(group_id) as db:
                 watched = _Watched(db)
                 yield watched
         except StoreUnwritable as exc:
@@ -191,84 +163,66 @@ class StoreBase:
             raise
         self.health.committed(watched.statements if watched is not None else ())
 
-    async def _group_of(self, table: str, row_id: int) -> int | None:
+    async def group_of(self, table: str, row_id: int) -> int | None:
         """The group of row `row_id` of `table` (agents, runs, episodes), read before a write
         about it and remembered (a row never moves to another group); None when there is no
         such row (the write then runs alone and finds it missing) or on SQLite (one writer
         anyway)."""
-        if self._sql.name == "sqlite":
+        if self.sql.name == "sqlite":
             return None
         found = self._groups_of.get((table, row_id))
         if found is None:
-            async with self._read() as db:
-                row = await self._one(db, f"SELECT group_id FROM {table} WHERE id = ?", (row_id,))
+            async with self.read() as db:
+                row = await db.one(f"SELECT group_id FROM {table} WHERE id = ?", (row_id,))
             if row is None:
                 return None
-            found = self._remember_group(table, row_id, int(row[0]))
+            found = self.remember_group(table, row_id, int(row[0]))
         return found
 
-    def _remember_group(self, table: str, row_id: int, group_id: int) -> int:
-        """Keep the group of a row (a run this store started, say) for `_group_of`."""
+    def remember_group(self, table: str, row_id: int, group_id: int) -> int:
+        """Keep the group of a row (a run this store started, say) for `group_of`."""
         if len(self._groups_of) >= GROUPS_OF_KEPT:
             self._groups_of.clear()
         self._groups_of[(table, row_id)] = group_id
         return group_id
 
     @asynccontextmanager
-    async def _read(self) -> AsyncIterator[Db]:
+    async def read(self) -> AsyncIterator[Db]:
         """A connection for reads (each statement sees committed data)."""
-        self._check_open()
-        async with self._backend.read() as db:
+        self.check_open()
+        async with self.backend.read() as db:
             yield db
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
         if self._closed:
             raise StoreError("the store is closed")
 
-    # queries ------------------------------------------------------------------
-    @staticmethod
-    async def _one(db: Db, sql: str, params: Params = ()) -> Row | None:
-        return await db.one(sql, params)
-
-    @staticmethod
-    async def _all(db: Db, sql: str, params: Params = ()) -> list[Row]:
-        return await db.all(sql, params)
-
-    @staticmethod
-    async def _exec(db: Db, sql: str, params: Params = ()) -> int:
-        """Run a write statement; return the number of rows it changed."""
-        return await db.exec(sql, params)
-
-    @staticmethod
-    async def _insert(db: Db, sql: str, params: Params = ()) -> int:
-        """Run an INSERT; return the new row's id."""
-        return await db.insert(sql, params)
-
-    async def _update(
+    # shared lookups ---------------------------------------------------------------
+    async def update(
         self, db: Db, table: str, row_id: int, changes: dict[str, object]
     ) -> None:
         """UPDATE `table` SET the given columns (column names come from code, never input)."""
         if not changes:
             return
         assignments = ", ".join(f"{column} = ?" for column in changes)
-        await self._exec(db, f"UPDATE {table} SET {assignments} WHERE id = ?", (*changes.values(), row_id))
+        await db.exec(f"UPDATE {table} SET {assignments} WHERE id = ?", (*changes.values(), row_id))
 
-    async def _group_row(self, db: Db, group_id: int) -> Row:
-        row = await self._one(db, "SELECT * FROM groups WHERE id = ?", (group_id,))
+    async def group_row(self, db: Db, group_id: int) -> Row:
+        row = await db.one("SELECT * FROM groups WHERE id = ?", (group_id,))
         if row is None:
             raise NotFound(f"no group with id {group_id}")
         return row
 
-    async def _agent_row(
+    async def agent_row(
         self, db: Db, agent_id: int, *, include_removed: bool = False
     ) -> Row:
-        row = await self._one(db, "SELECT * FROM agents WHERE id = ?", (agent_id,))
+        row = await db.one("SELECT * FROM agents WHERE id = ?", (agent_id,))
         if row is None or (row["removed_at"] is not None and not include_removed):
             raise NotFound(f"no agent with id {agent_id}")
         return row
 
     # appending rows ---------------------------------------------------------------
-    async def _append(
+    async def append(
         self, db: Db, group_id: int, message: NewMessage, *, episode_id: int | None,
         streak: Literal["reset", "count", "keep"] = "keep",
     ) -> Message:
@@ -277,39 +231,37 @@ class StoreBase:
         `streak`: 'reset' (a person spoke), 'count' (an agent message of the current
         episode) or 'keep' (notices, replies to an older episode).
         """
-        group = await self._group_row(db, group_id)
-        await self._backend.announce(db.db if isinstance(db, _Watched) else db, group_id, self.owner)
-        seq, now = int(group["latest_seq"]) + 1, self._now()
+        group = await self.group_row(db, group_id)
+        await self.backend.announce(db.db if isinstance(db, _Watched) else db, group_id, self.owner)
+        seq, now = int(group["latest_seq"]) + 1, self.now()
         before = int(group["tokens_total"])
         confirmed = message.author_type == "user" or bool(message.external_ids)
         stored = await self._insert_message(db, group_id, seq, message, episode_id, confirmed, now, before)
         change = {"reset": "0", "count": "agent_streak + 1", "keep": "agent_streak"}[streak]
-        await self._exec(
-            db, f"UPDATE groups SET latest_seq = ?, tokens_total = ?, agent_streak = {change} WHERE id = ?",
+        await db.exec(
+            f"UPDATE groups SET latest_seq = ?, tokens_total = ?, agent_streak = {change} WHERE id = ?",
             (seq, before + token_cost(message.token_count), group_id),
         )
         return stored
 
-    async def _append_task(
+    async def append_task(
         self, db: Db, group_id: int, message: NewMessage
     ) -> tuple[Message, Episode]:
         """Append `message` as the task of a new episode (the running one is superseded),
         inside the caller's transaction; the streak starts again."""
-        group = await self._group_row(db, group_id)
-        now = self._now()
-        await self._exec(  # (SQLite's planner would walk every episode of the group by episodes_group_task)
-            db,
-            f"UPDATE episodes{self._sql.indexed_by('episodes_running')} SET status = 'superseded', ended_at = ?"
+        group = await self.group_row(db, group_id)
+        now = self.now()
+        await db.exec(  # (SQLite's planner would walk every episode of the group by episodes_group_task)
+            f"UPDATE episodes{self.sql.indexed_by('episodes_running')} SET status = 'superseded', ended_at = ?"
             " WHERE group_id = ? AND status = 'running'",
             (now, group_id),
         )
-        episode_id = await self._insert(
-            db,
+        episode_id = await db.insert(
             "INSERT INTO episodes (group_id, task_seq, status, started_at) VALUES (?, ?, 'running', ?)",
             (group_id, int(group["latest_seq"]) + 1, now),
         )
-        stored = await self._append(db, group_id, message, episode_id=episode_id, streak="reset")
-        await self._exec(db, "UPDATE groups SET episode_id = ? WHERE id = ?", (episode_id, group_id))
+        stored = await self.append(db, group_id, message, episode_id=episode_id, streak="reset")
+        await db.exec("UPDATE groups SET episode_id = ? WHERE id = ?", (episode_id, group_id))
         return stored, Episode(id=episode_id, group_id=group_id, task_seq=stored.seq, started_at=now)
 
     async def _insert_message(
@@ -325,8 +277,7 @@ class StoreBase:
     ) -> Message:
         external_ids = unique(message.external_ids)
         text = mask(message.text)  # no secret the process knows is stored or shown (bot.core.secrets)
-        await self._exec(
-            db,
+        await db.exec(
             "INSERT INTO messages (group_id, seq, author_type, author_name, author_user_id,"
             " author_agent_id, source_run_id, text, tags, external_ids, confirmed, token_count,"
             " reply_to_seq, episode_id, created_at, tokens_before, attachments)"
@@ -338,7 +289,7 @@ class StoreBase:
                 message.token_count, episode_id, now, tokens_before, attachments_to_json(message.attachments),
             ),
         )
-        await self._map_external_ids(db, group_id, seq, external_ids)  # after the row: a foreign key
+        await self.map_external_ids(db, group_id, seq, external_ids)  # after the row: a foreign key
         return Message(
             group_id=group_id, seq=seq, author_type=message.author_type,
             author_name=message.author_name, text=text, tags=message.tags,
@@ -348,7 +299,7 @@ class StoreBase:
             created_at=now, tokens_before=tokens_before, attachments=message.attachments,
         )
 
-    async def _map_external_ids(
+    async def map_external_ids(
         self, db: Db, group_id: int, seq: int, external_ids: Sequence[str]
     ) -> None:
         """Map each external id to (group, seq); one already mapped elsewhere raises AlreadyStored.
@@ -356,30 +307,29 @@ class StoreBase:
         inserts nothing, and the row it committed is read again.)"""
         for external_id in external_ids:
             find = "SELECT group_id, seq FROM message_external_ids WHERE external_id = ?"
-            row = await self._one(db, find, (external_id,))
-            if row is None and not await self._exec(
-                db,
+            row = await db.one(find, (external_id,))
+            if row is None and not await db.exec(
                 "INSERT INTO message_external_ids (external_id, group_id, seq) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                 (external_id, group_id, seq),
             ):
-                row = await self._one(db, find, (external_id,))
+                row = await db.one(find, (external_id,))
             if row is not None and (row["group_id"], row["seq"]) != (group_id, seq):
                 raise AlreadyStored(
                     f"message {external_id} is already stored (group {row['group_id']}, seq {row['seq']})"
                 )
 
-    async def _messages_where(self, where: str, params: Sequence[object], *, index: str | None = None,
+    async def messages_where(self, where: str, params: Sequence[object], *, index: str | None = None,
                               limit: int | None = None) -> list[Message]:
         """The rows matching `where`, oldest first (the oldest `limit` of them, when given)."""
-        indexed = self._sql.indexed_by(index)
+        indexed = self.sql.indexed_by(index)
         tail, params = ("", params) if limit is None else (" LIMIT ?", (*params, int(limit)))
-        async with self._read() as db:
-            rows = await self._all(db, f"SELECT * FROM messages{indexed} WHERE {where} ORDER BY seq{tail}", params)
+        async with self.read() as db:
+            rows = await db.all(f"SELECT * FROM messages{indexed} WHERE {where} ORDER BY seq{tail}", params)
         return [to_message(row) for row in rows]
 
-    async def _message_row(self, db: Db, group_id: int, seq: int) -> Row:
-        row = await self._one(
-            db, "SELECT * FROM messages WHERE group_id = ? AND seq = ?", (group_id, seq)
+    async def message_row(self, db: Db, group_id: int, seq: int) -> Row:
+        row = await db.one(
+            "SELECT * FROM messages WHERE group_id = ? AND seq = ?", (group_id, seq)
         )
         if row is None:
             raise NotFound(f"no message {seq} in group {group_id}")

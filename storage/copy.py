@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Sequence
 
 from bot.core.errors import StoreError
-from storage.base import StoreBase
 from storage.sql import Db
+from storage.store import SqlStore
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def row_digest(names: Sequence[str], row: Sequence[Any]) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:16], "big")
 
 
-async def _pages(store: StoreBase, table: str, key: tuple[str, ...], names: Sequence[str]
+async def _pages(store: SqlStore, table: str, key: tuple[str, ...], names: Sequence[str]
                  ) -> AsyncIterator[list[tuple[Any, ...]]]:
     """The table's rows in primary-key order, a page at a time (keyset paging)."""
     select = ", ".join(names)
@@ -120,7 +120,7 @@ def _coerce(kind: str) -> Callable[[Any], Any]:
     return to
 
 
-async def table_sums(store: StoreBase) -> dict[str, tuple[int, str]]:
+async def table_sums(store: SqlStore) -> dict[str, tuple[int, str]]:
     """Table -> (rows, checksum) of every copied table."""
     dialect = store._sql.name
     out: dict[str, tuple[int, str]] = {}
@@ -135,7 +135,7 @@ async def table_sums(store: StoreBase) -> dict[str, tuple[int, str]]:
     return out
 
 
-async def copy_database(source: StoreBase, target: StoreBase) -> list[TableCopy]:
+async def copy_database(source: SqlStore, target: SqlStore) -> list[TableCopy]:
     """Copy every row of `source` into the empty `target`, then compare both; return what each
     table holds. StoreError when the target holds rows, or when the comparison fails."""
     async with target._read() as db:

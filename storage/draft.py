@@ -1,5 +1,5 @@
 """Store methods for provisional messages: the parts of a reply shown while it is written
-(`bot.core.ports.DraftStore`). Mixed into `storage.store.SqlStore` (SQLite and PostgreSQL).
+(`bot.core.ports.DraftStore`). A part of `storage.store.SqlStore` (SQLite and PostgreSQL).
 
 A draft belongs to a run. A committed reply owns the drafts of its run until its row is
 confirmed (`confirm_message` deletes them); a run that ended without a reply leaves its
@@ -11,7 +11,7 @@ from typing import Iterable
 
 from bot.core.errors import NotFound
 from bot.core.models import DraftPart
-from storage.base import StoreBase
+from storage.base import Access
 from storage.sql import Row
 
 _UNOWNED = "run_id IN (SELECT id FROM runs WHERE status <> 'running' AND posted_seq IS NULL)"
@@ -23,42 +23,47 @@ def to_draft(row: Row) -> DraftPart:
                      external_id=row["external_id"], text=row["text"], created_at=float(row["created_at"]))
 
 
-class DraftMixin(StoreBase):
+class Drafts:
+    """The store's `DraftStore` role (`bot.core.ports`): a part of `storage.store.SqlStore`."""
+
+    def __init__(self, access: Access) -> None:
+        self._access = access
+
     async def add_draft(self, group_id: int, agent_id: int, run_id: int, position: int, author_name: str,
                         text: str) -> DraftPart:
-        async with self._write(group_id) as db:
-            draft_id = await self._insert(
-                db, "INSERT INTO drafts (group_id, agent_id, run_id, position, author_name, text, created_at)"
+        async with self._access.write(group_id) as db:
+            draft_id = await db.insert(
+                "INSERT INTO drafts (group_id, agent_id, run_id, position, author_name, text, created_at)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (group_id, agent_id, run_id, position, author_name, text, self._now()))
-            row = await self._one(db, "SELECT * FROM drafts WHERE id = ?", (draft_id,))
+                (group_id, agent_id, run_id, position, author_name, text, self._access.now()))
+            row = await db.one("SELECT * FROM drafts WHERE id = ?", (draft_id,))
         assert row is not None
-        self._remember_group("drafts", draft_id, group_id)
+        self._access.remember_group("drafts", draft_id, group_id)
         return to_draft(row)
 
     async def draft_posted(self, draft_id: int, external_id: str) -> None:
-        async with self._write(await self._group_of("drafts", draft_id)) as db:
-            if not await self._exec(db, "UPDATE drafts SET external_id = ? WHERE id = ?", (str(external_id), draft_id)):
+        async with self._access.write(await self._access.group_of("drafts", draft_id)) as db:
+            if not await db.exec("UPDATE drafts SET external_id = ? WHERE id = ?", (str(external_id), draft_id)):
                 raise NotFound(f"no draft with id {draft_id}")
 
     async def draft_parts(self, run_id: int) -> list[DraftPart]:
-        async with self._read() as db:
-            rows = await self._all(db, "SELECT * FROM drafts WHERE run_id = ? ORDER BY position, id", (run_id,))
+        async with self._access.read() as db:
+            rows = await db.all("SELECT * FROM drafts WHERE run_id = ? ORDER BY position, id", (run_id,))
         return [to_draft(row) for row in rows]
 
     async def adopt_drafts(self, group_id: int, agent_id: int, run_id: int) -> list[DraftPart]:
         where = f"group_id = ? AND agent_id = ? AND run_id <> ? AND {_UNOWNED}"
         params = (group_id, agent_id, run_id)
-        async with self._read() as db:  # most runs have nothing to take over: no write for them
-            found = await self._one(db, f"SELECT COUNT(*) FROM drafts WHERE {where}", params)
+        async with self._access.read() as db:  # most runs have nothing to take over: no write for them
+            found = await db.one(f"SELECT COUNT(*) FROM drafts WHERE {where}", params)
         if found is not None and int(found[0]):
-            async with self._write(group_id) as db:
-                await self._exec(db, f"UPDATE drafts SET run_id = ? WHERE {where}", (run_id, *params))
+            async with self._access.write(group_id) as db:
+                await db.exec(f"UPDATE drafts SET run_id = ? WHERE {where}", (run_id, *params))
         return await self.draft_parts(run_id)
 
     async def orphan_drafts(self, group_id: int) -> list[DraftPart]:
-        async with self._read() as db:
-            rows = await self._all(db, f"SELECT * FROM drafts WHERE group_id = ? AND {_UNOWNED}"
+        async with self._access.read() as db:
+            rows = await db.all(f"SELECT * FROM drafts WHERE group_id = ? AND {_UNOWNED}"
                                        " ORDER BY run_id, position, id", (group_id,))
         return [to_draft(row) for row in rows]
 
@@ -66,6 +71,6 @@ class DraftMixin(StoreBase):
         ids = sorted(set(draft_ids))
         if not ids:
             return
-        async with self._write(await self._group_of("drafts", ids[0])) as db:
+        async with self._access.write(await self._access.group_of("drafts", ids[0])) as db:
             for draft_id in ids:
-                await self._exec(db, "DELETE FROM drafts WHERE id = ?", (draft_id,))
+                await db.exec("DELETE FROM drafts WHERE id = ?", (draft_id,))

@@ -14,10 +14,10 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from typing import Iterable
+from typing import Callable, Iterable
 
 from bot.core.errors import LeaseLost
-from storage.base import StoreBase
+from storage.base import Access
 from storage.sql import Db
 
 log = logging.getLogger(__name__)
@@ -50,25 +50,36 @@ def describe_owner(owner: str, label: str) -> str:
     return f"{label or 'another process'} (pid {pid}{where})"
 
 
-class LeaseMixin(StoreBase):
+class Leases:
+    """The store's `LeaseStore` role (`bot.core.ports`): a part of `storage.store.SqlStore`."""
+
+    def __init__(self, access: Access) -> None:
+        self._access = access
+
+    async def watch(self, appended: Callable[[int], None]) -> None:
+        """Call `appended(group_id)` soon after another process stores a row in a group:
+        PostgreSQL's LISTEN/NOTIFY, at once; on SQLite nothing is called (the lease keeper
+        compares each group's latest seq every couple of seconds instead)."""
+        self._access.check_open()
+        await self._access.backend.watch(self._access.owner, appended)
+
     async def acquire_lease(self, group_id: int, ttl: float) -> str | None:
         """Take the group's lease for `ttl` seconds. None when this store holds it now;
         otherwise who holds it, for people ('console (pid 1234)')."""
-        async with self._write(group_id) as db:
-            await self._group_row(db, group_id)
-            row = await self._one(db, "SELECT owner, label, expires_at FROM leases WHERE group_id = ?", (group_id,))
-            now = self._now()
-            if (row is not None and row["owner"] != self.owner and float(row["expires_at"]) > now
+        async with self._access.write(group_id) as db:
+            await self._access.group_row(db, group_id)
+            row = await db.one("SELECT owner, label, expires_at FROM leases WHERE group_id = ?", (group_id,))
+            now = self._access.now()
+            if (row is not None and row["owner"] != self._access.owner and float(row["expires_at"]) > now
                     and owner_alive(row["owner"])):
                 return describe_owner(row["owner"], row["label"])
-            if row is not None and row["owner"] != self.owner:
+            if row is not None and row["owner"] != self._access.owner:
                 log.info("group=%s: taking over the lease of %s", group_id, describe_owner(row["owner"], row["label"]))
-            await self._exec(
-                db,
+            await db.exec(
                 "INSERT INTO leases (group_id, owner, label, acquired_at, expires_at) VALUES (?, ?, ?, ?, ?)"
                 " ON CONFLICT (group_id) DO UPDATE SET owner = excluded.owner, label = excluded.label,"
                 " acquired_at = excluded.acquired_at, expires_at = excluded.expires_at",
-                (group_id, self.owner, self.owner_label, now, now + ttl),
+                (group_id, self._access.owner, self._access.owner_label, now, now + ttl),
             )
         return None
 
@@ -78,32 +89,32 @@ class LeaseMixin(StoreBase):
         if not wanted:
             return set()
         marks = ", ".join("?" * len(wanted))
-        async with self._write() as db:  # several groups: alone
-            await self._exec(
-                db, f"UPDATE leases SET expires_at = ? WHERE owner = ? AND group_id IN ({marks})",
-                (self._now() + ttl, self.owner, *wanted),
+        async with self._access.write() as db:  # several groups: alone
+            await db.exec(
+                f"UPDATE leases SET expires_at = ? WHERE owner = ? AND group_id IN ({marks})",
+                (self._access.now() + ttl, self._access.owner, *wanted),
             )
-            rows = await self._all(
-                db, f"SELECT group_id FROM leases WHERE owner = ? AND group_id IN ({marks})", (self.owner, *wanted)
+            rows = await db.all(
+                f"SELECT group_id FROM leases WHERE owner = ? AND group_id IN ({marks})", (self._access.owner, *wanted)
             )
         return {int(r[0]) for r in rows}
 
     async def release_leases(self, group_ids: Iterable[int] | None = None) -> None:
         """Give up this store's leases (all of them, or those of `group_ids`)."""
-        async with self._write() as db:  # several groups: alone
+        async with self._access.write() as db:  # several groups: alone
             if group_ids is None:
-                await self._exec(db, "DELETE FROM leases WHERE owner = ?", (self.owner,))
+                await db.exec("DELETE FROM leases WHERE owner = ?", (self._access.owner,))
                 return
             for group_id in group_ids:
-                await self._exec(db, "DELETE FROM leases WHERE owner = ? AND group_id = ?", (self.owner, group_id))
+                await db.exec("DELETE FROM leases WHERE owner = ? AND group_id = ?", (self._access.owner, group_id))
 
     async def held_elsewhere(self) -> set[int]:
         """The groups whose lease another live holder has and has not let expire (one read: a
         process that leads none of them need not try to take each one every tick)."""
-        async with self._read() as db:
-            rows = await self._all(db, "SELECT group_id, owner, expires_at FROM leases WHERE owner <> ?",
-                                   (self.owner,))
-        now = self._now()
+        async with self._access.read() as db:
+            rows = await db.all("SELECT group_id, owner, expires_at FROM leases WHERE owner <> ?",
+                                   (self._access.owner,))
+        now = self._access.now()
         alive: dict[str, bool] = {}
         held: set[int] = set()
         for row in rows:
@@ -116,13 +127,13 @@ class LeaseMixin(StoreBase):
 
     async def leased_elsewhere(self, group_id: int) -> bool:
         """Whether another store holds the group's lease (the check writes make, as a read)."""
-        async with self._read() as db:
+        async with self._access.read() as db:
             return await self._held_by_another(db, group_id)
 
-    async def _require_lease(self, db: Db, group_id: int) -> None:
+    async def require_lease(self, db: Db, group_id: int) -> None:
         if await self._held_by_another(db, group_id):
             raise LeaseLost(f"group {group_id} is run by another process now")
 
     async def _held_by_another(self, db: Db, group_id: int) -> bool:
-        row = await self._one(db, "SELECT owner FROM leases WHERE group_id = ?", (group_id,))
-        return row is not None and row["owner"] != self.owner
+        row = await db.one("SELECT owner FROM leases WHERE group_id = ?", (group_id,))
+        return row is not None and row["owner"] != self._access.owner

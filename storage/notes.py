@@ -1,25 +1,30 @@
 """Store methods for an agent's memory: the notes it saved with memory_write.
-Mixed into `storage.store.SqlStore` (SQLite and PostgreSQL)."""
+A part of `storage.store.SqlStore` (SQLite and PostgreSQL)."""
 from __future__ import annotations
 
 from bot.core.errors import InvalidInput
 from bot.core.models import Note
 from bot.core.secrets import mask
-from storage.base import StoreBase
+from storage.base import Access
 from storage.codec import to_note
 
 
-class NotesMixin(StoreBase):
+class Notes:
+    """The store's `NoteStore` role (`bot.core.ports`): a part of `storage.store.SqlStore`."""
+
+    def __init__(self, access: Access) -> None:
+        self._access = access
+
     async def add_note(self, agent_id: int, text: str) -> Note:
         """Keep a note of the agent (removed agents included: a run may end after a removal)."""
         if not text.strip():
             raise InvalidInput("a note needs text")
-        async with self._write(await self._group_of("agents", agent_id)) as db:
-            await self._agent_row(db, agent_id, include_removed=True)
-            note_id = await self._insert(
-                db, "INSERT INTO agent_notes (agent_id, created_at, text) VALUES (?, ?, ?)",
-                (agent_id, self._now(), mask(text)))
-            row = await self._one(db, "SELECT * FROM agent_notes WHERE id = ?", (note_id,))
+        async with self._access.write(await self._access.group_of("agents", agent_id)) as db:
+            await self._access.agent_row(db, agent_id, include_removed=True)
+            note_id = await db.insert(
+                "INSERT INTO agent_notes (agent_id, created_at, text) VALUES (?, ?, ?)",
+                (agent_id, self._access.now(), mask(text)))
+            row = await db.one("SELECT * FROM agent_notes WHERE id = ?", (note_id,))
             assert row is not None
             return to_note(row)
 
@@ -29,16 +34,16 @@ class NotesMixin(StoreBase):
         if limit is not None:
             sql += " LIMIT ?"
             params.append(max(limit, 0))
-        async with self._read() as db:
-            rows = await self._all(db, sql, params)
+        async with self._access.read() as db:
+            rows = await db.all(sql, params)
         return [to_note(row) for row in reversed(rows)]
 
     async def note_count(self, agent_id: int) -> int:
-        async with self._read() as db:
-            row = await self._one(db, "SELECT COUNT(*) FROM agent_notes WHERE agent_id = ?", (agent_id,))
+        async with self._access.read() as db:
+            row = await db.one("SELECT COUNT(*) FROM agent_notes WHERE agent_id = ?", (agent_id,))
         return int(row[0]) if row is not None else 0
 
     async def clear_notes(self, agent_id: int) -> int:
-        async with self._write(await self._group_of("agents", agent_id)) as db:
-            await self._agent_row(db, agent_id, include_removed=True)
-            return await self._exec(db, "DELETE FROM agent_notes WHERE agent_id = ?", (agent_id,))
+        async with self._access.write(await self._access.group_of("agents", agent_id)) as db:
+            await self._access.agent_row(db, agent_id, include_removed=True)
+            return await db.exec("DELETE FROM agent_notes WHERE agent_id = ?", (agent_id,))

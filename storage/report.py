@@ -10,7 +10,7 @@ only its version read.
 from __future__ import annotations
 
 from bot.core.doctor import DatabaseReport, Holder, Waiting
-from storage.base import StoreBase
+from storage.base import Access
 from storage.lease import describe_owner, owner_alive
 from storage.migrations import MIGRATIONS
 from storage.sql import Db
@@ -32,8 +32,24 @@ async def read_report(db: Db, where: str, now: float) -> DatabaseReport:
     return DatabaseReport(where, True, version, known, tuple(waiting), tuple(leases))
 
 
-class DiagnosisMixin(StoreBase):
+class Diagnosis:
+    """The store's `DiagnosisStore` role (`bot.core.ports`): a part of `storage.store.SqlStore`."""
+
+    def __init__(self, access: Access) -> None:
+        self._access = access
+
+    @property
+    def migrations_applied(self) -> list[int]:
+        """The ids of the migrations that opening this store applied."""
+        return list(self._access.backend.applied)
+
+    async def schema_version(self) -> int:
+        """The highest migration recorded in the database (0: none)."""
+        async with self._access.read() as db:
+            row = await db.one("SELECT COALESCE(MAX(id), 0) FROM _migrations")
+        return 0 if row is None else int(row[0])
+
     async def database_report(self) -> DatabaseReport:
         """The database's schema version, outbox and leases (`bot.core.doctor`)."""
-        async with self._read() as db:
-            return await read_report(db, self.database, self._now())
+        async with self._access.read() as db:
+            return await read_report(db, self._access.database, self._access.now())

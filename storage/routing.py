@@ -8,7 +8,7 @@ from typing import Sequence
 from bot.core.errors import NotFound
 from bot.core.models import Decision, Message
 from bot.core.secrets import mask_error
-from storage.base import StoreBase
+from storage.base import Access
 from storage.codec import dumps, to_decision
 from storage.sql import Db
 
@@ -18,7 +18,12 @@ ADVANCE_STEP = 1000  # decisions read at a time when moving routed_through
 DECISIONS_PER_INSERT = 50  # rows of one INSERT statement: 850 parameters (17 each), under SQLite's oldest limit (999)
 
 
-class RoutingMixin(StoreBase):
+class Routing:
+    """The store's `RoutingStore` role (`bot.core.ports`): a part of `storage.store.SqlStore`."""
+
+    def __init__(self, access: Access) -> None:
+        self._access = access
+
     async def record_decision(self, group_id: int, decision: Decision) -> None:
         """Store once; a second decision for the same seq is ignored."""
         await self.record_decisions(group_id, [decision])
@@ -28,12 +33,12 @@ class RoutingMixin(StoreBase):
         row); a second decision for the same seq is ignored."""
         if not decisions:
             return
-        async with self._write(group_id) as db:
-            group = await self._group_row(db, group_id)
+        async with self._access.write(group_id) as db:
+            group = await self._access.group_row(db, group_id)
             missing = [d.seq for d in decisions if not 1 <= d.seq <= int(group["latest_seq"])]  # seqs have no gaps
             if missing:
                 raise NotFound(f"no message {missing[0]} in group {group_id}")
-            now = self._now()
+            now = self._access.now()
             rows = [(
                 group_id,
                 decision.seq,
@@ -55,8 +60,7 @@ class RoutingMixin(StoreBase):
             ) for decision in decisions]
             for at in range(0, len(rows), DECISIONS_PER_INSERT):  # one statement per 50 rows, not one per row
                 part = rows[at:at + DECISIONS_PER_INSERT]
-                await self._exec(
-                    db,
+                await db.exec(
                     "INSERT INTO decisions (group_id, seq, source, agent_ids, agent_names,"
                     " selector_raw, attempts, confidence, prompt_tokens, completion_tokens,"
                     " cached_tokens, estimated, terminate, note, created_at, model, provider) VALUES "
@@ -76,8 +80,8 @@ class RoutingMixin(StoreBase):
         planned as a scan of the group's decisions per decision by PostgreSQL, quadratic in a backlog)."""
         end = routed
         while True:
-            rows = await self._all(
-                db, "SELECT seq FROM decisions WHERE group_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            rows = await db.all(
+                "SELECT seq FROM decisions WHERE group_id = ? AND seq > ? ORDER BY seq LIMIT ?",
                 (group_id, end, ADVANCE_STEP),
             )
             for row in rows:
@@ -89,26 +93,25 @@ class RoutingMixin(StoreBase):
                     continue
             break
         if end > routed:
-            await self._exec(db, "UPDATE groups SET routed_through = ? WHERE id = ?", (end, group_id))
+            await db.exec("UPDATE groups SET routed_through = ? WHERE id = ?", (end, group_id))
 
     async def get_decision(self, group_id: int, seq: int) -> Decision | None:
-        async with self._read() as db:
-            row = await self._one(
-                db, "SELECT * FROM decisions WHERE group_id = ? AND seq = ?", (group_id, seq)
+        async with self._access.read() as db:
+            row = await db.one(
+                "SELECT * FROM decisions WHERE group_id = ? AND seq = ?", (group_id, seq)
             )
         return None if row is None else to_decision(row)
 
     async def decisions(self, group_id: int, *, after: int, through: int) -> dict[int, Decision]:
-        async with self._read() as db:
-            rows = await self._all(
-                db,
+        async with self._access.read() as db:
+            rows = await db.all(
                 "SELECT * FROM decisions WHERE group_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
                 (group_id, after, through),
             )
         return {int(row["seq"]): to_decision(row) for row in rows}
 
     async def unrouted(self, group_id: int, *, through: int, limit: int | None = None) -> list[Message]:
-        return await self._messages_where(
+        return await self._access.messages_where(
             "group_id = ? AND seq > (SELECT routed_through FROM groups WHERE id = ?) AND seq <= ?",
             (group_id, group_id, through), limit=limit,
         )

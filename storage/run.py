@@ -15,8 +15,9 @@ from typing import get_args
 from bot.core.errors import CapReached, InvalidInput, NotFound
 from bot.core.models import FinishedRun, Message, Run, RunKind, RunResult, RunStatus, Usage
 from bot.core.secrets import mask_error
+from storage.base import Access
 from storage.codec import to_run
-from storage.lease import LeaseMixin
+from storage.lease import Leases
 from storage.sql import Db, Row
 
 log = logging.getLogger(__name__)
@@ -25,15 +26,21 @@ RUN_KINDS = frozenset(get_args(RunKind))
 RUN_END_STATUSES = frozenset(get_args(RunStatus)) - {"running"}
 
 
-class RunMixin(LeaseMixin):
+class Runs:
+    """The store's `RunStore` role (`bot.core.ports`): a part of `storage.store.SqlStore`."""
+
+    def __init__(self, access: Access, leases: Leases) -> None:
+        self._access = access
+        self._leases = leases
+
     async def _run_row(self, db: Db, run_id: int) -> Run:
-        row = await self._one(db, "SELECT * FROM runs WHERE id = ?", (run_id,))
+        row = await db.one("SELECT * FROM runs WHERE id = ?", (run_id,))
         if row is None:
             raise NotFound(f"no run with id {run_id}")
         return to_run(row)
 
     async def get_run(self, run_id: int) -> Run:
-        async with self._read() as db:
+        async with self._access.read() as db:
             return await self._run_row(db, run_id)
 
     async def start_run(self, group_id: int, agent_id: int, kind: str, snapshot_seq: int) -> Run:
@@ -44,28 +51,27 @@ class RunMixin(LeaseMixin):
         lease only to post, when it is settled)."""
         if kind not in RUN_KINDS:
             raise InvalidInput(f"unknown run kind {kind!r}; use one of {', '.join(sorted(RUN_KINDS))}")
-        async with self._write(group_id) as db:
-            group = await self._group_row(db, group_id)
+        async with self._access.write(group_id) as db:
+            group = await self._access.group_row(db, group_id)
             if kind == "group":
-                await self._require_lease(db, group_id)
-            agent = await self._agent_row(db, agent_id)
+                await self._leases.require_lease(db, group_id)
+            agent = await self._access.agent_row(db, agent_id)
             if agent["group_id"] != group_id:
                 raise NotFound(f"no agent with id {agent_id} in group {group_id}")
             if not 0 <= snapshot_seq <= int(group["latest_seq"]):
                 raise InvalidInput(f"snapshot {snapshot_seq} is outside 0..{group['latest_seq']}")
-            row = await self._one(  # the episode current at the snapshot: opened by its newest person's row
-                db, "SELECT id FROM episodes WHERE group_id = ? AND task_seq <= ? ORDER BY task_seq DESC LIMIT 1",
+            row = await db.one(  # the episode current at the snapshot: opened by its newest person's row
+                "SELECT id FROM episodes WHERE group_id = ? AND task_seq <= ? ORDER BY task_seq DESC LIMIT 1",
                 (group_id, snapshot_seq),
             )
             episode_id = row[0] if row is not None else None
-            run_id = await self._insert(
-                db,
+            run_id = await db.insert(
                 "INSERT INTO runs (group_id, agent_id, kind, snapshot_seq, episode_id, status, started_at)"
                 " VALUES (?, ?, ?, ?, ?, 'running', ?)",
-                (group_id, agent_id, kind, snapshot_seq, episode_id, self._now()),
+                (group_id, agent_id, kind, snapshot_seq, episode_id, self._access.now()),
             )
             run = await self._run_row(db, run_id)
-        self._remember_group("runs", run.id, group_id)  # for finish_run's write, without a read
+        self._access.remember_group("runs", run.id, group_id)  # for finish_run's write, without a read
         return run
 
     async def finish_run(self, run_id: int, result: RunResult, *, cap: int) -> FinishedRun:
@@ -80,14 +86,14 @@ class RunMixin(LeaseMixin):
         if result.status not in RUN_END_STATUSES:
             known = ", ".join(sorted(RUN_END_STATUSES))
             raise InvalidInput(f"unknown run status {result.status!r}; use one of {known}")
-        async with self._write(await self._group_of("runs", run_id)) as db:
+        async with self._access.write(await self._access.group_of("runs", run_id)) as db:
             run = await self._run_row(db, run_id)
             if run.status != "running":
                 return FinishedRun(run)
-            group = await self._group_row(db, run.group_id)
+            group = await self._access.group_row(db, run.group_id)
             posts = result.reply is not None and result.status == "posted"
             if result.status != "interrupted" and (run.kind == "group" or posts):
-                await self._require_lease(db, run.group_id)
+                await self._leases.require_lease(db, run.group_id)
             status, error = result.status, result.error
             reply: Message | None = None
             if posts:
@@ -95,23 +101,22 @@ class RunMixin(LeaseMixin):
             if status != "interrupted" and run.kind == "group":  # a direct run leaves the group's queue alone
                 # Through the reply too when nothing else arrived after the snapshot: its own words are not news.
                 through = reply.seq if reply is not None and reply.seq == run.snapshot_seq + 1 else run.snapshot_seq
-                await self._exec(
-                    db, f"UPDATE agents SET delivered_through = {self._sql.greatest}(delivered_through, ?)"
+                await db.exec(
+                    f"UPDATE agents SET delivered_through = {self._access.sql.greatest}(delivered_through, ?)"
                         " WHERE id = ?",
                     (through, run.agent_id),
                 )
             spent = result.usage + result.selector_usage
             counts = run.kind == "group" or reply is not None  # a private answer is not the episode's
             if counts and run.episode_id is not None and (spent.prompt_tokens or spent.completion_tokens):
-                await self._exec(
-                    db,
+                await db.exec(
                     "UPDATE episodes SET prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?,"
                     " cached_tokens = cached_tokens + ? WHERE id = ?",
                     (spent.prompt_tokens, spent.completion_tokens, spent.cached_tokens, run.episode_id),
                 )
             notice = None
             if result.notice is not None:
-                notice = await self._append(db, run.group_id, result.notice, episode_id=run.episode_id)
+                notice = await self._access.append(db, run.group_id, result.notice, episode_id=run.episode_id)
             await self._settle(db, run.id, status, result.usage, result.selector_usage,
                                reply.seq if reply else None, error, result.model, result.memory_skipped,
                                result.provider, result.calls)
@@ -122,10 +127,10 @@ class RunMixin(LeaseMixin):
     ) -> tuple[str, str | None, Message | None]:
         assert result.reply is not None
         if run.episode_id is not None:
-            row = await self._one(db, "SELECT status FROM episodes WHERE id = ?", (run.episode_id,))
+            row = await db.one("SELECT status FROM episodes WHERE id = ?", (run.episode_id,))
             if row is not None and row[0] == "stopped":
                 return "discarded", "the episode was stopped during the run", None
-        agent = await self._one(db, "SELECT enabled, removed_at FROM agents WHERE id = ?", (run.agent_id,))
+        agent = await db.one("SELECT enabled, removed_at FROM agents WHERE id = ?", (run.agent_id,))
         if agent is not None and agent[1] is not None:
             return "discarded", "the agent was removed during the run", None
         if agent is not None and not agent[0]:
@@ -133,10 +138,10 @@ class RunMixin(LeaseMixin):
         current = run.episode_id == group["episode_id"]
         if current and int(group["agent_streak"]) >= cap:
             return "refused", str(CapReached(cap)), None
-        reply = await self._append(db, run.group_id, result.reply, episode_id=run.episode_id,
+        reply = await self._access.append(db, run.group_id, result.reply, episode_id=run.episode_id,
                                    streak="count" if current else "keep")
         if run.episode_id is not None:
-            await self._exec(db, "UPDATE episodes SET agent_turns = agent_turns + 1 WHERE id = ?", (run.episode_id,))
+            await db.exec("UPDATE episodes SET agent_turns = agent_turns + 1 WHERE id = ?", (run.episode_id,))
         return "posted", result.error, reply
 
     async def _settle(
@@ -144,8 +149,7 @@ class RunMixin(LeaseMixin):
         posted_seq: int | None, error: str | None, model: str = "", memory_skipped: bool | None = None,
         provider: str = "", calls: int = 0,
     ) -> None:
-        await self._exec(
-            db,
+        await db.exec(
             "UPDATE runs SET status = ?, prompt_tokens = ?, completion_tokens = ?, cached_tokens = ?, estimated = ?,"
             " selector_prompt_tokens = ?, selector_completion_tokens = ?, selector_cached_tokens = ?,"
             " selector_estimated = ?, posted_seq = ?, error = ?, finished_at = ?, model = ?, memory_skipped = ?,"
@@ -153,7 +157,7 @@ class RunMixin(LeaseMixin):
             (
                 status, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, int(usage.estimated),
                 sel.prompt_tokens, sel.completion_tokens, sel.cached_tokens, int(sel.estimated),
-                posted_seq, mask_error(error) if error else error, self._now(), model or None,
+                posted_seq, mask_error(error) if error else error, self._access.now(), model or None,
                 None if memory_skipped is None else int(memory_skipped), provider or None, calls, run_id,
             ),
         )
@@ -163,11 +167,10 @@ class RunMixin(LeaseMixin):
 
         Called by the process that just took the group's lease: no live process
         runs them any more (their cursors did not move, so they run again)."""
-        async with self._write(group_id) as db:
-            count = await self._exec(
-                db,
+        async with self._access.write(group_id) as db:
+            count = await db.exec(
                 "UPDATE runs SET status = 'interrupted', finished_at = ? WHERE group_id = ? AND status = 'running'",
-                (self._now(), group_id),
+                (self._access.now(), group_id),
             )
         if count:
             log.info("group=%s: marked %d run(s) left running as interrupted", group_id, count)

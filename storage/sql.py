@@ -1,10 +1,10 @@
 """What the store's SQL needs from a database: a connection wrapper (`Db`) and the few
 fragments that differ between SQLite and PostgreSQL (`Dialect`).
 
-The mixins write their SQL once, with `?` placeholders (never a `?` inside a string
+The store's parts write their SQL once, with `?` placeholders (never a `?` inside a string
 literal) and `ON CONFLICT ... DO NOTHING` / `DO UPDATE` (both databases accept them);
 where the dialects part (a scalar maximum, JSON, index hints) they take a fragment
-from `self._sql`, the store's `Dialect`.
+from the store's `Dialect` (`storage.base.Access.sql`).
 """
 from __future__ import annotations
 

@@ -1,12 +1,11 @@
-"""Store methods for keeping a prompt's context: the rolling summaries of what windows cut, and
-the earlier episodes a task continues (`bot.core.summary`, `bot.core.tasks`).
-Mixed into `storage.store.SqlStore` (SQLite and PostgreSQL)."""
+"""Store methods for keeping a prompt's context: the rolling summaries of what windows cut
+(`bot.core.summary`; the earlier episodes a task continues are `storage.episode`'s).
+A part of `storage.store.SqlStore` (SQLite and PostgreSQL)."""
 from __future__ import annotations
 
-from bot.core.models import ContextSummary, Episode, Message, Usage
+from bot.core.models import ContextSummary, Usage
 from bot.core.secrets import mask
-from storage.base import StoreBase
-from storage.codec import to_episode, to_message
+from storage.base import Access
 from storage.sql import Row
 
 
@@ -15,21 +14,25 @@ def to_context_summary(row: Row) -> ContextSummary:
                           int(row["omitted"]), row["model"], float(row["created_at"]), row["provider"] or "")
 
 
-class SummaryMixin(StoreBase):
+class Summaries:
+    """The store's `SummaryStore` role (`bot.core.ports`): a part of `storage.store.SqlStore`."""
+
+    def __init__(self, access: Access) -> None:
+        self._access = access
+
     async def context_summary(self, group_id: int, *, through: int) -> ContextSummary | None:
         """The newest rolling summary whose last row is at or before `through` (one indexed lookup)."""
-        async with self._read() as db:
-            row = await self._one(
-                db, "SELECT * FROM context_summaries WHERE group_id = ? AND through_seq <= ?"
+        async with self._access.read() as db:
+            row = await db.one(
+                "SELECT * FROM context_summaries WHERE group_id = ? AND through_seq <= ?"
                     " ORDER BY through_seq DESC LIMIT 1", (group_id, through))
         return None if row is None else to_context_summary(row)
 
     async def save_context_summary(self, group_id: int, summary: ContextSummary, usage: Usage) -> None:
         """Keep a rolling summary (and what its call cost). A second one of the same rows (two processes,
         or a race) replaces the text and adds its call to the cost."""
-        async with self._write(group_id) as db:
-            await self._exec(
-                db,
+        async with self._access.write(group_id) as db:
+            await db.exec(
                 "INSERT INTO context_summaries (group_id, through_seq, after_seq, text, omitted, token_count, model,"
                 " provider, prompt_tokens, completion_tokens, cached_tokens, estimated, calls, created_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)"
@@ -42,33 +45,17 @@ class SummaryMixin(StoreBase):
                 " estimated = excluded.estimated, calls = context_summaries.calls + 1",
                 (group_id, summary.through, summary.after, mask(summary.text), summary.omitted, summary.token_count,
                  summary.model, summary.provider or None, usage.prompt_tokens, usage.completion_tokens,
-                 usage.cached_tokens, int(usage.estimated), self._now()),
+                 usage.cached_tokens, int(usage.estimated), self._access.now()),
             )
 
     async def context_summaries(self, group_id: int, *, after: int = 0, through: int | None = None
                                 ) -> list[tuple[ContextSummary, Usage, int]]:
         """The rolling summaries whose last row is in after < seq <= through, in order, each with what its
         calls cost and how many there were (for exports; one per window move, so few)."""
-        async with self._read() as db:
-            rows = await self._all(
-                db, "SELECT * FROM context_summaries WHERE group_id = ? AND through_seq > ? AND through_seq <= ?"
+        async with self._access.read() as db:
+            rows = await db.all(
+                "SELECT * FROM context_summaries WHERE group_id = ? AND through_seq > ? AND through_seq <= ?"
                     " ORDER BY through_seq", (group_id, after, through if through is not None else 2**62))
         return [(to_context_summary(r), Usage(int(r["prompt_tokens"]), int(r["completion_tokens"]),
                                               int(r["cached_tokens"]), bool(r["estimated"])), int(r["calls"]))
                 for r in rows]
-
-    async def earlier_tasks(self, group_id: int, *, before_seq: int, limit: int) -> list[tuple[Episode, Message]]:
-        """The group's episodes opened before row `before_seq`, each with its task row, newest first,
-        at most `limit` (one query over the episodes' index)."""
-        async with self._read() as db:
-            episodes = await self._all(
-                db, "SELECT * FROM episodes WHERE group_id = ? AND task_seq < ? ORDER BY task_seq DESC LIMIT ?",
-                (group_id, before_seq, limit))
-            if not episodes:
-                return []
-            seqs = [int(e["task_seq"]) for e in episodes]
-            rows = await self._all(
-                db, f"SELECT * FROM messages WHERE group_id = ? AND seq IN ({', '.join('?' * len(seqs))})",
-                [group_id, *seqs])
-        tasks = {int(r["seq"]): to_message(r) for r in rows}
-        return [(to_episode(e), tasks[int(e["task_seq"])]) for e in episodes if int(e["task_seq"]) in tasks]

@@ -3,25 +3,28 @@ decisions, catch-up and rolling summaries, and calls of no run (`record_call`)."
 from __future__ import annotations
 
 from bot.core.models import SUMMARY_SPENDER, Completion, Spend, SpendKind, Usage
-from storage.base import StoreBase
+from storage.base import Access
 from storage.sql import Row
 
 
-class UsageMixin(StoreBase):
+class Spending:
+    """The store's `RecordStore` role (`bot.core.ports`): a part of `storage.store.SqlStore`."""
+
+    def __init__(self, access: Access) -> None:
+        self._access = access
+
     async def usage_since(self, group_id: int, since: float) -> dict[str, Usage]:
         """Participant tokens per agent name (runs started since `since`) plus
         'selector' (decisions made since `since`); 'selector' is always present."""
-        async with self._read() as db:
-            rows = await self._all(
-                db,
+        async with self._access.read() as db:
+            rows = await db.all(
                 "SELECT a.name AS name, SUM(r.prompt_tokens) AS p, SUM(r.completion_tokens) AS c,"
                 " SUM(r.cached_tokens) AS k, MAX(r.estimated) AS e"
                 " FROM runs AS r JOIN agents AS a ON a.id = r.agent_id"
                 " WHERE r.group_id = ? AND r.started_at >= ? GROUP BY a.name ORDER BY a.name",
                 (group_id, since),
             )
-            sel = await self._one(
-                db,
+            sel = await db.one(
                 "SELECT COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0),"
                 " COALESCE(SUM(cached_tokens), 0), COALESCE(MAX(estimated), 0)"
                 " FROM decisions WHERE group_id = ? AND created_at >= ?",
@@ -41,40 +44,35 @@ class UsageMixin(StoreBase):
         """Model calls since `since`, per (agent name, model) of the runs started, per model of the
         selector's decisions (one call per attempt), of the catch-up summaries and of the rolling summaries
         (kind 'summary', dated when each summary was first written)."""
-        async with self._read() as db:
-            runs = await self._all(
-                db,
+        async with self._access.read() as db:
+            runs = await db.all(
                 "SELECT a.name, COALESCE(r.model, ''), SUM(r.calls), SUM(r.prompt_tokens), SUM(r.completion_tokens),"
                 " SUM(r.cached_tokens), MAX(r.estimated), COALESCE(r.provider, '')"
                 " FROM runs AS r JOIN agents AS a ON a.id = r.agent_id WHERE r.group_id = ? AND r.started_at >= ?"
                 " GROUP BY a.name, r.model, r.provider ORDER BY a.name, r.model, r.provider",
                 (group_id, since),
             )
-            selector = await self._all(
-                db,
+            selector = await db.all(
                 "SELECT 'selector', COALESCE(model, ''), SUM(attempts), SUM(prompt_tokens), SUM(completion_tokens),"
                 " SUM(cached_tokens), MAX(estimated), COALESCE(provider, '') FROM decisions"
                 " WHERE group_id = ? AND created_at >= ? AND attempts > 0 GROUP BY model, provider"
                 " ORDER BY model, provider",
                 (group_id, since),
             )
-            checks = await self._all(  # calls of no run: the memory check, with its agent's calls
-                db,
+            checks = await db.all(  # calls of no run: the memory check, with its agent's calls
                 "SELECT a.name, c.model, COUNT(*), SUM(c.prompt_tokens), SUM(c.completion_tokens),"
                 " SUM(c.cached_tokens), MAX(c.estimated), c.provider FROM model_calls AS c"
                 " JOIN agents AS a ON a.id = c.agent_id WHERE c.group_id = ? AND c.created_at >= ?"
                 " GROUP BY a.name, c.model, c.provider ORDER BY a.name, c.model, c.provider",
                 (group_id, since),
             )
-            catchup = await self._all(
-                db,
+            catchup = await db.all(
                 "SELECT 'catch-up', model, SUM(calls), SUM(prompt_tokens), SUM(completion_tokens), 0, 0,"
                 " COALESCE(provider, '') FROM summaries WHERE group_id = ? AND created_at >= ?"
                 " GROUP BY model, provider ORDER BY model, provider",
                 (group_id, since),
             )
-            rolling = await self._all(
-                db,
+            rolling = await db.all(
                 f"SELECT '{SUMMARY_SPENDER}', model, SUM(calls), SUM(prompt_tokens), SUM(completion_tokens),"
                 " SUM(cached_tokens), MAX(estimated), COALESCE(provider, '') FROM context_summaries"
                 " WHERE group_id = ? AND created_at >= ? GROUP BY model, provider ORDER BY model, provider",
@@ -91,9 +89,9 @@ class UsageMixin(StoreBase):
 
     async def record_call(self, group_id: int, agent_id: int | None, purpose: str, call: Completion) -> None:
         """A model call that is no run, decision or summary (the memory check), for the usage report."""
-        async with self._write(group_id) as db:
-            await self._insert(
-                db, "INSERT INTO model_calls (group_id, agent_id, purpose, model, provider, prompt_tokens,"
+        async with self._access.write(group_id) as db:
+            await db.insert(
+                "INSERT INTO model_calls (group_id, agent_id, purpose, model, provider, prompt_tokens,"
                     " completion_tokens, cached_tokens, estimated, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (group_id, agent_id, purpose, call.model, call.provider, call.usage.prompt_tokens,
-                 call.usage.completion_tokens, call.usage.cached_tokens, int(call.usage.estimated), self._now()))
+                 call.usage.completion_tokens, call.usage.cached_tokens, int(call.usage.estimated), self._access.now()))

@@ -101,7 +101,7 @@ async def test_one_external_id_posted_in_two_groups_at_once_is_refused_in_the_se
         for group in (a, b):
             await one.append_user_message(group.id, ask("q"))
         async with one._write(a.id) as db:  # group A maps the id and has not committed yet
-            await one._map_external_ids(db, a.id, 1, ["555"])
+            await one._access.map_external_ids(db, a.id, 1, ["555"])
             other = asyncio.create_task(two.record_posted(b.id, 1, "555"))
             await asyncio.sleep(WAIT)
             assert not other.done()  # its insert waits for A's
