@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Sequence
 
@@ -26,6 +27,7 @@ from storage.store import SqlStore
 log = logging.getLogger(__name__)
 
 PAGE = 2000
+_PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_]*")  # the column names the migrations create
 
 # (table, primary key): the order rows are written in (foreign keys first).
 TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -58,15 +60,19 @@ class TableCopy:
 
 
 async def columns(db: Db, dialect: str, table: str) -> dict[str, str]:
-    """Column name -> its type's family ('text', 'int', 'real'), in table order."""
+    """Column name -> its type's family ('text', 'int', 'real'), in table order. `table` is a name from
+    code (`TABLES`); a column whose name is not a plain identifier is `StoreError`."""
     if dialect == "sqlite":
-        rows = await db.all(f"PRAGMA table_info({table})")
+        rows = await db.all(f"PRAGMA table_info({table})")  # (a PRAGMA takes no parameter; a name from code)
         kinds = {str(r[1]): str(r[2]).upper() for r in rows}
     else:
         rows = await db.all(
             "SELECT column_name, data_type FROM information_schema.columns"
             " WHERE table_schema = current_schema() AND table_name = ? ORDER BY ordinal_position", (table,))
         kinds = {str(r[0]): str(r[1]).upper() for r in rows}
+    odd = [name for name in kinds if not _PLAIN_NAME.fullmatch(name)]
+    if odd:  # names go into the copy's SQL text: only the plain names the migrations give
+        raise StoreError(f"table {table} has a column named {odd[0]!r}; a copy takes plain names only")
     return {name: "int" if "INT" in kind else "real" if kind in ("REAL", "DOUBLE PRECISION") else "text"
             for name, kind in kinds.items()}
 
@@ -101,7 +107,7 @@ async def _pages(store: SqlStore, table: str, key: tuple[str, ...], names: Seque
             params = list(last)
         async with store._read() as db:
             rows = [tuple(r[i] for i in range(len(names))) for r in await db.all(
-                f"SELECT {select} FROM {table}{where} ORDER BY {order} LIMIT ?", [*params, PAGE])]
+                f"SELECT {select} FROM {table}{where} ORDER BY {order} LIMIT ?", [*params, PAGE])]  # noqa: S608 (names from TABLES and the checked catalog; values bound)
         if not rows:
             return
         yield rows
@@ -140,7 +146,7 @@ async def copy_database(source: SqlStore, target: SqlStore) -> list[TableCopy]:
     table holds. StoreError when the target holds rows, or when the comparison fails."""
     async with target._read() as db:
         for table, _ in TABLES:
-            row = await db.one(f"SELECT COUNT(*) FROM {table}")
+            row = await db.one(f"SELECT COUNT(*) FROM {table}")  # noqa: S608 (table: from TABLES)
             if row is not None and int(row[0]):
                 raise StoreError(f"the destination already holds rows (table {table}); copy into an empty database")
     async with source._read() as db:
@@ -157,7 +163,7 @@ async def copy_database(source: SqlStore, target: SqlStore) -> list[TableCopy]:
             kinds = target_columns[table]
             coerce = [_coerce(kinds[n]) for n in names]
             episode_at = names.index("episode_id") if table == "groups" else -1
-            insert = f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"
+            insert = f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"  # noqa: S608 (names from TABLES and the checked catalog; values bound)
             async for page in _pages(source, table, key, names):
                 rows = []
                 for row in page:
@@ -171,7 +177,7 @@ async def copy_database(source: SqlStore, target: SqlStore) -> list[TableCopy]:
                 await db.exec_many("UPDATE groups SET episode_id = ? WHERE id = ?", episodes)
         if target._sql.name == "postgresql":
             for table in IDENTITY_TABLES:
-                await db.exec(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), COALESCE(MAX(id), 1),"
+                await db.exec(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), COALESCE(MAX(id), 1),"  # noqa: S608 (table: from IDENTITY_TABLES)
                               f" MAX(id) IS NOT NULL) FROM {table}")
     before, after = await table_sums(source), await table_sums(target)
     for table, _ in TABLES:

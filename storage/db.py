@@ -153,7 +153,7 @@ async def open_db_migrated(
             await _thread_ended(pending)
             raise
         conn.row_factory = aiosqlite.Row
-        await conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        await conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")  # (a PRAGMA takes no parameter: an int)
         rows = list(await conn.execute_fetchall("PRAGMA journal_mode = WAL"))
         mode = rows[0][0] if rows else "?"
         if str(mode).lower() != "wal" and name != ":memory:":

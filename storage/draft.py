@@ -55,15 +55,15 @@ class Drafts:
         where = f"group_id = ? AND agent_id = ? AND run_id <> ? AND {_UNOWNED}"
         params = (group_id, agent_id, run_id)
         async with self._access.read() as db:  # most runs have nothing to take over: no write for them
-            found = await db.one(f"SELECT COUNT(*) FROM drafts WHERE {where}", params)
+            found = await db.one(f"SELECT COUNT(*) FROM drafts WHERE {where}", params)  # noqa: S608 (where: a condition from code; values bound)
         if found is not None and int(found[0]):
             async with self._access.write(group_id) as db:
-                await db.exec(f"UPDATE drafts SET run_id = ? WHERE {where}", (run_id, *params))
+                await db.exec(f"UPDATE drafts SET run_id = ? WHERE {where}", (run_id, *params))  # noqa: S608 (where: a condition from code; values bound)
         return await self.draft_parts(run_id)
 
     async def orphan_drafts(self, group_id: int) -> list[DraftPart]:
         async with self._access.read() as db:
-            rows = await db.all(f"SELECT * FROM drafts WHERE group_id = ? AND {_UNOWNED}"
+            rows = await db.all(f"SELECT * FROM drafts WHERE group_id = ? AND {_UNOWNED}"  # noqa: S608 (_UNOWNED: a condition from code)
                                        " ORDER BY run_id, position, id", (group_id,))
         return [to_draft(row) for row in rows]
 

@@ -115,7 +115,7 @@ class Groups:
         """Record (or clear, with None) a lasting refusal of the surface; True when it changed."""
         async with self._access.write(group_id) as db:
             return bool(await db.exec(
-                "UPDATE groups SET delivery_problem = ? WHERE id = ?"
+                "UPDATE groups SET delivery_problem = ? WHERE id = ?"  # noqa: S608 (the dialect's operator)
                     f" AND delivery_problem {self._access.sql.is_distinct} ?",
                 (problem and mask_error(problem), group_id, problem and mask_error(problem)),
             ))

@@ -91,11 +91,11 @@ class Leases:
         marks = ", ".join("?" * len(wanted))
         async with self._access.write() as db:  # several groups: alone
             await db.exec(
-                f"UPDATE leases SET expires_at = ? WHERE owner = ? AND group_id IN ({marks})",
+                f"UPDATE leases SET expires_at = ? WHERE owner = ? AND group_id IN ({marks})",  # noqa: S608 (placeholders only)
                 (self._access.now() + ttl, self._access.owner, *wanted),
             )
             rows = await db.all(
-                f"SELECT group_id FROM leases WHERE owner = ? AND group_id IN ({marks})", (self._access.owner, *wanted)
+                f"SELECT group_id FROM leases WHERE owner = ? AND group_id IN ({marks})", (self._access.owner, *wanted)  # noqa: S608 (placeholders only)
             )
         return {int(r[0]) for r in rows}
 

@@ -16,7 +16,11 @@ def int4(value: int) -> int:
 
 def lock_sql(schema_key: int, group_id: int | None) -> str:
     """The statements that take a write transaction's advisory locks: the schema's lock
-    exclusive (no group), or shared and then the group's lock exclusive. Keys are ints."""
+    exclusive (no group), or shared and then the group's lock exclusive. Keys are ints.
+
+    The keys are written into the SQL text, the one place in storage/ where values are: these
+    statements run with `changed_sql`'s in one round trip, by the simple query protocol, which
+    takes no parameters; each key passes through `int()`, so only a number reaches the text."""
     if group_id is None:
         return f"SELECT pg_advisory_xact_lock({int(schema_key)})"
     return (f"SELECT pg_advisory_xact_lock_shared({int(schema_key)});"
@@ -29,8 +33,9 @@ VERSION_SQL = "SELECT COALESCE(MAX(id), 0) FROM _migrations"
 def changed_sql(version: int) -> str:
     """A statement that returns one row when the schema's migration version is no longer
     `version`, none otherwise (its status, 'SELECT 1' or 'SELECT 0', is the answer: no value
-    to fetch). A read of a table of a handful of rows: no measurable cost per write."""
-    return f"SELECT 1 FROM _migrations HAVING COALESCE(MAX(id), 0) <> {int(version)}"
+    to fetch). A read of a table of a handful of rows: no measurable cost per write.
+    (`version` is written into the text as an `int()`, for the reason `lock_sql` gives.)"""
+    return f"SELECT 1 FROM _migrations HAVING COALESCE(MAX(id), 0) <> {int(version)}"  # noqa: S608 (an int literal: see above)
 
 
 class WriteGate:

@@ -76,7 +76,7 @@ class Record:
         if not ids:
             return {}
         async with self._access.read() as db:
-            rows = await db.all(f"SELECT * FROM runs WHERE id IN ({','.join('?' * len(ids))})", ids)
+            rows = await db.all(f"SELECT * FROM runs WHERE id IN ({','.join('?' * len(ids))})", ids)  # noqa: S608 (placeholders only)
         return {int(row["id"]): to_run(row) for row in rows}
 
     async def episodes_by_id(self, episode_ids: Iterable[int]) -> dict[int, Episode]:
@@ -84,7 +84,7 @@ class Record:
         if not ids:
             return {}
         async with self._access.read() as db:
-            rows = await db.all(f"SELECT * FROM episodes WHERE id IN ({','.join('?' * len(ids))})", ids)
+            rows = await db.all(f"SELECT * FROM episodes WHERE id IN ({','.join('?' * len(ids))})", ids)  # noqa: S608 (placeholders only)
         return {int(row["id"]): to_episode(row) for row in rows}
 
     async def roster_ever(self, group_id: int) -> list[tuple[Agent, float | None]]:

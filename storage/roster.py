@@ -104,7 +104,7 @@ class Roster:
             group = await self._access.group_row(db, int(agent["group_id"]))
             target = min(int(seq), int(group["latest_seq"]))
             await db.exec(
-                f"UPDATE agents SET delivered_through = {self._access.sql.greatest}(delivered_through, ?) WHERE id = ?",
+                f"UPDATE agents SET delivered_through = {self._access.sql.greatest}(delivered_through, ?) WHERE id = ?",  # noqa: S608 (the dialect's function)
                 (target, agent_id),
             )
 

@@ -61,7 +61,7 @@ class Routing:
             for at in range(0, len(rows), DECISIONS_PER_INSERT):  # one statement per 50 rows, not one per row
                 part = rows[at:at + DECISIONS_PER_INSERT]
                 await db.exec(
-                    "INSERT INTO decisions (group_id, seq, source, agent_ids, agent_names,"
+                    "INSERT INTO decisions (group_id, seq, source, agent_ids, agent_names,"  # noqa: S608 (placeholders only)
                     " selector_raw, attempts, confidence, prompt_tokens, completion_tokens,"
                     " cached_tokens, estimated, terminate, note, created_at, model, provider) VALUES "
                     + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(part))

@@ -73,10 +73,10 @@ class Spending:
                 (group_id, since),
             )
             rolling = await db.all(
-                f"SELECT '{SUMMARY_SPENDER}', model, SUM(calls), SUM(prompt_tokens), SUM(completion_tokens),"
+                "SELECT CAST(? AS TEXT), model, SUM(calls), SUM(prompt_tokens), SUM(completion_tokens),"
                 " SUM(cached_tokens), MAX(estimated), COALESCE(provider, '') FROM context_summaries"
                 " WHERE group_id = ? AND created_at >= ? GROUP BY model, provider ORDER BY model, provider",
-                (group_id, since),
+                (SUMMARY_SPENDER, group_id, since),
             )
         out: list[Spend] = []
         sources: tuple[tuple[SpendKind, list[Row]], ...] = (

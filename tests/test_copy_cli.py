@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.core.errors import StoreError
 from bot.core.models import Completion, ContextSummary, Summary, Usage
 from bot.core.schedule import When
 from storage import describe, open_store
@@ -138,3 +139,12 @@ async def test_every_table_of_the_schema_is_copied_or_left_behind_on_purpose(tmp
     await (await place.open()).close()
     tables = {name for (name,) in await place.fetch("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert tables == {t for t, _ in TABLES} | set(NOT_COPIED)  # a new table needs a line in storage.copy.TABLES
+
+
+async def test_a_column_whose_name_is_not_plain_is_refused_before_any_sql_is_built_from_it(tmp_path: Path) -> None:
+    """The copy writes column names into its SQL text: only the plain names the migrations give."""
+    async with await open_store(tmp_path / "odd.db") as store:
+        async with store._write() as db:
+            await db.exec('ALTER TABLE webhooks ADD COLUMN "x) VALUES (1); --" TEXT')
+        with pytest.raises(StoreError, match="column named 'x\\) VALUES \\(1\\); --'; a copy takes plain names only"):
+            await table_sums(store)
