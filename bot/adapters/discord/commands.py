@@ -120,8 +120,7 @@ class MarkReadButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"
 
     async def callback(self, interaction: discord.Interaction) -> None:
         marks = [(int(g), int(q)) for g, q in (pair.split(".") for pair in self.marks.split(",") if pair)]
-        reading = interaction.client.slash.admin.reading  # type: ignore[attr-defined]  # the client is our RoundtableBot
-        await reading.mark(marks, reader_of(interaction))
+        await slash_of(interaction).admin.reading.mark(marks, reader_of(interaction))
         await interaction.response.edit_message(content="✅ Marked read.", embeds=[], view=None)
 
 
@@ -201,8 +200,17 @@ def _size(n: int) -> str:
 
 async def taken(interaction: discord.Interaction) -> bool:
     """`Interactions.take` for a button or a form (their objects do not hold the bot)."""
-    slash: SlashCommands = interaction.client.slash  # type: ignore[attr-defined]  # the client is our RoundtableBot
-    return await slash.interactions.take(interaction)
+    return await slash_of(interaction).interactions.take(interaction)
+
+
+def slash_of(interaction: discord.Interaction) -> SlashCommands:
+    """The slash commands of the client the interaction came to, for a button or a form: discord.py
+    builds those itself (a Mark read button after a restart) and hands them only the interaction.
+    The client keeps its `SlashCommands` as `slash` (`bot.adapters.discord.client`)."""
+    slash = getattr(interaction.client, "slash", None)
+    if not isinstance(slash, SlashCommands):
+        raise TypeError(f"{type(interaction.client).__name__} keeps no SlashCommands as .slash")
+    return slash
 
 
 def reader_of(interaction: discord.Interaction) -> Reader:
