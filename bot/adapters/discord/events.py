@@ -23,15 +23,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, ParamSpec, TypeVar
+from typing import Awaitable, Callable, Coroutine, Iterable, ParamSpec, Protocol, TypeVar
 
 import aiohttp
 import discord
 
 from bot.core.attachments import FileUnavailable, take_in
-from bot.core.engine import Engine
 from bot.core.errors import AlreadyStored, StoreError, StoreUnavailable, StoreUnwritable
 from bot.core.models import Agent, Group, SharedFile
+from bot.core.outbox import RetryPolicy
+from bot.core.ports import Store
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -84,6 +85,26 @@ def later(a: str | None, b: str | None) -> str | None:
     return a if int(a) >= int(b) else b
 
 
+class Intake(Protocol):
+    """What ingest asks of the engine (`bot.core.engine.Engine`): its store, a background task,
+    the waits between retries, a person's message posted, a group woken after a batch."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def retry(self) -> RetryPolicy: ...
+
+    def spawn(self, coro: Coroutine[object, object, object], name: str) -> asyncio.Task[object]: ...
+
+    def wake(self, group_id: int) -> None: ...
+
+    async def post_user_message(
+        self, group: Group, *, author_name: str, user_id: str | None, text: str, extra_agents: Iterable[Agent] = (),
+        external_ids: Iterable[str] = (), wake: bool = True, attachments: Iterable[SharedFile] = (),
+    ) -> object: ...
+
+
 @dataclass
 class Feed:
     channel_id: int
@@ -96,10 +117,11 @@ class Ingest:
     """The client's message and reaction events, stored through the engine.
 
     `client` is the connected discord.py client (who the bot is, the channels' history),
-    `own_post` tells the bot's own webhook posts (`DiscordSurface.is_own_post`) and `serves`
-    whether this process takes in a guild's channels (all, unless it runs some shards)."""
+    `engine` the engine (what ingest asks of it: `Intake`), `own_post` tells the bot's own
+    webhook posts (`DiscordSurface.is_own_post`) and `serves` whether this process takes in a
+    guild's channels (all of them, unless it runs some shards)."""
 
-    def __init__(self, client: discord.Client, engine: Engine, *,
+    def __init__(self, client: discord.Client, engine: Intake, *,
                  own_post: Callable[[Group, discord.Message], Awaitable[bool]],
                  serves: Callable[[str | None], bool]) -> None:
         self.client = client
