@@ -4,6 +4,10 @@ Dependencies are passed in; command sync happens in `setup_hook` (one guild
 when DISCORD_GUILD_ID is set, else global), never in `on_ready`. Start-up
 problems (bad token, missing privileged intent, unreachable API) end in one
 readable line.
+
+The client builds the parts its events go to, handing each what it uses: the
+ingest (`events`) and the slash commands (`commands`) get the engine, the
+surface and this client as arguments and import none of this module back.
 """
 from __future__ import annotations
 
@@ -16,13 +20,13 @@ from typing import Any, AsyncContextManager, Callable, Iterator
 
 import aiohttp
 import discord
-import yarl
 from discord import app_commands
 
+from bot.adapters.discord.api import point_at
 from bot.adapters.discord.commands import SlashCommands
 from bot.adapters.discord.events import Ingest
 from bot.adapters.discord.webhooks import DiscordSurface
-from bot.config import Settings, redact_url
+from bot.config import Settings
 from bot.core.engine import Engine
 from bot.core.errors import ConfigError
 from bot.core.models import GroupSettings
@@ -40,21 +44,6 @@ def make_intents() -> discord.Intents:
     return intents
 
 
-async def point_at(api_base_url: str) -> None:
-    """Send REST and the gateway to a Discord-compatible server (`.../api/v10`)."""
-    discord.http.Route.BASE = api_base_url.rstrip("/")
-    try:
-        async with aiohttp.ClientSession() as session:
-            url_of_gateway = f"{discord.http.Route.BASE}/gateway"
-            async with session.get(url_of_gateway, timeout=aiohttp.ClientTimeout(total=10)) as resp:
-                url = (await resp.json(content_type=None))["url"]
-    except (aiohttp.ClientError, OSError, KeyError, ValueError, TimeoutError) as exc:
-        raise ConfigError(f"DISCORD_API_BASE_URL={redact_url(api_base_url)} did not answer GET /gateway "
-                          f"({type(exc).__name__}); "
-                          "check that the server runs and the URL ends with the version path, e.g. /api/v10") from None
-    discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(url)
-
-
 class RoundtableBot(discord.Client):
     def __init__(self, engine: Engine, surface: DiscordSurface, group_defaults: GroupSettings, *,
                  guild_id: int | None = None, shards: Shards | None = None, **options: Any) -> None:
@@ -63,13 +52,11 @@ class RoundtableBot(discord.Client):
         super().__init__(intents=make_intents(), chunk_guilds_at_startup=False, **options)
         self.serving = shards  # (AutoShardedClient's own `shards` is its connections)
         self.engine = engine
-        self.surface = surface
         surface.client = self
-        self.group_defaults = group_defaults
         self.guild_id = guild_id
         self.tree = app_commands.CommandTree(self)
-        self.slash = SlashCommands(self)
-        self.ingest = Ingest(self)
+        self.ingest = Ingest(self, engine, own_post=surface.is_own_post, serves=self.serves)
+        self.slash = SlashCommands(self, engine, surface, self.ingest, group_defaults)
         self.ready_once = asyncio.Event()
         self.slash.register(self.tree)
         self.tree.on_error = self.on_app_command_error  # type: ignore[method-assign]  # the tree calls it with our bot as client

@@ -23,27 +23,27 @@ import io
 import logging
 import os
 import re
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
 import discord
 from discord import app_commands
 
 from bot.adapters.discord.doctor import channel_checks, permission_check
+from bot.adapters.discord.events import Ingest
 from bot.adapters.discord.interactions import Interactions, defer, finish, first_answer, send
 from bot.adapters.discord.render import jump_link, split_message
+from bot.adapters.discord.webhooks import DiscordSurface
 from bot.core import commands as declared
 from bot.core import validation as v
 from bot.core.admin import Admin
 from bot.core.card import Attachment, Card, MarkRead, Reply
 from bot.core.commands import Command, Option, model_choices
 from bot.core.doctor import Check
+from bot.core.engine import Engine
 from bot.core.errors import InvalidInput, StoreUnavailable, UserFacingError
-from bot.core.models import Group, Message
+from bot.core.models import Group, GroupSettings, Message
 from bot.core.reading import Reader
 from bot.core.secrets import mask
-
-if TYPE_CHECKING:
-    from bot.adapters.discord.client import RoundtableBot
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +120,7 @@ class MarkReadButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"
 
     async def callback(self, interaction: discord.Interaction) -> None:
         marks = [(int(g), int(q)) for g, q in (pair.split(".") for pair in self.marks.split(",") if pair)]
-        reading = interaction.client.slash.admin.reading  # type: ignore[attr-defined]  # the client is our RoundtableBot
-        await reading.mark(marks, reader_of(interaction))
+        await slash_of(interaction).admin.reading.mark(marks, reader_of(interaction))
         await interaction.response.edit_message(content="✅ Marked read.", embeds=[], view=None)
 
 
@@ -201,8 +200,17 @@ def _size(n: int) -> str:
 
 async def taken(interaction: discord.Interaction) -> bool:
     """`Interactions.take` for a button or a form (their objects do not hold the bot)."""
-    slash: SlashCommands = interaction.client.slash  # type: ignore[attr-defined]  # the client is our RoundtableBot
-    return await slash.interactions.take(interaction)
+    return await slash_of(interaction).interactions.take(interaction)
+
+
+def slash_of(interaction: discord.Interaction) -> SlashCommands:
+    """The slash commands of the client the interaction came to, for a button or a form: discord.py
+    builds those itself (a Mark read button after a restart) and hands them only the interaction.
+    The client keeps its `SlashCommands` as `slash` (`bot.adapters.discord.client`)."""
+    slash = getattr(interaction.client, "slash", None)
+    if not isinstance(slash, SlashCommands):
+        raise TypeError(f"{type(interaction.client).__name__} keeps no SlashCommands as .slash")
+    return slash
 
 
 def reader_of(interaction: discord.Interaction) -> Reader:
@@ -258,14 +266,14 @@ class DiscordCaller:
         return self._group
 
     async def setup(self, mode: str | None) -> Group:
-        interaction, bot = self.interaction, self.slash.bot
+        interaction = self.interaction
         channel = interaction.channel
         if not isinstance(channel, (discord.TextChannel, discord.Thread)) or interaction.guild is None:
             raise UserFacingError("Run /roundtable setup in a server text channel or thread.")
         parent = channel.parent_id if isinstance(channel, discord.Thread) else None
         await self.slash.ensure_webhook(str(parent or channel.id))
         existing = self._group
-        settings = existing.settings if existing else bot.group_defaults
+        settings = existing.settings if existing else self.slash.group_defaults
         if mode:
             settings = settings.with_changes(mode=mode)
         group = await self.slash.admin.setup(
@@ -275,7 +283,7 @@ class DiscordCaller:
         )
         if mode and existing is not None:
             group = await self.slash.store.update_group(group.id, settings=settings)
-        bot.ingest.resync_channel(channel.id)  # what was posted since the command is the group's from now on
+        self.slash.ingest.resync_channel(channel.id)  # what was posted since the command is the group's from now on
         return group
 
     async def ask_text(self, label: str, current: str | None) -> str | None:
@@ -307,7 +315,6 @@ class DiscordCaller:
     async def checks(self, group: Group | None) -> list[Check]:
         """The channel's webhook and the bot's permissions there (for a channel that is not a
         group yet: what /roundtable setup would need)."""
-        bot = self.slash.bot
         if group is None:
             channel = self.interaction.channel
             if not isinstance(channel, (discord.TextChannel, discord.Thread)) or channel.guild is None:
@@ -317,7 +324,7 @@ class DiscordCaller:
                 return []
             return [permission_check(f"#{channel.name}", parent.permissions_for(channel.guild.me),
                                      thread=isinstance(channel, discord.Thread))]
-        return await channel_checks(bot, group, await self.slash.store.get_webhook(
+        return await channel_checks(self.slash.client, group, await self.slash.store.get_webhook(
             group.parent_channel_id or group.channel_id or ""))
 
     async def keep_image(self, image: object, label: str) -> str:
@@ -345,10 +352,15 @@ class DiscordCaller:
 class SlashCommands:
     """Builds the app command tree from the declaration and runs each call."""
 
-    def __init__(self, bot: "RoundtableBot") -> None:
-        self.bot = bot
-        self.admin = Admin(bot.engine)
-        self.store = bot.engine.store
+    def __init__(self, client: discord.Client, engine: Engine, surface: DiscordSurface, ingest: Ingest,
+                 group_defaults: GroupSettings) -> None:
+        self.client = client
+        self.engine = engine
+        self.surface = surface
+        self.ingest = ingest  # (a command's caller is a person: `@name` tags them from now on)
+        self.group_defaults = group_defaults  # a new group's settings
+        self.admin = Admin(engine)
+        self.store = engine.store
         self.interactions = Interactions(self.store, group_key)
         self._webhook_locks: dict[str, asyncio.Lock] = {}  # channel -> held while its webhook is found or made
 
@@ -383,7 +395,7 @@ class SlashCommands:
                 return
             made = await self._made_before(channel_id)
             if made is None:
-                await self.bot.surface.create_webhook(channel_id)
+                await self.surface.create_webhook(channel_id)
                 return
             assert made.token is not None
             await self.store.save_webhook(channel_id, str(made.id), made.token)
@@ -391,8 +403,8 @@ class SlashCommands:
 
     async def _made_before(self, channel_id: str) -> discord.Webhook | None:
         """The oldest webhook of the channel that this bot made (None when it cannot tell)."""
-        channel = self.bot.get_channel(int(channel_id))
-        me = self.bot.user
+        channel = self.client.get_channel(int(channel_id))
+        me = self.client.user
         if not isinstance(channel, discord.TextChannel) or me is None:
             return None
         try:
@@ -414,13 +426,13 @@ class SlashCommands:
         if command.is_slow(given):  # a model call: Discord waits only 3 s
             await defer(interaction)
         if interaction.guild is not None:
-            await self.bot.ingest.remember(str(interaction.guild.id), interaction.user)
+            await self.ingest.remember(str(interaction.guild.id), interaction.user)
         try:
             reply = await declared.run(command, self.admin, DiscordCaller(self, interaction, command, given), given)
         except UserFacingError as exc:
             reply = mask(str(exc))
         if isinstance(reply, Card) and reply.thumbnail_url:  # a stored picture's signed URL may have expired
-            reply = dataclasses.replace(reply, thumbnail_url=await self.bot.surface.fresh_url(reply.thumbnail_url))
+            reply = dataclasses.replace(reply, thumbnail_url=await self.surface.fresh_url(reply.thumbnail_url))
         if reply is not None:
             await answer(interaction, reply)
 
@@ -440,7 +452,7 @@ class SlashCommands:
     ) -> list[app_commands.Choice[str]]:
         """Every provider's listed models (`provider/model` on a named one) containing what is typed."""
         return [app_commands.Choice(name=m, value=m)
-                for m in model_choices(await self.bot.engine.llm.model_names(), current)]
+                for m in model_choices(await self.engine.llm.model_names(), current)]
 
     async def why_this_reply(self, interaction: discord.Interaction, message: discord.Message) -> None:
         """The message menu: `/roundtable why` for the message it was opened on."""
@@ -448,7 +460,7 @@ class SlashCommands:
 
     # building the tree ----------------------------------------------------------
     def register(self, tree: app_commands.CommandTree) -> None:
-        self.bot.add_dynamic_items(MarkReadButton)
+        self.client.add_dynamic_items(MarkReadButton)
         groups: dict[tuple[str, ...], app_commands.Group] = {
             (name,): app_commands.Group(name=name, description=text, guild_only=True)
             for name, text in GROUP_DESCRIPTIONS.items()}

@@ -21,6 +21,7 @@ import aiohttp
 import discord
 
 from bot.adapters.discord import permissions
+from bot.adapters.discord.api import point_at
 from bot.config import Settings
 from bot.core.doctor import Check
 from bot.core.errors import ConfigError
@@ -125,8 +126,6 @@ class RestDoctor:
     async def identify(self) -> list[Check]:
         """The token (who the bot is) and, when it works, the Message Content intent."""
         if self.settings.discord_api_base_url:
-            from bot.adapters.discord.client import point_at
-
             try:
                 await point_at(self.settings.discord_api_base_url)
             except ConfigError as exc:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Awaitable, Callable, ParamSpec, TypeVar
+from typing import Awaitable, Callable, Coroutine, Iterable, ParamSpec, Protocol, TypeVar
 
 import aiohttp
 import discord
@@ -31,9 +31,8 @@ import discord
 from bot.core.attachments import FileUnavailable, take_in
 from bot.core.errors import AlreadyStored, StoreError, StoreUnavailable, StoreUnwritable
 from bot.core.models import Agent, Group, SharedFile
-
-if TYPE_CHECKING:
-    from bot.adapters.discord.client import RoundtableBot
+from bot.core.outbox import RetryPolicy
+from bot.core.ports import Store
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -86,6 +85,26 @@ def later(a: str | None, b: str | None) -> str | None:
     return a if int(a) >= int(b) else b
 
 
+class Intake(Protocol):
+    """What ingest asks of the engine (`bot.core.engine.Engine`): its store, a background task,
+    the waits between retries, a person's message posted, a group woken after a batch."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def retry(self) -> RetryPolicy: ...
+
+    def spawn(self, coro: Coroutine[object, object, object], name: str) -> asyncio.Task[object]: ...
+
+    def wake(self, group_id: int) -> None: ...
+
+    async def post_user_message(
+        self, group: Group, *, author_name: str, user_id: str | None, text: str, extra_agents: Iterable[Agent] = (),
+        external_ids: Iterable[str] = (), wake: bool = True, attachments: Iterable[SharedFile] = (),
+    ) -> object: ...
+
+
 @dataclass
 class Feed:
     channel_id: int
@@ -95,9 +114,21 @@ class Feed:
 
 
 class Ingest:
-    def __init__(self, bot: "RoundtableBot") -> None:
-        self.bot = bot
-        self.store = bot.engine.store
+    """The client's message and reaction events, stored through the engine.
+
+    `client` is the connected discord.py client (who the bot is, the channels' history),
+    `engine` the engine (what ingest asks of it: `Intake`), `own_post` tells the bot's own
+    webhook posts (`DiscordSurface.is_own_post`) and `serves` whether this process takes in a
+    guild's channels (all of them, unless it runs some shards)."""
+
+    def __init__(self, client: discord.Client, engine: Intake, *,
+                 own_post: Callable[[Group, discord.Message], Awaitable[bool]],
+                 serves: Callable[[str | None], bool]) -> None:
+        self.client = client
+        self.engine = engine
+        self.store = engine.store
+        self.own_post = own_post
+        self.serves = serves
         self.feeds: dict[int, Feed] = {}
         self._known: dict[tuple[str, int], list[str]] = {}  # (guild, user) -> names already stored
 
@@ -112,7 +143,7 @@ class Ingest:
         for channel_id in list(self.feeds):  # first, before any event of the new session is taken
             self.resync_channel(channel_id)
         for group in await self._retrying(self.store.list_groups):
-            if group.key.startswith("discord:") and group.channel_id is not None and self.bot.serves(group.guild_id):
+            if group.key.startswith("discord:") and group.channel_id is not None and self.serves(group.guild_id):
                 feed = self._feed(int(group.channel_id))
                 if feed.queue.empty():
                     feed.queue.put_nowait(None)
@@ -133,7 +164,7 @@ class Ingest:
 
     async def on_reaction(self, payload: discord.RawReactionActionEvent) -> None:
         """A person's reaction on a message moves their read cursor through it."""
-        if self.bot.user is not None and payload.user_id == self.bot.user.id:
+        if self.client.user is not None and payload.user_id == self.client.user.id:
             return
         found = await self._retrying(self.store.find_message_by_external_id, str(payload.message_id))
         if found is not None:
@@ -144,7 +175,7 @@ class Ingest:
         feed = self.feeds.get(channel_id)
         if feed is None:
             feed = self.feeds[channel_id] = Feed(channel_id)
-            self.bot.engine.spawn(self._run(feed), f"ingest-{channel_id}")
+            self.engine.spawn(self._run(feed), f"ingest-{channel_id}")
         return feed
 
     async def _run(self, feed: Feed) -> None:
@@ -162,7 +193,7 @@ class Ingest:
                 except Exception as exc:  # Discord, the network or the database failed: live messages wait
                     feed.behind = True
                     failures += 1
-                    delay = self.bot.engine.retry.delay(failures)
+                    delay = self.engine.retry.delay(failures)
                     expected = (discord.HTTPException, aiohttp.ClientError, OSError, asyncio.TimeoutError, StoreError)
                     log.log(logging.DEBUG if isinstance(exc, StoreUnavailable) else logging.WARNING,
                             "channel %s: catching up failed (%s); retrying in %.1fs", feed.channel_id,
@@ -190,7 +221,7 @@ class Ingest:
         after = later(group.watermark, group.setup_message_id)
         if after is None:
             return
-        channel = self.bot.get_channel(feed.channel_id) or self.bot.get_partial_messageable(feed.channel_id)
+        channel = self.client.get_channel(feed.channel_id) or self.client.get_partial_messageable(feed.channel_id)
         count = 0
         try:
             async for message in channel.history(  # type: ignore[union-attr]  # text channels, threads and partials all have it
@@ -207,7 +238,7 @@ class Ingest:
         finally:
             if count:
                 log.info("group=%s: caught up %d message(s) posted while the bot was away", group.id, count)
-                self.bot.engine.wake(group.id)  # the batch is routed together
+                self.engine.wake(group.id)  # the batch is routed together
 
     # storing one message ---------------------------------------------------------
     async def _store(self, group: Group, message: discord.Message, *, wake: bool) -> bool:
@@ -221,7 +252,7 @@ class Ingest:
                 return False
             except StoreError as exc:
                 failures += 1
-                delay = self.bot.engine.retry.delay(failures)
+                delay = self.engine.retry.delay(failures)
                 log.log(logging.DEBUG if isinstance(exc, StoreUnavailable) else logging.WARNING,  # (the store logs it)
                         "group=%s message %s not stored yet (%s); retrying in %.1fs", group.id, message.id, exc, delay)
                 if isinstance(exc, StoreUnwritable):  # stored as soon as the database takes writes again
@@ -233,7 +264,7 @@ class Ingest:
                 if failures >= GIVE_UP_AFTER:
                     log.exception("group=%s message %s could not be stored; skipped", group.id, message.id)
                     return False
-                await asyncio.sleep(self.bot.engine.retry.delay(failures))
+                await asyncio.sleep(self.engine.retry.delay(failures))
 
     async def _store_once(self, group: Group, message: discord.Message, *, wake: bool) -> bool:
         if not await self.accepts(group, message):
@@ -247,7 +278,7 @@ class Ingest:
             target = await self.store.find_message_by_external_id(str(message.reference.message_id))
             if target is not None and target.author_type == "agent" and target.author_agent_id is not None:
                 replied.append(await self.store.get_agent(target.author_agent_id))
-        await self.bot.engine.post_user_message(
+        await self.engine.post_user_message(
             group, author_name=message.author.display_name, user_id=str(message.author.id),
             text=message_text(message)[:8000], extra_agents=replied, external_ids=[str(message.id)], wake=wake,
             attachments=await shared_files(message),
@@ -257,10 +288,10 @@ class Ingest:
     async def accepts(self, group: Group, message: discord.Message) -> bool:
         if message.type not in INGESTED_TYPES:
             return False
-        if self.bot.user is not None and message.author.id == self.bot.user.id:
+        if self.client.user is not None and message.author.id == self.client.user.id:
             return False
         if message.webhook_id is not None:
-            return group.settings.allow_bots and not await self.bot.surface.is_own_post(group, message)
+            return group.settings.allow_bots and not await self.own_post(group, message)
         if message.author.bot and not group.settings.allow_bots:
             return False
         return bool(message.content or message.attachments)
@@ -283,7 +314,7 @@ class Ingest:
                 return await call(*args, **kwargs)
             except StoreError as exc:
                 failures += 1
-                delay = self.bot.engine.retry.delay(failures)
+                delay = self.engine.retry.delay(failures)
                 log.log(logging.DEBUG if isinstance(exc, StoreUnavailable) else logging.WARNING,  # (the store logs it)
                         "%s failed (%s); retrying in %.1fs", getattr(call, "__name__", "a store call"), exc, delay)
                 await asyncio.sleep(delay)
