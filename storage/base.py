@@ -231,6 +231,14 @@ class StoreBase:
         return await db.one(sql, params)
 
     @staticmethod
+    async def _the_one(db: Db, sql: str, params: Params = ()) -> Row:
+        """The row of a query that always has one (an aggregate, a row this transaction wrote)."""
+        row = await db.one(sql, params)
+        if row is None:
+            raise StoreError("database error: a query that always returns a row returned none")
+        return row
+
+    @staticmethod
     async def _all(db: Db, sql: str, params: Params = ()) -> list[Row]:
         return await db.all(sql, params)
 

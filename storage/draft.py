@@ -31,8 +31,7 @@ class DraftMixin(StoreBase):
                 db, "INSERT INTO drafts (group_id, agent_id, run_id, position, author_name, text, created_at)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (group_id, agent_id, run_id, position, author_name, text, self._now()))
-            row = await self._one(db, "SELECT * FROM drafts WHERE id = ?", (draft_id,))
-        assert row is not None
+            row = await self._the_one(db, "SELECT * FROM drafts WHERE id = ?", (draft_id,))
         self._remember_group("drafts", draft_id, group_id)
         return to_draft(row)
 

@@ -172,7 +172,7 @@ class LedgerMixin(RunMixin):
                 " WHERE r.group_id = ? AND r.started_at >= ? GROUP BY a.name ORDER BY a.name",
                 (group_id, since),
             )
-            sel = await self._one(
+            sel = await self._the_one(
                 db,
                 "SELECT COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0),"
                 " COALESCE(SUM(cached_tokens), 0), COALESCE(MAX(estimated), 0)"
@@ -183,7 +183,6 @@ class LedgerMixin(RunMixin):
         for row in rows:
             usage = Usage(int(row["p"]), int(row["c"]), int(row["k"]), bool(row["e"]))
             totals[row["name"]] = totals.get(row["name"], Usage()) + usage
-        assert sel is not None
         totals["selector"] = totals.get("selector", Usage()) + Usage(
             int(sel[0]), int(sel[1]), int(sel[2]), bool(sel[3])
         )
@@ -312,12 +311,11 @@ class LedgerMixin(RunMixin):
             group = await self._group_row(db, group_id)
             target = max(0, min(int(seq), int(group["latest_seq"])))
             await self._advance_seen(db, group_id, user_id, target)
-            row = await self._one(
+            row = await self._the_one(
                 db,
                 "SELECT seen_through FROM read_cursors WHERE group_id = ? AND user_id = ?",
                 (group_id, user_id),
             )
-            assert row is not None
             return int(row[0])
 
     async def _advance_seen(self, db: Db, group_id: int, user_id: str, seq: int) -> None:

@@ -19,8 +19,7 @@ class NotesMixin(StoreBase):
             note_id = await self._insert(
                 db, "INSERT INTO agent_notes (agent_id, created_at, text) VALUES (?, ?, ?)",
                 (agent_id, self._now(), mask(text)))
-            row = await self._one(db, "SELECT * FROM agent_notes WHERE id = ?", (note_id,))
-            assert row is not None
+            row = await self._the_one(db, "SELECT * FROM agent_notes WHERE id = ?", (note_id,))
             return to_note(row)
 
     async def notes(self, agent_id: int, *, limit: int | None = None) -> list[Note]:

@@ -45,8 +45,7 @@ class ScheduleMixin(StoreBase):
                 (int(agent["group_id"]), agent_id, when.every_seconds, when.at_time, when.tz, prompt,
                  float(next_run_at), created_by, self._now()),
             )
-            row = await self._one(db, "SELECT * FROM schedules WHERE id = ?", (schedule_id,))
-        assert row is not None
+            row = await self._the_one(db, "SELECT * FROM schedules WHERE id = ?", (schedule_id,))
         return to_schedule(row)
 
     async def schedules(self, group_id: int, *, agent_id: int | None = None) -> list[Schedule]:
