@@ -23,7 +23,7 @@ from typing import AsyncIterator, Callable, Sequence
 
 from bot.core.attachments import FileUnavailable
 from bot.core.engine import Engine
-from bot.core.errors import InvalidInput
+from bot.core.errors import InvalidInput, RoundtableError
 from bot.core.models import Agent, DraftPart, Episode, EpisodeResult, Group, GroupSettings, Message, SharedFile
 from bot.core.ports import LLM, Draft, Recorder, TokenCounter
 from storage import open_store
@@ -95,7 +95,8 @@ async def run_group_chat(
             await engine.post_user_message(group, author_name="user", user_id=None, text=v.message_text(task))
             await engine.wait_idle(group.id, timeout)
             episode_id = (await store.get_group(group.id)).episode_id
-            assert episode_id is not None
+            if episode_id is None:
+                raise RoundtableError(f"the task started no episode in group {group.id}")
             return await engine.episode_result(episode_id)
         finally:
             await engine.close()

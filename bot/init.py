@@ -208,7 +208,8 @@ class Init:
                     continue
             else:
                 self.say(intent)
-            assert rest.app is not None
+            if rest.app is None:
+                raise RuntimeError("the token was identified without the bot's application")
             self.found.application_id = rest.app.id
             break
         self.found.token = token

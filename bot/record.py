@@ -112,8 +112,7 @@ async def replay(settings: Settings, *, db: str | None, group: str, seq: int | N
             await llm.check()
             if seq is not None:
                 lines = side_by_side(await replay_message(store, llm, found, seq, model=chosen_model), found)
-            else:
-                assert episode is not None
+            elif episode is not None:  # (one of the two: checked above)
                 lines = episode_report(await replay_episode(store, llm, found, episode, model=chosen_model), episode)
         finally:
             await llm.aclose()

@@ -394,14 +394,14 @@ class SqliteBackend:
 
     @asynccontextmanager
     async def _write_threaded(self) -> AsyncIterator[Db]:
-        assert self.conn is not None and self._threaded is not None
+        db = self._in_memory()
         try:
-            await self.conn.execute("BEGIN IMMEDIATE")
-            yield self._threaded
-            await self.conn.execute("COMMIT")
+            await db.conn.execute("BEGIN IMMEDIATE")
+            yield db
+            await db.conn.execute("COMMIT")
         except BaseException as exc:
             # Shielded: a cancelled caller must still leave no open transaction.
-            await asyncio.shield(self._rollback())
+            await asyncio.shield(self._rollback(db.conn))
             if isinstance(exc, sqlite3.Error):
                 raise store_error(exc) from exc
             raise
@@ -413,9 +413,8 @@ class SqliteBackend:
         if self._reader is None:
             async with self._lock:
                 self._check_open()
-                assert self._threaded is not None
                 try:
-                    yield self._threaded
+                    yield self._in_memory()
                 except sqlite3.Error as exc:
                     raise store_error(exc) from exc
             return
@@ -426,10 +425,16 @@ class SqliteBackend:
         except sqlite3.Error as exc:
             raise store_error(exc) from exc
 
-    async def _rollback(self) -> None:
-        assert self.conn is not None
+    def _in_memory(self) -> SqliteDb:
+        """The one connection of a database in memory (a file's backend has a writer and a reader)."""
+        if self._threaded is None:
+            raise RuntimeError("a SQLite backend with neither a writer and a reader nor a connection in memory")
+        return self._threaded
+
+    @staticmethod
+    async def _rollback(conn: aiosqlite.Connection) -> None:
         try:
-            await self.conn.execute("ROLLBACK")
+            await conn.execute("ROLLBACK")
         except (sqlite3.Error, ValueError):
             # No transaction active (COMMIT got through) or the connection is gone.
             log.debug("rollback found nothing to undo", exc_info=True)

@@ -12,7 +12,7 @@ from typing import Iterable
 from bot.core.errors import NotFound
 from bot.core.models import DraftPart
 from storage.base import Access
-from storage.sql import Row
+from storage.sql import Row, the_one
 
 _UNOWNED = "run_id IN (SELECT id FROM runs WHERE status <> 'running' AND posted_seq IS NULL)"
 
@@ -36,8 +36,7 @@ class Drafts:
                 "INSERT INTO drafts (group_id, agent_id, run_id, position, author_name, text, created_at)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (group_id, agent_id, run_id, position, author_name, text, self._access.now()))
-            row = await db.one("SELECT * FROM drafts WHERE id = ?", (draft_id,))
-        assert row is not None
+            row = await the_one(db, "SELECT * FROM drafts WHERE id = ?", (draft_id,))
         self._access.remember_group("drafts", draft_id, group_id)
         return to_draft(row)
 

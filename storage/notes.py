@@ -7,6 +7,7 @@ from bot.core.models import Note
 from bot.core.secrets import mask
 from storage.base import Access
 from storage.codec import to_note
+from storage.sql import the_one
 
 
 class Notes:
@@ -24,8 +25,7 @@ class Notes:
             note_id = await db.insert(
                 "INSERT INTO agent_notes (agent_id, created_at, text) VALUES (?, ?, ?)",
                 (agent_id, self._access.now(), mask(text)))
-            row = await db.one("SELECT * FROM agent_notes WHERE id = ?", (note_id,))
-            assert row is not None
+            row = await the_one(db, "SELECT * FROM agent_notes WHERE id = ?", (note_id,))
             return to_note(row)
 
     async def notes(self, agent_id: int, *, limit: int | None = None) -> list[Note]:

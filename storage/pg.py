@@ -281,7 +281,8 @@ class PostgresBackend:
     async def announce(self, db: Db, group_id: int, origin: str) -> None:
         """NOTIFY the schema's channel with "GROUP ORIGIN"; PostgreSQL delivers it at commit (and
         never for a rolled-back transaction)."""
-        assert isinstance(db, PgDb)
+        if not isinstance(db, PgDb):
+            raise TypeError(f"PostgreSQL announces on its own connection, not on a {type(db).__name__}")
         await db.conn.execute("SELECT pg_notify($1, $2)", self.channel, f"{group_id} {origin}")
 
     async def watch(self, origin: str, appended: Callable[[int], None]) -> None:

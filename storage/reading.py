@@ -10,7 +10,7 @@ from bot.core.secrets import mask
 from bot.core.validation import name_key
 from storage.base import Access
 from storage.codec import to_message
-from storage.sql import Db
+from storage.sql import Db, the_one
 
 log = logging.getLogger(__name__)
 
@@ -99,11 +99,11 @@ class Reading:
             group = await self._access.group_row(db, group_id)
             target = max(0, min(int(seq), int(group["latest_seq"])))
             await self.advance_seen(db, group_id, user_id, target)
-            row = await db.one(
+            row = await the_one(
+                db,
                 "SELECT seen_through FROM read_cursors WHERE group_id = ? AND user_id = ?",
                 (group_id, user_id),
             )
-            assert row is not None
             return int(row[0])
 
     async def advance_seen(self, db: Db, group_id: int, user_id: str, seq: int) -> None:

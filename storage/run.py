@@ -13,7 +13,7 @@ import logging
 from typing import get_args
 
 from bot.core.errors import CapReached, InvalidInput, NotFound
-from bot.core.models import FinishedRun, Message, Run, RunKind, RunResult, RunStatus, Usage
+from bot.core.models import FinishedRun, Message, NewMessage, Run, RunKind, RunResult, RunStatus, Usage
 from bot.core.secrets import mask_error
 from storage.base import Access
 from storage.codec import to_run
@@ -91,13 +91,13 @@ class Runs:
             if run.status != "running":
                 return FinishedRun(run)
             group = await self._access.group_row(db, run.group_id)
-            posts = result.reply is not None and result.status == "posted"
-            if result.status != "interrupted" and (run.kind == "group" or posts):
+            posts = result.reply if result.status == "posted" else None
+            if result.status != "interrupted" and (run.kind == "group" or posts is not None):
                 await self._leases.require_lease(db, run.group_id)
             status, error = result.status, result.error
             reply: Message | None = None
-            if posts:
-                status, error, reply = await self._post_reply(db, run, group, result, cap)
+            if posts is not None:
+                status, error, reply = await self._post_reply(db, run, group, posts, result.error, cap)
             if status != "interrupted" and run.kind == "group":  # a direct run leaves the group's queue alone
                 # Through the reply too when nothing else arrived after the snapshot: its own words are not news.
                 through = reply.seq if reply is not None and reply.seq == run.snapshot_seq + 1 else run.snapshot_seq
@@ -123,9 +123,8 @@ class Runs:
             return FinishedRun(await self._run_row(db, run.id), reply, notice)
 
     async def _post_reply(
-        self, db: Db, run: Run, group: Row, result: RunResult, cap: int
+        self, db: Db, run: Run, group: Row, posts: NewMessage, error: str | None, cap: int
     ) -> tuple[str, str | None, Message | None]:
-        assert result.reply is not None
         if run.episode_id is not None:
             row = await db.one("SELECT status FROM episodes WHERE id = ?", (run.episode_id,))
             if row is not None and row[0] == "stopped":
@@ -138,11 +137,11 @@ class Runs:
         current = run.episode_id == group["episode_id"]
         if current and int(group["agent_streak"]) >= cap:
             return "refused", str(CapReached(cap)), None
-        reply = await self._access.append(db, run.group_id, result.reply, episode_id=run.episode_id,
-                                   streak="count" if current else "keep")
+        reply = await self._access.append(db, run.group_id, posts, episode_id=run.episode_id,
+                                          streak="count" if current else "keep")
         if run.episode_id is not None:
             await db.exec("UPDATE episodes SET agent_turns = agent_turns + 1 WHERE id = ?", (run.episode_id,))
-        return "posted", result.error, reply
+        return "posted", error, reply
 
     async def _settle(
         self, db: Db, run_id: int, status: str, usage: Usage, sel: Usage,

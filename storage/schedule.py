@@ -12,7 +12,7 @@ from bot.core.errors import InvalidInput, NotFound
 from bot.core.models import Episode, Message, NewMessage
 from bot.core.schedule import Schedule, When
 from storage.base import Access
-from storage.sql import Row
+from storage.sql import Row, the_one
 
 
 def to_schedule(row: Row) -> Schedule:
@@ -49,8 +49,7 @@ class Schedules:
                 (int(agent["group_id"]), agent_id, when.every_seconds, when.at_time, when.tz, prompt,
                  float(next_run_at), created_by, self._access.now()),
             )
-            row = await db.one("SELECT * FROM schedules WHERE id = ?", (schedule_id,))
-        assert row is not None
+            row = await the_one(db, "SELECT * FROM schedules WHERE id = ?", (schedule_id,))
         return to_schedule(row)
 
     async def schedules(self, group_id: int, *, agent_id: int | None = None) -> list[Schedule]:

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
+from bot.core.errors import StoreError
+
 Params = Sequence[Any]
 
 
@@ -77,6 +79,14 @@ class Dialect:
 
 SQLITE = Dialect(name="sqlite", greatest="MAX", is_distinct="IS NOT", index_hints=True)
 POSTGRESQL = Dialect(name="postgresql", greatest="GREATEST", is_distinct="IS DISTINCT FROM", index_hints=False)
+
+
+async def the_one(db: Db, sql: str, params: Params = ()) -> Row:
+    """The row of a query that always has one (an aggregate, a row this transaction wrote)."""
+    row = await db.one(sql, params)
+    if row is None:
+        raise StoreError("database error: a query that always returns a row returned none")
+    return row
 
 
 def numbered(sql: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bot.core.models import SUMMARY_SPENDER, Completion, Spend, SpendKind, Usage
 from storage.base import Access
-from storage.sql import Row
+from storage.sql import Row, the_one
 
 
 class Spending:
@@ -24,7 +24,8 @@ class Spending:
                 " WHERE r.group_id = ? AND r.started_at >= ? GROUP BY a.name ORDER BY a.name",
                 (group_id, since),
             )
-            sel = await db.one(
+            sel = await the_one(
+                db,
                 "SELECT COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0),"
                 " COALESCE(SUM(cached_tokens), 0), COALESCE(MAX(estimated), 0)"
                 " FROM decisions WHERE group_id = ? AND created_at >= ?",
@@ -34,7 +35,6 @@ class Spending:
         for row in rows:
             usage = Usage(int(row["p"]), int(row["c"]), int(row["k"]), bool(row["e"]))
             totals[row["name"]] = totals.get(row["name"], Usage()) + usage
-        assert sel is not None
         totals["selector"] = totals.get("selector", Usage()) + Usage(
             int(sel[0]), int(sel[1]), int(sel[2]), bool(sel[3])
         )

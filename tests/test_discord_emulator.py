@@ -176,7 +176,7 @@ async def test_webhook_thread_send(emu):
 
 
 class CfgModal(discord.ui.Modal, title="Configure"):
-    persona = discord.ui.TextInput(label="Persona", custom_id="persona")
+    persona: discord.ui.TextInput[CfgModal] = discord.ui.TextInput(label="Persona", custom_id="persona")
 
     def __init__(self, sink: list):
         super().__init__(custom_id="cfg_modal", timeout=T)
@@ -486,12 +486,13 @@ time.sleep(60)
 """
 
 
-async def _killed_client_post(emu, hook, content: str) -> None:
+async def _killed_client_post(emu, hook, content: str) -> asyncio.subprocess.Process:
     """A separate process posts to the webhook and is killed while the request is in flight."""
     path = f"/api/v10/webhooks/{hook.id}/{hook.token}?wait=1"
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", _RAW_POST, "127.0.0.1", str(emu.port), path, json.dumps({"content": content}),
         stdout=asyncio.subprocess.PIPE)
+    assert proc.stdout is not None
     assert (await asyncio.wait_for(proc.stdout.readline(), T)).strip() == b"sent"
     return proc
 

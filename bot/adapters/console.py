@@ -181,13 +181,11 @@ class ConsoleCaller:
         self.read_line = read_line
 
     async def group(self) -> Group | None:
-        assert self.console.group is not None
-        return await self.console.engine.store.get_group(self.console.group.id)
+        return await self.console.engine.store.get_group(self.console.opened().id)
 
     async def setup(self, mode: str | None) -> Group:
         console = self.console
-        group = await self.group()
-        assert group is not None
+        group = await console.engine.store.get_group(console.opened().id)
         settings = group.settings.with_changes(mode=mode) if mode else group.settings
         await console.engine.store.update_group(group.id, settings=settings)
         console.group = await console.admin.setup(group.key, group.name, settings)
@@ -278,6 +276,12 @@ class Console:
                        "or open another group with --group NAME")
         return self.group
 
+    def opened(self) -> Group:
+        """The group `open` opened (as it was then)."""
+        if self.group is None:
+            raise RuntimeError("the console's group is used before open()")
+        return self.group
+
     async def run(self, read_line: LineSource, *, greet: bool = False) -> None:
         """Read and handle lines to the end of input, then wait for the agents (not while paused).
         Cancelled (Ctrl-C): say which agents were interrupted; the engine's close records their runs."""
@@ -302,8 +306,7 @@ class Console:
 
     async def finish(self) -> None:
         """End of input: a paused group says what waits and ends now; else wait for the agents."""
-        assert self.group is not None
-        group = await self.engine.store.get_group(self.group.id)
+        group = await self.engine.store.get_group(self.opened().id)
         if group.paused:
             held = await self.held(group)
             if held:
@@ -369,7 +372,7 @@ class Console:
         return names
 
     async def handle(self, line: str, read_line: LineSource) -> None:
-        assert self.group is not None
+        self.opened()  # (lines are handled once the group is open)
         if not line.strip():
             return
         try:
@@ -406,18 +409,17 @@ class Console:
     async def _read_printed(self) -> None:
         """Every message is printed here as it is posted, so the person has read what was printed:
         their read cursor moves through it before a command (/roundtable status, /unread, /inbox)."""
-        assert self.group is not None
-        printed = self.surface.printed.get(self.group.id, 0)
+        group_id = self.opened().id
+        printed = self.surface.printed.get(group_id, 0)
         if printed > self._read_through:
             try:
-                self._read_through = await self.engine.store.mark_seen(self.group.id, self.person, printed)
+                self._read_through = await self.engine.store.mark_seen(group_id, self.person, printed)
             except StoreError as exc:  # the command tells the same story, or works anyway
                 log.warning("could not move %s's read cursor: %s", self.person, exc)
 
     async def post(self, line: str) -> None:
         """A message from the person; a hint when no agent can answer it or a tag names nobody."""
-        assert self.group is not None
-        self.group = await self.engine.store.get_group(self.group.id)
+        self.group = await self.engine.store.get_group(self.opened().id)
         if not self.group.enabled:
             raise InvalidInput("Roundtable is off in this group: /roundtable setup turns it back on.")
         if not self.engine.owns(self.group.id):
@@ -494,8 +496,7 @@ class Console:
                            "it will be as soon as the database takes it")
 
     async def hints(self, text: str) -> list[str]:
-        assert self.group is not None
-        roster = await self.engine.store.list_agents(self.group.id)
+        roster = await self.engine.store.list_agents(self.opened().id)
         enabled = [a.name for a in roster if a.enabled]
         if not enabled:
             roster_now = tuple((a.name, a.enabled) for a in roster)

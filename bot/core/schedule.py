@@ -91,15 +91,14 @@ def parse_zone(text: str) -> str:
 def parse_when(every: str | None, at: str | None, tz: str | None) -> When:
     """The options of `/agent schedule add` -> a `When`; InvalidInput when they do not fit."""
     every, at, tz = (None if s is None or not s.strip() else s for s in (every, at, tz))
-    if every is not None and at is not None:
-        raise InvalidInput("Give either every (e.g. every:2h) or at (e.g. at:09:00), not both.")
-    if every is None and at is None:
-        raise InvalidInput("A schedule needs every (e.g. every:30m, 2h, 1d) or at (a daily time, e.g. at:09:00).")
     if every is not None:
+        if at is not None:
+            raise InvalidInput("Give either every (e.g. every:2h) or at (e.g. at:09:00), not both.")
         if tz is not None:
             raise InvalidInput("tz applies to at:HH:MM only; an every: schedule runs at the same interval anywhere.")
         return When(every_seconds=parse_every(every))
-    assert at is not None
+    if at is None:
+        raise InvalidInput("A schedule needs every (e.g. every:30m, 2h, 1d) or at (a daily time, e.g. at:09:00).")
     return When(at_time=parse_at(at), tz=parse_zone(tz) if tz is not None else None)
 
 

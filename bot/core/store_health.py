@@ -111,7 +111,7 @@ class StoreHealth:
     def check(self) -> None:
         """Start the outage when the streak has lasted `after` seconds."""
         if self.outage is None and self._since is not None and self.clock() - self._since >= self.after:
-            self._start_outage()
+            self._start_outage(self._since)
 
     # inside ------------------------------------------------------------------
     def _arm(self) -> None:
@@ -127,13 +127,12 @@ class StoreHealth:
     def _due(self, streak: int) -> None:
         self._timer = None
         if streak == self._streak and self._since is not None and self.outage is None:
-            self._start_outage()
+            self._start_outage(self._since)
 
-    def _start_outage(self) -> None:
-        assert self._since is not None
-        self.outage = Outage(self._since, self._reason)
+    def _start_outage(self, since: float) -> None:
+        self.outage = Outage(since, self._reason)
         log.error("the database takes no writes (%s) for %s now; people are told, and what they post is "
-                  "stored once it works again", self._reason, span(self.clock() - self._since))
+                  "stored once it works again", self._reason, span(self.clock() - since))
         self._tell(self.outage)
 
     def _end_streak(self) -> None:

@@ -93,21 +93,22 @@ class Summaries:
         stored = await self.store.context_summary(group.id, through=seq)
         if stored is not None and stored.through == seq:
             return stored
-        if self.llm is None or (group.id, seq) in self._failed:
+        llm, counter = self.llm, self.counter
+        if llm is None or counter is None or (group.id, seq) in self._failed:
             return None
         async with self._locks.setdefault(group.id, asyncio.Lock()):
             stored = await self.store.context_summary(group.id, through=seq)  # made meanwhile?
             if stored is not None and stored.through == seq:
                 return stored
-            made = await self._write(group, seq, stored)
+            made = await self._write(llm, counter, group, seq, stored)
         if made is None:
             self._failed[(group.id, seq)] = None
             if len(self._failed) > FORGOTTEN:
                 self._failed.popitem(last=False)
         return made
 
-    async def _write(self, group: Group, seq: int, previous: ContextSummary | None) -> ContextSummary | None:
-        assert self.llm is not None and self.counter is not None
+    async def _write(self, llm: LLM, counter: TokenCounter, group: Group, seq: int,
+                     previous: ContextSummary | None) -> ContextSummary | None:
         after = previous.through if previous is not None else 0
         # Only the newest INPUT_BUDGET tokens of rows after..seq are read (each row costs at least a token).
         first = max(after, seq - INPUT_BUDGET)
@@ -117,8 +118,8 @@ class Summaries:
                       thread=render_thread(rows, omitted), words=str(WORDS))
         model = self.model(group)
         try:
-            completion = await self.llm.complete([ChatMessage("user", prompt)], model=model, max_tokens=MAX_TOKENS,
-                                                 cache_key=f"roundtable-{group.id}-summary")
+            completion = await llm.complete([ChatMessage("user", prompt)], model=model, max_tokens=MAX_TOKENS,
+                                            cache_key=f"roundtable-{group.id}-summary")
         except LLMError as exc:
             log.warning("group=%s: the summary of rows %d-%d failed (%s); prompts leave them out",
                         group.id, after + 1, seq, exc)
@@ -130,7 +131,7 @@ class Summaries:
             return None
         summary = ContextSummary(seq, after, text, omitted=omitted, model=completion.model or model or "",
                                  provider=completion.provider)
-        summary = ContextSummary(seq, after, text, self.counter.count(summary_line(summary, seq)), omitted,
+        summary = ContextSummary(seq, after, text, counter.count(summary_line(summary, seq)), omitted,
                                  summary.model, provider=summary.provider)
         await self.store.save_context_summary(group.id, summary, completion.usage)
         log.info("group=%s: summarised rows %d-%d (%d read) in %d tokens (%d prompt, %d cached)",

@@ -36,7 +36,8 @@ def prose(n_paragraphs: int, paragraph_len: int) -> str:
 
 
 def python_code(total: int) -> str:
-    lines, i = [], 0
+    lines: list[str] = []
+    i = 0
     while sum(len(line) + 1 for line in lines) < total:
         lines.append(f"def handler_{i}(x):" if i % 5 == 0 else f"    value_{i} = compute(x, {i})  # step {i}")
         if i % 5 == 4:

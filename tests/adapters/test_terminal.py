@@ -168,7 +168,7 @@ def test_end_of_input_clears_the_prompt_and_finish_leaves_plain_lines(tty):
     assert term.rows() == ["[budget] late"]
 
 
-def test_a_terminal_that_does_not_say_its_width_is_taken_as_80_columns():
+def test_a_terminal_that_does_not_say_its_width_is_taken_as_80_columns() -> None:
     """A pseudo-terminal nobody sized says 0 columns: the status is not cut to a stub ("planner…")."""
     import fcntl
     import struct
@@ -283,7 +283,7 @@ def test_a_reply_being_written_is_drawn_above_the_status_and_printed_once_when_d
     assert term.cursor == (3, len("you> half a "))
 
 
-def test_a_reply_taller_than_the_terminal_shows_its_newest_rows_and_can_be_taken_back():
+def test_a_reply_taller_than_the_terminal_shows_its_newest_rows_and_can_be_taken_back() -> None:
     term, editor = Terminal(40), Editor()
     screen = TtyScreen(term, editor, colour=False, columns=40, lines=8)  # type: ignore[arg-type]  # room for 4 rows of it
     prompt_with(term, screen, editor, "")

@@ -148,7 +148,7 @@ class Notes:
         return None if self.fail else ContextSummary(seq, 0, f"notes through #{seq}", 20)
 
 
-async def test_the_summary_stands_where_the_cut_rows_were_and_the_window_keeps_room_for_it():
+async def test_the_summary_stands_where_the_cut_rows_were_and_the_window_keeps_room_for_it() -> None:
     rows = thread(60)
     store: Store = Thread(rows)  # type: ignore[assignment]  # only the reads load_thread makes
     notes = Notes()
@@ -168,7 +168,7 @@ async def test_the_summary_stands_where_the_cut_rows_were_and_the_window_keeps_r
     assert same.render() == t.render()  # the same window, the same prompt
 
 
-async def test_no_summary_for_a_small_window_or_a_failed_call_and_none_while_the_thread_fits():
+async def test_no_summary_for_a_small_window_or_a_failed_call_and_none_while_the_thread_fits() -> None:
     rows = thread(60)
     store: Store = Thread(rows)  # type: ignore[assignment]  # only the reads load_thread makes
     small = Notes(min_budget=201)
@@ -182,7 +182,7 @@ async def test_no_summary_for_a_small_window_or_a_failed_call_and_none_while_the
     assert fits.asked == [] and t.omitted == 0
 
 
-async def test_every_task_of_the_chain_is_pulled_up_in_order_or_referred_to_in_place():
+async def test_every_task_of_the_chain_is_pulled_up_in_order_or_referred_to_in_place() -> None:
     rows = thread(60, task_seq=1)
     rows[29] = Message(1, 30, "user", "b", "follow-up", token_count=10)
     store: Store = Thread(rows)  # type: ignore[assignment]  # only the reads load_thread makes

@@ -53,7 +53,7 @@ class _Echo:
         return Completion("a summary", Usage(1, 1, 0), "m")
 
 
-async def test_a_catch_up_over_a_long_backlog_reads_only_the_rows_that_can_fit():
+async def test_a_catch_up_over_a_long_backlog_reads_only_the_rows_that_can_fit() -> None:
     store = _Rows(latest=50_000)
     reading = Reading(store, _Echo(), lambda group: None)  # type: ignore[arg-type]
     summary = await reading.summary(Group(1, "g", "g", GroupSettings()), Reader("u", "ann"), 10, 50_000)

@@ -74,7 +74,12 @@ def test_a_failure_no_write_repeats_is_told_by_the_timer() -> None:
         health = StoreHealth(after=0.05)
         seen = asyncio.Event()
         told: list[Outage] = []
-        health.subscribe(lambda o: (told.append(o), seen.set()))
+
+        def tell(outage: Outage) -> None:
+            told.append(outage)
+            seen.set()
+
+        health.subscribe(tell)
         health.failed(FULL, [APPEND])  # and nothing is written after it
         await asyncio.wait_for(seen.wait(), 10)
         return told

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.discord_emulator._gateway import GatewayConnection
 from tests.fakes.openai_server import GroupChatScript
 
 BACKLOG = 1200  # rows: more than two chunks
@@ -60,7 +61,7 @@ async def test_the_bot_identifies_before_routing_a_backlog_and_answers_another_c
     at_identify: list[tuple[int, int]] = []
     identify = emu._identify
 
-    async def identify_seen(conn, d):  # type: ignore[no-untyped-def]
+    async def identify_seen(conn: GatewayConnection, d: dict) -> None:
         at_identify.append(routed_through(harness.db, 1))  # the database as the session starts
         await identify(conn, d)
 

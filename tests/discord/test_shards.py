@@ -34,12 +34,14 @@ async def test_two_shard_processes_answer_each_guild_once_from_its_own_shard(tmp
             for shard, session in enumerate(sorted(emu.connected_sessions, key=lambda s: s.shard)):
                 assert session.shard == (shard, 2)
             for n in range(3):
-                for i, (_, channel, person) in guilds.items():
-                    await emu.user_post(channel, person, f"@echo message {n} in shard {i}'s guild")
+                for i, (_, channel_id, person) in guilds.items():
+                    await emu.user_post(channel_id, person, f"@echo message {n} in shard {i}'s guild")
                 # each round answered before the next (two messages waiting for one agent are one run)
-                await emu.wait_for(lambda n=n: bots[0].query(
-                    "SELECT COUNT(*) FROM messages WHERE author_type = 'agent'")[0][0] >= 2 * (n + 1),
-                    timeout=60, what=f"round {n}'s replies")
+                def answered(n: int = n) -> bool:
+                    replies = bots[0].query("SELECT COUNT(*) FROM messages WHERE author_type = 'agent'")[0][0]
+                    return replies >= 2 * (n + 1)
+
+                await emu.wait_for(answered, timeout=60, what=f"round {n}'s replies")
             await bots[0].wait_settled()
             totals = check_once(bots[0], list(channels.values()))
             assert totals == {"people": 6, "replies": 6}

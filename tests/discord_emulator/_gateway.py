@@ -8,11 +8,16 @@ import copy
 import json
 import logging
 import secrets
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from aiohttp import WSMsgType, web
 
 from . import _util as u
+
+if TYPE_CHECKING:  # what the other mixins give DiscordEmulator (see _shape)
+    from ._shape import Emulator
+else:
+    Emulator = object
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +87,11 @@ class GatewaySession:
         frame = json.dumps({"op": 0, "t": event, "s": self.seq, "d": data})
         self.log.append((self.seq, frame))
         del self.log[:-REPLAY_LOG_SIZE]
-        if self.connected:
+        if self.conn is not None and self.connected:
             self.conn.send(frame)
 
 
-class GatewayMixin:
+class GatewayMixin(Emulator):
     """Mixed into DiscordEmulator."""
 
     privileged_intents_allowed: bool = True

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
 
 from . import _util as u
+
+if TYPE_CHECKING:  # what the other mixins give DiscordEmulator (see _shape)
+    from ._shape import Emulator
+else:
+    Emulator = object
 
 _SUBCOMMAND_TYPES = (1, 2)
 
@@ -20,8 +25,8 @@ class InteractionRecord:
         self.id: str = payload["id"]
         self.token: str = payload["token"]
         self.type: int = payload["type"]
-        self.guild_id: str = payload.get("guild_id")
-        self.channel_id: str = payload.get("channel_id")
+        self.guild_id: str = payload["guild_id"]  # (the emulator's interactions are all in a guild's channel)
+        self.channel_id: str = payload["channel_id"]
         self.user_id: str = payload["member"]["user"]["id"] if "member" in payload else payload["user"]["id"]
         self.message: Optional[dict] = payload.get("message")
         self.created = time.monotonic()
@@ -62,13 +67,14 @@ class InteractionRecord:
         pred = predicate or (lambda m: True)
         await self._emu.wait_for(lambda: self.original is not None and pred(self.original),
                                  timeout=timeout, what=f"original response of {self.id}")
+        assert self.original is not None
         return self.original
 
     def __repr__(self) -> str:
         return f"<InteractionRecord id={self.id} type={self.type} callbacks={len(self.callbacks)}>"
 
 
-class InteractionsMixin:
+class InteractionsMixin(Emulator):
     """Mixed into DiscordEmulator."""
 
     interaction_ack_deadline: Optional[float] = 3.0

@@ -6,12 +6,17 @@ import hashlib
 import mimetypes
 import struct
 import time
-from typing import Any, Dict, Iterable, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional
 
 from . import _util as u
 
+if TYPE_CHECKING:  # what the other mixins give DiscordEmulator (see _shape)
+    from ._shape import Emulator
+else:
+    Emulator = object
 
-class MessagesMixin:
+
+class MessagesMixin(Emulator):
     """Mixed into DiscordEmulator (needs StateMixin and GatewayMixin)."""
 
     # ------------------------------------------------------------- building

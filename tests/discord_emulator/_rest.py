@@ -4,17 +4,22 @@ from __future__ import annotations
 import copy
 import re
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from aiohttp import web
 
 from . import _util as u
 
+if TYPE_CHECKING:  # what the other mixins give DiscordEmulator (see _shape)
+    from ._shape import Emulator
+else:
+    Emulator = object
+
 NONCE_WINDOW = 300.0   # seconds Discord remembers an enforced nonce
 NONCE_MAX_LENGTH = 25
 
 
-class RestMixin:
+class RestMixin(Emulator):
     """Mixed into DiscordEmulator."""
 
     def _init_rest(self) -> None:
@@ -68,7 +73,7 @@ class RestMixin:
         app = dict(self.application)
         if not self.privileged_intents_allowed:  # the portal's Message Content switch is off
             app["flags"] = int(app["flags"]) & ~(u.APP_GATEWAY_MESSAGE_CONTENT | u.APP_GATEWAY_MESSAGE_CONTENT_LIMITED)
-        app["owner"] = self.user_json(self.owner_user_id) if getattr(self, "owner_user_id", None) else None
+        app["owner"] = self.user_json(self.owner_user_id) if self.owner_user_id else None
         app["bot"] = self.user_json(self.bot_user_id)
         return u.json_response(app)
 

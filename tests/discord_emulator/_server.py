@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 
 from . import _util as u
 from ._gateway import GatewayMixin
@@ -158,8 +158,11 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
         self._closing = False
         self._runner: Optional[web.AppRunner] = None
         self.port: int = 0
-        self.guild_id = self.channel_id = self.alice_id = self.bob_id = None
-        self.owner_user_id = None
+        self.guild_id: str
+        self.channel_id: str  # these four are set with defaults (without, a test makes its own guild)
+        self.alice_id: str
+        self.bob_id: str
+        self.owner_user_id: Optional[str] = None
         if defaults:
             self.alice_id = self.add_user("alice", global_name="Alice")
             self.owner_user_id = self.alice_id
@@ -183,7 +186,9 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]
+        server = site._server
+        assert isinstance(server, asyncio.Server)  # a started site serves
+        self.port = server.sockets[0].getsockname()[1]
         return self
 
     async def close(self) -> None:
@@ -397,6 +402,7 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
             body = None
             reader = await request.multipart()
             async for part in reader:
+                assert isinstance(part, BodyPartReader), part  # Discord's form has no nested parts
                 raw = await part.read()
                 if part.name == "payload_json":
                     body = json.loads(raw.decode("utf-8"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
 from . import _util as u
 
@@ -93,6 +93,9 @@ class Guild:
 class StateMixin:
     """Builders and serialisers. Mixed into DiscordEmulator."""
 
+    if TYPE_CHECKING:  # GatewayMixin's (the other mixins take all they use from `_shape.Emulator`)
+        def dispatch(self, event: str, data: Any) -> None: ...
+
     def _init_state(self, token: str, bot_name: str) -> None:
         self.files: Dict[str, Tuple[str, bytes]] = {}  # attachment id -> (content type, bytes)
         self.file_expiry: Dict[Tuple[str, int], int] = {}  # (attachment id, ex) of URLs handed out
@@ -108,7 +111,7 @@ class StateMixin:
         self._reaction_users: Dict[tuple, List[str]] = {}  # (message id, emoji) -> user ids
         self.application_id = self.snowflake()
         self.bot_user_id = self._new_user(bot_name, bot=True, user_id=self.application_id)
-        self.application = {
+        self.application: Dict[str, Any] = {
             "id": self.application_id, "name": bot_name, "description": "", "icon": None,
             "bot_public": True, "bot_require_code_grant": False, "verify_key": "0" * 64,
             "owner": None, "team": None, "flags": (1 << 19) | (1 << 23) | (1 << 13),

@@ -119,8 +119,8 @@ ROLE_MENTION = re.compile(r"<@&(\d{15,21})>")
 
 # Keys under which the middleware stores the parsed request for handlers.
 if hasattr(web, "RequestKey"):
-    BODY = web.RequestKey("emu_body", object)
-    FILES = web.RequestKey("emu_files", list)
-    RECORD = web.RequestKey("emu_record", object)
+    BODY: web.RequestKey[Any] = web.RequestKey("emu_body", object)  # a JSON body: a dict, a list or None
+    FILES: web.RequestKey[Any] = web.RequestKey("emu_files", list)
+    RECORD: web.RequestKey[Any] = web.RequestKey("emu_record", object)
 else:  # pragma: no cover - older aiohttp
-    BODY, FILES, RECORD = "emu_body", "emu_files", "emu_record"
+    BODY, FILES, RECORD = "emu_body", "emu_files", "emu_record"  # type: ignore[assignment]  # plain keys there

@@ -6,11 +6,17 @@ import copy
 import re
 import time
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import TYPE_CHECKING, Dict, Optional
 
 from aiohttp import web
 
 from . import _util as u
+
+if TYPE_CHECKING:  # what the other mixins give DiscordEmulator (see _shape)
+    from ._interactions import InteractionRecord
+    from ._shape import Emulator
+else:
+    Emulator = object
 
 _BAD_NAME = re.compile(r"discord|clyde", re.I)
 
@@ -27,8 +33,13 @@ class Webhook:
     made_by: Optional[str] = None  # the person who made it; None: the bot (its application)
 
 
-class WebhookMixin:
+class WebhookMixin(Emulator):
     """Mixed into DiscordEmulator."""
+
+    if TYPE_CHECKING:  # InteractionsMixin's
+        interactions: Dict[str, InteractionRecord]
+        interactions_by_token: Dict[str, InteractionRecord]
+        interaction_ack_deadline: Optional[float]
 
     deny_manage_webhooks: bool = False
 

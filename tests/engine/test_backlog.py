@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Awaitable, Callable
 
 import pytest
 
@@ -35,7 +36,7 @@ async def add_backlog(place: Place, group_id: int, rows: int) -> None:
     await place.execute("UPDATE agents SET delivered_through = ? WHERE group_id = ?", (rows, group_id))
 
 
-async def until(condition, what: str, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
+async def until(condition: Callable[[], Awaitable[bool]], what: str, timeout: float = 60) -> None:
     async def wait() -> None:
         while not await condition():
             await asyncio.sleep(0.02)

@@ -8,7 +8,7 @@ import pytest
 from bot.adapters.console import NO_AGENTS, Console, ConsoleSurface
 from bot.adapters.tokens import make_token_counter
 from bot.core.engine import Engine
-from bot.core.models import GroupSettings
+from bot.core.models import Agent, GroupSettings
 from storage.store import SqliteStore
 from tests.fakes.scripted_llm import ScriptedLLM
 
@@ -35,12 +35,12 @@ async def console(tmp_path):
         await engine.wait_idle(con.group.id, 10)
         return out.getvalue()[start:].splitlines()
 
-    async def store_agent(name: str):  # type: ignore[no-untyped-def]
-        return await store.find_agent(con.group.id, name)
+    async def store_agent(name: str) -> Agent | None:
+        return await store.find_agent(con.opened().id, name)
 
-    con.send = send  # type: ignore[attr-defined]
-    con.store_agent = store_agent  # type: ignore[attr-defined]
-    con.pending_input = lines  # type: ignore[attr-defined]
+    con.send = send
+    con.store_agent = store_agent
+    con.pending_input = lines
     try:
         yield con
     finally:
@@ -57,7 +57,7 @@ async def test_an_agent_another_process_removes_meanwhile_is_answered_by_name(co
     store, other = console.engine.store, await SqliteStore.open(tmp_path / "c.db")
     find_agent, found = store.find_agent, []
 
-    async def found_then_removed(group_id, name):  # type: ignore[no-untyped-def]
+    async def found_then_removed(group_id: int, name: str) -> Agent | None:
         if not found:  # the first lookup: then the other process removes it
             found.append(await find_agent(group_id, name))
             await other.remove_agent(found[0].id)

@@ -124,7 +124,7 @@ async def test_a_rolling_summary_stands_where_the_cut_rows_were_made_once_per_mo
         assert seen.endswith("were trimmed to fit context_budget 1200; a rolling summary stands for them"), seen
 
 
-async def test_a_failing_summary_call_leaves_the_cut_rows_out_and_never_fails_a_turn(harness):
+async def test_a_failing_summary_call_leaves_the_cut_rows_out_and_never_fails_a_turn(harness) -> None:
     failure = Reply(status=500, headers={"x-should-retry": "false"}, error_body={"error": {"message": "down"}})
     async with two_episodes(script(summary=[failure] * 50), harness) as server:
         rows = await harness.store.messages(harness.group.id)

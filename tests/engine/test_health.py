@@ -50,7 +50,7 @@ async def test_a_process_that_leads_nothing_does_not_try_every_lease_each_tick(p
                 tries.append(group_id)
                 return await acquire(group_id, ttl)
 
-            second_store.acquire_lease = counted  # type: ignore[method-assign]
+            second_store.acquire_lease = counted
             for _ in range(3):
                 await second.ownership.keep_once()
             assert tries == []  # every lease is held by a live process: no write to try them

@@ -43,7 +43,7 @@ async def group(harness: Any, script: GroupChatScript, *, memory: bool = True, *
     async with FakeOpenAI(script) as srv:
         llm = OpenAILLM(api_key="sk-test", base_url=srv.base_url, default_model="fake-model", timeout=10,
                         max_retries=0, counter=make_token_counter())
-        async with llm, harness.running(llm, mode="tags", **settings):  # type: ignore[arg-type]
+        async with llm, harness.running(llm, mode="tags", **settings):
             if memory:
                 answer = await Admin(harness.engine).edit_agent(harness.group, "planner", memory=True)
                 assert answer == "Updated planner: memory is on."
@@ -238,7 +238,7 @@ async def test_an_agent_with_memory_on_keeps_its_model_when_the_new_one_takes_no
     assert probes == ["fake-model", "tiny-model"]  # turning memory off, or a model change with it off, asks nothing
 
 
-async def test_usage_counts_every_model_call_and_its_tokens(harness):
+async def test_usage_counts_every_model_call_and_its_tokens(harness) -> None:
     # A run counted as one call: the reminder's call was left out of the count (its tokens were in), and the
     # memory check made when memory was turned on was not counted at all.
     script = GroupChatScript(agents={"planner": ["Day 1 by train to Kyoto.", write()]})
@@ -265,7 +265,7 @@ async def test_the_memory_check_through_a_named_provider_is_counted_there(harnes
                              counter=make_token_counter(), provider=name)
         llm = Providers({"default": client("default", default.base_url), "local": client("local", local.base_url)},
                         default_model="fake-model")
-        async with harness.running(llm, mode="tags"):  # type: ignore[arg-type]
+        async with harness.running(llm, mode="tags"):
             admin = Admin(harness.engine)
             await admin.edit_agent(harness.group, "planner", model="local/small-model")
             assert await admin.edit_agent(harness.group, "planner", memory=True) == "Updated planner: memory is on."

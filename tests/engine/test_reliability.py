@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from typing import Awaitable, Callable
 
 import pytest
 
@@ -121,7 +122,7 @@ class ScriptedFailures(RecordingSurface):
         super().__init__()
         self.script, self.clock, self.seconds_apart = list(failures), clock, seconds_apart
 
-    async def publish(self, group, message, agent, *, resume=False, record):  # type: ignore[no-untyped-def]
+    async def publish(self, group, message, agent, *, resume=False, record):
         if message.author_type == "agent" and self.script:
             self.clock.now += self.seconds_apart
             kind = self.script.pop(0)
@@ -164,7 +165,7 @@ class CountingLLM(ScriptedLLM):
     in_flight: Counter = Counter()
     most: Counter = Counter()
 
-    async def complete(self, messages, **kwargs):  # type: ignore[no-untyped-def]
+    async def complete(self, messages, **kwargs):
         from tests.fakes.scripted_llm import kind_of
         kind, name = kind_of(messages)
         if kind != "participant":
@@ -234,7 +235,7 @@ async def all_answered(store: SqlStore, group_id: int) -> bool:
         await store.unconfirmed_messages(group_id)
 
 
-async def wait_for(check, timeout: float = 10) -> None:  # type: ignore[no-untyped-def]
+async def wait_for(check: Callable[[], Awaitable[bool]], timeout: float = 10) -> None:
     async def poll() -> None:
         while not await check():
             await asyncio.sleep(0.02)
@@ -282,7 +283,7 @@ async def test_a_failure_notice_names_the_kind_of_failure_never_the_server_or_it
         llm = OpenAILLM(api_key="sk-secret-abc", base_url=server.base_url, default_model="m", timeout=1,
                         max_retries=0)
         try:
-            async with harness.running(llm, mode="tags"):  # type: ignore[arg-type]
+            async with harness.running(llm, mode="tags"):
                 await harness.say("@planner go")
                 await harness.idle()
                 notice = (await harness.store.messages(harness.group.id))[-1]
@@ -298,7 +299,7 @@ class FixedIdSurface(RecordingSurface):
 
     broken: str | None = None
 
-    async def publish(self, group, message, agent, *, resume=False, record):  # type: ignore[no-untyped-def]
+    async def publish(self, group, message, agent, *, resume=False, record):
         if message.text == self.broken:
             raise RuntimeError("a bug in the surface")
         self.published.append(message)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-from typing import AsyncIterator, Iterable
+from typing import AsyncIterator, Callable, Collection
 
 from bot.adapters.console import Console, ConsoleSurface
 from bot.adapters.tokens import make_token_counter
@@ -35,7 +35,7 @@ async def no_writes(harness: Harness) -> AsyncIterator[str]:
             yield "the database server's disk is full"
 
 
-async def until(condition, what: str, timeout: float = 10) -> None:  # type: ignore[no-untyped-def]
+async def until(condition: Callable[[], bool], what: str, timeout: float = 10) -> None:
     async with asyncio.timeout(timeout):
         while not condition():
             await asyncio.sleep(0.01)
@@ -45,7 +45,7 @@ def counting_failures(health: StoreHealth) -> list[int]:
     """A counter of the failed writes `health` hears of (in a list, to read it as it grows)."""
     count, real = [0], health.failed
 
-    def failed(reason: str, statements: Iterable[str]) -> None:
+    def failed(reason: str, statements: Collection[str]) -> None:
         count[0] += 1
         real(reason, statements)
 

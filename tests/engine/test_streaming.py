@@ -28,7 +28,7 @@ class OrderedSurface(RecordingSurface):
         self.streams = True
         self.states_at_publish: list[str] = []
 
-    async def publish(self, group, message, agent, *, resume=False, record):  # type: ignore[no-untyped-def]
+    async def publish(self, group, message, agent, *, resume=False, record):
         if message.author_type == "agent":
             self.states_at_publish += [d.state for d in self.drafts if d.run_id == message.source_run_id]
         await super().publish(group, message, agent, resume=resume, record=record)

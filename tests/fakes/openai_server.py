@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from typing import Any, Callable, Sequence, Union
+from typing import Any, Awaitable, Callable, Sequence, Union
 
 from bench.openai_server import (
     IMAGES_REFUSED,
@@ -62,7 +62,7 @@ class GroupChatScript:
 
     def __init__(
         self,
-        selector: Sequence[ReplyLike] | Callable[[dict[str, Any]], ReplyLike] = (),
+        selector: Sequence[ReplyLike] | Responder = (),
         agents: dict[str, Sequence[ReplyLike]] | None = None,
         *,
         default_agent_reply: AgentDefault = None,
@@ -90,7 +90,7 @@ class GroupChatScript:
         """Replace the queue of an agent's direct (/ask) answers."""
         self._direct[name] = deque(replies)
 
-    def set_selector(self, selector: Sequence[ReplyLike] | Callable[[dict[str, Any]], ReplyLike]) -> None:
+    def set_selector(self, selector: Sequence[ReplyLike] | Responder) -> None:
         """Replace the selector's queue (or make it a function of the request body)."""
         self._selector_fn = selector if callable(selector) else None
         self._selector = deque(() if callable(selector) else selector)
@@ -112,7 +112,7 @@ class GroupChatScript:
             return "direct", direct.group("name")
         return "other", None
 
-    def __call__(self, body: dict[str, Any]) -> ReplyLike:
+    def __call__(self, body: dict[str, Any]) -> ReplyLike | Awaitable[ReplyLike]:  # a Responder
         kind, name = self.classify(body)
         self.calls.append((kind, name))
         if kind == "selector":

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 from bot.core.models import FinishedRun, Message, NewMessage, RunResult, Usage
-from storage.store import SqliteStore
+from bot.core.ports import Store
 
 
 async def agent_reply(
-    store: SqliteStore, group_id: int, agent_id: int, text: str = "reply", *, snapshot: int | None = None,
+    store: Store, group_id: int, agent_id: int, text: str = "reply", *, snapshot: int | None = None,
     cap: int = 1000, token_count: int = 0, usage: Usage | None = None,
 ) -> FinishedRun:
     """A group run of the agent over `snapshot` (default: the latest row) that posts `text`."""
@@ -19,7 +19,7 @@ async def agent_reply(
     return await store.finish_run(run.id, RunResult("posted", usage or Usage(), reply=reply), cap=cap)
 
 
-async def posted(store: SqliteStore, group_id: int, agent_id: int, text: str = "reply", **kwargs: object) -> Message:
+async def posted(store: Store, group_id: int, agent_id: int, text: str = "reply", **kwargs: object) -> Message:
     """The reply row of `agent_reply` (which must be posted)."""
     finished = await agent_reply(store, group_id, agent_id, text, **kwargs)  # type: ignore[arg-type]
     assert finished.reply is not None, finished.run

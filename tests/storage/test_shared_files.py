@@ -46,6 +46,7 @@ async def test_the_provider_of_each_call_is_recorded_and_summed(store: SqlStore)
     finished = await store.finish_run(run.id, RunResult("empty", Usage(100, 10), model="llama3", provider="local"),
                                       cap=12)
     assert (finished.run.model, finished.run.provider) == ("llama3", "local")
-    assert (await store.get_decision(group.id, message.seq)).provider == "default"
+    decision = await store.get_decision(group.id, message.seq)
+    assert decision is not None and decision.provider == "default"
     spent = {(s.who, s.model, s.provider) for s in await store.spending(group.id, 0)}
     assert spent == {("coder", "llama3", "local"), ("selector", "gpt-4o-mini", "default")}

@@ -134,7 +134,8 @@ async def run_bot(settings: Settings, open_engine: OpenEngine, defaults: GroupSe
     async with open_engine(settings, DiscordSurface, scope="discord:", label="discord bot") as engine:
         await engine.store.register_webhook_tokens()  # masked from the start (bot.core.secrets)
         surface = engine.surface
-        assert isinstance(surface, DiscordSurface)
+        if not isinstance(surface, DiscordSurface):
+            raise TypeError(f"the engine opened for the Discord bot has a {type(surface).__name__} surface")
         bot = make_bot(engine, surface, defaults, guild_id=settings.discord_guild_id, shards=settings.shards)
         if settings.shards is not None:
             log.info("running %s", settings.shards)

@@ -394,10 +394,9 @@ class SlashCommands:
             if await self.store.get_webhook(channel_id) is not None:
                 return
             made = await self._made_before(channel_id)
-            if made is None:
+            if made is None or made.token is None:  # (`_made_before` keeps only webhooks with a token)
                 await self.surface.create_webhook(channel_id)
                 return
-            assert made.token is not None
             await self.store.save_webhook(channel_id, str(made.id), made.token)
             log.info("channel %s: using the webhook %s this bot made there before", channel_id, made.id)
 

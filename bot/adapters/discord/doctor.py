@@ -140,7 +140,8 @@ class RestDoctor:
             return [Check(TOKEN, False, f"could not reach Discord ({_why(exc)})",
                           "check the network, or DISCORD_API_BASE_URL when it is set")]
         user, self.app = self.client.user, self.client.application
-        assert user is not None and self.app is not None  # login sets both
+        if user is None or self.app is None:  # login sets both
+            raise RuntimeError("discord.py logged in without the bot's user or application")
         return [Check(TOKEN, True, f"the bot is {user.name} (id {user.id}, application {self.app.id})"),
                 intent_check(self.app)]
 

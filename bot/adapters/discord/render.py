@@ -40,7 +40,8 @@ def _fence(line: str) -> tuple[str, str] | None:
 
 def _closes(line: str, opener: str) -> bool:
     fence, opened = _fence(line), _fence(opener)
-    assert opened is not None
+    if opened is None:
+        raise ValueError(f"not an opening fence line: {opener!r}")
     return (fence is not None and fence[0][0] == opened[0][0]
             and len(fence[0]) >= len(opened[0]) and not fence[1].strip())
 

@@ -196,7 +196,8 @@ class DiscordSurface:
                 "grant it to my role and run /roundtable setup again.") from None
         except discord.HTTPException as exc:
             raise UserFacingError(f"Discord refused to create the webhook ({exc.status}); try again.") from None
-        assert webhook.token is not None
+        if webhook.token is None:
+            raise UserFacingError("Discord created the webhook without its token; run /roundtable setup again.")
         await self.store.save_webhook(channel_id, str(webhook.id), webhook.token)
         self._webhooks[channel_id] = (str(webhook.id), webhook.token)
         return self._webhooks[channel_id]
