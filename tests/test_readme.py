@@ -1,0 +1,91 @@
+"""README's first two commands as a newcomer pastes them, in a fresh clone: the install (a fresh venv, the
+packages from the package index with the lock, as README gives it), then the console with the key inline
+and README's example lines piped in, against a local fake model server. The commands and the lines are
+read from README.md's marked blocks, so README and this test cannot drift.
+
+The clone is of this checkout's committed HEAD (what CI's fresh clone holds): uncommitted edits of
+README.md are not what it runs. Installing takes a minute or two; it needs the package index.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.openai_server import FakeOpenAI, GroupChatScript
+from tests.test_cli import Result, clean_env
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMANDS_MARK = "<!-- first commands:"
+SESSION_MARK = "<!-- first session:"
+REPLY = "Day 1: Asakusa, Ueno and an izakaya in Ueno, 9,000 yen. TERMINATE"
+INSTALL_TIMEOUT = 900  # seconds: a fresh venv and every package, on a loaded two-core machine
+CONSOLE_TIMEOUT = 120
+
+
+def marked_block(readme: str, mark: str) -> list[str]:
+    """The lines of the fenced block that follows the comment starting with `mark`."""
+    _, found, after = readme.partition(mark)
+    assert found, f"README.md has no block marked {mark!r}"
+    match = re.match(r"[^\n]*-->\n```[a-z]*\n(.*?)\n```\n", after, re.DOTALL)
+    assert match, f"README.md: no fenced block right after {mark!r}"
+    return match.group(1).splitlines()
+
+
+def test_readme_opens_with_two_commands_install_then_the_console() -> None:
+    readme = (ROOT / "README.md").read_text()
+    commands = marked_block(readme, COMMANDS_MARK)
+    assert readme.index(COMMANDS_MARK) < readme.index("```"), "the marked block is README's first"
+    assert len(commands) == 2, commands
+    install, console = commands
+    assert "pip install -c constraints.txt" in install, install
+    assert shlex.split(console)[-1] == "console" and "OPENAI_API_KEY=" in console, console
+    assert marked_block(readme, SESSION_MARK), "README shows what to type into the console"
+
+
+async def shell(line: str, cwd: Path, env: dict[str, str], stdin: str, timeout: float) -> Result:
+    proc = await asyncio.create_subprocess_exec(
+        "bash", "-c", line, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env=env, cwd=cwd)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), timeout)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    return Result(proc.returncode or 0, out.decode(), err.decode())
+
+
+async def test_readmes_first_two_commands_work_in_a_fresh_clone(tmp_path: Path) -> None:
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: nothing to clone")
+    clone = tmp_path / "roundtable"
+    cloned = await shell(f"git clone --quiet {shlex.quote(str(ROOT))} {shlex.quote(str(clone))}", tmp_path,
+                         clean_env(), "", 120)
+    assert cloned.code == 0, cloned
+    readme = (clone / "README.md").read_text()
+    install, console = marked_block(readme, COMMANDS_MARK)
+    session = marked_block(readme, SESSION_MARK)
+    env = {k: v for k, v in clean_env().items() if k != "VIRTUAL_ENV"}  # a newcomer's shell: no venv active
+
+    installed = await shell(install, clone, env, "", INSTALL_TIMEOUT)
+    assert installed.code == 0, installed
+    assert (clone / ".venv" / "bin" / "roundtable").exists()
+
+    key = re.search(r"OPENAI_API_KEY=(\S+)", console)
+    assert key, console
+    async with FakeOpenAI(GroupChatScript(agents={"planner": [REPLY]}), models=("gpt-4o-mini",)) as srv:
+        result = await shell(console, clone, {**env, "OPENAI_BASE_URL": srv.base_url}, "\n".join(session) + "\n",
+                             CONSOLE_TIMEOUT)
+    assert result.code == 0, result
+    out = result.out.splitlines()
+    person_line = next(line for line in session if line.startswith("@"))
+    assert f"[you] {person_line}" in out, result
+    assert f"[planner] {REPLY.removesuffix(' TERMINATE')}" in out, result
+    assert srv.requests and all(r.headers["authorization"] == f"Bearer {key.group(1)}" for r in srv.requests)
+    assert {r["model"] for r in srv.requests} == {"gpt-4o-mini"}  # the default model: nothing else to set
+    assert not (clone / ".env").exists() and os.path.exists(clone / "roundtable.db")
