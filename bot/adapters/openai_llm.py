@@ -431,7 +431,7 @@ class OpenAILLM:
         if finish is None:
             raise _StreamBroken(f"it ended without a finish reason after {len(pieces)} pieces")
         text = "".join(pieces)
-        return Completion(text=text, usage=self._usage(usage, messages, text), model=answered_by or model,
+        return Completion(text=mask(text), usage=self._usage(usage, messages, text), model=answered_by or model,
                           finish_reason=finish)
 
     def _answered_whole(self, body: bytes, messages: Sequence[ChatMessage], model: str) -> Completion:

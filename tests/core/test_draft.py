@@ -7,6 +7,7 @@ import re
 import pytest
 
 from bot.core.draft import ReplyStream, may_open_as, visible_text
+from bot.core.secrets import SECRETS, mask
 from bot.core.stop import _labels, guard_impersonation, speaker_label_end, strip_terminate
 
 OWN = "planner"
@@ -149,3 +150,20 @@ def test_reply_stream_computes_the_visible_text_once_per_change():
     assert stream.visible() == "Here is the plan."
     stream.add("\nmore")
     assert stream.visible() == "Here is the plan."
+
+
+def test_a_secret_written_piece_by_piece_shows_no_piece_of_it():
+    """A secret the process knows is masked as the committed reply masks it, and while it is
+    being written no piece of it is visible."""
+    secret = "Zq9-draft-secret-0001"
+    SECRETS.register(secret)
+    raw = f"The key is {secret}, keep it.\nZq9 is not one."
+    final = mask(shown(raw))
+    assert final == "The key is ***, keep it.\nZq9 is not one."
+    before = ""
+    for cut in range(len(raw) + 1):
+        visible = visible_text(raw[:cut], OWN, OTHERS)
+        assert final.startswith(visible) and visible.startswith(before), (cut, visible)
+        assert "Zq" not in visible.split("\n")[0], (cut, visible)
+        before = visible
+    assert visible_text(raw[:raw.index("0001")], OWN, OTHERS) == "The key is"
