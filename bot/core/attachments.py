@@ -5,7 +5,8 @@ by content type or extension) is kept by reference only: its bytes are fetched t
 surface when a run is made (Discord's URLs expire; the surface refreshes them first). A text
 file (by content type, by extension, or for an unknown type by sniffing: valid UTF-8
 without NUL bytes) is read at once and its content kept in the row (at most `KEPT_CHARS`
-characters), so restarts and exports have it. Anything else is named only.
+characters; every secret the process knows masked, as in a message's text), so restarts and
+exports have it. Anything else is named only.
 
 Showing files in an agent's prompt (`PromptFiles`): each text file's content follows the
 message's text inside `<file name=...>` ... `</file>`, all of a message's files together
@@ -34,6 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Awaitable, Callable, Sequence
 
 from bot.core.models import ChatMessage, GroupSettings, ImagePart, Message, SharedFile
+from bot.core.secrets import mask
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +136,7 @@ async def take_in(file: SharedFile, fetch: Fetch) -> SharedFile:
     text = decode_text(data[:READ_BYTES])
     if text is None:
         return replace(file, kind="text", note="not read: not UTF-8 text") if textual else replace(file, kind="other")
-    text = text.replace("\r\n", "\n")
+    text = mask(text.replace("\r\n", "\n"))  # stored and shown as a message's text is (bot.core.secrets)
     return replace(file, kind="text", text=text[:KEPT_CHARS], chars=len(text), size=file.size or len(data))
 
 
