@@ -6,12 +6,22 @@ import re
 
 import pytest
 
+from bot.core import draft
 from bot.core.draft import ReplyStream, may_open_as, visible_text
-from bot.core.secrets import SECRETS, mask
+from bot.core.secrets import Secrets
 from bot.core.stop import _labels, guard_impersonation, speaker_label_end, strip_terminate
 
 OWN = "planner"
 OTHERS = ("budget", "local", "alice", "Bob Smith")
+
+
+@pytest.fixture(autouse=True)
+def secrets(monkeypatch: pytest.MonkeyPatch) -> Secrets:
+    """A registry of the test's own: what other tests registered in the process holds nothing back here."""
+    fresh = Secrets()
+    monkeypatch.setattr(draft, "mask", fresh.mask)
+    monkeypatch.setattr(draft, "unfinished", fresh.unfinished)
+    return fresh
 
 
 def shown(raw: str) -> str:
@@ -152,13 +162,13 @@ def test_reply_stream_computes_the_visible_text_once_per_change():
     assert stream.visible() == "Here is the plan."
 
 
-def test_a_secret_written_piece_by_piece_shows_no_piece_of_it():
+def test_a_secret_written_piece_by_piece_shows_no_piece_of_it(secrets: Secrets) -> None:
     """A secret the process knows is masked as the committed reply masks it, and while it is
     being written no piece of it is visible."""
     secret = "Zq9-draft-secret-0001"
-    SECRETS.register(secret)
+    secrets.register(secret)
     raw = f"The key is {secret}, keep it.\nZq9 is not one."
-    final = mask(shown(raw))
+    final = secrets.mask(shown(raw))
     assert final == "The key is ***, keep it.\nZq9 is not one."
     before = ""
     for cut in range(len(raw) + 1):
