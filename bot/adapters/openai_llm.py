@@ -428,6 +428,9 @@ class OpenAILLM:
             raise
         except (openai.APIConnectionError, openai.APIError) as exc:  # the response had begun: it broke off
             raise _StreamBroken(f"{type(exc).__name__} after {len(pieces)} pieces") from None
+        except ValueError as exc:  # an event that is not JSON (the client's json.loads): as broken off
+            raise _StreamBroken(f"an event that is not JSON ({type(exc).__name__}), after {len(pieces)} pieces") \
+                from None
         if finish is None:
             raise _StreamBroken(f"it ended without a finish reason after {len(pieces)} pieces")
         text = "".join(pieces)
