@@ -183,10 +183,11 @@ def text_files(files: Sequence[SharedFile], max_text: int) -> list[str]:
     for file in files:
         if file.kind != "text":
             continue
-        if file.text is None:
-            blocks.append(file_line(file, file.note or "its content was not read"))
+        text = file.text if file.text is not None or file.note else ""  # (a row keeps no empty text)
+        if text is None:
+            blocks.append(file_line(file, file.note))
             continue
-        shown = file.text[:max(left, 0)]
+        shown = text[:max(left, 0)]
         left -= len(shown)
         missing = file.chars - len(shown)
         lines = [f'<file name="{file.name}" size="{size_text(file.size)}">']
