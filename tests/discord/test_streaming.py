@@ -13,6 +13,7 @@ from typing import AsyncIterator
 import pytest
 
 from bot.adapters.discord import webhooks
+from bot.adapters.openai_llm import OpenAILLM
 from bot.adapters.discord.render import split_message
 from bot.core.models import Message, NewMessage, RunResult, Tags
 from bot.core.secrets import SECRETS
@@ -294,3 +295,29 @@ async def test_a_secret_the_model_streams_shows_in_no_provisional_message(stream
     assert len(sent) >= 3  # provisional ones were shown while it was written
     for content in sent:
         assert secret[:12] not in content, content
+
+
+async def test_a_stream_that_stalls_leaves_no_half_reply_behind(tmp_path, script, original_discord_endpoints):
+    """The model writes half a reply and then sends nothing more (the connection stays open): past
+    the client's deadline the turn fails with its notice, and the half reply shown while it was
+    written is not left in the channel as if it were the agent's answer."""
+    stalled = asyncio.Event()  # never set
+    script.set_agent("planner", [Reply(PLAN, pieces=[PLAN[:60], PLAN[60:120]], every=0.1, hold_end=stalled)])
+    async with DiscordEmulator() as emu, FakeOpenAI(script) as llm_server:
+        harness = BotHarness(emu, llm_server, tmp_path / "roundtable.db", stream=True)
+        harness.make_llm = lambda counter: OpenAILLM(api_key="sk-test", base_url=llm_server.base_url,
+                                                     default_model="fake-model", timeout=1.5, max_retries=0,
+                                                     counter=counter)
+        await harness.start()
+        try:
+            await harness.setup_group(("planner", "plans"), mode="tags")
+            await emu.user_post(emu.channel_id, emu.alice_id, "@planner plan it")
+            await emu.wait_for_messages(emu.channel_id, lambda m: "could not answer" in m["content"], timeout=30)
+            await harness.idle()
+            assert harness.store is not None
+            assert await harness.store.orphan_drafts(1) == []
+            assert [m["content"] for m in posted(emu) if PLAN[:20] in m["content"]] == []
+            assert hook_requests(emu, "POST")[0].json["content"] == PLAN[:60].rstrip()  # it was shown meanwhile
+        finally:
+            stalled.set()
+            await harness.stop()
