@@ -13,8 +13,8 @@ from typing import AsyncIterator
 import pytest
 
 from bot.adapters.discord import webhooks
-from bot.adapters.openai_llm import OpenAILLM
 from bot.adapters.discord.render import split_message
+from bot.adapters.openai_llm import OpenAILLM
 from bot.core.models import Message, NewMessage, RunResult, Tags
 from bot.core.secrets import SECRETS
 from tests.discord.conftest import BotHarness
