@@ -310,7 +310,7 @@ class PromptFiles:
                     slot = self._slots[int(part.url[5:])]
                     url = await images.data_url(slot.seq, slot.index, slot.file)
                     if url is None:
-                        parts.append(" (not shown: it could not be fetched)")
+                        parts.append(f" (not shown: {images.why_not(slot.seq, slot.index)})")
                     else:
                         parts.append(ImagePart(url, f" (not shown: {NO_IMAGES})", part.tokens))
                 else:
@@ -346,6 +346,11 @@ class ImageSource:
         self._fetch = fetch
         self._group_id = group_id
         self._cache = cache if cache is not None else OrderedDict()
+        self._refused: dict[tuple[int, int, int], str] = {}  # images fetched and not sent: why
+
+    def why_not(self, seq: int, index: int) -> str:
+        """Why `data_url` gave no URL for the image."""
+        return self._refused.get((self._group_id, seq, index), "it could not be fetched")
 
     async def data_url(self, seq: int, index: int, file: SharedFile) -> str | None:
         key = (self._group_id, seq, index)
@@ -361,12 +366,30 @@ class ImageSource:
             log.warning("group=%s seq=%s: image %s is %s; not sent", self._group_id, seq, file.name,
                         size_text(len(data)))
             return None
-        ctype = image_type(file.name, file.content_type) or "image/png"
+        ctype = image_format(data)
+        if ctype is None:  # a provider refuses the whole call for it (and it is no image anyway)
+            log.warning("group=%s seq=%s: %s is not a PNG, JPEG, GIF or WebP image; not sent", self._group_id, seq,
+                        file.name)
+            self._refused[key] = "it is not a PNG, JPEG, GIF or WebP image"
+            return None
         url = f"data:{ctype};base64,{base64.b64encode(data).decode('ascii')}"
         self._cache[key] = url
         while len(self._cache) > 1 and sum(len(v) for v in self._cache.values()) > CACHED_IMAGE_BYTES:
             self._cache.popitem(last=False)  # a few dozen entries at most: the sum is cheap
         return url
+
+
+def image_format(data: bytes) -> str | None:
+    """The content type of a PNG, JPEG, GIF or WebP image by its first bytes; None for anything else."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
 
 
 def image_size(data: bytes) -> tuple[int, int] | None:
