@@ -399,3 +399,20 @@ async def test_episode_lines_count_in_words_and_none_when_no_agent_answered(tmp_
     # It said "episode #1 ended: quiet after 0 agent messages, 0 tokens" and "after 1 agent messages".
     assert len(episodes) == 1 and episodes[0].startswith("episode #2 ended: terminated after 1 agent message, ")
     assert episodes[0].endswith(" tokens") and "[planner] Done." in out
+
+
+async def test_attach_refuses_what_is_not_a_regular_file(tmp_path):
+    """`/attach /dev/zero` read without end (the console hung, its memory growing) and a named
+    pipe blocked it for good: only a regular file is attached."""
+    os.mkfifo(tmp_path / "pipe.txt")
+    script = GroupChatScript(agents={"planner": ["Seen."]})
+    async with FakeOpenAI(script) as srv:
+        code, out, err = await run_console(tmp_path, srv.base_url, (
+            '/agent add name:planner role:plans prompt:"You plan."\n'
+            "/attach /dev/zero\n/attach pipe.txt\n/attach\n@planner hello\n"))
+    assert code == 1, err  # the refused lines
+    lines = out.splitlines()
+    assert "error: /dev/zero is not a regular file: /attach takes the path of a file." in lines
+    assert "error: pipe.txt is not a regular file: /attach takes the path of a file." in lines
+    assert "Nothing is attached. /attach PATH attaches a file (an image or a text file) to your next message." in lines
+    assert "[planner] Seen." in out

@@ -407,3 +407,22 @@ async def test_a_terminal_with_stream_off_prints_the_reply_whole(tmp_path, ttys)
         tty.type(CTRL_D)
         assert await tty.ended() == 0
     assert [bool(r.get("stream")) for r in srv.requests] == [False]
+
+
+async def test_a_secret_a_reply_streams_never_shows_on_the_terminal(tmp_path, ttys):
+    """A key of the environment (registered at start), written by the model in pieces: the
+    terminal never gets a piece of it, and the reply shows it masked."""
+    secret = "service-key-LEAK-0009"
+    pieces = ["The key is ", secret[:9], secret[9:16], secret[16:], " and that is all I know about it."]
+    script = GroupChatScript(agents={"planner": [Reply("".join(pieces), pieces=pieces, every=0.4)]})
+    async with FakeOpenAI(script) as srv:
+        tty = ttys(tmp_path, srv.base_url, MY_SERVICE_API_KEY=secret)
+        await tty.expect("you> ")
+        tty.type(ADD_PLANNER + "\r")
+        await tty.expect("you> ")
+        tty.type("@planner what is the key?\r")
+        await tty.shows("[planner] The key is *** and that is all I know about it.")
+        await tty.shows("episode #1 ended")
+        tty.type(CTRL_D)
+        assert await tty.ended() == 0
+    assert "LEAK" not in tty.raw and secret[:9] not in tty.raw

@@ -152,3 +152,28 @@ async def test_an_exception_and_its_traceback_are_masked_in_every_handler(tmp_pa
     assert "failed with ***" in written and "debug *** ***" in written
     assert not leaks("log file", written) and not leaks("caplog", caplog.text)
     assert not leaks("records", " ".join(r.getMessage() + (r.exc_text or "") for r in caplog.records))
+
+
+async def test_a_shared_file_holding_secrets_is_masked_when_taken_in(tmp_path):
+    """A person attaches a text file that holds every secret (a .env pasted by mistake): the
+    model, the database and the exports see it masked, as a message's text is."""
+    shared = tmp_path / "settings.txt"
+    shared.write_text(f"here is my config\n{echo_of_every_secret()}\nthe end\n")
+    script = GroupChatScript(agents={"critic": ["Noted."]})
+    db = str(tmp_path / "rt.db")
+    conversation = ('/agent add name:critic role:checks prompt:"You check."\n'
+                    f"/attach {shared}\n"
+                    "@critic what is in the file?\n")
+    async with FakeOpenAI(script) as srv:
+        env = env_for(srv.base_url)
+        code, out, err = await roundtable(tmp_path, env, "console", "--db", db, stdin=conversation)
+        assert code == 0, out + err
+        code, export, err = await roundtable(tmp_path, env, "export", "--db", db, "--group", "main",
+                                             "--format", "json")
+        assert code == 0, err
+    prompt = json.dumps(srv.requests[-1]["messages"])
+    assert "here is my config" in prompt and "the end" in prompt and "here is my config" in export
+    found = leaks("the model's prompt", prompt) + leaks("roundtable export", export) + leaks("stdout", out)
+    for path in sorted(tmp_path.glob("rt.db*")):
+        found += leaks(path.name, path.read_bytes())
+    assert not found, "\n".join(found)

@@ -462,6 +462,8 @@ class Console:
             raise InvalidInput(f"No file at {shown} (from {Path.cwd()}): /attach takes the path of a file.")
         if path.is_dir():
             raise InvalidInput(f"{shown} is a directory: attach its files one at a time.")
+        if not path.is_file():  # /dev/zero reads without end, a named pipe blocks
+            raise InvalidInput(f"{shown} is not a regular file: /attach takes the path of a file.")
         try:
             size = path.stat().st_size
         except OSError as exc:

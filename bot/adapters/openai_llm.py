@@ -42,7 +42,9 @@ Images (`ChatMessage.parts`) are sent as `image_url` content parts (data URLs). 
 known not to take them (`TEXT_ONLY`: OpenAI's text-only chat models), or one that refused
 them once (a 400/415/422/500 naming images, vision or multimodal input while the request
 carried images), gets each image's fallback text instead: the refused call is repeated
-at once without them, the model remembered and the log says so once per model.
+at once without them, the model remembered and the log says so once per model. A refusal of
+one image the model could not read (`_BAD_IMAGE`: "Invalid image", `invalid_image_format`) is
+not a refusal of images: that call is repeated without its images, and nothing is remembered.
 `model_names()` lists the server's models for autocompletion (cached `MODEL_LIST_TTL`).
 
 `max_tokens` is sent as `max_tokens` (what llama.cpp, Ollama, vLLM, LM Studio
@@ -84,6 +86,10 @@ _OPENAI_API = "https://api.openai.com/v1"  # the SDK's default base URL
 TEXT_ONLY = re.compile(r"^(gpt-3\.5|gpt-4(-0314|-0613|-32k.*)?$|o1-mini|o1-preview|o3-mini|gpt-oss|text-|davinci)",
                        re.IGNORECASE)
 _IMAGEISH = re.compile(r"(?i)image|vision|multimodal|multi-modal")
+# A refusal of one image the model could not read (not of images): OpenAI's invalid_image_format and
+# image_parse_error, "Invalid image", "unsupported image", "could not process image".
+_BAD_IMAGE = re.compile(r"(?i)invalid[_ ]image|image_parse_error|unsupported image|could not (?:process|decode|parse) "
+                        r"(?:the )?image")
 MODEL_LIST_TTL = 600.0  # seconds a provider's list of models is kept
 MODEL_LIST_TIMEOUT = 3.0  # seconds to list them (autocomplete answers within Discord's 3 s)
 
@@ -278,7 +284,12 @@ class OpenAILLM:
             except TimeoutError:
                 raise _Overdue(self.deadline, self._client.base_url) from None
             except openai.APIStatusError as exc:
-                if images and exc.status_code in (400, 415, 422, 500) and _IMAGEISH.search(self._detail(exc)):
+                if images and exc.status_code in (400, 422) and _BAD_IMAGE.search(self._detail(exc)):
+                    log.warning("model %s at %s could not read an image (HTTP %s%s); asked again without the "
+                                "images", model, self.host, exc.status_code, self._detail(exc))
+                    images = False  # that call only: the model takes images
+                    kwargs["messages"] = [_message_json(m.without_images()) for m in messages]
+                elif images and exc.status_code in (400, 415, 422, 500) and _IMAGEISH.search(self._detail(exc)):
                     log.warning("model %s at %s does not take images (HTTP %s%s); its prompts name the images "
                                 "instead from now on", model, self.host, exc.status_code, self._detail(exc))
                     self._no_image_models.add(model)
@@ -428,10 +439,13 @@ class OpenAILLM:
             raise
         except (openai.APIConnectionError, openai.APIError) as exc:  # the response had begun: it broke off
             raise _StreamBroken(f"{type(exc).__name__} after {len(pieces)} pieces") from None
+        except ValueError as exc:  # an event that is not JSON (the client's json.loads): as broken off
+            raise _StreamBroken(f"an event that is not JSON ({type(exc).__name__}), after {len(pieces)} pieces") \
+                from None
         if finish is None:
             raise _StreamBroken(f"it ended without a finish reason after {len(pieces)} pieces")
         text = "".join(pieces)
-        return Completion(text=text, usage=self._usage(usage, messages, text), model=answered_by or model,
+        return Completion(text=mask(text), usage=self._usage(usage, messages, text), model=answered_by or model,
                           finish_reason=finish)
 
     def _answered_whole(self, body: bytes, messages: Sequence[ChatMessage], model: str) -> Completion:

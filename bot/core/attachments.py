@@ -5,7 +5,8 @@ by content type or extension) is kept by reference only: its bytes are fetched t
 surface when a run is made (Discord's URLs expire; the surface refreshes them first). A text
 file (by content type, by extension, or for an unknown type by sniffing: valid UTF-8
 without NUL bytes) is read at once and its content kept in the row (at most `KEPT_CHARS`
-characters), so restarts and exports have it. Anything else is named only.
+characters; every secret the process knows masked, as in a message's text), so restarts and
+exports have it. Anything else is named only.
 
 Showing files in an agent's prompt (`PromptFiles`): each text file's content follows the
 message's text inside `<file name=...>` ... `</file>`, all of a message's files together
@@ -34,6 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Awaitable, Callable, Sequence
 
 from bot.core.models import ChatMessage, GroupSettings, ImagePart, Message, SharedFile
+from bot.core.secrets import mask
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +136,7 @@ async def take_in(file: SharedFile, fetch: Fetch) -> SharedFile:
     text = decode_text(data[:READ_BYTES])
     if text is None:
         return replace(file, kind="text", note="not read: not UTF-8 text") if textual else replace(file, kind="other")
-    text = text.replace("\r\n", "\n")
+    text = mask(text.replace("\r\n", "\n"))  # stored and shown as a message's text is (bot.core.secrets)
     return replace(file, kind="text", text=text[:KEPT_CHARS], chars=len(text), size=file.size or len(data))
 
 
@@ -181,10 +183,11 @@ def text_files(files: Sequence[SharedFile], max_text: int) -> list[str]:
     for file in files:
         if file.kind != "text":
             continue
-        if file.text is None:
-            blocks.append(file_line(file, file.note or "its content was not read"))
+        text = file.text if file.text is not None or file.note else ""  # (a row keeps no empty text)
+        if text is None:
+            blocks.append(file_line(file, file.note))
             continue
-        shown = file.text[:max(left, 0)]
+        shown = text[:max(left, 0)]
         left -= len(shown)
         missing = file.chars - len(shown)
         lines = [f'<file name="{file.name}" size="{size_text(file.size)}">']
@@ -307,7 +310,7 @@ class PromptFiles:
                     slot = self._slots[int(part.url[5:])]
                     url = await images.data_url(slot.seq, slot.index, slot.file)
                     if url is None:
-                        parts.append(" (not shown: it could not be fetched)")
+                        parts.append(f" (not shown: {images.why_not(slot.seq, slot.index)})")
                     else:
                         parts.append(ImagePart(url, f" (not shown: {NO_IMAGES})", part.tokens))
                 else:
@@ -343,6 +346,11 @@ class ImageSource:
         self._fetch = fetch
         self._group_id = group_id
         self._cache = cache if cache is not None else OrderedDict()
+        self._refused: dict[tuple[int, int, int], str] = {}  # images fetched and not sent: why
+
+    def why_not(self, seq: int, index: int) -> str:
+        """Why `data_url` gave no URL for the image."""
+        return self._refused.get((self._group_id, seq, index), "it could not be fetched")
 
     async def data_url(self, seq: int, index: int, file: SharedFile) -> str | None:
         key = (self._group_id, seq, index)
@@ -358,12 +366,30 @@ class ImageSource:
             log.warning("group=%s seq=%s: image %s is %s; not sent", self._group_id, seq, file.name,
                         size_text(len(data)))
             return None
-        ctype = image_type(file.name, file.content_type) or "image/png"
+        ctype = image_format(data)
+        if ctype is None:  # a provider refuses the whole call for it (and it is no image anyway)
+            log.warning("group=%s seq=%s: %s is not a PNG, JPEG, GIF or WebP image; not sent", self._group_id, seq,
+                        file.name)
+            self._refused[key] = "it is not a PNG, JPEG, GIF or WebP image"
+            return None
         url = f"data:{ctype};base64,{base64.b64encode(data).decode('ascii')}"
         self._cache[key] = url
         while len(self._cache) > 1 and sum(len(v) for v in self._cache.values()) > CACHED_IMAGE_BYTES:
             self._cache.popitem(last=False)  # a few dozen entries at most: the sum is cheap
         return url
+
+
+def image_format(data: bytes) -> str | None:
+    """The content type of a PNG, JPEG, GIF or WebP image by its first bytes; None for anything else."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
 
 
 def image_size(data: bytes) -> tuple[int, int] | None:

@@ -14,7 +14,9 @@ the text the reply shows once committed (`stop.guard_impersonation`, then
 - a tail that may still become the closing TERMINATE: the trailing run of blanks,
   quotes, brackets, emphasis and the letters of the word;
 - everything from the first mention of a person (`<@id>`): a mention notifies only in a
-  new post, never in an edit, so the committed reply shows it in a post of its own.
+  new post, never in an edit, so the committed reply shows it in a post of its own;
+- a secret the process knows (`bot.core.secrets`): masked as the committed reply is, and a
+  tail that may still grow into one held back, so no piece of it shows while it is written.
 
 The function is pure and cheap enough to run at every edit (the surfaces ask for it
 when they are about to show something, not at every token). `ReplyStream` gathers a
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from bot.core.secrets import mask, unfinished
 from bot.core.stop import _EMPHASIS, _blanks_end, _labels, _name_at, speaker_label_end, strip_terminate
 
 # Characters a closing TERMINATE may carry around it (stop._TRAILING_TERMINATE) besides blanks,
@@ -54,6 +57,8 @@ def visible_text(raw: str, own_name: str, other_names: Sequence[str]) -> str:
         shown = strip_terminate(body.strip())
     else:
         shown = body[:_terminate_tail(body)]
+    shown = mask(shown)
+    shown = shown[:unfinished(shown)]
     return shown[:_first_mention(shown)].rstrip()
 
 

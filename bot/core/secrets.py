@@ -36,6 +36,7 @@ import html
 import json
 import re
 import threading
+from bisect import bisect_left
 from typing import Iterable, Mapping
 from urllib.parse import quote, quote_plus, unquote, urlsplit, urlunsplit
 
@@ -80,6 +81,7 @@ class Secrets:
         # Every form, longest first; with many, also an index: first MIN_LENGTH characters -> forms.
         # One tuple, replaced whole, so a mask() on another thread never sees one without the other.
         self._state: tuple[tuple[str, ...], dict[str, tuple[str, ...]] | None] = ((), None)
+        self._sorted: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())  # (the forms, them in text order)
 
     def __len__(self) -> int:
         return len(self._known)
@@ -141,6 +143,23 @@ class Secrets:
                 text = text.replace(form, MASK)
         return text
 
+    def unfinished(self, text: str) -> int:
+        """Where a trailing piece of `text` that may still grow into a registered secret starts
+        (`len(text)` when none does): a text still being written shows up to there only."""
+        forms = self._state[0]
+        if not forms:
+            return len(text)
+        cached = self._sorted
+        if cached[0] is not forms:
+            cached = self._sorted = (forms, tuple(sorted(forms)))
+        ordered = cached[1]
+        for i in range(max(0, len(text) - len(forms[0]) + 1), len(text)):
+            tail = text[i:]
+            at = bisect_left(ordered, tail)
+            if at < len(ordered) and ordered[at].startswith(tail):
+                return i
+        return len(text)
+
     def mask_error(self, text: str) -> str:
         """`mask(text)`, and whatever in it is shaped like a credential."""
         if not text:
@@ -165,6 +184,7 @@ register_env = SECRETS.register_env
 register_all = SECRETS.register_all
 mask = SECRETS.mask
 mask_error = SECRETS.mask_error
+unfinished = SECRETS.unfinished
 
 
 # URLs ---------------------------------------------------------------------------------------------

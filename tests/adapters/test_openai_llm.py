@@ -13,7 +13,7 @@ import pytest
 
 from bot.adapters.openai_llm import OpenAILLM
 from bot.core.errors import ConfigError, LLMError, LLMRateLimited, LLMRejected, LLMTimeout, LLMUnavailable
-from bot.core.models import ChatMessage, Usage
+from bot.core.models import ChatMessage, ImagePart, Usage
 from bot.core.ports import LLM
 from tests.fakes.openai_server import FakeOpenAI, Reply, closed_base_url
 from tests.fakes.strict_openai import StrictOpenAI
@@ -327,3 +327,32 @@ async def test_check_only_warns_on_other_answers(status: int, caplog: pytest.Log
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings == [f"start-up check: GET /models at 127.0.0.1:{srv.port} failed (HTTP {status}); starting anyway"]
     assert srv.requests == []
+
+
+async def test_one_image_the_provider_cannot_read_is_left_out_of_that_call_only(caplog) -> None:
+    """A provider that refuses one image it cannot decode (OpenAI's 400 'Invalid image', a PNG
+    cut short): the call is repeated without its images, and the model still gets images after
+    it. (The refusal names an image, so the model was taken as one that takes none, for good.)"""
+    caplog.set_level(logging.INFO, logger="bot.adapters.openai_llm")
+    broken, good = "data:image/png;base64,iVBORw0KGgoAAAA=", "data:image/png;base64,iVBORw0KGgoAAAANSUhEUg=="
+
+    def provider(body: dict[str, Any]) -> Reply:
+        if broken in str(body["messages"]):
+            return Reply(status=400, error_body={"error": {
+                "message": "You uploaded an unsupported image. Please make sure your image is valid.",
+                "type": "invalid_request_error", "param": None, "code": "invalid_image_format"}})
+        return Reply(text="Seen.")
+
+    def looking_at(url: str) -> list[ChatMessage]:
+        return [ChatMessage("user", "Look: [image: a.png]", parts=("Look: [image: a.png]",
+                                                                   ImagePart(url, " (not shown)", 85)))]
+
+    async with FakeOpenAI(provider) as srv:
+        async with make_llm(srv, max_retries=0) as llm:
+            first = await llm.complete(looking_at(broken))
+            second = await llm.complete(looking_at(good))
+            assert llm.takes_images("agent-model")
+    assert first.text == second.text == "Seen."
+    carried = [good in str(r["messages"]) or broken in str(r["messages"]) for r in srv.requests]
+    assert carried == [True, False, True]
+    assert not [r for r in caplog.records if "does not take images" in r.getMessage()]

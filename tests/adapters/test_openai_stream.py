@@ -2,6 +2,7 @@
 come, usage as a plain call reports it, and servers that do not stream or break the stream off."""
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -127,3 +128,45 @@ async def test_providers_stream_on_the_agents_provider_and_say_which() -> None:
     assert "".join(pieces) == "From the local one." + TEXT
     assert [r["model"] for r in local.requests] == ["llama3.1:8b"] and local.requests[0]["stream"] is True
     assert "provider down" in failed.value.public
+
+
+async def test_a_stream_of_garbage_is_a_broken_stream_asked_again_plainly(caplog) -> None:
+    """A server (a proxy in the way) whose event stream turns into text that is not JSON: the
+    stream is broken off, as a dropped connection is, and the model is asked again plainly (an
+    exception the openai client lets out, JSONDecodeError, was not an LLMError and failed the turn)."""
+    from aiohttp import web
+
+    caplog.set_level(logging.DEBUG, logger="bot.adapters.openai_llm")
+    chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "agent-model",
+             "choices": [{"index": 0, "delta": {"content": "Hello "}, "finish_reason": None}]}
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        if not (await request.json()).get("stream"):
+            return web.json_response({"id": "c2", "object": "chat.completion", "created": 1, "model": "agent-model",
+                                      "choices": [{"index": 0, "finish_reason": "stop",
+                                                   "message": {"role": "assistant", "content": TEXT}}],
+                                      "usage": USAGE})
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        await response.write(b"data: {<html>502 Bad Gateway</html>\n\ndata: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        async with OpenAILLM(api_key="sk-test", base_url=f"http://127.0.0.1:{port}/v1", default_model="agent-model",
+                             timeout=5.0, counter=make_token_counter()) as llm:
+            pieces: list[str] = []
+            answer = await llm.stream(MESSAGES, on_text=pieces.append)
+    finally:
+        await runner.cleanup()
+    assert pieces == ["Hello "] and answer.text == TEXT and answer.usage.prompt_tokens == 20
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "broke its stream off" in warned[0]

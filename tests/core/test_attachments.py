@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from dataclasses import replace
 
 import pytest
 
@@ -79,6 +80,16 @@ def test_text_files_share_max_text_and_say_what_was_cut():
     assert blocks[0] == '<file name="a.txt" size="5 B">\n' + "x" * 30 + "\n</file>"
     assert blocks[1] == ('<file name="b.log" size="5 B">\n' + "y" * 10
                          + "\n… 12,040 more characters of b.log left out\n</file>")
+
+
+async def test_an_empty_text_file_shows_as_empty_also_as_its_row_reads_it_back():
+    async def fetch() -> bytes:
+        return b""
+    taken = await take_in(file("empty.txt", "text/plain", 0), fetch)
+    assert (taken.kind, taken.text, taken.note) == ("text", "", "")
+    stored = replace(taken, text=None)  # as its row reads it back: the row keeps no empty field (storage)
+    for shared in (taken, stored):
+        assert text_files([shared], 100) == ['<file name="empty.txt" size="0 B">\n</file>']
 
 
 def row(seq: int, files: tuple[SharedFile, ...], text: str = "look") -> Message:

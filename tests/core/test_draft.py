@@ -6,11 +6,22 @@ import re
 
 import pytest
 
+from bot.core import draft
 from bot.core.draft import ReplyStream, may_open_as, visible_text
+from bot.core.secrets import Secrets
 from bot.core.stop import _labels, guard_impersonation, speaker_label_end, strip_terminate
 
 OWN = "planner"
 OTHERS = ("budget", "local", "alice", "Bob Smith")
+
+
+@pytest.fixture(autouse=True)
+def secrets(monkeypatch: pytest.MonkeyPatch) -> Secrets:
+    """A registry of the test's own: what other tests registered in the process holds nothing back here."""
+    fresh = Secrets()
+    monkeypatch.setattr(draft, "mask", fresh.mask)
+    monkeypatch.setattr(draft, "unfinished", fresh.unfinished)
+    return fresh
 
 
 def shown(raw: str) -> str:
@@ -149,3 +160,20 @@ def test_reply_stream_computes_the_visible_text_once_per_change():
     assert stream.visible() == "Here is the plan."
     stream.add("\nmore")
     assert stream.visible() == "Here is the plan."
+
+
+def test_a_secret_written_piece_by_piece_shows_no_piece_of_it(secrets: Secrets) -> None:
+    """A secret the process knows is masked as the committed reply masks it, and while it is
+    being written no piece of it is visible."""
+    secret = "Zq9-draft-secret-0001"
+    secrets.register(secret)
+    raw = f"The key is {secret}, keep it.\nZq9 is not one."
+    final = secrets.mask(shown(raw))
+    assert final == "The key is ***, keep it.\nZq9 is not one."
+    before = ""
+    for cut in range(len(raw) + 1):
+        visible = visible_text(raw[:cut], OWN, OTHERS)
+        assert final.startswith(visible) and visible.startswith(before), (cut, visible)
+        assert "Zq" not in visible.split("\n")[0], (cut, visible)
+        before = visible
+    assert visible_text(raw[:raw.index("0001")], OWN, OTHERS) == "The key is"

@@ -11,7 +11,8 @@ import time
 import zlib
 from urllib.parse import parse_qs, urlsplit
 
-from tests.fakes.openai_server import GroupChatScript, image_urls, message_text
+from bot.core.attachments import image_format
+from tests.fakes.openai_server import GroupChatScript, Reply, ReplyLike, image_urls, message_text
 
 
 def png(width: int, height: int) -> bytes:
@@ -132,3 +133,37 @@ async def test_a_model_that_takes_no_images_gets_a_line_naming_the_file_and_the_
     assert "[image: p2.png, 4×4, " in last and "(not shown: this model does not take images)" in last
     told = [r for r in caplog.records if "does not take images" in r.getMessage()]
     assert len(told) == 1 and "plain-model" in told[0].getMessage()
+
+
+UNSUPPORTED_IMAGE = {"error": {"message": "You uploaded an unsupported image. Please make sure your image has of one "
+                               "the following formats: ['png', 'jpeg', 'gif', 'webp'].",
+                               "type": "invalid_request_error", "param": None, "code": "invalid_image_format"}}
+
+
+async def test_a_file_named_png_that_is_no_image_is_not_sent_and_the_model_keeps_taking_images(harness, script):
+    """A person shares `shot.png` that is not an image (a text file renamed, a broken upload). A
+    provider refuses a whole call carrying it (OpenAI's 400 'unsupported image'): the call that
+    followed went without images and the model was taken as one that takes none, for every
+    group, until a restart. It is not sent; the next real image is."""
+    emu = harness.emu
+
+    def vision_model(body: dict) -> ReplyLike:
+        for url in image_urls(body):
+            if image_format(base64.b64decode(url.split(",", 1)[1])) is None:
+                return Reply(status=400, error_body=UNSUPPORTED_IMAGE)
+        return script(body)
+
+    harness.llm_server.responder = vision_model
+    script.set_agent("critic", ["Not a picture.", "A grey square."])
+    await harness.setup_group(("critic", "criticises"), mode="tags")
+    await emu.user_post(emu.channel_id, emu.alice_id, "@critic look", attachments=[("shot.png", b"just some text")])
+    await emu.wait_for(lambda: len(harness.webhook_posts()) >= 1, timeout=15)
+    await emu.user_post(emu.channel_id, emu.alice_id, "@critic and this", attachments=[("real.png", png(4, 4))])
+    await emu.wait_for(lambda: len(harness.webhook_posts()) >= 2, timeout=15)
+    await harness.idle()
+    first, second = participant_requests(harness, "critic")
+    assert not image_urls(first)
+    assert "[image: shot.png, 14 B] (not shown: it is not a PNG, JPEG, GIF or WebP image)" in "".join(
+        message_text(m) for m in first["messages"])
+    assert image_urls(second) == ["data:image/png;base64," + base64.b64encode(png(4, 4)).decode()]
+    assert [p["content"] for p in harness.webhook_posts()] == ["Not a picture.", "A grey square."]

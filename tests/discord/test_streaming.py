@@ -14,7 +14,9 @@ import pytest
 
 from bot.adapters.discord import webhooks
 from bot.adapters.discord.render import split_message
+from bot.adapters.openai_llm import OpenAILLM
 from bot.core.models import Message, NewMessage, RunResult, Tags
+from bot.core.secrets import SECRETS
 from tests.discord.conftest import BotHarness
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply
@@ -273,3 +275,49 @@ async def test_the_final_text_is_a_whole_posts_byte_for_byte_over_random_replies
     shows_exactly(emu, rows)
     assert await store.orphan_drafts(group.id) == []
 
+
+
+async def test_a_secret_the_model_streams_shows_in_no_provisional_message(streaming, script):
+    """A model that echoes a secret the process knows (the bot token, registered at start),
+    cut across pieces: no provisional post or edit shows it, nor any piece of it, before the
+    committed reply shows it masked."""
+    emu = streaming.emu
+    secret = emu.token
+    assert SECRETS.register(secret)  # as `bot.masking.register_settings` does at start
+    pieces = ["Your bot token is ", secret[:12], secret[12:30], secret[30:], " so keep it safe, and more words."]
+    script.set_agent("planner", [Reply("".join(pieces), pieces=pieces, every=0.7)])
+    await streaming.setup_group(("planner", "plans"), mode="tags")
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner what is your token?")
+    rows = await settled(streaming, 1)
+    shows_exactly(emu, rows)
+    assert webhooks.rendered(rows[0]) == "Your bot token is *** so keep it safe, and more words."
+    sent = [r.json["content"] for r in hook_requests(emu) if r.method in ("POST", "PATCH")]
+    assert len(sent) >= 3  # provisional ones were shown while it was written
+    for content in sent:
+        assert secret[:12] not in content, content
+
+
+async def test_a_stream_that_stalls_leaves_no_half_reply_behind(tmp_path, script, original_discord_endpoints):
+    """The model writes half a reply and then sends nothing more (the connection stays open): past
+    the client's deadline the turn fails with its notice, and the half reply shown while it was
+    written is not left in the channel as if it were the agent's answer."""
+    stalled = asyncio.Event()  # never set
+    script.set_agent("planner", [Reply(PLAN, pieces=[PLAN[:60], PLAN[60:120]], every=0.1, hold_end=stalled)])
+    async with DiscordEmulator() as emu, FakeOpenAI(script) as llm_server:
+        harness = BotHarness(emu, llm_server, tmp_path / "roundtable.db", stream=True)
+        harness.make_llm = lambda counter: OpenAILLM(api_key="sk-test", base_url=llm_server.base_url,
+                                                     default_model="fake-model", timeout=1.5, max_retries=0,
+                                                     counter=counter)
+        await harness.start()
+        try:
+            await harness.setup_group(("planner", "plans"), mode="tags")
+            await emu.user_post(emu.channel_id, emu.alice_id, "@planner plan it")
+            await emu.wait_for_messages(emu.channel_id, lambda m: "could not answer" in m["content"], timeout=30)
+            await harness.idle()
+            assert harness.store is not None
+            assert await harness.store.orphan_drafts(1) == []
+            assert [m["content"] for m in posted(emu) if PLAN[:20] in m["content"]] == []
+            assert hook_requests(emu, "POST")[0].json["content"] == PLAN[:60].rstrip()  # it was shown meanwhile
+        finally:
+            stalled.set()
+            await harness.stop()
