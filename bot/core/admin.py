@@ -99,7 +99,7 @@ class Admin:
         self.store = engine.store
         self.reading = Reading(engine.store, engine.llm,
                                lambda group: group.settings.selector_model or engine.selector_model)
-        self.schedules = ScheduleVerbs(engine)
+        self.schedules = ScheduleVerbs(engine.store, engine.clock)
 
     async def setup(self, key: str, name: str, settings: GroupSettings, **ids: str | None) -> Group:
         group = await self.store.create_group(key, name, settings, **ids)
