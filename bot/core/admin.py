@@ -18,7 +18,7 @@ from bot.core.context import find_window, participant_step
 from bot.core.doctor import Check, database_checks, delivery_check
 from bot.core.engine import Engine
 from bot.core.errors import InvalidInput, NotFound, StoreError, UserFacingError
-from bot.core.export import file_name, plural, when, write_export
+from bot.core.export import file_name, write_export
 from bot.core.models import DEFAULT_PROVIDER, Agent, Completion, Decision, Group, GroupSettings
 from bot.core.pricing import dollars, exact_dollars
 from bot.core.reading import Reader, Reading
@@ -26,6 +26,7 @@ from bot.core.schedule_verbs import ScheduleVerbs
 from bot.core.spending import budget_refusal, month_cost, usage_card
 from bot.core.store_health import outage_status
 from bot.core.summary import MIN_WINDOW, Summaries
+from bot.core.transcript import plural, when
 
 MEMORY_PAGE = 10  # notes per page where a surface pages (Discord)
 LAST_DECISION_WITHIN = 200  # rows /roundtable status looks back for the last decision that chose someone
@@ -99,7 +100,7 @@ class Admin:
         self.store = engine.store
         self.reading = Reading(engine.store, engine.llm,
                                lambda group: group.settings.selector_model or engine.selector_model)
-        self.schedules = ScheduleVerbs(engine)
+        self.schedules = ScheduleVerbs(engine.store, engine.clock)
 
     async def setup(self, key: str, name: str, settings: GroupSettings, **ids: str | None) -> Group:
         group = await self.store.create_group(key, name, settings, **ids)

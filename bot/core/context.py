@@ -45,7 +45,7 @@ from typing import Callable, Protocol, Sequence
 
 from bot.core.attachments import brief_text
 from bot.core.models import ContextSummary, Message, token_cost
-from bot.core.ports import ChatStore
+from bot.core.ports import ThreadStore
 from bot.core.prompts import SYSTEM_AUTHOR, render_thread, thread_line
 
 MARKER_TOKENS = 16  # "[roundtable] (N earlier messages omitted)" and its newline
@@ -142,7 +142,7 @@ class Window:
 
 
 async def find_window(
-    store: ChatStore, group_id: int, *, through: int, budget: int, task_seq: int | None, task_apart: bool = False,
+    store: ThreadStore, group_id: int, *, through: int, budget: int, task_seq: int | None, task_apart: bool = False,
     step: int | None = None, tasks: Sequence[Message] = (), reserve: int = 0,
 ) -> Window:
     """Where the window over rows 1..`through` starts: two indexed lookups (three with a task to load).
@@ -165,7 +165,7 @@ async def find_window(
 
 
 async def load_thread(
-    store: ChatStore, group_id: int, *, through: int, budget: int, task_seq: int | None, task_apart: bool = False,
+    store: ThreadStore, group_id: int, *, through: int, budget: int, task_seq: int | None, task_apart: bool = False,
     step: int | None = None, tasks: Sequence[Message] = (), summaries: SummarySource | None = None,
 ) -> Trimmed:
     """The trimmed thread through `through`, loading only the rows that are kept; with `summaries`,

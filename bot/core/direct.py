@@ -2,7 +2,7 @@
 
 Seed 002: a direct run is a private session whose opening context is the
 agent's system prompt and the last 10 public rows of the group, then the
-person's prompt. It takes the agent's one lock (`Engine.holding`): an agent
+person's prompt. It takes the agent's one lock (`bot.core.locks`): an agent
 in a group run is reported busy at once (nothing is queued), and the group's
 deliveries to that agent wait until the direct run ends. With `post`, the
 answer is also posted in the group as an ordinary agent message: the cap,
@@ -18,20 +18,30 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Awaitable, Callable, Mapping, Protocol, Sequence
 
 from bot.core.attachments import brief_text
 from bot.core.errors import LeaseLost, LLMError, UserFacingError
+from bot.core.locks import AgentLocks
 from bot.core.memory import load_memory
 from bot.core.models import Agent, ChatMessage, Completion, Group, Message, NewMessage, RunResult, Usage
+from bot.core.ports import (
+    LLM,
+    GroupStore,
+    NoteStore,
+    ReadingStore,
+    RecordStore,
+    RosterStore,
+    RunStore,
+    ThreadStore,
+    TokenCounter,
+)
+from bot.core.pricing import Price
 from bot.core.prompts import system_message, thread_line
 from bot.core.spending import budget_refusal, month_cost
 from bot.core.stop import ends_with_terminate, guard_impersonation, strip_terminate
 from bot.core.tags import parse_tags
 from bot.core.turn import TurnOutcome, cache_key, others_in
-
-if TYPE_CHECKING:
-    from bot.core.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -64,32 +74,51 @@ def direct_messages(group: Group, agent: Agent, recent: Sequence[Message], asker
     ]
 
 
+class DirectStore(GroupStore, RosterStore, ThreadStore, RunStore, NoteStore, ReadingStore, RecordStore, Protocol):
+    """What a direct run reads and writes: the group's recent rows and roster, the run, the agent's
+    notes, the names that tag people, this month's spending."""
+
+
+@dataclass(frozen=True)
+class DirectDeps:
+    """What direct runs work with (the engine composes it)."""
+
+    store: DirectStore
+    llm: LLM
+    counter: TokenCounter
+    prices: Mapping[str, Price]
+    locks: AgentLocks
+    after_turn: Callable[[TurnOutcome], Awaitable[None]]  # the stop rules after a posted answer (the dispatcher's)
+    wake: Callable[[int], None]  # something changed in the group: route and deliver
+    all_shown: Callable[[int], Awaitable[None]]  # until every committed row of the group is shown
+
+
 class DirectRuns:
-    def __init__(self, engine: "Engine") -> None:
-        self.engine = engine
+    def __init__(self, deps: DirectDeps) -> None:
+        self.deps = deps
 
     async def ask(self, group: Group, agent: Agent, prompt: str, *, asker: str, post: bool = False) -> DirectAnswer:
         """Run `agent` for `asker` now. Busy when the agent is in another run; UserFacingError
         when the model fails (the run is recorded as failed)."""
-        engine = self.engine
-        store = engine.store
+        deps = self.deps
+        store = deps.store
         if not agent.enabled:
             raise UserFacingError(f"{agent.name} is disabled; an admin can turn it back on with /agent enable.")
         budget = group.settings.monthly_budget
         if budget:  # a direct run spends the group's money too
-            cost = await month_cost(store, group, engine.prices)
+            cost = await month_cost(store, group, deps.prices)
             if cost >= budget:
                 raise UserFacingError(budget_refusal(cost, budget))
-        async with engine.holding(agent, "a direct run"):
+        async with deps.locks.holding(agent, "a direct run"):
             group = await store.get_group(group.id)
             snapshot = group.latest_seq
             recent = await store.messages(group.id, after=max(0, snapshot - RECENT_ROWS), through=snapshot)
             roster = await store.list_agents(group.id)
-            memory = await load_memory(store, agent, engine.counter)
+            memory = await load_memory(store, agent, deps.counter)
             messages = direct_messages(group, agent, recent, asker, prompt, post=post, memory=memory)
             run = await store.start_run(group.id, agent.id, "direct", snapshot)
             try:
-                completion = await engine.llm.complete(messages, model=agent.model,
+                completion = await deps.llm.complete(messages, model=agent.model,
                                                        cache_key=cache_key(group, agent.id) + "-direct")
             except LLMError as exc:
                 log.warning("group=%s agent=%s direct run=%s failed: %s", group.id, agent.name, run.id, exc)
@@ -118,13 +147,13 @@ class DirectRuns:
                     roster: Sequence[Agent]) -> DirectAnswer:
         """Settle the run with its answer as a group reply, under the rules of any reply."""
         usage, model, provider = completion.usage, completion.model, completion.provider
-        engine = self.engine
-        store = engine.store
+        deps = self.deps
+        store = deps.store
         reply = NewMessage(
             author_type="agent", author_name=agent.name, text=cleaned,
             tags=parse_tags(cleaned, roster, people=await store.people(group.people_scope), author_agent_id=agent.id),
             author_agent_id=agent.id, source_run_id=run_id,
-            token_count=engine.counter.count(thread_line(agent.name, cleaned)),
+            token_count=deps.counter.count(thread_line(agent.name, cleaned)),
         )
         fresh = await store.get_group(group.id)
         try:
@@ -139,8 +168,8 @@ class DirectRuns:
             return DirectAnswer(agent, text, usage, not_posted=finished.run.error or finished.run.status)
         log.info("group=%s agent=%s direct run=%s posted #%s", group.id, agent.name, run_id, finished.reply.seq)
         outcome = TurnOutcome(finished.run, finished.reply, ends_with_terminate(cleaned), finished.notice)
-        await engine.dispatcher(group.id).after_turn(outcome)
-        engine.wake(group.id)
+        await deps.after_turn(outcome)
+        deps.wake(group.id)
         with contextlib.suppress(asyncio.TimeoutError):  # shown: the asker gets a link that works
-            await asyncio.wait_for(engine.outbox(group.id).idle.wait(), SHOWN_WAIT)
+            await asyncio.wait_for(deps.all_shown(group.id), SHOWN_WAIT)
         return DirectAnswer(agent, text, usage, posted=await store.get_message(group.id, finished.reply.seq))

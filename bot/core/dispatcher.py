@@ -19,15 +19,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Mapping, Protocol, Sequence
 
 from bot.core.errors import Busy
-from bot.core.models import Agent, Decision, Group, Message, Usage
+from bot.core.locks import AgentLocks
+from bot.core.models import Agent, Decision, Episode, Group, Message, Usage
+from bot.core.ports import LLM, EpisodeStore, GroupStore, RosterStore, RoutingStore, ThreadStore
 from bot.core.routing import eligible_speakers, explicit_recipients, next_in_rotation, plan_batch, routable
 from bot.core.selector import selector_decision
 from bot.core.stop import cap_notice, near_repeat
+from bot.core.summary import Summaries
+from bot.core.tasks import TaskChains
 from bot.core.turn import TurnOutcome, cache_key
-from bot.core.worker import GroupWorker
+from bot.core.worker import GroupWorker, RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +43,56 @@ STALLED_NOTICE = ("Stopped: the last two agent messages repeat earlier ones (sta
                   "Post a message to continue.")
 
 
+class DispatchStore(GroupStore, RosterStore, ThreadStore, RoutingStore, EpisodeStore, Protocol):
+    """What the dispatcher reads and writes: the group, its roster and cursors, the thread, the routing
+    decisions, the episodes (the selector's reads included)."""
+
+
+class Deliver(Protocol):
+    async def __call__(self, group: Group, agent: Agent, snapshot: int, *, selector_usage: Usage,
+                       source: str) -> TurnOutcome:
+        """Run `agent` once over rows 1..`snapshot`, holding its lock (`Engine.deliver`); Busy when held."""
+        ...
+
+
+class EndEpisode(Protocol):
+    async def __call__(self, episode_id: int | None, status: str, notice: str | None = None) -> Episode | None:
+        """End the episode with `status` (and post `notice` with it) (`Engine.end_episode`)."""
+        ...
+
+
+@dataclass(frozen=True)
+class DispatcherDeps:
+    """What every group's dispatcher works with (the engine composes it)."""
+
+    store: DispatchStore
+    llm: LLM
+    selector_model: str | None  # the process's default (ROUNDTABLE_SELECTOR_MODEL)
+    tasks: TaskChains
+    summaries: Summaries
+    retry: RetryPolicy
+    locks: AgentLocks
+    connected: asyncio.Event  # the surface is connected: people can be answered, so backlogs may be routed
+    backlog_turn: asyncio.Lock  # held while reading or storing a chunk of a backlog (`Engine.backlog_turn`)
+    deliver: Deliver
+    end_episode: EndEpisode
+    shown: Callable[[int], None]  # new rows were committed in the group: show them
+    all_shown: Callable[[int], Awaitable[None]]  # until every committed row of the group is shown
+    sweep_drafts: Callable[[Group], Awaitable[None]]  # take back provisional messages no run will use
+    lost: Callable[[int], None]  # another process runs the group now
+
+
 class GroupDispatcher(GroupWorker):
     kind = "dispatcher"
     catching_up = False  # set when the group was taken here with rows that waited: its next routing pass is a backlog
 
+    def __init__(self, deps: DispatcherDeps, group_id: int) -> None:
+        super().__init__(group_id, retry=deps.retry, lost=deps.lost)
+        self.deps = deps
+
     # the loop body ------------------------------------------------------
     async def drain(self) -> None:
-        store = self.engine.store
+        store = self.deps.store
         while True:
             group = await store.get_group(self.group_id)
             if not group.enabled or group.paused:
@@ -59,7 +107,7 @@ class GroupDispatcher(GroupWorker):
                 if group.latest_seq != snapshot:
                     continue  # a message arrived meanwhile: route it before settling anything
                 await self._settle_episode(group)
-                await self.engine.sweep_drafts(group)
+                await self.deps.sweep_drafts(group)
                 return
             low = min(a.delivered_through for a in pending)
             decisions = await store.decisions(group.id, after=low, through=snapshot)
@@ -72,15 +120,15 @@ class GroupDispatcher(GroupWorker):
                     await store.set_delivered_through(agent.id, snapshot)
             if not selected:
                 continue
-            idle = [s for s in selected if not self.engine.agent_lock(s[0].id).locked()]
+            idle = [s for s in selected if not self.deps.locks.locked(s[0].id)]
             if not idle:
                 await self._wait_for_a_lock([s[0] for s in selected])
                 continue
             # People see the conversation in step: no new run while earlier rows wait to be shown.
-            await self.engine.outbox(group.id).idle.wait()
+            await self.deps.all_shown(group.id)
             agent, selector_usage, source = min(idle, key=lambda s: (s[0].delivered_through, s[0].created_at, s[0].id))
             try:
-                outcome = await self.engine.deliver(group, agent, snapshot, selector_usage=selector_usage,
+                outcome = await self.deps.deliver(group, agent, snapshot, selector_usage=selector_usage,
                                                     source=source)
             except Busy:
                 continue  # a direct run took the agent meanwhile: wait for it on the next pass
@@ -100,7 +148,7 @@ class GroupDispatcher(GroupWorker):
         return found
 
     async def _wait_for_a_lock(self, agents: Sequence[Agent]) -> None:
-        waits = [asyncio.create_task(self.engine.wait_unlocked(a.id)) for a in agents]
+        waits = [asyncio.create_task(self.deps.locks.wait_unlocked(a.id)) for a in agents]
         try:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -115,7 +163,7 @@ class GroupDispatcher(GroupWorker):
         starts or takes the group over: `catching_up`; or more than a chunk of rows at once)
         is routed by `_catch_up`: once the surface is connected, in chunks, one group's chunk
         at a time. Otherwise the rows are routed now, together."""
-        store = self.engine.store
+        store = self.deps.store
         catching_up, self.catching_up = self.catching_up, False
         batch = await store.unrouted(group.id, through=snapshot, limit=1 if catching_up else ROUTE_CHUNK)
         if not batch:
@@ -132,8 +180,8 @@ class GroupDispatcher(GroupWorker):
         backlog turn, so fresh messages of other groups (routed without it) never queue behind a
         backlog, groups with backlogs take turns, and a process holds one chunk at a time. The
         one row routed by the mode (the newest) is decided first, its model call outside the turn."""
-        store, engine = self.engine.store, self.engine
-        await engine.surface_connected.wait()
+        store, deps = self.deps.store, self.deps
+        await deps.connected.wait()
         log.info("group=%s: routing a backlog of %d row(s) (seq %d-%d) in the background",
                  group_id, snapshot - first + 1, first, snapshot)
         began = time.monotonic()
@@ -146,7 +194,7 @@ class GroupDispatcher(GroupWorker):
             if plan == "mode":
                 decided[newest.seq] = await self._route_by_mode(group, roster, newest)
         while True:
-            async with engine.backlog_turn():
+            async with deps.backlog_turn:
                 batch = await store.unrouted(group_id, through=snapshot, limit=ROUTE_CHUNK)
                 if not batch:
                     break
@@ -162,8 +210,8 @@ class GroupDispatcher(GroupWorker):
         through = snapshot
         while through >= first:
             after = max(first - 1, through - ROUTE_CHUNK)
-            async with self.engine.backlog_turn():
-                rows = await self.engine.store.messages(group.id, after=after, through=through)
+            async with self.deps.backlog_turn:
+                rows = await self.deps.store.messages(group.id, after=after, through=through)
             found = next((m for m in reversed(rows) if routable(m, group.episode_id)), None)
             if found is not None:
                 return found
@@ -175,7 +223,7 @@ class GroupDispatcher(GroupWorker):
         """Decide and store who answers each row of `batch` (consecutive rows, the oldest unrouted
         first). Decisions are stored together, before and after the one that may call a model
         (unless `decided` holds it already)."""
-        store = self.engine.store
+        store = self.deps.store
         roster = await store.list_agents(group.id)
         enabled_ids = {a.id for a in roster if a.enabled}
         routed: list[tuple[Message, Decision]] = []
@@ -202,12 +250,12 @@ class GroupDispatcher(GroupWorker):
     async def _record(self, group: Group, routed: list[tuple[Message, Decision]]) -> None:
         if not routed:
             return
-        await self.engine.store.record_decisions(group.id, [decision for _, decision in routed])
+        await self.deps.store.record_decisions(group.id, [decision for _, decision in routed])
         for message, decision in routed:
             log.debug("group=%s seq=%s routed: %s %s %s", group.id, message.seq, decision.source,
                       decision.agent_names, decision.note)
             if decision.terminate:
-                await self.engine.end_episode(message.episode_id, "terminated")
+                await self.deps.end_episode(message.episode_id, "terminated")
 
     @staticmethod
     def _names(roster: Sequence[Agent], ids: Sequence[int]) -> tuple[str, ...]:
@@ -215,7 +263,7 @@ class GroupDispatcher(GroupWorker):
         return tuple(by_id[i] for i in ids if i in by_id)
 
     async def _route_by_mode(self, group: Group, roster: list[Agent], message: Message) -> Decision:
-        store = self.engine.store
+        store = self.deps.store
         mode = group.settings.mode
         if message.author_type == "agent" and message.episode_id is not None:
             episode = await store.get_episode(message.episode_id)
@@ -234,37 +282,37 @@ class GroupDispatcher(GroupWorker):
             if agent is None:
                 return Decision(message.seq, "none", note="no agent is eligible")
             return Decision(message.seq, "rotation", (agent.id,), (agent.name,))
-        return await selector_decision(store, self.engine.llm, group, roster, message,
-                                       model=group.settings.selector_model or self.engine.selector_model,
-                                       cache_key=cache_key(group, None), tasks=self.engine.tasks,
-                                       summaries=self.engine.summaries)
+        return await selector_decision(store, self.deps.llm, group, roster, message,
+                                       model=group.settings.selector_model or self.deps.selector_model,
+                                       cache_key=cache_key(group, None), tasks=self.deps.tasks,
+                                       summaries=self.deps.summaries)
 
     # stop rules ---------------------------------------------------------
     async def after_turn(self, outcome: TurnOutcome) -> None:
         """Stop rules after a run. They judge the run's own episode: a reply to an older
         task (a person posted during the run) never ends the newer one."""
-        engine, run, message = self.engine, outcome.run, outcome.message
+        deps, run, message = self.deps, outcome.run, outcome.message
         if message is not None or outcome.notice is not None:
-            engine.shown(run.group_id)
+            deps.shown(run.group_id)
         if outcome.terminated:
-            await engine.end_episode(run.episode_id, "terminated")
+            await deps.end_episode(run.episode_id, "terminated")
             return
         if message is None:
             return
-        fresh = await engine.store.get_group(run.group_id)
+        fresh = await deps.store.get_group(run.group_id)
         if fresh.episode_id != message.episode_id:
             return  # an older episode's reply: it does not count toward the current streak
         cap = fresh.settings.max_agent_turns
         if fresh.agent_streak >= cap:
-            await engine.end_episode(message.episode_id, "max_turns", cap_notice(cap))
+            await deps.end_episode(message.episode_id, "max_turns", cap_notice(cap))
         elif await self._stalled(message):
-            await engine.end_episode(message.episode_id, "stalled", STALLED_NOTICE)
+            await deps.end_episode(message.episode_id, "stalled", STALLED_NOTICE)
 
     async def _stalled(self, message: Message) -> bool:
         """Seed 003's parrot check: two agent messages in a row nearly repeat earlier ones."""
         if message.episode_id is None:
             return False
-        earlier = await self.engine.store.messages(
+        earlier = await self.deps.store.messages(
             message.group_id, after=max(0, message.seq - REPEAT_WINDOW), through=message.seq - 1)
         agent_rows = [m for m in earlier if m.author_type == "agent" and m.episode_id == message.episode_id]
         if not agent_rows or not near_repeat(message.text, [m.text for m in agent_rows]):
@@ -275,4 +323,4 @@ class GroupDispatcher(GroupWorker):
     async def _settle_episode(self, group: Group) -> None:
         """Nobody is pending: a still-running episode is over for now ('quiet')."""
         if group.episode_id is not None:
-            await self.engine.end_episode(group.episode_id, "quiet")
+            await self.deps.end_episode(group.episode_id, "quiet")

@@ -10,29 +10,34 @@ When the database takes no writes for a while (the store's `health`), the
 people of every group run here are told once, on the surface directly (the
 notice cannot be stored), and once more when it works again.
 Background tasks are kept in a set with a done-callback that logs failures.
+
+The engine composes its parts: each gets what it uses (a dataclass of store
+roles, ports, settings and callbacks: `DispatcherDeps`, `OutboxDeps`,
+`TurnDeps`, `DirectDeps`, `SchedulerDeps`, `OwnershipDeps`), never the engine.
 """
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import Coroutine
+from contextlib import AbstractAsyncContextManager
 from typing import Callable, Iterable, Mapping, TypeVar
 
 from bot.core.attachments import ImageSource, counted_text, images_tokens
-from bot.core.direct import DirectAnswer, DirectRuns
-from bot.core.dispatcher import GroupDispatcher
+from bot.core.direct import DirectAnswer, DirectDeps, DirectRuns
+from bot.core.dispatcher import DispatcherDeps, GroupDispatcher
 from bot.core.doctor import Probe
-from bot.core.errors import Busy, DeliveryError, StoreBusy, StoreUnavailable, StoreUnwritable
+from bot.core.errors import DeliveryError, StoreBusy, StoreUnavailable, StoreUnwritable
+from bot.core.locks import AgentLocks
 from bot.core.models import Agent, Episode, EpisodeResult, Group, Message, NewMessage, SharedFile, Usage
-from bot.core.outbox import Outbox, RetryPolicy
-from bot.core.ownership import LEASE_TTL, Ownership
+from bot.core.outbox import Outbox, OutboxDeps
+from bot.core.ownership import LEASE_TTL, Ownership, OwnershipDeps
 from bot.core.ports import LLM, Store, Surface, TokenCounter
 from bot.core.pricing import DEFAULT_PRICES, Price
 from bot.core.prompts import SYSTEM_AUTHOR, thread_line
-from bot.core.scheduler import TICK, Scheduler
+from bot.core.scheduler import TICK, Scheduler, SchedulerDeps
 from bot.core.secrets import mask_error
 from bot.core.shards import Shards
 from bot.core.spending import budget_reached_notice, month_cost
@@ -41,8 +46,8 @@ from bot.core.store_health import Outage, fixed_notice, outage_notice
 from bot.core.summary import Summaries
 from bot.core.tags import parse_tags, with_agents
 from bot.core.tasks import TaskChains
-from bot.core.turn import AgentTurn, TurnOutcome
-from bot.core.worker import UNREACHABLE_RETRY, GroupWorker
+from bot.core.turn import AgentTurn, TurnDeps, TurnOutcome
+from bot.core.worker import UNREACHABLE_RETRY, GroupWorker, RetryPolicy
 
 log = logging.getLogger(__name__)
 W = TypeVar("W", bound=GroupWorker)
@@ -77,18 +82,20 @@ class Engine:
         self.tasks = TaskChains(store)  # what each episode's prompts keep asking for (bot.core.tasks)
         self.summaries = Summaries(store, llm, counter, self.summary_model_of)  # bot.core.summary
         self.retry = retry or RetryPolicy()
-        self.ownership = Ownership(self, scope, ttl=lease_ttl, shards=shards)
+        self.locks = AgentLocks()  # each agent's one lock (bot.core.locks)
+        self.ownership = Ownership(
+            OwnershipDeps(store=store, spawn=self.spawn, resume=self.resume, wake=self.wake, drop=self.drop,
+                          running_runs=lambda: self.running_runs),
+            scope, ttl=lease_ttl, shards=shards)
         self._dispatchers: dict[int, GroupDispatcher] = {}
         self._outboxes: dict[int, Outbox] = {}
-        self._locks: dict[int, asyncio.Lock] = {}
-        self._released: dict[int, asyncio.Event] = {}
-        self._holders: dict[int, str] = {}  # agent id -> what holds its lock ("a group run")
         self._tasks: set[asyncio.Task[object]] = set()
-        self._turn = AgentTurn(self)
-        self._direct = DirectRuns(self)
         self._closed = False
         self.clock = clock
-        self.scheduler = Scheduler(self, schedule_tick)
+        self.scheduler = Scheduler(
+            SchedulerDeps(store=store, counter=counter, clock=clock, locks=self.locks, owns=self.owns, wake=self.wake,
+                          spawn=self.spawn),
+            schedule_tick)
         self._told = asyncio.Lock()  # store outage notices go out one after the other, in order
         self._unsubscribe = store.health.subscribe(self._store_health_changed)
         self._images: OrderedDict[tuple[int, int, int], str] = OrderedDict()  # fetched images, as data URLs
@@ -96,6 +103,19 @@ class Engine:
         self.endpoint_checks = endpoint_checks
         self.surface_connected = asyncio.Event()  # backlogs are routed once people can be answered
         self._backlog_turn = asyncio.Lock()  # one group's backlog chunk at a time (FIFO: groups take turns)
+        self._turn = AgentTurn(TurnDeps(
+            store=store, llm=llm, surface=surface, counter=counter, tasks=self.tasks, summaries=self.summaries,
+            notice=self.notice, images=self.images, withheld_images=self.withheld_images))
+        self._direct = DirectRuns(DirectDeps(
+            store=store, llm=llm, counter=counter, prices=self.prices, locks=self.locks, after_turn=self.after_turn,
+            wake=self.wake, all_shown=self.all_shown))
+        self._dispatching = DispatcherDeps(
+            store=store, llm=llm, selector_model=selector_model, tasks=self.tasks, summaries=self.summaries,
+            retry=self.retry, locks=self.locks, connected=self.surface_connected, backlog_turn=self._backlog_turn,
+            deliver=self.deliver, end_episode=self.end_episode, shown=self.shown, all_shown=self.all_shown,
+            sweep_drafts=self.sweep_drafts, lost=self.drop)
+        self._showing = OutboxDeps(store=store, surface=surface, retry=self.retry, clock=clock,
+                                   episode_changed=self.episode_changed, lost=self.drop)
 
     def summary_model_of(self, group: Group) -> str | None:
         """The model that writes a group's rolling summaries: ROUNDTABLE_SUMMARY_MODEL, else its selector's."""
@@ -183,16 +203,24 @@ class Engine:
         return group_id in self.ownership.owned
 
     def dispatcher(self, group_id: int) -> GroupDispatcher:
-        return self._running(self._dispatchers, group_id, GroupDispatcher)
+        return self._running(self._dispatchers, group_id, lambda: GroupDispatcher(self._dispatching, group_id))
 
     def outbox(self, group_id: int) -> Outbox:
-        return self._running(self._outboxes, group_id, Outbox)
+        return self._running(self._outboxes, group_id, lambda: Outbox(self._showing, group_id))
 
-    def _running(self, workers: dict[int, W], group_id: int, make: Callable[["Engine", int], W]) -> W:
+    async def all_shown(self, group_id: int) -> None:
+        """Until every row committed in the group so far is shown (its outbox is idle)."""
+        await self.outbox(group_id).idle.wait()
+
+    async def after_turn(self, outcome: TurnOutcome) -> None:
+        """The stop rules after a run posted outside the dispatcher (a direct run's answer)."""
+        await self.dispatcher(outcome.run.group_id).after_turn(outcome)
+
+    def _running(self, workers: dict[int, W], group_id: int, make: Callable[[], W]) -> W:
         """The group's worker of that kind, started (and woken once) when it is not running."""
         worker = workers.get(group_id)
         if worker is None or worker.task is None or worker.task.done():
-            worker = worker or make(self, group_id)
+            worker = worker or make()
             workers[group_id] = worker
             worker.task = self.spawn(worker.loop(), f"{worker.kind}-{group_id}")
             worker.wake()
@@ -229,36 +257,22 @@ class Engine:
     @property
     def running_runs(self) -> int:
         """Runs (group or direct) in flight in this process."""
-        return len(self._holders)
+        return self.locks.running
 
     def agent_lock(self, agent_id: int) -> asyncio.Lock:
-        return self._locks.setdefault(agent_id, asyncio.Lock())
+        return self.locks.lock(agent_id)
 
     async def wait_unlocked(self, agent_id: int) -> None:
-        while self.agent_lock(agent_id).locked():
-            event = self._released.setdefault(agent_id, asyncio.Event())
-            await event.wait()
+        await self.locks.wait_unlocked(agent_id)
 
-    @contextlib.asynccontextmanager
-    async def holding(self, agent: Agent, what: str) -> AsyncIterator[None]:
-        """The agent's one lock, for any run kind (`what`: "a group run", "a direct run"); Busy at
-        once when another run holds it (nothing waits hidden in a queue)."""
-        lock = self.agent_lock(agent.id)
-        if lock.locked():
-            raise Busy(f"{agent.name} is busy with {self._holders.get(agent.id, 'another run')}; "
-                       "try again when it has answered.")
-        async with lock:
-            self._holders[agent.id] = what
-            try:
-                yield
-            finally:
-                self._holders.pop(agent.id, None)
-                self._released.pop(agent.id, asyncio.Event()).set()
+    def holding(self, agent: Agent, what: str) -> AbstractAsyncContextManager[None]:
+        """The agent's one lock (`AgentLocks.holding`): Busy at once when another run holds it."""
+        return self.locks.holding(agent, what)
 
     async def deliver(
         self, group: Group, agent: Agent, snapshot: int, *, selector_usage: Usage, source: str
     ) -> TurnOutcome:
-        async with self.holding(agent, "a group run"):
+        async with self.locks.holding(agent, "a group run"):
             outcome = await self._turn.run(group, agent, snapshot, selector_usage=selector_usage, source=source)
         await self.check_budget(group.id)
         return outcome
@@ -411,19 +425,6 @@ class Engine:
         for agent in await self.store.list_agents(group.id):
             await self.store.set_delivered_through(agent.id, fresh.latest_seq)
         return episode
-
-    async def report_problem(self, group: Group, problem: str | None) -> None:
-        """Record a lasting delivery problem (None: it is fixed); tell people once when it appears."""
-        if not await self.store.set_delivery_problem(group.id, problem):
-            return
-        if problem is None:
-            log.info("group=%s: the surface takes posts again", group.id)
-            return
-        log.error("group=%s: %s", group.id, problem)
-        try:
-            await self.surface.alert(group, mask_error(problem))
-        except Exception:  # best effort: /roundtable status shows it too
-            log.warning("group=%s: could not tell the channel about the problem", group.id, exc_info=True)
 
     def _store_health_changed(self, outage: Outage) -> None:
         """The database stopped taking writes for a while, or takes them again: tell people."""

@@ -14,7 +14,9 @@ from __future__ import annotations
 import zlib
 from pathlib import Path
 
-from bot.core.export import (
+from bot.core.markdown import escape, to_html
+from bot.core.models import Decision, Message, SharedFile
+from bot.core.transcript import (
     Entry,
     Record,
     Totals,
@@ -30,8 +32,6 @@ from bot.core.export import (
     totals_line,
     when,
 )
-from bot.core.markdown import escape, to_html
-from bot.core.models import Decision, Message, SharedFile
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'none'; base-uri 'none'"
 

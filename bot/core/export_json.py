@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from bot.core.export import Record, Totals, Write, iso
 from bot.core.models import Agent, ContextSummary, Decision, Episode, Message, Run, SharedFile, Usage
+from bot.core.transcript import Record, Totals, Write, iso
 
 FORMAT = "roundtable-export"
 VERSION = 2

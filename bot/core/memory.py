@@ -19,7 +19,7 @@ from typing import Sequence
 
 from bot.core.errors import LLMError
 from bot.core.models import Agent, ChatMessage, Completion, Note, Tool, ToolCall, Usage
-from bot.core.ports import LLM, MemoryStore, TokenCounter
+from bot.core.ports import LLM, NoteStore, TokenCounter
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def memory_section(notes: Sequence[Note], total: int, counter: TokenCounter, bud
     return "\n".join(lines)
 
 
-async def load_memory(store: MemoryStore, agent: Agent, counter: TokenCounter, budget: int = MEMORY_BUDGET) -> str:
+async def load_memory(store: NoteStore, agent: Agent, counter: TokenCounter, budget: int = MEMORY_BUDGET) -> str:
     """The agent's `<memory>` block as its prompts show it ('' when memory is off)."""
     if not agent.memory:
         return ""
@@ -108,7 +108,7 @@ class Answer:
         return not self.wrote
 
 
-async def run_with_memory(llm: LLM, store: MemoryStore, agent: Agent, messages: Sequence[ChatMessage], *,
+async def run_with_memory(llm: LLM, store: NoteStore, agent: Agent, messages: Sequence[ChatMessage], *,
                           cache_key: str | None = None) -> Answer:
     """Call the model with `memory_write` until it answers without tool calls (at most
     `MAX_TOOL_STEPS` calls); no note by then: one reminder and one more call.
@@ -153,7 +153,7 @@ async def run_with_memory(llm: LLM, store: MemoryStore, agent: Agent, messages: 
     return Answer(reply or completion.text, usage, model, wrote, calls, provider=provider)
 
 
-async def _answer(store: MemoryStore, agent: Agent, completion: Completion, conversation: list[ChatMessage]) -> bool:
+async def _answer(store: NoteStore, agent: Agent, completion: Completion, conversation: list[ChatMessage]) -> bool:
     """Run the completion's tool calls, appending them and their results to the conversation.
     True when a note was saved."""
     conversation.append(ChatMessage("assistant", completion.text, tool_calls=completion.tool_calls))

@@ -26,14 +26,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Awaitable, Callable, Protocol
 
 from bot.core.errors import AlreadyStored, DeliveryError, LeaseLost, NotFound, StoreError
 from bot.core.models import Agent, Episode, Group, Message
-from bot.core.worker import GroupWorker
-
-if TYPE_CHECKING:
-    from bot.core.engine import Engine
+from bot.core.ports import GroupStore, LeaseStore, PostingStore, RosterStore, Surface, ThreadStore
+from bot.core.secrets import mask_error
+from bot.core.worker import GroupWorker, RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -41,24 +40,28 @@ GIVE_UP_AFTER = 5  # unexpected failures (a bug, not Discord or the database) sh
 LASTING_AFTER = 10.0  # seconds after a refusal when a row still not shown makes it a lasting one
 
 
+class OutboxStore(GroupStore, RosterStore, ThreadStore, PostingStore, LeaseStore, Protocol):
+    """What an outbox reads and writes: the rows to show, their parts, the group's lease."""
+
+
 @dataclass(frozen=True)
-class RetryPolicy:
-    """Seconds to wait after the n-th failure in a row: first, first*factor, ... at most `cap`."""
+class OutboxDeps:
+    """What every group's outbox works with (the engine composes it)."""
 
-    first: float = 1.0
-    factor: float = 2.0
-    cap: float = 60.0
-
-    def delay(self, failures: int, hint: float | None = None) -> float:
-        base = min(self.cap, self.first * self.factor ** max(0, failures - 1))
-        return min(self.cap, max(base, hint or 0.0))
+    store: OutboxStore
+    surface: Surface
+    retry: RetryPolicy
+    clock: Callable[[], float]
+    episode_changed: Callable[[Group, Episode], Awaitable[None]]  # tell the surface (never raises)
+    lost: Callable[[int], None]  # another process runs the group now
 
 
 class Outbox(GroupWorker):
     kind = "outbox"
 
-    def __init__(self, engine: "Engine", group_id: int) -> None:
-        super().__init__(engine, group_id)
+    def __init__(self, deps: OutboxDeps, group_id: int) -> None:
+        super().__init__(group_id, retry=deps.retry, lost=deps.lost)
+        self.deps = deps
         self.unsure: set[int] = set()  # rows an earlier attempt may have shown
         self._broken: dict[int, int] = {}  # row -> unexpected failures showing it
         self._announcements: list[Episode] = []  # episode changes to tell once the rows before are shown
@@ -69,7 +72,7 @@ class Outbox(GroupWorker):
         self.wake()
 
     async def drain(self) -> None:
-        store = self.engine.store
+        store = self.deps.store
         while True:
             group = await store.get_group(self.group_id)
             rows = await store.unconfirmed_messages(self.group_id) if group.enabled else []
@@ -77,7 +80,7 @@ class Outbox(GroupWorker):
                 # Turned off: what waits is shown when it is set up again (its episode changes are told now).
                 announcements, self._announcements = self._announcements, []
                 for episode in announcements:
-                    await self.engine.episode_changed(group, episode)
+                    await self.deps.episode_changed(group, episode)
                 if not self._announcements:
                     return
                 continue
@@ -88,7 +91,7 @@ class Outbox(GroupWorker):
     async def _deliver(self, group: Group, row: Message) -> bool:
         """Show `row` (as just read, with the parts recorded so far) completely, however many attempts
         it takes; False when the group was turned off meanwhile."""
-        store, policy = self.engine.store, self.engine.retry
+        store, policy = self.deps.store, self.retry
         failures = refusals = 0
         problem, refused_at = "", 0.0  # the latest refusal's text for people; the engine's clock at the first
         seq = row.seq
@@ -110,9 +113,9 @@ class Outbox(GroupWorker):
                     self.unsure.add(seq)
                 if exc.problem:
                     refusals, problem = refusals + 1, exc.problem
-                    refused_at = refused_at if refusals > 1 else self.engine.clock()
-                if refusals and (refusals > 1 or self.engine.clock() - refused_at >= LASTING_AFTER):
-                    await self.engine.report_problem(group, problem)  # it lasts: told once, until fixed
+                    refused_at = refused_at if refusals > 1 else self.deps.clock()
+                if refusals and (refusals > 1 or self.deps.clock() - refused_at >= LASTING_AFTER):
+                    await self.report_problem(group, problem)  # it lasts: told once, until fixed
                 delay = policy.delay(failures, exc.retry_after)
                 log.warning("group=%s seq=%s not shown (attempt %d): %s; retrying in %.1fs",
                             self.group_id, seq, failures, exc, delay)
@@ -132,11 +135,24 @@ class Outbox(GroupWorker):
             self.unsure.discard(seq)
             self._broken.pop(seq, None)
             if group.delivery_problem:
-                await self.engine.report_problem(group, None)
+                await self.report_problem(group, None)
             return True
 
+    async def report_problem(self, group: Group, problem: str | None) -> None:
+        """Record a lasting delivery problem (None: it is fixed); tell people once when it appears."""
+        if not await self.deps.store.set_delivery_problem(group.id, problem):
+            return
+        if problem is None:
+            log.info("group=%s: the surface takes posts again", group.id)
+            return
+        log.error("group=%s: %s", group.id, problem)
+        try:
+            await self.deps.surface.alert(group, mask_error(problem))
+        except Exception:  # best effort: /roundtable status shows it too
+            log.warning("group=%s: could not tell the channel about the problem", group.id, exc_info=True)
+
     async def _publish(self, group: Group, row: Message) -> None:
-        store = self.engine.store
+        store = self.deps.store
 
         async def record(external_id: str) -> None:
             try:
@@ -144,7 +160,7 @@ class Outbox(GroupWorker):
             except AlreadyStored:
                 await self._take_back(group, row, external_id)
 
-        await self.engine.surface.publish(group, row, await self._author(row), resume=row.seq in self.unsure,
+        await self.deps.surface.publish(group, row, await self._author(row), resume=row.seq in self.unsure,
                                           record=record)
 
     async def _take_back(self, group: Group, row: Message, external_id: str) -> None:
@@ -152,7 +168,7 @@ class Outbox(GroupWorker):
         process took our own post in as a person's message. That id moves to `row`; a holder
         that is not a person's row keeps it, and the part counts as shown all the same."""
         try:
-            person_seq = await self.engine.store.take_posted(group.id, row.seq, external_id)
+            person_seq = await self.deps.store.take_posted(group.id, row.seq, external_id)
         except AlreadyStored as exc:
             log.warning("group=%s seq=%s: its post %s is stored as another row (%s); counted as shown",
                         group.id, row.seq, external_id, exc)
@@ -165,6 +181,6 @@ class Outbox(GroupWorker):
         if message.author_agent_id is None:
             return None
         try:
-            return await self.engine.store.get_agent(message.author_agent_id)
+            return await self.deps.store.get_agent(message.author_agent_id)
         except NotFound:
             return Agent(message.author_agent_id, message.group_id, message.author_name, "", "")

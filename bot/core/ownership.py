@@ -16,14 +16,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Callable, Protocol
 
 from bot.core.errors import StoreError, StoreUnavailable
 from bot.core.models import Group
+from bot.core.ports import GroupStore, LeaseStore, RosterStore
 from bot.core.shards import Shards
-
-if TYPE_CHECKING:
-    from bot.core.engine import Engine
+from bot.core.worker import Spawn
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +32,32 @@ KEEP_EVERY = 2.0
 HEALTH_EVERY = 60.0  # seconds between two health lines in the log
 
 
+class OwnershipStore(LeaseStore, GroupStore, RosterStore, Protocol):
+    """What the lease keeper reads and writes: the leases, the groups, the agents' cursors (for its health line)."""
+
+
+class Resume(Protocol):
+    async def __call__(self, group: Group, *, backlog: bool = False) -> None:
+        """A group this process has just taken: resume it here (`Engine.resume`)."""
+        ...
+
+
+@dataclass(frozen=True)
+class OwnershipDeps:
+    """What the lease keeper works with (the engine composes it)."""
+
+    store: OwnershipStore
+    spawn: Spawn
+    resume: Resume
+    wake: Callable[[int], None]  # an owned group's log grew: route and deliver
+    drop: Callable[[int], None]  # another process took the group: stop running it here
+    running_runs: Callable[[], int]  # runs in flight in this process (for the health line)
+
+
 class Ownership:
-    def __init__(self, engine: "Engine", scope: str, *, ttl: float = LEASE_TTL, tick: float = KEEP_EVERY,
+    def __init__(self, deps: OwnershipDeps, scope: str, *, ttl: float = LEASE_TTL, tick: float = KEEP_EVERY,
                  shards: Shards | None = None) -> None:
-        self.engine = engine
+        self.deps = deps
         self.scope = scope
         self.shards = shards
         self.ttl = ttl
@@ -53,13 +75,13 @@ class Ownership:
 
     async def start(self) -> None:
         try:
-            await self.engine.store.watch(self._appended_elsewhere)
+            await self.deps.store.watch(self._appended_elsewhere)
         except StoreError as exc:  # the keeper's look every tick still notices other processes' rows
             log.warning("cannot listen for other processes' messages (%s); polling every %.0fs instead", exc, self.tick)
-        for group in await self.engine.store.list_groups():
+        for group in await self.deps.store.list_groups():
             if self.mine(group):
                 await self.claim(group, backlog=True)
-        self.engine.spawn(self._keep(), "lease-keeper")
+        self.deps.spawn(self._keep(), "lease-keeper")
 
     async def claim(self, group: Group, *, backlog: bool = False) -> str | None:
         """Take the group's lease and resume it here. None when this process runs it
@@ -69,26 +91,26 @@ class Ownership:
         async with self._claiming.setdefault(group.id, asyncio.Lock()):  # one claim of a group at a time
             if group.id in self.owned:
                 return None
-            holder = await self.engine.store.acquire_lease(group.id, self.ttl)
+            holder = await self.deps.store.acquire_lease(group.id, self.ttl)
             if holder is not None:
                 log.debug("group=%s is run by %s", group.id, holder)
                 return holder
             self.owned.add(group.id)
             self._seen[group.id] = group.latest_seq
-            await self.engine.resume(group, backlog=backlog)
+            await self.deps.resume(group, backlog=backlog)
             return None
 
     def _appended_elsewhere(self, group_id: int) -> None:
         """Another process stored a row in a group: wake it when it runs here (a group run
         elsewhere is that process's; one whose lease lapsed is taken by the keeper)."""
         if group_id in self.owned:
-            self.engine.wake(group_id)
+            self.deps.wake(group_id)
 
     def claim_soon(self, group_id: int) -> None:
         """Claim a group this process does not run yet (one attempt at a time)."""
         if group_id in self._claims or group_id in self.owned:
             return
-        task = self.engine.spawn(self._claim_by_id(group_id), f"claim-{group_id}")
+        task = self.deps.spawn(self._claim_by_id(group_id), f"claim-{group_id}")
         self._claims[group_id] = task
         task.add_done_callback(lambda _t: self._claims.pop(group_id, None))
 
@@ -100,7 +122,7 @@ class Ownership:
 
     async def _claim_by_id(self, group_id: int) -> None:
         try:
-            group = await self.engine.store.get_group(group_id)
+            group = await self.deps.store.get_group(group_id)
             if group.enabled and self.mine(group):
                 await self.claim(group)
         except StoreError as exc:  # the keeper tries again on its next tick
@@ -114,7 +136,7 @@ class Ownership:
     async def release(self) -> None:
         owned, self.owned = set(self.owned), set()
         if owned:
-            await self.engine.store.release_leases(owned)
+            await self.deps.store.release_leases(owned)
 
     # the keeper ---------------------------------------------------------
     async def _keep(self) -> None:
@@ -130,12 +152,12 @@ class Ownership:
                 log.warning("could not renew group leases: %s", exc)
 
     async def keep_once(self) -> None:
-        store = self.engine.store
+        store = self.deps.store
         if self.owned:
             held = await store.renew_leases(self.owned, self.ttl)
             for group_id in sorted(self.owned - held):
                 log.warning("group=%s: another process took it over; stopping it here", group_id)
-                self.engine.drop(group_id)
+                self.deps.drop(group_id)
         groups = await store.list_groups()
         taken = await store.held_elsewhere() if any(g.id not in self.owned for g in groups) else set()
         for group in groups:
@@ -146,7 +168,7 @@ class Ownership:
                     await self.claim(group, backlog=True)
             elif self._seen.get(group.id) != group.latest_seq:
                 self._seen[group.id] = group.latest_seq
-                self.engine.wake(group.id)  # new rows, perhaps written by another process
+                self.deps.wake(group.id)  # new rows, perhaps written by another process
         if time.monotonic() - self._health_at >= HEALTH_EVERY:
             self._health_at = time.monotonic()
             log.info("%s", await self.health(groups))
@@ -157,9 +179,9 @@ class Ownership:
         led = [g for g in mine if g.id in self.owned]
         behind = 0
         for group in led:
-            behind += sum(1 for a in await self.engine.store.list_agents(group.id, enabled_only=True)
+            behind += sum(1 for a in await self.deps.store.list_agents(group.id, enabled_only=True)
                           if a.delivered_through < group.latest_seq)
         where = f" ({self.shards})" if self.shards is not None else ""
         return (f"health{where}: leading {len(led)} of {len(mine)} groups in scope, "
                 f"{len(mine) - len(led)} led elsewhere; {behind} agent deliveries pending; "
-                f"{self.engine.running_runs} runs in flight")
+                f"{self.deps.running_runs()} runs in flight")

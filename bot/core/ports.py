@@ -168,9 +168,8 @@ class Surface(Protocol):
         ...
 
 
-class ChatStore(Protocol):
-    """The chat itself: groups, rosters, the thread, routing, episodes and runs
-    (what the delivery loop, the admin verbs and the surfaces ask for)."""
+class GroupStore(Protocol):
+    """Groups: their settings and state (paused, a lasting delivery problem, Discord's ingest watermark)."""
 
     async def create_group(
         self,
@@ -202,6 +201,19 @@ class ChatStore(Protocol):
         enabled: bool | None = None,
         paused: bool | None = None,
     ) -> Group: ...
+
+    async def set_delivery_problem(self, group_id: int, problem: str | None) -> bool:
+        """Record or clear (None) a lasting refusal of the surface; True when it changed."""
+        ...
+
+    async def advance_watermark(self, group_id: int, message_id: str) -> None:
+        """Discord ingest: every channel message up to `message_id` is stored or
+        deliberately ignored. Never moves backwards."""
+        ...
+
+
+class RosterStore(Protocol):
+    """A group's agents, and each agent's delivery cursor."""
 
     async def add_agent(
         self,
@@ -241,6 +253,10 @@ class ChatStore(Protocol):
         """Move the agent's cursor forward to `seq` (never backwards)."""
         ...
 
+
+class ThreadStore(Protocol):
+    """The thread: a group's rows, appended and read."""
+
     async def append_user_message(self, group_id: int, message: NewMessage) -> tuple[Message, Episode]:
         """In one transaction: next seq, insert, reset the agent streak to 0,
         end the previous episode if it is still running (status 'superseded'),
@@ -251,26 +267,6 @@ class ChatStore(Protocol):
 
     async def append_system_message(self, group_id: int, message: NewMessage) -> Message:
         """A notice from the bot: next seq, insert; the streak is unchanged."""
-        ...
-
-    async def record_posted(self, group_id: int, seq: int, external_id: str) -> None:
-        """One more part of the row reached the surface, with its external id."""
-        ...
-
-    async def take_posted(self, group_id: int, seq: int, external_id: str) -> int | None:
-        """`record_posted` for an id that a process took in as a person's row of the group (our
-        own post, seen as someone else's): the id moves to row `seq`; the person row stays,
-        without it. That row's seq (None: no row held the id). AlreadyStored when a row that
-        is not a person's holds it."""
-        ...
-
-    async def confirm_message(self, group_id: int, seq: int) -> None:
-        """Every part of the row reached the surface (the provisional messages of its run are its
-        parts now, or gone: they are forgotten)."""
-        ...
-
-    async def unconfirmed_messages(self, group_id: int) -> list[Message]:
-        """Agent and system rows not yet confirmed by the surface, oldest first."""
         ...
 
     async def get_message(self, group_id: int, seq: int) -> Message: ...
@@ -300,14 +296,33 @@ class ChatStore(Protocol):
         """The largest numeric external (Discord) id of the group's rows (before `before_seq`)."""
         ...
 
-    async def advance_watermark(self, group_id: int, message_id: str) -> None:
-        """Discord ingest: every channel message up to `message_id` is stored or
-        deliberately ignored. Never moves backwards."""
+
+class PostingStore(Protocol):
+    """Rows reaching the surface: the parts posted, and the rows every part of which was shown (`bot.core.outbox`)."""
+
+    async def record_posted(self, group_id: int, seq: int, external_id: str) -> None:
+        """One more part of the row reached the surface, with its external id."""
         ...
 
-    async def set_delivery_problem(self, group_id: int, problem: str | None) -> bool:
-        """Record or clear (None) a lasting refusal of the surface; True when it changed."""
+    async def take_posted(self, group_id: int, seq: int, external_id: str) -> int | None:
+        """`record_posted` for an id that a process took in as a person's row of the group (our
+        own post, seen as someone else's): the id moves to row `seq`; the person row stays,
+        without it. That row's seq (None: no row held the id). AlreadyStored when a row that
+        is not a person's holds it."""
         ...
+
+    async def confirm_message(self, group_id: int, seq: int) -> None:
+        """Every part of the row reached the surface (the provisional messages of its run are its
+        parts now, or gone: they are forgotten)."""
+        ...
+
+    async def unconfirmed_messages(self, group_id: int) -> list[Message]:
+        """Agent and system rows not yet confirmed by the surface, oldest first."""
+        ...
+
+
+class RoutingStore(Protocol):
+    """Who answers each row: routing decisions, stored once (`bot.core.dispatcher`)."""
 
     async def record_decision(self, group_id: int, decision: Decision) -> None:
         """Store a message's routing decision once; a second one for the same seq is ignored."""
@@ -326,6 +341,10 @@ class ChatStore(Protocol):
         such that it and every earlier row have a decision (the oldest `limit` of them, when given)."""
         ...
 
+
+class EpisodeStore(Protocol):
+    """Episodes: a task and the turns it started, and the earlier tasks an episode continues (`bot.core.tasks`)."""
+
     async def get_episode(self, episode_id: int) -> Episode: ...
 
     async def end_episode(
@@ -334,6 +353,14 @@ class ChatStore(Protocol):
         """Set a running episode's final status and append `notice` in the same
         transaction. None when it had already ended (nothing changes)."""
         ...
+
+    async def earlier_tasks(self, group_id: int, *, before_seq: int, limit: int) -> list[tuple[Episode, Message]]:
+        """The episodes opened before row `before_seq`, each with its task row, newest first, at most `limit`."""
+        ...
+
+
+class RunStore(Protocol):
+    """Runs: an agent's call over a snapshot, started and settled (`bot.core.turn`, `bot.core.direct`)."""
 
     async def start_run(self, group_id: int, agent_id: int, kind: str, snapshot_seq: int) -> Run:
         """A running run over 1..snapshot_seq, in the episode current at the snapshot.
@@ -352,9 +379,8 @@ class ChatStore(Protocol):
         ...
 
 
-class ContextStore(ChatStore, Protocol):
-    """What a prompt keeps beyond its window: rolling summaries of the rows a window cut, and the
-    earlier tasks an episode continues (`bot.core.summary`, `bot.core.tasks`)."""
+class SummaryStore(Protocol):
+    """Rolling summaries of the rows a prompt's window cut (`bot.core.summary`)."""
 
     async def context_summary(self, group_id: int, *, through: int) -> ContextSummary | None:
         """The newest rolling summary whose last row is at or before `through`."""
@@ -363,10 +389,6 @@ class ContextStore(ChatStore, Protocol):
     async def save_context_summary(self, group_id: int, summary: ContextSummary, usage: Usage) -> None:
         """Keep a rolling summary and what its call cost (usage kind 'summary'); a second one of the same
         rows replaces the text and adds its call."""
-        ...
-
-    async def earlier_tasks(self, group_id: int, *, before_seq: int, limit: int) -> list[tuple[Episode, Message]]:
-        """The episodes opened before row `before_seq`, each with its task row, newest first, at most `limit`."""
         ...
 
 
@@ -401,7 +423,7 @@ class DraftStore(Protocol):
         ...
 
 
-class MemoryStore(Protocol):
+class NoteStore(Protocol):
     """An agent's memory: the notes it saved with memory_write (`bot.core.memory`)."""
 
     async def add_note(self, agent_id: int, text: str) -> Note:
@@ -594,14 +616,21 @@ class DiagnosisStore(Protocol):
         ...
 
 
-class Store(ContextStore, DraftStore, MemoryStore, ScheduleStore, RecordStore, ReadingStore, LeaseStore,
-            WebhookStore, InteractionStore, DiagnosisStore, Protocol):
+class HealthStore(Protocol):
+    """Whether the database takes writes (`bot.core.store_health`)."""
+
+    health: StoreHealth  # told every write's outcome: whether the database takes writes
+
+
+class Store(GroupStore, RosterStore, ThreadStore, PostingStore, RoutingStore, EpisodeStore, RunStore, SummaryStore,
+            DraftStore, NoteStore, ScheduleStore, RecordStore, ReadingStore, LeaseStore, WebhookStore,
+            InteractionStore, DiagnosisStore, HealthStore, Protocol):
     """Durable state. Every method is atomic; appends are serialised per group.
 
     Seqs are per group, 1, 2, 3 ... without gaps. `group.latest_seq` is the
     newest seq. Methods raise `NotFound` / `InvalidInput` for bad ids or
     duplicates and `StoreError` when the database fails (`StoreUnwritable` when
     it takes no writes: a full disk, a read-only file).
-    """
 
-    health: StoreHealth  # told every write's outcome: whether the database takes writes
+    Each role above is one concept; a part of the core asks for the roles it uses.
+    """

@@ -7,14 +7,12 @@ the schedule's zone and in UTC. The ticker that fires schedules is
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Callable, Protocol
 
 from bot.core.card import Card, Field
 from bot.core.models import Agent, Group
+from bot.core.ports import RosterStore, ScheduleStore
 from bot.core.schedule import Schedule, first_run, format_time, parse_when, schedule_prompt
-
-if TYPE_CHECKING:
-    from bot.core.engine import Engine
 
 PROMPT_SHOWN = 80  # characters of a prompt in the list
 
@@ -23,16 +21,21 @@ def when_line(schedule: Schedule) -> str:
     return f"{schedule.when.describe()}; next run {format_time(schedule.next_run_at, schedule.when.tz)}"
 
 
+class ScheduleVerbsStore(ScheduleStore, RosterStore, Protocol):
+    """What the verbs read and write: the schedules, and the roster that names their agents."""
+
+
 class ScheduleVerbs:
-    def __init__(self, engine: "Engine") -> None:
-        self.engine = engine
-        self.store = engine.store
+    def __init__(self, store: ScheduleVerbsStore, clock: Callable[[], float]) -> None:
+        """`clock`: now, as the schedule ticker sees it (`Engine.clock`)."""
+        self.store = store
+        self.clock = clock
 
     async def add(self, group: Group, agent: Agent, *, every: str | None, at: str | None, tz: str | None,
                   prompt: str, created_by: str | None) -> str:
         when = parse_when(every, at, tz)
         text = schedule_prompt(prompt)
-        next_run = first_run(when, self.engine.clock())
+        next_run = first_run(when, self.clock())
         schedule = await self.store.add_schedule(agent.id, when, text, next_run_at=next_run, created_by=created_by)
         waits = "" if agent.enabled else f" ({agent.name} is disabled: it waits until /agent enable {agent.name})"
         return (f"Scheduled #{schedule.id} for {agent.name}, {when.describe()}: next run "

@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Callable, Protocol
 
 from bot.core.errors import NotFound, RoundtableError, StoreUnavailable, UserFacingError
+from bot.core.locks import AgentLocks
 from bot.core.models import Message, NewMessage, Tags
+from bot.core.ports import GroupStore, RosterStore, ScheduleStore, TokenCounter
 from bot.core.prompts import SYSTEM_AUTHOR, thread_line
 from bot.core.schedule import Schedule, format_time, next_after
-
-if TYPE_CHECKING:
-    from bot.core.engine import Engine
+from bot.core.worker import Spawn
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +36,28 @@ def task_text(agent_name: str, prompt: str) -> str:
     return f"⏰ Scheduled for @{agent_name}: {prompt}"
 
 
+class SchedulerStore(ScheduleStore, GroupStore, RosterStore, Protocol):
+    """What the ticker reads and writes: the due schedules, their groups and agents."""
+
+
+@dataclass(frozen=True)
+class SchedulerDeps:
+    """What the schedule ticker works with (the engine composes it)."""
+
+    store: SchedulerStore
+    counter: TokenCounter
+    clock: Callable[[], float]
+    locks: AgentLocks  # a busy agent's schedule waits
+    owns: Callable[[int], bool]  # whether this process runs the group
+    wake: Callable[[int], None]  # a task row was appended: route and deliver
+    spawn: Spawn
+
+
 class Scheduler:
-    def __init__(self, engine: "Engine", interval: float = TICK) -> None:
+    def __init__(self, deps: SchedulerDeps, interval: float = TICK) -> None:
         if interval <= 0:
             raise ValueError(f"the schedule tick must be positive, not {interval!r}")
-        self.engine = engine
+        self.deps = deps
         self.interval = interval
         self._waiting: dict[int, str] = {}  # schedule id -> why it waits (logged once per delay)
         self._ticking = asyncio.Lock()  # one tick at a time
@@ -48,7 +66,7 @@ class Scheduler:
         """The first tick now (what came due while the bot was down fires once, before start-up
         ends), then one every `interval` seconds in the background."""
         await self._tick_logged()
-        self.engine.spawn(self._loop(), "scheduler")
+        self.deps.spawn(self._loop(), "scheduler")
 
     async def _loop(self) -> None:
         while True:
@@ -65,10 +83,10 @@ class Scheduler:
     async def tick(self) -> list[Message]:
         """Fire every due schedule of the groups run here whose agent is free; the task rows appended."""
         async with self._ticking:
-            now = self.engine.clock()
+            now = self.deps.clock()
             fired: list[Message] = []
-            for schedule in await self.engine.store.due_schedules(now):
-                if not self.engine.owns(schedule.group_id):
+            for schedule in await self.deps.store.due_schedules(now):
+                if not self.deps.owns(schedule.group_id):
                     continue  # another process runs that group (and its schedules)
                 try:
                     message = await self._try(schedule, now)
@@ -80,7 +98,7 @@ class Scheduler:
             return fired
 
     async def _try(self, schedule: Schedule, now: float) -> Message | None:
-        store = self.engine.store
+        store = self.deps.store
         group = await store.get_group(schedule.group_id)
         try:
             agent = await store.get_agent(schedule.agent_id)
@@ -88,14 +106,14 @@ class Scheduler:
             return None  # removed meanwhile: its schedules went with it
         reason = ("its group is off" if not group.enabled else "its group is paused" if group.paused
                   else f"{agent.name} is disabled" if not agent.enabled
-                  else f"{agent.name} is busy" if self.engine.agent_lock(agent.id).locked() else None)
+                  else f"{agent.name} is busy" if self.deps.locks.locked(agent.id) else None)
         if reason is not None:
             self._wait(schedule, reason)
             return None
         text = task_text(agent.name, schedule.prompt)
         task = NewMessage(author_type="system", author_name=SYSTEM_AUTHOR, text=text,
                           tags=Tags(agent_ids=(agent.id,), agent_names=(agent.name,)),
-                          token_count=self.engine.counter.count(thread_line(SYSTEM_AUTHOR, text)))
+                          token_count=self.deps.counter.count(thread_line(SYSTEM_AUTHOR, text)))
         following = next_after(schedule.when, now, schedule.next_run_at)
         fired = await store.fire_schedule(schedule, task, ran_at=now, next_run_at=following)
         self._waiting.pop(schedule.id, None)
@@ -105,7 +123,7 @@ class Scheduler:
         message, _episode = fired
         log.info("group=%s schedule=%s fired as #%s for %s; next run %s", group.id, schedule.id, message.seq,
                  agent.name, format_time(following, schedule.when.tz))
-        self.engine.wake(group.id)
+        self.deps.wake(group.id)
         return message
 
     def _wait(self, schedule: Schedule, reason: str) -> None:

@@ -15,12 +15,12 @@ from typing import Sequence
 from bot.core.context import load_thread
 from bot.core.errors import LLMError
 from bot.core.models import Agent, ChatMessage, Decision, Group, Message, Usage
-from bot.core.ports import LLM, ContextStore
+from bot.core.ports import LLM
 from bot.core.prompts import name_list, selector_prompt
 from bot.core.routing import eligible_speakers, next_in_rotation
 from bot.core.stop import TERMINATE
 from bot.core.summary import Summaries
-from bot.core.tasks import TaskChains
+from bot.core.tasks import TaskChains, TaskStore
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ def _rotation(roster: Sequence[Agent], eligible: Sequence[Agent], rotate_after: 
 
 
 async def selector_decision(
-    store: ContextStore, llm: LLM, group: Group, roster: Sequence[Agent], message: Message, *,
+    store: TaskStore, llm: LLM, group: Group, roster: Sequence[Agent], message: Message, *,
     model: str | None, cache_key: str | None = None, tasks: TaskChains | None = None,
     summaries: Summaries | None = None,
 ) -> Decision:

@@ -27,12 +27,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from typing import Callable
+from typing import Callable, Protocol
 
 from bot.core.context import summary_line
 from bot.core.errors import LLMError
 from bot.core.models import ChatMessage, ContextSummary, Group
-from bot.core.ports import LLM, ContextStore, TokenCounter
+from bot.core.ports import LLM, SummaryStore, ThreadStore, TokenCounter
 from bot.core.prompts import fill, render_thread
 from bot.core.reading import within_budget
 
@@ -61,12 +61,16 @@ NO_NOTES = "(none yet: this is the start of the conversation)"
 FORGOTTEN = 1024  # failed windows remembered (not tried again in this process)
 
 
+class SummarizedStore(SummaryStore, ThreadStore, Protocol):
+    """The rolling summaries and the rows they summarise."""
+
+
 class Summaries:
     """Rolling summaries for an engine's groups: `source(group)` is what `bot.core.context.load_thread` asks.
 
     `Summaries.stored(store)` only reads stored summaries (replay: nothing is written, no model is called)."""
 
-    def __init__(self, store: ContextStore, llm: LLM | None, counter: TokenCounter | None,
+    def __init__(self, store: SummarizedStore, llm: LLM | None, counter: TokenCounter | None,
                  model: Callable[[Group], str | None] = lambda group: None) -> None:
         self.store = store
         self.llm = llm
@@ -76,7 +80,7 @@ class Summaries:
         self._locks: dict[int, asyncio.Lock] = {}
 
     @classmethod
-    def stored(cls, store: ContextStore) -> "Summaries":
+    def stored(cls, store: SummarizedStore) -> "Summaries":
         """Summaries that are only read, never made."""
         return cls(store, None, None)
 

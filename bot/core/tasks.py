@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol
 
 from bot.core.models import Message
-from bot.core.ports import ContextStore
+from bot.core.ports import EpisodeStore, ThreadStore
 
 LOOKBACK = 20  # earlier episodes looked at
 DONE = frozenset({"terminated", "quiet"})  # an episode that ended so is not continued
@@ -68,10 +68,14 @@ def keep(chain: list[Message], most: int = MAX_EARLIER) -> tuple[Message, ...]:
     return (chain[0], *chain[len(chain) - (most - 1):])
 
 
+class TaskStore(EpisodeStore, ThreadStore, Protocol):
+    """What the task chains read: episodes and their task rows."""
+
+
 class TaskChains:
     """The tasks of each episode, read once and kept (a small LRU)."""
 
-    def __init__(self, store: ContextStore) -> None:
+    def __init__(self, store: TaskStore) -> None:
         self.store = store
         self._chains: OrderedDict[int, Tasks] = OrderedDict()
 

@@ -17,22 +17,33 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Callable, Protocol, Sequence
 
-from bot.core.attachments import PromptFiles
+from bot.core.attachments import ImageSource, PromptFiles
 from bot.core.context import Trimmed, load_thread, participant_step
 from bot.core.draft import ReplyStream
 from bot.core.errors import CapReached, LLMError
 from bot.core.memory import Answer, load_memory, run_with_memory
 from bot.core.models import Agent, ChatMessage, Completion, Group, Message, NewMessage, Run, RunResult, Usage
-from bot.core.ports import Draft
+from bot.core.ports import (
+    LLM,
+    Draft,
+    DraftStore,
+    EpisodeStore,
+    GroupStore,
+    NoteStore,
+    ReadingStore,
+    RosterStore,
+    RunStore,
+    Surface,
+    ThreadStore,
+    TokenCounter,
+)
 from bot.core.prompts import participant_prompt, system_message, thread_line
 from bot.core.stop import cap_refusal_notice, ends_with_terminate, guard_impersonation, strip_terminate
+from bot.core.summary import Summaries
 from bot.core.tags import parse_tags
-from bot.core.tasks import Tasks
-
-if TYPE_CHECKING:
-    from bot.core.engine import Engine
+from bot.core.tasks import TaskChains, Tasks
 
 log = logging.getLogger(__name__)
 
@@ -92,15 +103,36 @@ def cache_key(group: Group, agent_id: int | None) -> str:
     return f"roundtable-{group.id}-{'selector' if agent_id is None else agent_id}"
 
 
+class TurnStore(GroupStore, RosterStore, ThreadStore, EpisodeStore, RunStore, DraftStore, NoteStore, ReadingStore,
+                Protocol):
+    """What a run reads and writes: its group, roster and thread, its episode, the run itself, the
+    provisional messages it takes over, the agent's notes, the names that tag people."""
+
+
+@dataclass(frozen=True)
+class TurnDeps:
+    """What an agent's run works with (the engine composes it)."""
+
+    store: TurnStore
+    llm: LLM
+    surface: Surface
+    counter: TokenCounter
+    tasks: TaskChains
+    summaries: Summaries
+    notice: Callable[[str], NewMessage]  # a notice from the bot, ready to append
+    images: Callable[[Group], ImageSource]  # people's images of a group, fetched through the surface
+    withheld_images: Callable[[str | None, int], None]  # a prompt named images only (logged once per model)
+
+
 class AgentTurn:
-    def __init__(self, engine: "Engine") -> None:
-        self.engine = engine
+    def __init__(self, deps: TurnDeps) -> None:
+        self.deps = deps
 
     async def run(
         self, group: Group, agent: Agent, snapshot: int, *, selector_usage: Usage, source: str
     ) -> TurnOutcome:
-        engine = self.engine
-        store = engine.store
+        deps = self.deps
+        store = deps.store
         run = await store.start_run(group.id, agent.id, "group", snapshot)
         draft: Draft | None = None
         try:
@@ -140,30 +172,30 @@ class AgentTurn:
 
     async def _refusal_notice(self, run: Run, agent: Agent, cap: int) -> NewMessage | None:
         """Why `agent` did not answer, unless its episode already ended at the cap (that notice says it)."""
-        if run.episode_id is not None and (await self.engine.store.get_episode(run.episode_id)).status == "max_turns":
+        if run.episode_id is not None and (await self.deps.store.get_episode(run.episode_id)).status == "max_turns":
             return None
-        return self.engine.notice(cap_refusal_notice(agent.name, cap))
+        return self.deps.notice(cap_refusal_notice(agent.name, cap))
 
     async def _call(self, group: Group, agent: Agent, run: Run,
                     selector_usage: Usage) -> tuple[RunResult, bool, Draft | None]:
         """Prompt the agent and turn its answer into the run's result (whether it said TERMINATE,
         and the draft that showed it while it was written)."""
-        engine = self.engine
-        store = engine.store
+        deps = self.deps
+        store = deps.store
         roster = await store.list_agents(group.id)
-        tasks = await engine.tasks.of(group.id, run.episode_id)
+        tasks = await deps.tasks.of(group.id, run.episode_id)
         trimmed = await load_thread(store, group.id, through=run.snapshot_seq, budget=group.settings.context_budget,
                                     task_seq=tasks.current.seq if tasks.current else None,
                                     task_apart=tasks.current is not None,
                                     step=participant_step(group.settings.context_budget), tasks=tasks.all,
-                                    summaries=engine.summaries.source(group))
-        memory = await load_memory(store, agent, engine.counter)
-        files = PromptFiles(group.settings, images=engine.llm.takes_images(agent.model),
+                                    summaries=deps.summaries.source(group))
+        memory = await load_memory(store, agent, deps.counter)
+        files = PromptFiles(group.settings, images=deps.llm.takes_images(agent.model),
                             task_seq=tasks.current.seq if tasks.current else None)
         messages, others = build_messages(group, agent, roster, trimmed, tasks, memory, files)
-        engine.withheld_images(agent.model, files.withheld)
-        async with engine.surface.working(group, agent):
-            messages = await files.fill_images(messages, engine.images(group))
+        deps.withheld_images(agent.model, files.withheld)
+        async with deps.surface.working(group, agent):
+            messages = await files.fill_images(messages, deps.images(group))
             answer, draft = await self._complete(group, agent, run, messages, others)
         result, terminated = await self._result(group, agent, run, answer, roster, others, selector_usage)
         return result, terminated, draft
@@ -171,11 +203,11 @@ class AgentTurn:
     async def _result(self, group: Group, agent: Agent, run: Run, answer: Answer, roster: Sequence[Agent],
                       others: Sequence[str], selector_usage: Usage) -> tuple[RunResult, bool]:
         """The run's result from the agent's answer, cleaned (and whether it said TERMINATE)."""
-        engine, store = self.engine, self.engine.store
+        deps, store = self.deps, self.deps.store
         if answer.error is not None:
             exc = answer.error
             log.warning("group=%s agent=%s run=%s failed: %s", group.id, agent.name, run.id, exc)
-            failure = engine.notice(f"{agent.name} could not answer: {exc.public}. Its turn was skipped.")
+            failure = deps.notice(f"{agent.name} could not answer: {exc.public}. Its turn was skipped.")
             return RunResult("failed", answer.usage, selector_usage, error=str(exc), notice=failure,
                              model=answer.model, provider=answer.provider, calls=answer.calls), False
         usage, skipped = answer.usage, (answer.skipped if agent.memory else None)
@@ -187,7 +219,7 @@ class AgentTurn:
         if not strip_terminate(cleaned):
             log.info("group=%s agent=%s run=%s: empty reply after cleaning; nothing posted",
                      group.id, agent.name, run.id)
-            notice = None if terminated else engine.notice(f"{agent.name} had nothing to add (its reply was empty).")
+            notice = None if terminated else deps.notice(f"{agent.name} had nothing to add (its reply was empty).")
             return RunResult("empty", usage, selector_usage, notice=notice, model=answer.model,
                              memory_skipped=skipped, provider=answer.provider, calls=answer.calls), terminated
         reply = NewMessage(
@@ -197,7 +229,7 @@ class AgentTurn:
             tags=parse_tags(cleaned, roster, people=await store.people(group.people_scope), author_agent_id=agent.id),
             author_agent_id=agent.id,
             source_run_id=run.id,
-            token_count=engine.counter.count(thread_line(agent.name, cleaned)),
+            token_count=deps.counter.count(thread_line(agent.name, cleaned)),
         )
         return RunResult("posted", usage, selector_usage, reply=reply, model=answer.model,
                          memory_skipped=skipped, provider=answer.provider, calls=answer.calls), terminated
@@ -208,13 +240,13 @@ class AgentTurn:
         or with memory on, the memory_write loop (`bot.core.memory`), never streamed. The run
         takes over the provisional messages an interrupted run of the agent left, streamed or not
         (its reply's row owns them)."""
-        engine = self.engine
-        llm, key = engine.llm, cache_key(group, agent.id)
-        parts = await engine.store.adopt_drafts(group.id, agent.id, run.id)
+        deps = self.deps
+        llm, key = deps.llm, cache_key(group, agent.id)
+        parts = await deps.store.adopt_drafts(group.id, agent.id, run.id)
         if agent.memory:
-            return await run_with_memory(llm, engine.store, agent, messages, cache_key=key), None
+            return await run_with_memory(llm, deps.store, agent, messages, cache_key=key), None
         reply = ReplyStream(agent.name, others)
-        draft = engine.surface.draft(group, agent, run.id, parts, reply.visible) if group.settings.stream else None
+        draft = deps.surface.draft(group, agent, run.id, parts, reply.visible) if group.settings.stream else None
         try:
             if draft is None:
                 completion = await llm.complete(messages, model=agent.model, cache_key=key)
@@ -233,7 +265,7 @@ class AgentTurn:
             draft.grew()
 
         try:
-            completion = await self.engine.llm.stream(messages, on_text=piece, model=agent.model, cache_key=key)
+            completion = await self.deps.llm.stream(messages, on_text=piece, model=agent.model, cache_key=key)
         except asyncio.CancelledError:
             await draft.stop(wait=False)  # shutting down: what was shown is recorded for the next run
             raise
@@ -245,7 +277,7 @@ class AgentTurn:
 
     async def _interrupt(self, run: Run, selector_usage: Usage) -> None:
         try:
-            await self.engine.store.finish_run(run.id, RunResult("interrupted", selector_usage=selector_usage), cap=0)
+            await self.deps.store.finish_run(run.id, RunResult("interrupted", selector_usage=selector_usage), cap=0)
         except Exception as exc:  # the next owner marks it interrupted anyway
             log.warning("run=%s: could not record the interruption: %s", run.id, exc)
 

@@ -1,7 +1,7 @@
 """A per-group background loop: woken, it drains until nothing is left, then rests.
 
 The dispatcher (routing and runs) and the outbox (showing committed rows) are
-both one of these. A failure is logged and retried with the engine's backoff (a
+both one of these. A failure is logged and retried with the engine's backoff (`RetryPolicy`; a
 database that cannot be reached, which the store logs itself, quietly and at
 least every `UNREACHABLE_RETRY` seconds);
 `LeaseLost` (another process runs the group now) stops the loop for good.
@@ -11,23 +11,41 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Callable
 
 from bot.core.errors import LeaseLost, StoreUnavailable
-
-if TYPE_CHECKING:
-    from bot.core.engine import Engine
 
 log = logging.getLogger(__name__)
 
 UNREACHABLE_RETRY = 2.0  # seconds between two tries at most while the database cannot be reached
 
+Spawn = Callable[[Coroutine[object, object, object], str], asyncio.Task[object]]  # the engine's kept background tasks
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Seconds to wait after the n-th failure in a row: first, first*factor, ... at most `cap`."""
+
+    first: float = 1.0
+    factor: float = 2.0
+    cap: float = 60.0
+
+    def delay(self, failures: int, hint: float | None = None) -> float:
+        base = min(self.cap, self.first * self.factor ** max(0, failures - 1))
+        return min(self.cap, max(base, hint or 0.0))
+
 
 class GroupWorker(ABC):
+    """`retry`: the backoff after failures; `lost(group_id)`: another process runs the group now
+    (the engine stops running it here)."""
+
     kind = "worker"  # in task names and log lines
 
-    def __init__(self, engine: "Engine", group_id: int) -> None:
-        self.engine = engine
+    def __init__(self, group_id: int, *, retry: RetryPolicy, lost: Callable[[int], None]) -> None:
+        self.retry = retry
+        self.lost = lost
         self.group_id = group_id
         self.idle = asyncio.Event()  # set when a pass found nothing left and nobody woke it since
         self.task: asyncio.Task[object] | None = None
@@ -54,11 +72,11 @@ class GroupWorker(ABC):
             except LeaseLost:
                 log.warning("group=%s: another process runs this group now; its %s stops here",
                             self.group_id, self.kind)
-                self.engine.drop(self.group_id)
+                self.lost(self.group_id)
                 return
             except StoreUnavailable as exc:  # the store logged the outage; tried often, to be back soon after it
                 failures += 1
-                delay = min(self.engine.retry.delay(failures), UNREACHABLE_RETRY)
+                delay = min(self.retry.delay(failures), UNREACHABLE_RETRY)
                 log.debug("group=%s %s waits for the database (%s); retrying in %.1fs",
                           self.group_id, self.kind, exc, delay)
                 await asyncio.sleep(delay)
@@ -66,7 +84,7 @@ class GroupWorker(ABC):
                 continue
             except Exception:
                 failures += 1
-                delay = self.engine.retry.delay(failures)
+                delay = self.retry.delay(failures)
                 log.exception("group=%s %s failed; retrying in %.1fs", self.group_id, self.kind, delay)
                 await asyncio.sleep(delay)
                 self._wake.set()
