@@ -32,8 +32,8 @@ from bench.fakes import InstantLLM, RecordingSurface  # noqa: E402
 from bench.places import scratch_schema  # noqa: E402
 from bench.scenario import Script  # noqa: E402
 from bot.adapters.tokens import estimate_tokens, make_token_counter  # noqa: E402
-from bot.core.engine import Engine  # noqa: E402
 from bot.core.models import GroupSettings  # noqa: E402
+from bot.core.runtime.engine import Engine  # noqa: E402
 from storage import SqlStore, open_store  # noqa: E402
 
 FRESH = "console:fresh"

@@ -65,7 +65,7 @@ async def build(path: Path, n: int) -> None:
 
 
 async def child_export(db: str, fmt: str, out: str) -> None:
-    from bot.core.export import write_export
+    from bot.core.record.export import write_export
 
     store = await SqliteStore.open(db)
     group = (await store.list_groups())[0]

@@ -43,8 +43,8 @@ from bench.fakes import InstantLLM, RecordingSurface
 from bench.places import scratch_schema
 from bench.scenario import AGENTS, PERSON, TASK, Script
 from bot.adapters.tokens import estimate_tokens, make_token_counter
-from bot.core.engine import Engine
 from bot.core.models import GroupSettings, NewMessage
+from bot.core.runtime.engine import Engine
 from storage import SqlStore, open_store
 from storage.store import SqliteStore
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable, Sequence
 
 from bench.scenario import Script, classify
-from bot.core.attachments import FileUnavailable
 from bot.core.models import Agent, ChatMessage, Completion, DraftPart, Episode, Group, Message, SharedFile, Usage
 from bot.core.ports import Draft, Recorder
+from bot.core.rules.attachments import FileUnavailable
 
 
 class RecordingSurface:

@@ -41,19 +41,19 @@ AGENTS: tuple[AgentSpec, ...] = (
 ROTATION: tuple[str, ...] = tuple(a.name for a in AGENTS)
 REPLY_TOKENS = 150
 
-# Roundtable's selector prompt opens with this line (bot.core.prompts.SPEAKER_SELECTOR_PROMPT); AutoGen's
+# Roundtable's selector prompt opens with this line (bot.core.rules.prompts.SPEAKER_SELECTOR_PROMPT); AutoGen's
 # default SelectorGroupChat prompt with the second.
 try:
-    from bot.core.prompts import SPEAKER_SELECTOR_PROMPT as _ROUNDTABLE_SELECTOR
+    from bot.core.rules.prompts import SPEAKER_SELECTOR_PROMPT as _ROUNDTABLE_SELECTOR
 except ImportError:  # the engine renamed it: the seed's wording
     _ROUNDTABLE_SELECTOR = "You are coordinating a group chat. Choose who speaks next."
 SELECTOR_OPENINGS: tuple[str, ...] = (
     _ROUNDTABLE_SELECTOR.strip().splitlines()[0],
     "You are in a role play game. The following roles are available:",
 )
-# Roundtable's rolling summary of the rows a window cut (bot.core.summary.SUMMARY_PROMPT) opens with this.
+# Roundtable's rolling summary of the rows a window cut (bot.core.features.summary.SUMMARY_PROMPT) opens with this.
 try:
-    from bot.core.summary import SUMMARY_PROMPT as _ROUNDTABLE_SUMMARY
+    from bot.core.features.summary import SUMMARY_PROMPT as _ROUNDTABLE_SUMMARY
 except ImportError:  # an engine without rolling summaries: no call is one
     _ROUNDTABLE_SUMMARY = "\0no summary prompt"
 SUMMARY_OPENING = _ROUNDTABLE_SUMMARY.strip().splitlines()[0]

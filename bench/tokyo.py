@@ -218,8 +218,8 @@ async def run_roundtable(turns: int, tokenizer: Tokenizer, **settings: Any) -> R
     `settings`: group settings other than the defaults (e.g. context_budget=3000, to compare)."""
     from bot.adapters.openai_llm import OpenAILLM
     from bot.adapters.tokens import make_token_counter
-    from bot.core.engine import Engine
     from bot.core.models import GroupSettings
+    from bot.core.runtime.engine import Engine
     from storage.store import SqliteStore
 
     report = RunReport(ROUNDTABLE, turns)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from bot.core.errors import ConfigError, StoreError, UserFacingError
-from bot.core.shards import parse_shards
+from bot.core.rules.shards import parse_shards
 
 if TYPE_CHECKING:
     from bot.config import Settings
@@ -34,7 +34,7 @@ DISTRIBUTION = "roundtable"
 CONSOLE_LOG_LEVELS = ("WARNING", "INFO", "DEBUG")  # by the number of -v
 DB_HELP = ("SQLite file (or sqlite:///FILE) or postgresql://USER@HOST/DATABASE URL "
            "(default: ROUNDTABLE_DB or roundtable.db)")
-FORMATS = ("html", "json", "md")  # bot.core.export.FORMATS (not imported here: --help stays fast)
+FORMATS = ("html", "json", "md")  # bot.core.record.export.FORMATS (not imported here: --help stays fast)
 ENV_FILE_HELP = "settings file to load first (default: .env here, when there is one)"
 
 
@@ -201,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_bench(args)
     from bot.config import configure_logging, load_env_file, load_settings
-    from bot.core.secrets import mask_error, register_url
+    from bot.core.rules.secrets import mask_error, register_url
     from bot.masking import register_settings
 
     if args.verb in ("init", "doctor"):  # each reads the settings file its own way
@@ -258,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def setup_verb(args: argparse.Namespace) -> int:
     """`roundtable init` or `roundtable doctor` (logging only for warnings: their lines are the output)."""
     from bot.config import configure_logging
-    from bot.core.secrets import mask_error, register, register_url
+    from bot.core.rules.secrets import mask_error, register, register_url
     from bot.masking import register_settings
 
     register_settings(None, os.environ)  # (each verb registers its settings file's too, once read)

@@ -4,7 +4,7 @@
 the environment; `load_settings(env)` returns a frozen `Settings` or raises one
 `ConfigError` whose text names every bad key and its fix, one line each. Every
 key is documented in `config.example.env`. A URL setting is never echoed back (it
-may carry credentials); `redact_url` (from `bot.core.secrets`) gives the form that is safe to log.
+may carry credentials); `redact_url` (from `bot.core.rules.secrets`) gives the form that is safe to log.
 `configure_logging` masks every secret in every log record (`bot.masking`) and keeps
 discord.py's voice warnings out of the log.
 """
@@ -30,10 +30,10 @@ from bot.core.models import (
     MAX_TEXT_RANGE,
     MAX_TURNS_RANGE,
 )
-from bot.core.pricing import Price, merged_prices, parse_prices
-from bot.core.secrets import REDACTED_URL, redact_url  # noqa: F401  (imported from here by the adapters)
-from bot.core.shards import Shards, parse_shards
-from bot.core.validation import CONTEXT_BUDGET_RANGE, SELECTOR_BUDGET_RANGE
+from bot.core.rules.pricing import Price, merged_prices, parse_prices
+from bot.core.rules.secrets import REDACTED_URL, redact_url  # noqa: F401  (imported from here by the adapters)
+from bot.core.rules.shards import Shards, parse_shards
+from bot.core.rules.validation import CONTEXT_BUDGET_RANGE, SELECTOR_BUDGET_RANGE
 
 T = TypeVar("T")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")

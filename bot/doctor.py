@@ -23,8 +23,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from bot.core.doctor import Check, all_passed, database_checks, delivery_check
 from bot.core.errors import ConfigError, StoreError
+from bot.core.rules.doctor import Check, all_passed, database_checks, delivery_check
 
 if TYPE_CHECKING:  # (not imported at run time: `roundtable doctor` starts fast)
     from bot.config import Settings
@@ -109,7 +109,7 @@ async def discord_checks(settings: Settings, groups: Sequence[Group], webhooks: 
 
 
 def print_check(check: Check) -> None:
-    from bot.core.secrets import mask_error
+    from bot.core.rules.secrets import mask_error
 
     print(mask_error(check.line()), flush=True)
 

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Callable, Sequence
 
-from bot.core.attachments import FileUnavailable
-from bot.core.engine import Engine
 from bot.core.errors import InvalidInput, RoundtableError
 from bot.core.models import Agent, DraftPart, Episode, EpisodeResult, Group, GroupSettings, Message, SharedFile
 from bot.core.ports import LLM, Draft, Recorder, TokenCounter
+from bot.core.rules.attachments import FileUnavailable
+from bot.core.runtime.engine import Engine
 from storage import open_store
 
 
@@ -78,7 +78,7 @@ async def run_group_chat(
 ) -> EpisodeResult:
     """Post `task`, let the agents talk until a stop rule fires, return the episode's result."""
     from bot.adapters.tokens import make_token_counter
-    from bot.core import validation as v
+    from bot.core.rules import validation as v
 
     if not participants:
         raise InvalidInput("A group chat needs at least one participant.")

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from bot.config import DEFAULT_ENV_FILE, Settings, load_settings
-from bot.core.doctor import Check
 from bot.core.errors import ConfigError, InvalidInput, LLMError, StoreError
+from bot.core.rules.doctor import Check
 from bot.settings_file import PRIVATE, SettingsFile
 
 if TYPE_CHECKING:
@@ -285,7 +285,7 @@ def run_init(args: argparse.Namespace, env_file: str | None) -> int:
     """The questions are asked outside any event loop (Ctrl-C at a question ends at once); each
     check runs in its own."""
     from bot.adapters.discord.permissions import invite_lines
-    from bot.core.secrets import register_env
+    from bot.core.rules.secrets import register_env
 
     interactive = sys.stdin.isatty() and not args.yes
     file = SettingsFile.read(Path(env_file or DEFAULT_ENV_FILE).expanduser())

@@ -1,4 +1,4 @@
-"""Where the secrets registry (`bot.core.secrets`) meets the process.
+"""Where the secrets registry (`bot.core.rules.secrets`) meets the process.
 
 `register_settings(settings, env)` registers, at start, every secret the settings and
 the environment hold. `mask_logs()` makes every log record of the process masked
@@ -16,7 +16,7 @@ import traceback
 from types import TracebackType
 from typing import Any, Mapping
 
-from bot.core.secrets import SECRETS, mask_error
+from bot.core.rules.secrets import SECRETS, mask_error
 
 _FORMATTER = logging.Formatter()
 _installed = False

@@ -17,10 +17,10 @@ from typing import AsyncIterator, TextIO
 
 from bot.config import Settings
 from bot.core.errors import InvalidInput, NotFound
-from bot.core.export import write_export
 from bot.core.models import Group
-from bot.core.replay import episode_report, replay_episode, replay_message, side_by_side
-from bot.core.secrets import mask
+from bot.core.record.export import write_export
+from bot.core.record.replay import episode_report, replay_episode, replay_message, side_by_side
+from bot.core.rules.secrets import mask
 from storage.store import SqlStore
 
 

@@ -8,11 +8,11 @@ import sys
 from typing import TYPE_CHECKING, AsyncIterator, Callable
 
 from bot.config import Settings
-from bot.core.engine import Engine
 from bot.core.errors import StoreError
 from bot.core.models import DEFAULT_PROVIDER, GroupSettings
 from bot.core.ports import Store, Surface, TokenCounter
-from bot.core.secrets import register_url
+from bot.core.rules.secrets import register_url
+from bot.core.runtime.engine import Engine
 from bot.masking import register_settings
 from storage.store import SqlStore
 

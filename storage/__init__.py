@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 from bot.core.errors import StoreError
-from bot.core.secrets import mask_url
-from bot.core.store_health import StoreHealth
+from bot.core.rules.secrets import mask_url
+from bot.core.rules.store_health import StoreHealth
 from storage.base import Clock
 from storage.db import DEFAULT_BUSY_TIMEOUT_MS, LOCKED_MESSAGE, open_db
 from storage.migrations import MIGRATIONS, apply_migrations

@@ -11,7 +11,7 @@ every other write. Either way a write sees every write of its group committed be
 it, so seq allocation, leases and the checks inside a write are as safe as a single
 process's. Reads see committed data.
 
-Every write transaction's outcome goes to the store's `health` (`bot.core.store_health`): the
+Every write transaction's outcome goes to the store's `health` (`bot.core.rules.store_health`): the
 one place that notices a database which takes no writes (a full disk, a read-only
 file), whichever caller's write it was.
 """
@@ -27,8 +27,8 @@ from typing import AsyncIterator, Callable, Literal, Protocol, Sequence
 
 from bot.core.errors import AlreadyStored, NotFound, StoreError, StoreUnwritable
 from bot.core.models import Episode, Message, NewMessage, token_cost
-from bot.core.secrets import mask
-from bot.core.store_health import StoreHealth
+from bot.core.rules.secrets import mask
+from bot.core.rules.store_health import StoreHealth
 from storage.codec import attachments_to_json, dumps, tags_to_json, to_message, unique
 from storage.sql import Db, Dialect, Params, Row
 
@@ -276,7 +276,7 @@ class Access:
         tokens_before: int,
     ) -> Message:
         external_ids = unique(message.external_ids)
-        text = mask(message.text)  # no secret the process knows is stored or shown (bot.core.secrets)
+        text = mask(message.text)  # no secret the process knows is stored or shown (bot.core.rules.secrets)
         await db.exec(
             "INSERT INTO messages (group_id, seq, author_type, author_name, author_user_id,"
             " author_agent_id, source_run_id, text, tags, external_ids, confirmed, token_count,"

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bot.core.doctor import DatabaseReport
 from bot.core.errors import StoreError
 from bot.core.models import Group, GroupSettings
-from bot.core.secrets import mask_url, url_secrets
+from bot.core.rules.doctor import DatabaseReport
+from bot.core.rules.secrets import mask_url, url_secrets
 from storage import is_postgres, sqlite_path
 from storage.migrations import MIGRATIONS
 from storage.report import FIRST_READABLE, read_report

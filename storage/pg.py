@@ -68,8 +68,8 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
 import asyncpg
 
 from bot.core.errors import StoreBusy, StoreError, StoreUnavailable, StoreUnwritable
-from bot.core.secrets import MASK, mask_error, mask_url, url_secrets
-from bot.core.store_health import StoreHealth
+from bot.core.rules.secrets import MASK, mask_error, mask_url, url_secrets
+from bot.core.rules.store_health import StoreHealth
 from storage.base import Clock
 from storage.db import DEFAULT_BUSY_TIMEOUT_MS, LOCKED_MESSAGE
 from storage.pg_locks import VERSION_SQL, WriteGate, changed_sql, lock_sql

@@ -25,7 +25,7 @@ from typing import Callable
 
 import asyncpg
 
-from bot.core.secrets import mask_error
+from bot.core.rules.secrets import mask_error
 
 log = logging.getLogger("storage.pg")
 

@@ -6,8 +6,8 @@ import logging
 from typing import Iterable
 
 from bot.core.models import Message, Summary
-from bot.core.secrets import mask
-from bot.core.validation import name_key
+from bot.core.rules.secrets import mask
+from bot.core.rules.validation import name_key
 from storage.base import Access
 from storage.codec import to_message
 from storage.sql import Db, the_one

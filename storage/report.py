@@ -1,4 +1,4 @@
-"""The database report (`bot.core.doctor.DatabaseReport`): schema version, the outbox, the leases.
+"""The database report (`bot.core.rules.doctor.DatabaseReport`): schema version, the outbox, the leases.
 
 `read_report` reads it over any `Db`, written once for both databases: through an open store
 (`SqlStore.database_report()`, `/roundtable doctor` in the running bot) and without one
@@ -9,7 +9,7 @@ only its version read.
 """
 from __future__ import annotations
 
-from bot.core.doctor import DatabaseReport, Holder, Waiting
+from bot.core.rules.doctor import DatabaseReport, Holder, Waiting
 from storage.base import Access
 from storage.lease import describe_owner, owner_alive
 from storage.migrations import MIGRATIONS
@@ -50,6 +50,6 @@ class Diagnosis:
         return 0 if row is None else int(row[0])
 
     async def database_report(self) -> DatabaseReport:
-        """The database's schema version, outbox and leases (`bot.core.doctor`)."""
+        """The database's schema version, outbox and leases (`bot.core.rules.doctor`)."""
         async with self._access.read() as db:
             return await read_report(db, self._access.database, self._access.now())

@@ -1,4 +1,4 @@
-"""The routing decisions: who each row went to (`bot.core.routing`, `bot.core.selector`), stored once
+"""The routing decisions: who each row went to (`bot.core.rules.routing`, `bot.core.features.selector`), stored once
 per row, and the group's `routed_through` mark (every row up to it has its decision)."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Sequence
 
 from bot.core.errors import NotFound
 from bot.core.models import Decision, Message
-from bot.core.secrets import mask_error
+from bot.core.rules.secrets import mask_error
 from storage.base import Access
 from storage.codec import dumps, to_decision
 from storage.sql import Db

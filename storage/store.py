@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Callable, Concatenate, Generic, ParamSpec, TypeVar, overload
 
-from bot.core.store_health import StoreHealth
+from bot.core.rules.store_health import StoreHealth
 from storage.base import Access, Backend, Clock
 from storage.db import DEFAULT_BUSY_TIMEOUT_MS, SqliteBackend
 from storage.draft import Drafts

@@ -1,10 +1,10 @@
 """Store methods for keeping a prompt's context: the rolling summaries of what windows cut
-(`bot.core.summary`; the earlier episodes a task continues are `storage.episode`'s).
+(`bot.core.features.summary`; the earlier episodes a task continues are `storage.episode`'s).
 A part of `storage.store.SqlStore` (SQLite and PostgreSQL)."""
 from __future__ import annotations
 
 from bot.core.models import ContextSummary, Usage
-from bot.core.secrets import mask
+from bot.core.rules.secrets import mask
 from storage.base import Access
 from storage.sql import Row
 

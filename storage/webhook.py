@@ -1,8 +1,8 @@
 """The webhooks the bot posts agents' messages through, one per channel; their tokens are secrets
-(registered in `bot.core.secrets` as soon as they are read)."""
+(registered in `bot.core.rules.secrets` as soon as they are read)."""
 from __future__ import annotations
 
-from bot.core.secrets import SECRETS
+from bot.core.rules.secrets import SECRETS
 from storage.base import Access
 
 

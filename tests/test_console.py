@@ -163,7 +163,7 @@ async def test_piped_agent_add_without_prompt_is_an_error_and_the_next_line_a_me
 
 
 async def test_piped_input_exits_1_when_a_line_was_refused_and_0_when_every_line_was_taken(tmp_path):
-    from bot.core.validation import MESSAGE_MAX
+    from bot.core.rules.validation import MESSAGE_MAX
 
     refused = ("/agnet list\n"  # an unknown command
                "/agent add name:planner role:plans prompt:\"You plan.\" colour:blue\n"  # an unknown option

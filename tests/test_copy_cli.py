@@ -9,7 +9,7 @@ import pytest
 
 from bot.core.errors import StoreError
 from bot.core.models import Completion, ContextSummary, Summary, Usage
-from bot.core.schedule import When
+from bot.core.rules.schedule import When
 from storage import describe, open_store
 from storage.copy import NOT_COPIED, TABLES, table_sums
 from tests.engine.conftest import Harness

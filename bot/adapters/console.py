@@ -11,7 +11,7 @@ lines that were answered with an error and taken for nothing (the exit code of p
 
 `/attach PATH` attaches a file to the person's next message (several may wait; `/attach`
 alone lists them, `/detach` drops them): a text file is read at once and kept with the
-row, an image is kept by its path and read when a run is made (`bot.core.attachments`).
+row, an image is kept by its path and read when a run is made (`bot.core.rules.attachments`).
 
 How lines are read and shown (prompt, line editing, the typing status, colour)
 is `bot.adapters.terminal`'s business; this module only says what to show. On a
@@ -32,20 +32,20 @@ from typing import AsyncIterator, Callable, Protocol, Sequence, TextIO
 
 from bot.adapters.commandline import parse_command
 from bot.adapters.terminal import ERROR_STYLE, Screen, and_list
-from bot.core import commands
-from bot.core.admin import Admin
-from bot.core.attachments import FileUnavailable, brief_text, image_size, size_text, take_in
-from bot.core.card import Attachment, reply_lines
-from bot.core.doctor import Check
-from bot.core.engine import Engine
 from bot.core.errors import Busy, InvalidInput, StoreError, UserFacingError
+from bot.core.features.reading import Reader
 from bot.core.models import Agent, DraftPart, Episode, Group, GroupSettings, Message, SharedFile
 from bot.core.ports import Draft, Recorder
-from bot.core.prompts import SYSTEM_AUTHOR
-from bot.core.reading import Reader
-from bot.core.stop import strip_terminate
-from bot.core.tags import parse_tags, unknown_tags
-from bot.core.validation import message_text
+from bot.core.rules.attachments import FileUnavailable, brief_text, image_size, size_text, take_in
+from bot.core.rules.card import Attachment, reply_lines
+from bot.core.rules.doctor import Check
+from bot.core.rules.prompts import SYSTEM_AUTHOR
+from bot.core.rules.stop import strip_terminate
+from bot.core.rules.tags import parse_tags, unknown_tags
+from bot.core.rules.validation import message_text
+from bot.core.runtime.engine import Engine
+from bot.core.verbs import commands
+from bot.core.verbs.admin import Admin
 
 log = logging.getLogger(__name__)
 EXIT_REFUSED = 1  # piped input with a refused line (README, `roundtable console --help`)
@@ -171,7 +171,7 @@ class LineSource(Protocol):
 
 
 class ConsoleCaller:
-    """What a command typed in the console may ask of its surface (`bot.core.commands.Caller`)."""
+    """What a command typed in the console may ask of its surface (`bot.core.verbs.commands.Caller`)."""
 
     surface = "console"
     is_operator = True  # it is your terminal

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from bot.adapters.openai_llm import OpenAILLM
 from bot.adapters.providers import route
 from bot.config import Settings, redact_url
-from bot.core.doctor import Check
 from bot.core.errors import ConfigError, LLMError, LLMUnavailable
 from bot.core.models import DEFAULT_PROVIDER
+from bot.core.rules.doctor import Check
 
 OPENAI_API = "https://api.openai.com/v1"
 CHECK_TIMEOUT = 15.0  # seconds per endpoint

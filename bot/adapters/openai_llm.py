@@ -15,7 +15,7 @@ What this file owns:
 - translating every failure into the `LLMError` tree at this boundary, with a
   short message for the log (what happened, HTTP status, model, server host)
   that never holds a secret: the server's own error text is masked
-  (`bot.core.secrets.mask_error`: every secret the process registered, the API
+  (`bot.core.rules.secrets.mask_error`: every secret the process registered, the API
   key among them, and anything shaped like a key or token) and trimmed, and the
   SDK exception is not chained (`from None`), so a logged traceback cannot carry
   it either. What the server answers (reply text, tool call arguments) is masked
@@ -73,7 +73,7 @@ from bot.config import redact_url
 from bot.core.errors import ConfigError, LLMError, LLMRateLimited, LLMRejected, LLMTimeout, LLMUnavailable
 from bot.core.models import DEFAULT_PROVIDER, ChatMessage, Completion, Tool, ToolCall, Usage
 from bot.core.ports import TokenCounter
-from bot.core.secrets import SECRETS, mask, mask_error
+from bot.core.rules.secrets import SECRETS, mask, mask_error
 
 log = logging.getLogger(__name__)
 

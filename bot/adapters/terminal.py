@@ -50,7 +50,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Protocol, TextIO, TypeVar
 
-from bot.core.secrets import mask
+from bot.core.rules.secrets import mask
 
 log = logging.getLogger(__name__)
 T = TypeVar("T", ctypes.c_int, ctypes.c_char_p)

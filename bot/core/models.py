@@ -134,7 +134,7 @@ class Tags:
 
 @dataclass(frozen=True)
 class SharedFile:
-    """A file a person attached to a message (`bot.core.attachments`), immutable like its row.
+    """A file a person attached to a message (`bot.core.rules.attachments`), immutable like its row.
 
     `kind` is decided when the message is stored: an image (sent to models that take images,
     fetched when a run is made), a text file (its content read then and kept in `text`:
@@ -347,7 +347,7 @@ class Summary:
 @dataclass(frozen=True)
 class ContextSummary:
     """A rolling summary of a group's rows 1..through, written when a prompt's window moved past them
-    (SPEC §6); it extends the summary through `after` with rows after..through (`bot.core.summary`)."""
+    (SPEC §6); it extends the summary through `after` with rows after..through (`bot.core.features.summary`)."""
 
     through: int
     after: int

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import AsyncContextManager, AsyncIterator, Awaitable, Callable, Iterable, Protocol, Sequence
 
-from bot.core.doctor import DatabaseReport
 from bot.core.models import (
     Agent,
     ChatMessage,
@@ -32,8 +31,9 @@ from bot.core.models import (
     Tool,
     Usage,
 )
-from bot.core.schedule import Schedule, When
-from bot.core.store_health import StoreHealth
+from bot.core.rules.doctor import DatabaseReport
+from bot.core.rules.schedule import Schedule, When
+from bot.core.rules.store_health import StoreHealth
 
 
 class TokenCounter(Protocol):
@@ -164,7 +164,7 @@ class Surface(Protocol):
 
     async def file_data(self, group: Group, file: SharedFile) -> bytes:
         """The bytes of a file a person shared in `group` (Discord: its URL refreshed first, as
-        they expire). Raises `bot.core.attachments.FileUnavailable` when they cannot be had."""
+        they expire). Raises `bot.core.rules.attachments.FileUnavailable` when they cannot be had."""
         ...
 
 
@@ -298,7 +298,8 @@ class ThreadStore(Protocol):
 
 
 class PostingStore(Protocol):
-    """Rows reaching the surface: the parts posted, and the rows every part of which was shown (`bot.core.outbox`)."""
+    """Rows reaching the surface: the parts posted, and the rows every part of which was shown
+    (`bot.core.runtime.outbox`)."""
 
     async def record_posted(self, group_id: int, seq: int, external_id: str) -> None:
         """One more part of the row reached the surface, with its external id."""
@@ -322,7 +323,7 @@ class PostingStore(Protocol):
 
 
 class RoutingStore(Protocol):
-    """Who answers each row: routing decisions, stored once (`bot.core.dispatcher`)."""
+    """Who answers each row: routing decisions, stored once (`bot.core.runtime.dispatcher`)."""
 
     async def record_decision(self, group_id: int, decision: Decision) -> None:
         """Store a message's routing decision once; a second one for the same seq is ignored."""
@@ -343,7 +344,8 @@ class RoutingStore(Protocol):
 
 
 class EpisodeStore(Protocol):
-    """Episodes: a task and the turns it started, and the earlier tasks an episode continues (`bot.core.tasks`)."""
+    """Episodes: a task and the turns it started, and the earlier tasks an episode continues
+    (`bot.core.features.tasks`)."""
 
     async def get_episode(self, episode_id: int) -> Episode: ...
 
@@ -360,7 +362,8 @@ class EpisodeStore(Protocol):
 
 
 class RunStore(Protocol):
-    """Runs: an agent's call over a snapshot, started and settled (`bot.core.turn`, `bot.core.direct`)."""
+    """Runs: an agent's call over a snapshot, started and settled (`bot.core.runtime.turn`,
+    `bot.core.runtime.direct`)."""
 
     async def start_run(self, group_id: int, agent_id: int, kind: str, snapshot_seq: int) -> Run:
         """A running run over 1..snapshot_seq, in the episode current at the snapshot.
@@ -380,7 +383,7 @@ class RunStore(Protocol):
 
 
 class SummaryStore(Protocol):
-    """Rolling summaries of the rows a prompt's window cut (`bot.core.summary`)."""
+    """Rolling summaries of the rows a prompt's window cut (`bot.core.features.summary`)."""
 
     async def context_summary(self, group_id: int, *, through: int) -> ContextSummary | None:
         """The newest rolling summary whose last row is at or before `through`."""
@@ -424,7 +427,7 @@ class DraftStore(Protocol):
 
 
 class NoteStore(Protocol):
-    """An agent's memory: the notes it saved with memory_write (`bot.core.memory`)."""
+    """An agent's memory: the notes it saved with memory_write (`bot.core.features.memory`)."""
 
     async def add_note(self, agent_id: int, text: str) -> Note:
         """Keep a note the agent saved with memory_write."""
@@ -442,7 +445,7 @@ class NoteStore(Protocol):
 
 
 class ScheduleStore(Protocol):
-    """Schedules: an agent's task posted at set times (`bot.core.scheduler`)."""
+    """Schedules: an agent's task posted at set times (`bot.core.runtime.scheduler`)."""
 
     async def add_schedule(self, agent_id: int, when: When, prompt: str, *, next_run_at: float,
                            created_by: str | None = None) -> Schedule:
@@ -526,7 +529,7 @@ class RecordStore(Protocol):
 
 
 class ReadingStore(Protocol):
-    """People's read cursors, the names that tag them, and catch-up summaries (`bot.core.reading`)."""
+    """People's read cursors, the names that tag them, and catch-up summaries (`bot.core.features.reading`)."""
 
     async def get_seen(self, group_id: int, user_id: str) -> int | None: ...
 
@@ -553,7 +556,7 @@ class ReadingStore(Protocol):
 
 
 class LeaseStore(Protocol):
-    """One process runs a group: its lease, and hearing of rows other processes store (`bot.core.ownership`)."""
+    """One process runs a group: its lease, and hearing of rows other processes store (`bot.core.runtime.ownership`)."""
 
     owner_label: str
 
@@ -587,11 +590,11 @@ class WebhookStore(Protocol):
 
     async def get_webhook(self, channel_id: str) -> tuple[str, str] | None:
         """(webhook id, webhook token) stored for a channel, or None. The token is registered
-        with `bot.core.secrets` (masked in every text from then on), as by `save_webhook`."""
+        with `bot.core.rules.secrets` (masked in every text from then on), as by `save_webhook`."""
         ...
 
     async def register_webhook_tokens(self) -> int:
-        """Register every stored webhook token with `bot.core.secrets` (at start, before any
+        """Register every stored webhook token with `bot.core.rules.secrets` (at start, before any
         text could hold one); how many there are."""
         ...
 
@@ -609,7 +612,7 @@ class InteractionStore(Protocol):
 
 
 class DiagnosisStore(Protocol):
-    """What `/roundtable doctor` reads of the database (`bot.core.doctor`)."""
+    """What `/roundtable doctor` reads of the database (`bot.core.rules.doctor`)."""
 
     async def database_report(self) -> DatabaseReport:
         """The schema version, the rows waiting to be posted and the leases, read without changing anything."""
@@ -617,7 +620,7 @@ class DiagnosisStore(Protocol):
 
 
 class HealthStore(Protocol):
-    """Whether the database takes writes (`bot.core.store_health`)."""
+    """Whether the database takes writes (`bot.core.rules.store_health`)."""
 
     health: StoreHealth  # told every write's outcome: whether the database takes writes
 

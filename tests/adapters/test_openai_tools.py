@@ -7,7 +7,7 @@ import pytest
 
 from bot.adapters.openai_llm import OpenAILLM
 from bot.core.errors import LLMRejected
-from bot.core.memory import MEMORY_TOOL
+from bot.core.features.memory import MEMORY_TOOL
 from bot.core.models import ChatMessage
 from tests.fakes.openai_server import FakeOpenAI, Reply, closed_base_url, tool_call
 

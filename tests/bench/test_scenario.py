@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from bench.cache_server import Tokenizer
 from bench.scenario import AGENTS, ROTATION, SELECTOR_OPENINGS, Script, classify, offered, reply_text
-from bot.core.prompts import SPEAKER_SELECTOR_PROMPT
+from bot.core.rules.prompts import SPEAKER_SELECTOR_PROMPT
 
 AUTOGEN_SELECTOR = """You are in a role play game. The following roles are available:
 planner: drafts the day-by-day itinerary

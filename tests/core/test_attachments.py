@@ -8,7 +8,9 @@ from dataclasses import replace
 import pytest
 
 from bot.adapters.providers import route
-from bot.core.attachments import (
+from bot.core.features.spending import tally
+from bot.core.models import ChatMessage, GroupSettings, ImagePart, Message, SharedFile, Spend, Usage
+from bot.core.rules.attachments import (
     PromptFiles,
     brief_text,
     decode_text,
@@ -17,10 +19,8 @@ from bot.core.attachments import (
     take_in,
     text_files,
 )
-from bot.core.commands import model_choices
-from bot.core.models import ChatMessage, GroupSettings, ImagePart, Message, SharedFile, Spend, Usage
-from bot.core.pricing import Price, price_of
-from bot.core.spending import tally
+from bot.core.rules.pricing import Price, price_of
+from bot.core.verbs.commands import model_choices
 
 
 @pytest.mark.parametrize("width, height, tokens", [

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.core.context import TASK_REFERENCE, Trimmed, cut_point, load_thread, participant_step
+from bot.core.features.context import TASK_REFERENCE, Trimmed, cut_point, load_thread, participant_step
 from bot.core.models import ContextSummary, Message, token_cost
 from bot.core.ports import Store
 

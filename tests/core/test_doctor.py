@@ -1,9 +1,10 @@
-"""The checks the core judges from plain data (`bot.core.doctor`): their lines, the database's, the card."""
+"""The checks the core judges from plain data (`bot.core.rules.doctor`): their lines, the database's, the card."""
 from __future__ import annotations
 
 import pytest
 
-from bot.core.doctor import (
+from bot.core.models import Group, GroupSettings
+from bot.core.rules.doctor import (
     Check,
     DatabaseReport,
     Holder,
@@ -14,7 +15,6 @@ from bot.core.doctor import (
     lease_check,
     outbox_check,
 )
-from bot.core.models import Group, GroupSettings
 
 
 @pytest.mark.parametrize("check, line", [

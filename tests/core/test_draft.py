@@ -1,4 +1,4 @@
-"""What may be shown of a reply while it is written (bot.core.draft): tables, then random replies."""
+"""What may be shown of a reply while it is written (bot.core.rules.draft): tables, then random replies."""
 from __future__ import annotations
 
 import random
@@ -6,10 +6,10 @@ import re
 
 import pytest
 
-from bot.core import draft
-from bot.core.draft import ReplyStream, may_open_as, visible_text
-from bot.core.secrets import Secrets
-from bot.core.stop import _labels, guard_impersonation, speaker_label_end, strip_terminate
+from bot.core.rules import draft
+from bot.core.rules.draft import ReplyStream, may_open_as, visible_text
+from bot.core.rules.secrets import Secrets
+from bot.core.rules.stop import _labels, guard_impersonation, speaker_label_end, strip_terminate
 
 OWN = "planner"
 OTHERS = ("budget", "local", "alice", "Bob Smith")

@@ -60,7 +60,7 @@ def circle_through(edges: dict[str, set[str]], start: str) -> list[str] | None:
 
 def test_the_walk_sees_the_imports() -> None:
     edges = graph()
-    assert "bot.core.ports" in edges["bot.core.engine"]
+    assert "bot.core.ports" in edges["bot.core.runtime.engine"]
     assert "bot.core.models" in edges["bot.core.ports"]
 
 
@@ -77,5 +77,43 @@ def test_no_core_module_is_on_an_import_circle() -> None:
 
 def test_no_part_of_the_engine_imports_it() -> None:
     edges = graph()
-    importers = sorted(m for m, targets in edges.items() if "bot.core.engine" in targets)
-    assert importers == ["bot.core.admin"], importers  # the verbs the surfaces call act on an engine
+    importers = sorted(m for m, targets in edges.items() if "bot.core.runtime.engine" in targets)
+    assert importers == ["bot.core.verbs.admin"], importers  # the verbs the surfaces call act on an engine
+
+
+LAYERS = (  # bot/core/__init__.py draws them; a module imports only its own layer and the ones before it
+    ("bot.core", "bot.core.models", "bot.core.errors"),
+    ("bot.core.rules",),
+    ("bot.core.ports",),
+    ("bot.core.features",),
+    ("bot.core.runtime", "bot.core.record"),  # side by side: neither imports the other
+    ("bot.core.verbs",),
+)
+
+
+def layer(module: str) -> tuple[int, str]:
+    """The layer of a module (its index, and the name that places it: the longest prefix)."""
+    best, found = "", -1
+    for index, names in enumerate(LAYERS):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and len(name) > len(best):
+                best, found = name, index
+    return found, best
+
+
+def test_every_core_module_has_a_layer() -> None:
+    assert [m for m in graph() if layer(m)[0] < 0] == []
+    assert layer("bot.core.rules.tags") == (1, "bot.core.rules")
+    assert layer("bot.core.ports")[0] == 2 and layer("bot.core.verbs.admin")[0] == 5
+
+
+def test_no_core_module_imports_a_later_layer_or_a_neighbour() -> None:
+    wrong = []
+    for module, targets in sorted(graph().items()):
+        (mine, my_name), later = layer(module), []
+        for target in sorted(targets):
+            theirs, their_name = layer(target)
+            if theirs > mine or (theirs == mine and their_name != my_name):
+                later.append(target)
+        wrong += [f"{module} imports {t}" for t in later]
+    assert not wrong, "\n".join(wrong)

@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from bot.core.markdown import escape_html_in_prose, to_html
+from bot.core.rules.markdown import escape_html_in_prose, to_html
 
 
 @pytest.mark.parametrize("text, html", [

@@ -6,9 +6,9 @@ import json
 import pytest
 
 from bot.adapters.tokens import make_token_counter
-from bot.core.memory import NOTE_MAX, SAVED, memory_section, read_note
+from bot.core.features.memory import NOTE_MAX, SAVED, memory_section, read_note
 from bot.core.models import Agent, Note, ToolCall
-from bot.core.prompts import system_message
+from bot.core.rules.prompts import system_message
 
 COUNTER = make_token_counter()
 

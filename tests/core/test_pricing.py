@@ -5,9 +5,9 @@ import pytest
 
 from bot.config import load_settings
 from bot.core.errors import ConfigError
+from bot.core.features.spending import month_start, tally, total
 from bot.core.models import Spend, Usage
-from bot.core.pricing import DEFAULT_PRICES, Price, dollars, exact_dollars, merged_prices, parse_prices, price_of
-from bot.core.spending import month_start, tally, total
+from bot.core.rules.pricing import DEFAULT_PRICES, Price, dollars, exact_dollars, merged_prices, parse_prices, price_of
 
 
 @pytest.mark.parametrize("model, expected", [

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bot.core.models import Agent
-from bot.core.prompts import PARTICIPANT_PROMPT, SPEAKER_SELECTOR_PROMPT, participant_prompt, selector_prompt
+from bot.core.rules.prompts import PARTICIPANT_PROMPT, SPEAKER_SELECTOR_PROMPT, participant_prompt, selector_prompt
 
 COPY = Path(__file__).resolve().parents[1] / "seed_prompts"
 COPIES = {"speaker_selector.txt": SPEAKER_SELECTOR_PROMPT, "participant.txt": PARTICIPANT_PROMPT}

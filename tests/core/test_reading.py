@@ -2,8 +2,8 @@ from typing import Sequence
 
 import pytest
 
+from bot.core.features.reading import CATCHUP_BUDGET, Reader, Reading, elsewhere, excerpt, within_budget
 from bot.core.models import ChatMessage, Completion, Group, GroupSettings, Message, Usage
-from bot.core.reading import CATCHUP_BUDGET, Reader, Reading, elsewhere, excerpt, within_budget
 
 
 def rows(*costs: int) -> list[Message]:

@@ -3,7 +3,7 @@ import random
 import pytest
 
 from bot.core.models import Agent, Message, Tags
-from bot.core.routing import eligible_speakers, explicit_recipients, next_in_rotation, plan_batch, routable
+from bot.core.rules.routing import eligible_speakers, explicit_recipients, next_in_rotation, plan_batch, routable
 
 A = [Agent(1, 1, "planner", "r", "p", position=0), Agent(2, 1, "budget", "r", "p", position=1),
      Agent(3, 1, "local", "r", "p", position=2)]

@@ -6,7 +6,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from bot.core.errors import InvalidInput
-from bot.core.schedule import (
+from bot.core.rules.schedule import (
     When,
     first_run,
     format_interval,

@@ -7,7 +7,7 @@ from urllib.parse import quote, quote_plus
 
 import pytest
 
-from bot.core.secrets import MIN_LENGTH, Secrets, mask_url, redact_url, url_secrets
+from bot.core.rules.secrets import MIN_LENGTH, Secrets, mask_url, redact_url, url_secrets
 
 TOKEN = "MTA5.bot-token.Zx9_q-Kk2LmNoPqRsTuVwXyZ"
 ODD = 'p@ss/w:rd "quoted" <&> é+ end'  # a password with every character a format escapes

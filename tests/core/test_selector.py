@@ -1,8 +1,8 @@
 import pytest
 
 from bot.core.errors import LLMTimeout
+from bot.core.features.selector import parse_reply, select_speaker
 from bot.core.models import Agent, Completion, Usage
-from bot.core.selector import parse_reply, select_speaker
 from tests.fakes.scripted_llm import ScriptedLLM
 
 NAMES = ["planner", "budget", "local.guide"]

@@ -1,7 +1,7 @@
 import pytest
 
 from bot.core.errors import InvalidInput
-from bot.core.shards import Shards, parse_shards, shard_of
+from bot.core.rules.shards import Shards, parse_shards, shard_of
 
 
 @pytest.mark.parametrize("guild_id, count, shard", [

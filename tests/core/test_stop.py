@@ -1,6 +1,6 @@
 import pytest
 
-from bot.core.stop import (
+from bot.core.rules.stop import (
     cap_notice,
     ends_with_terminate,
     guard_impersonation,

@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from bot.core.store_health import Outage, StoreHealth, fixed_notice, outage_notice, outage_status, span
+from bot.core.rules.store_health import Outage, StoreHealth, fixed_notice, outage_notice, outage_status, span
 
 APPEND = "INSERT INTO messages ..."
 RENEW = "UPDATE leases ..."

@@ -1,7 +1,7 @@
 import pytest
 
 from bot.core.models import Agent
-from bot.core.tags import parse_tags, unknown_tags, with_agents
+from bot.core.rules.tags import parse_tags, unknown_tags, with_agents
 
 ROSTER = [
     Agent(1, 1, "planner", "plans", "p"),

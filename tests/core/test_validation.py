@@ -2,7 +2,7 @@
 import pytest
 
 from bot.core.errors import InvalidInput
-from bot.core.validation import agent_name, check_name_free, name_key
+from bot.core.rules.validation import agent_name, check_name_free, name_key
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,9 @@ from bot.adapters.discord.client import RoundtableBot, point_at
 from bot.adapters.discord.webhooks import DiscordSurface
 from bot.adapters.openai_llm import OpenAILLM
 from bot.adapters.tokens import make_token_counter
-from bot.core.engine import Engine
 from bot.core.models import GroupSettings
-from bot.core.outbox import RetryPolicy
+from bot.core.runtime.engine import Engine
+from bot.core.runtime.outbox import RetryPolicy
 from storage.store import SqliteStore, SqlStore
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript

@@ -11,7 +11,7 @@ import time
 import zlib
 from urllib.parse import parse_qs, urlsplit
 
-from bot.core.attachments import image_format
+from bot.core.rules.attachments import image_format
 from tests.fakes.openai_server import GroupChatScript, Reply, ReplyLike, image_urls, message_text
 
 

@@ -46,7 +46,7 @@ def add_backlog(db: Path, group_id: int, rows: int) -> int:
 
 async def test_the_bot_identifies_before_routing_a_backlog_and_answers_another_channel_meanwhile(
         harness, script: GroupChatScript, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="bot.core.dispatcher")
+    caplog.set_level(logging.INFO, logger="bot.core.runtime.dispatcher")
     emu = harness.emu
     other = emu.add_channel(emu.guild_id, "second")
     await emu.wait_for(lambda: harness.bot.get_channel(int(other)) is not None, timeout=5)

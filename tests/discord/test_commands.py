@@ -6,8 +6,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from bot.core import commands as declared
-from bot.core.commands import check_options
+from bot.core.verbs import commands as declared
+from bot.core.verbs.commands import check_options
 from tests.fakes.openai_server import GroupChatScript
 
 DISCORD_TYPES = {"text": 3, "long_text": 3, "message": 3, "agent": 3, "choice": 3, "integer": 4, "boolean": 5,

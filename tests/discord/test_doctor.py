@@ -9,7 +9,7 @@ import pytest
 
 from bot.adapters.endpoints import endpoint_checks
 from bot.config import Settings
-from bot.core.store_health import Outage
+from bot.core.rules.store_health import Outage
 from tests.discord_emulator import perms
 
 

@@ -3,7 +3,7 @@ PostgreSQL schema), against the emulator with guilds on both shards: each guild'
 taken in and answered once, by its shard."""
 from __future__ import annotations
 
-from bot.core.shards import shard_of
+from bot.core.rules.shards import shard_of
 from tests.discord.process import BotProcess, UniqueReplies, check_once
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.databases import Place

@@ -10,7 +10,7 @@ from typing import Iterator
 
 import pytest
 
-from bot.core.store_health import StoreHealth
+from bot.core.rules.store_health import StoreHealth
 from tests.discord.conftest import BotHarness
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.faults import FullDisk, read_only, refusing_inserts

@@ -16,7 +16,7 @@ from bot.adapters.discord import webhooks
 from bot.adapters.discord.render import split_message
 from bot.adapters.openai_llm import OpenAILLM
 from bot.core.models import Message, NewMessage, RunResult, Tags
-from bot.core.secrets import SECRETS
+from bot.core.rules.secrets import SECRETS
 from tests.discord.conftest import BotHarness
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply

@@ -11,9 +11,9 @@ from typing import Any, AsyncIterator
 import pytest
 
 from bot.adapters.tokens import make_token_counter
-from bot.core.engine import Engine
 from bot.core.models import Group, GroupSettings
-from bot.core.outbox import RetryPolicy
+from bot.core.runtime.engine import Engine
+from bot.core.runtime.outbox import RetryPolicy
 from storage import SqlStore
 from tests.fakes.databases import Place, SqlitePlace
 from tests.fakes.scripted_llm import ScriptedLLM

@@ -10,9 +10,9 @@ from typing import Awaitable, Callable
 import pytest
 
 from bot.adapters.tokens import make_token_counter
-from bot.core.dispatcher import ROUTE_CHUNK
-from bot.core.engine import Engine
 from bot.core.models import GroupSettings
+from bot.core.runtime.dispatcher import ROUTE_CHUNK
+from bot.core.runtime.engine import Engine
 from tests.engine.conftest import FAST_RETRY
 from tests.fakes.databases import Place
 from tests.fakes.scripted_llm import ScriptedLLM
@@ -48,7 +48,7 @@ async def until(condition: Callable[[], Awaitable[bool]], what: str, timeout: fl
 
 async def test_a_fresh_message_is_answered_while_another_groups_backlog_is_routed(
         place: Place, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="bot.core.dispatcher")
+    caplog.set_level(logging.INFO, logger="bot.core.runtime.dispatcher")
     held = asyncio.Event()  # the model call that routes the backlog's newest row waits for it
     llm = ScriptedLLM(selector=["planner"], agents={"planner": ["Here is the plan."]}, selector_gate=held)
     surface = RecordingSurface()

@@ -7,8 +7,8 @@ import pytest
 
 from bot.adapters.console import NO_AGENTS, Console, ConsoleSurface
 from bot.adapters.tokens import make_token_counter
-from bot.core.engine import Engine
 from bot.core.models import Agent, GroupSettings
+from bot.core.runtime.engine import Engine
 from storage.store import SqliteStore
 from tests.fakes.scripted_llm import ScriptedLLM
 

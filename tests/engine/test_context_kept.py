@@ -11,8 +11,8 @@ import re
 from typing import Any, AsyncIterator
 
 from bot.adapters.openai_llm import OpenAILLM
-from bot.core.admin import Admin
-from bot.core.spending import tally, usage_card
+from bot.core.features.spending import tally, usage_card
+from bot.core.verbs.admin import Admin
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, RecordedRequest, Reply, message_text
 
 TASK = "Plan a 3-day Tokyo trip for under $1,500"

@@ -13,11 +13,11 @@ import jsonschema
 import pytest
 
 from bot.adapters.console import keep_file
-from bot.core.admin import Admin
-from bot.core.card import Attachment
 from bot.core.errors import InvalidInput
-from bot.core.export import write_export
 from bot.core.models import Completion, ContextSummary, Usage
+from bot.core.record.export import write_export
+from bot.core.rules.card import Attachment
+from bot.core.verbs.admin import Admin
 from tests.fakes.scripted_llm import ScriptedLLM
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "docs" / "export-schema.json").read_text())

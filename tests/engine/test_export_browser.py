@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.core.export import write_export
+from bot.core.record.export import write_export
 from tests.engine.test_export import Page, script, seed
 
 CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")

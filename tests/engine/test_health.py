@@ -18,7 +18,7 @@ async def test_the_health_line_counts_what_waits_and_is_logged_once_a_minute(har
         assert line == ("health: leading 1 of 1 groups in scope, 0 led elsewhere; "
                         "2 agent deliveries pending; 1 runs in flight")
         ownership._health_at -= 61  # a minute passed
-        with caplog.at_level(logging.INFO, logger="bot.core.ownership"):
+        with caplog.at_level(logging.INFO, logger="bot.core.runtime.ownership"):
             await ownership.keep_once()
             await ownership.keep_once()  # not again within the minute
         assert [r.getMessage() for r in caplog.records].count(line) == 1
@@ -30,8 +30,8 @@ async def test_the_health_line_counts_what_waits_and_is_logged_once_a_minute(har
 
 async def test_a_process_that_leads_nothing_does_not_try_every_lease_each_tick(place) -> None:
     from bot.adapters.tokens import make_token_counter
-    from bot.core.engine import Engine
     from bot.core.models import GroupSettings
+    from bot.core.runtime.engine import Engine
     from tests.fakes.surface import RecordingSurface
 
     async with await place.open() as first_store, await place.open() as second_store:

@@ -14,7 +14,7 @@ from typing import Callable
 
 import pytest
 
-from bot.core.context import load_thread
+from bot.core.features.context import load_thread
 from bot.core.models import GroupSettings, NewMessage
 from storage.store import SqliteStore
 from tests.fakes.rows import posted
@@ -102,7 +102,7 @@ async def test_an_empty_thread(tmp_path):
 
 
 async def test_an_agents_prompt_window_moves_by_three_quarters_of_its_budget(harness):
-    from bot.core.context import MARKER_TOKENS, cut_point, participant_step
+    from bot.core.features.context import MARKER_TOKENS, cut_point, participant_step
     from tests.fakes.scripted_llm import ScriptedLLM
 
     llm = ScriptedLLM(default_agent_reply=lambda name, n: f"{name} noted {n}")

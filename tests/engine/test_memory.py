@@ -13,11 +13,11 @@ import pytest
 
 from bot.adapters.openai_llm import OpenAILLM
 from bot.adapters.tokens import make_token_counter
-from bot.core.admin import Admin
 from bot.core.errors import UserFacingError
-from bot.core.export import write_export
-from bot.core.memory import MAX_TOOL_STEPS, REMINDER
+from bot.core.features.memory import MAX_TOOL_STEPS, REMINDER
 from bot.core.models import Run
+from bot.core.record.export import write_export
+from bot.core.verbs.admin import Admin
 from tests.fakes.openai_server import (
     FakeOpenAI,
     GroupChatScript,

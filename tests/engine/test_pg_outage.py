@@ -13,8 +13,8 @@ import asyncpg
 import pytest
 
 from bot.adapters.tokens import make_token_counter
-from bot.core.engine import Engine
 from bot.core.models import GroupSettings, NewMessage, Tags
+from bot.core.runtime.engine import Engine
 from storage import open_store
 from tests.engine.conftest import FAST_RETRY
 from tests.fakes.databases import PostgresPlace

@@ -10,10 +10,10 @@ from typing import Awaitable, Callable
 import pytest
 
 from bot.adapters.tokens import make_token_counter
-from bot.core.engine import Engine
 from bot.core.errors import DeliveryError
 from bot.core.models import GroupSettings, NewMessage, RunResult
-from bot.core.outbox import RetryPolicy
+from bot.core.runtime.engine import Engine
+from bot.core.runtime.outbox import RetryPolicy
 from storage import LOCKED_MESSAGE, SqlStore
 from tests.engine.conftest import FAST_RETRY
 from tests.fakes.databases import Place

@@ -8,11 +8,11 @@ import logging
 import pytest
 
 from bot.core.errors import InvalidInput
-from bot.core.export import write_export
 from bot.core.models import Agent, Message
-from bot.core.replay import replay_message
-from bot.core.schedule import When
-from bot.core.scheduler import task_text
+from bot.core.record.export import write_export
+from bot.core.record.replay import replay_message
+from bot.core.rules.schedule import When
+from bot.core.runtime.scheduler import task_text
 from tests.engine.conftest import Harness
 
 HOUR = 3600.0
@@ -53,7 +53,7 @@ def asked(h: Harness, name: str, text: str) -> int:
 
 
 async def test_due_while_busy_is_delayed_then_runs_once(harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="bot.core.scheduler")
+    caplog.set_level(logging.INFO, logger="bot.core.runtime.scheduler")
     clock = FakeClock()
     h = scheduled(harness, clock)
     h.llm.agents = {"planner": ["Day one: Asakusa.", "Today: we settled on Asakusa."]}

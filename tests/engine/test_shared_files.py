@@ -49,7 +49,7 @@ async def test_a_model_known_to_take_no_images_is_never_sent_them_and_the_log_sa
     h.surface.files["a.png"] = PNG
     h.llm.text_only = {None}  # the agents' (default) model
     h.llm.default_agent_reply = lambda name, n: f"{name} {n}"
-    caplog.set_level(logging.INFO, logger="bot.core.engine")
+    caplog.set_level(logging.INFO, logger="bot.core.runtime.engine")
     async with h.running(mode="tags"):
         for n in (1, 2):
             await post(h, f"@planner look {n}", image("a.png"))
@@ -64,7 +64,7 @@ async def test_a_model_known_to_take_no_images_is_never_sent_them_and_the_log_sa
 async def test_exports_show_each_file_and_the_page_loads_none(sqlite_harness):
     import json
 
-    from bot.core.export import write_export
+    from bot.core.record.export import write_export
 
     h = sqlite_harness
     shot = SharedFile("shot.png", "image", 2048, "image/png", "https://cdn.example/shot.png?ex=1", attachment_id="9",

@@ -6,10 +6,10 @@ import sqlite3
 
 import pytest
 
-from bot.core.admin import Admin
-from bot.core.card import Card
 from bot.core.errors import UserFacingError
 from bot.core.models import Completion, Usage
+from bot.core.rules.card import Card
+from bot.core.verbs.admin import Admin
 from tests.fakes.scripted_llm import ScriptedLLM
 
 # OpenAI's per-million prices (input, cached input, output), written out here rather than read from the code.

@@ -10,10 +10,10 @@ from typing import AsyncIterator, Callable, Collection
 
 from bot.adapters.console import Console, ConsoleSurface
 from bot.adapters.tokens import make_token_counter
-from bot.core.admin import Admin
-from bot.core.engine import Engine
 from bot.core.models import GroupSettings
-from bot.core.store_health import StoreHealth
+from bot.core.rules.store_health import StoreHealth
+from bot.core.runtime.engine import Engine
+from bot.core.verbs.admin import Admin
 from storage.store import SqliteStore
 from tests.engine.conftest import FAST_RETRY, Harness
 from tests.fakes.faults import pg_disk_full, read_only

@@ -9,8 +9,8 @@ from pathlib import Path
 from bot.adapters.openai_llm import OpenAILLM
 from bot.adapters.tokens import make_token_counter
 from bot.core.errors import LLMUnavailable
-from bot.core.export import write_export
-from bot.core.stop import strip_terminate
+from bot.core.record.export import write_export
+from bot.core.rules.stop import strip_terminate
 from tests.engine.conftest import Harness
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply
 from tests.fakes.scripted_llm import ScriptedLLM

@@ -6,8 +6,8 @@ import asyncio
 import time
 
 from bot.adapters.tokens import make_token_counter
-from bot.core.engine import Engine
 from bot.core.models import GroupSettings, NewMessage, Tags
+from bot.core.runtime.engine import Engine
 from tests.engine.conftest import FAST_RETRY
 from tests.fakes.databases import Place, PostgresPlace
 from tests.fakes.scripted_llm import ScriptedLLM

@@ -17,9 +17,9 @@ import sys
 from typing import Any, Sequence
 
 from bot.adapters.tokens import make_token_counter
-from bot.core.engine import Engine
 from bot.core.models import ChatMessage, Completion
-from bot.core.outbox import RetryPolicy
+from bot.core.runtime.engine import Engine
+from bot.core.runtime.outbox import RetryPolicy
 from storage import open_store
 from tests.fakes.scripted_llm import ScriptedLLM, kind_of
 from tests.fakes.surface import RecordingSurface

@@ -8,10 +8,10 @@ import asyncio
 import contextlib
 from typing import AsyncIterator, Callable, Sequence
 
-from bot.core.attachments import FileUnavailable
 from bot.core.errors import DeliveryError
 from bot.core.models import Agent, DraftPart, Episode, Group, Message, SharedFile
 from bot.core.ports import Draft, Recorder
+from bot.core.rules.attachments import FileUnavailable
 
 
 class RecordingDraft:

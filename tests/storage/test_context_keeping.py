@@ -1,12 +1,12 @@
 """The store's part of what prompts keep (issue 22): rolling summaries by the last row they cover, and
-the earlier episodes a follow-up continues (`bot.core.tasks.TaskChains` over a real store)."""
+the earlier episodes a follow-up continues (`bot.core.features.tasks.TaskChains` over a real store)."""
 from __future__ import annotations
 
 import pytest
 
+from bot.core.features.tasks import LOOKBACK, MAX_EARLIER, TaskChains
 from bot.core.models import ContextSummary, GroupSettings, NewMessage, Tags, Usage
-from bot.core.schedule import When
-from bot.core.tasks import LOOKBACK, MAX_EARLIER, TaskChains
+from bot.core.rules.schedule import When
 from storage import SqlStore
 from tests.fakes.databases import Place
 

@@ -7,7 +7,7 @@ import pytest
 
 from bot.core.errors import AlreadyStored, InvalidInput, NotFound
 from bot.core.models import GroupSettings, NewMessage, Tags
-from bot.core.schedule import When
+from bot.core.rules.schedule import When
 from storage.store import SqlStore
 from tests.fakes.databases import Place
 

@@ -10,7 +10,7 @@ import pytest
 
 from bot.core.errors import StoreUnwritable
 from bot.core.models import GroupSettings, NewMessage
-from bot.core.store_health import Outage, StoreHealth
+from bot.core.rules.store_health import Outage, StoreHealth
 from storage import SqliteStore, SqlStore
 from storage.pg import PostgresStore
 from tests.fakes.databases import PostgresPlace

@@ -27,10 +27,10 @@ from bot.adapters.discord.commands import SlashCommands
 from bot.adapters.discord.events import Ingest
 from bot.adapters.discord.webhooks import DiscordSurface
 from bot.config import Settings
-from bot.core.engine import Engine
 from bot.core.errors import ConfigError
 from bot.core.models import GroupSettings
-from bot.core.shards import Shards
+from bot.core.rules.shards import Shards
+from bot.core.runtime.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ async def run_bot(settings: Settings, open_engine: OpenEngine, defaults: GroupSe
         await point_at(settings.discord_api_base_url)
     stopped_by: list[int] = []
     async with open_engine(settings, DiscordSurface, scope="discord:", label="discord bot") as engine:
-        await engine.store.register_webhook_tokens()  # masked from the start (bot.core.secrets)
+        await engine.store.register_webhook_tokens()  # masked from the start (bot.core.rules.secrets)
         surface = engine.surface
         if not isinstance(surface, DiscordSurface):
             raise TypeError(f"the engine opened for the Discord bot has a {type(surface).__name__} surface")

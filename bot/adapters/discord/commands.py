@@ -1,4 +1,4 @@
-"""Slash commands built from the one declaration (`bot.core.commands.COMMANDS`), and the
+"""Slash commands built from the one declaration (`bot.core.verbs.commands.COMMANDS`), and the
 "Why this reply?" message menu.
 
 Each declared command becomes an app command of its group (`/roundtable ...`,
@@ -33,17 +33,17 @@ from bot.adapters.discord.events import Ingest
 from bot.adapters.discord.interactions import Interactions, defer, finish, first_answer, send
 from bot.adapters.discord.render import jump_link, split_message
 from bot.adapters.discord.webhooks import DiscordSurface
-from bot.core import commands as declared
-from bot.core import validation as v
-from bot.core.admin import Admin
-from bot.core.card import Attachment, Card, MarkRead, Reply
-from bot.core.commands import Command, Option, model_choices
-from bot.core.doctor import Check
-from bot.core.engine import Engine
 from bot.core.errors import InvalidInput, StoreUnavailable, UserFacingError
+from bot.core.features.reading import Reader
 from bot.core.models import Group, GroupSettings, Message
-from bot.core.reading import Reader
-from bot.core.secrets import mask
+from bot.core.rules import validation as v
+from bot.core.rules.card import Attachment, Card, MarkRead, Reply
+from bot.core.rules.doctor import Check
+from bot.core.rules.secrets import mask
+from bot.core.runtime.engine import Engine
+from bot.core.verbs import commands as declared
+from bot.core.verbs.admin import Admin
+from bot.core.verbs.commands import Command, Option, model_choices
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +244,7 @@ class PromptModal(discord.ui.Modal):
 
 # a command's call -------------------------------------------------------------
 class DiscordCaller:
-    """What a slash command may ask of Discord (`bot.core.commands.Caller`)."""
+    """What a slash command may ask of Discord (`bot.core.verbs.commands.Caller`)."""
 
     surface = "discord"
 

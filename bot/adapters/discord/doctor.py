@@ -1,5 +1,5 @@
 """Discord's side of the doctor: the token, the Message Content intent, and each group
-channel's webhook and the bot's permissions there, as `bot.core.doctor.Check`s.
+channel's webhook and the bot's permissions there, as `bot.core.rules.doctor.Check`s.
 
 Two ways to look, worded alike:
 
@@ -23,9 +23,9 @@ import discord
 from bot.adapters.discord import permissions
 from bot.adapters.discord.api import point_at
 from bot.config import Settings
-from bot.core.doctor import Check
 from bot.core.errors import ConfigError
 from bot.core.models import Group
+from bot.core.rules.doctor import Check
 
 TOKEN, INTENT = "Discord token", "Message Content intent"
 TIMEOUT = 30.0  # seconds for all of one look at Discord

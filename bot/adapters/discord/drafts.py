@@ -16,7 +16,7 @@ with it, so the reply stays in order.
 Pings. Every provisional post and edit allows no mention. Discord notifies nobody for a mention
 an edit adds, so the chunks from the first that pings a tagged person on are posted anew at
 commit, as a whole post would ping them (the visible text never shows a person's mention
-before the commit: `bot.core.draft`).
+before the commit: `bot.core.rules.draft`).
 
 Pace. A webhook's rate limit is shared by every agent of its channel (and its threads). A
 draft edits one message at most every EDIT_EVERY seconds; the drafts of one webhook together

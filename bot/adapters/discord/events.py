@@ -15,7 +15,7 @@ missing permission), live messages are still stored and the watermark waits.
 The bot's own posts (as the bot, or through any webhook its application made)
 are never re-ingested; other bots and webhooks are ignored unless the group
 allows them. A Discord reply to an agent's message tags that agent.
-Attachments are kept with the row (`bot.core.attachments`): name, type, size, Discord's ids
+Attachments are kept with the row (`bot.core.rules.attachments`): name, type, size, Discord's ids
 and URL, an image's size; a text file's content is read now, an image's when a run is made.
 """
 from __future__ import annotations
@@ -28,11 +28,11 @@ from typing import Awaitable, Callable, Coroutine, Iterable, ParamSpec, Protocol
 import aiohttp
 import discord
 
-from bot.core.attachments import FileUnavailable, take_in
 from bot.core.errors import AlreadyStored, StoreError, StoreUnavailable, StoreUnwritable
 from bot.core.models import Agent, Group, SharedFile
-from bot.core.outbox import RetryPolicy
 from bot.core.ports import Store
+from bot.core.rules.attachments import FileUnavailable, take_in
+from bot.core.runtime.outbox import RetryPolicy
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -86,7 +86,7 @@ def later(a: str | None, b: str | None) -> str | None:
 
 
 class Intake(Protocol):
-    """What ingest asks of the engine (`bot.core.engine.Engine`): its store, a background task,
+    """What ingest asks of the engine (`bot.core.runtime.engine.Engine`): its store, a background task,
     the waits between retries, a person's message posted, a group woken after a batch."""
 
     @property

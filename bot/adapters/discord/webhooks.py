@@ -46,11 +46,11 @@ from discord.http import Route
 
 from bot.adapters.discord.drafts import DRAFT_TIMEOUT, DiscordDraft, HookPace, publish_over, remove_parts
 from bot.adapters.discord.render import mention_policy, neutralize_mass_mentions, split_message
-from bot.core.attachments import FileUnavailable
 from bot.core.errors import DeliveryError, UserFacingError
 from bot.core.models import Agent, DraftPart, Episode, Group, Message, SharedFile
 from bot.core.ports import Draft, Recorder, Store
-from bot.core.stop import strip_terminate
+from bot.core.rules.attachments import FileUnavailable
+from bot.core.rules.stop import strip_terminate
 
 log = logging.getLogger(__name__)
 

@@ -23,16 +23,16 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable, Mapping, Protocol, Sequence
 
 from bot.core.errors import Busy
-from bot.core.locks import AgentLocks
+from bot.core.features.selector import selector_decision
+from bot.core.features.summary import Summaries
+from bot.core.features.tasks import TaskChains
 from bot.core.models import Agent, Decision, Episode, Group, Message, Usage
 from bot.core.ports import LLM, EpisodeStore, GroupStore, RosterStore, RoutingStore, ThreadStore
-from bot.core.routing import eligible_speakers, explicit_recipients, next_in_rotation, plan_batch, routable
-from bot.core.selector import selector_decision
-from bot.core.stop import cap_notice, near_repeat
-from bot.core.summary import Summaries
-from bot.core.tasks import TaskChains
-from bot.core.turn import TurnOutcome, cache_key
-from bot.core.worker import GroupWorker, RetryPolicy
+from bot.core.rules.routing import eligible_speakers, explicit_recipients, next_in_rotation, plan_batch, routable
+from bot.core.rules.stop import cap_notice, near_repeat
+from bot.core.runtime.locks import AgentLocks
+from bot.core.runtime.turn import TurnOutcome, cache_key
+from bot.core.runtime.worker import GroupWorker, RetryPolicy
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import dataclasses
 import json
 
 from bot.core.models import Agent, ContextSummary, Decision, Episode, Message, Run, SharedFile, Usage
-from bot.core.transcript import Record, Totals, Write, iso
+from bot.core.record.transcript import Record, Totals, Write, iso
 
 FORMAT = "roundtable-export"
 VERSION = 2

@@ -1,18 +1,18 @@
-"""The verbs behind `/agent schedule add|list|remove` (declared in `bot.core.commands`).
+"""The verbs behind `/agent schedule add|list|remove` (declared in `bot.core.verbs.commands`).
 
-Each checks its input with the pure rules of `bot.core.schedule`, acts through
+Each checks its input with the pure rules of `bot.core.rules.schedule`, acts through
 the store, and answers in words people can check: the next run is shown in
 the schedule's zone and in UTC. The ticker that fires schedules is
-`bot.core.scheduler`.
+`bot.core.runtime.scheduler`.
 """
 from __future__ import annotations
 
 from typing import Callable, Protocol
 
-from bot.core.card import Card, Field
 from bot.core.models import Agent, Group
 from bot.core.ports import RosterStore, ScheduleStore
-from bot.core.schedule import Schedule, first_run, format_time, parse_when, schedule_prompt
+from bot.core.rules.card import Card, Field
+from bot.core.rules.schedule import Schedule, first_run, format_time, parse_when, schedule_prompt
 
 PROMPT_SHOWN = 80  # characters of a prompt in the list
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from bot.core.secrets import mask
+from bot.core.rules.secrets import mask
 
 Tone = Literal["neutral", "good", "warning", "bad"]
 
@@ -72,7 +72,7 @@ Reply = str | Card | tuple[Card, ...] | Attachment
 
 
 def masked(reply: Reply) -> Reply:
-    """`reply` with every secret the process knows masked (`bot.core.secrets`) in each of its texts."""
+    """`reply` with every secret the process knows masked (`bot.core.rules.secrets`) in each of its texts."""
     if isinstance(reply, str):
         return mask(reply)
     if isinstance(reply, Attachment):

@@ -1,13 +1,13 @@
 """The record as a file: a group's thread exported as HTML, JSON or Markdown.
 
 `write_export(store, group, fmt, write)` streams: it reads the rows of the
-range a page at a time (`bot.core.transcript.Record`), joins each row with its
+range a page at a time (`bot.core.record.transcript.Record`), joins each row with its
 routing decision, the run that wrote it and the episode it opens, and hands
 each `Entry` to the format's writer, which writes it out at once. Memory
 stays bounded by a page, whatever the length of the history.
 
-The formats: `bot.core.export_json` (versioned, documented in
-docs/export-schema.json), `bot.core.export_html` (one self-contained page),
+The formats: `bot.core.record.export_json` (versioned, documented in
+docs/export-schema.json), `bot.core.record.export_html` (one self-contained page),
 and the Markdown writer here (for pasting into an issue or a doc).
 """
 from __future__ import annotations
@@ -15,10 +15,8 @@ from __future__ import annotations
 import time
 
 from bot.core.errors import InvalidInput
-from bot.core.markdown import escape_html_in_prose
 from bot.core.models import Group, SharedFile
-from bot.core.secrets import mask
-from bot.core.transcript import (
+from bot.core.record.transcript import (
     PAGE,
     Record,
     Span,
@@ -36,6 +34,8 @@ from bot.core.transcript import (
     totals_line,
     when,
 )
+from bot.core.rules.markdown import escape_html_in_prose
+from bot.core.rules.secrets import mask
 
 FORMATS = ("html", "json", "md")
 
@@ -92,7 +92,7 @@ def _md_name(name: str) -> str:
 async def write_export(store: TranscriptStore, group: Group, fmt: str, write: Write, *, first: int | None = None,
                        last: int | None = None, now: float | None = None, page: int = PAGE) -> Totals:
     """Stream the group's rows first..last (default: all) to `write` in `fmt` (html, json or md).
-    No secret the process knows is written (`bot.core.secrets`, in its escaped forms too)."""
+    No secret the process knows is written (`bot.core.rules.secrets`, in its escaped forms too)."""
     if fmt not in FORMATS:
         raise InvalidInput(f"Unknown export format {fmt!r}: use one of {', '.join(FORMATS)}.")
     group = await store.get_group(group.id)
@@ -103,10 +103,10 @@ async def write_export(store: TranscriptStore, group: Group, fmt: str, write: Wr
         return write(mask(text))
 
     if fmt == "json":
-        from bot.core.export_json import write_json
+        from bot.core.record.export_json import write_json
         return await write_json(record, masked, moment)
     if fmt == "html":
-        from bot.core.export_html import write_html
+        from bot.core.record.export_html import write_html
         return await write_html(record, masked, moment)
     return await write_markdown(record, masked, moment)
 

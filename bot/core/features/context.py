@@ -23,7 +23,7 @@ Finding the window is therefore two indexed lookups (the end's position, the
 first row at or after the cut) and loading only the kept rows: finding the
 window does not grow with the history.
 
-The tasks (`bot.core.tasks`: the episode's task and the earlier open requests
+The tasks (`bot.core.features.tasks`: the episode's task and the earlier open requests
 it continues) are never trimmed away. The participant prompt shows them in its
 `<task>` slot, so its thread leaves their text out (`task_apart`): a short
 reference line stands at a task's place when it falls inside the window. The
@@ -31,7 +31,7 @@ selector's prompt has no task slot: the tasks whose place was cut are shown
 first, oldest first.
 
 What a window cut is replaced by a rolling summary (`SummarySource`, written by
-`bot.core.summary` when the window moves, reused until the next move), at the
+`bot.core.features.summary` when the window moves, reused until the next move), at the
 place of the cut rows: after the pulled-up tasks, before the kept rows. The
 window leaves room for it (`SummarySource.reserve`), so where the window starts
 never depends on the summary's length. Without one (its call failed, or the
@@ -43,17 +43,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
-from bot.core.attachments import brief_text
 from bot.core.models import ContextSummary, Message, token_cost
 from bot.core.ports import ThreadStore
-from bot.core.prompts import SYSTEM_AUTHOR, render_thread, thread_line
+from bot.core.rules.attachments import brief_text
+from bot.core.rules.prompts import SYSTEM_AUTHOR, render_thread, thread_line
 
 MARKER_TOKENS = 16  # "[roundtable] (N earlier messages omitted)" and its newline
 TASK_REFERENCE = "(posted the task above)"
 
 
 class SummarySource(Protocol):
-    """Where a window's rolling summary comes from (`bot.core.summary.Summaries.source`)."""
+    """Where a window's rolling summary comes from (`bot.core.features.summary.Summaries.source`)."""
 
     @property
     def reserve(self) -> int:
@@ -147,7 +147,7 @@ async def find_window(
 ) -> Window:
     """Where the window over rows 1..`through` starts: two indexed lookups (three with a task to load).
 
-    `tasks`: every task the prompt keeps (`bot.core.tasks`), loaded; `task_seq` (the episode's
+    `tasks`: every task the prompt keeps (`bot.core.features.tasks`), loaded; `task_seq` (the episode's
     task) is loaded when it is not among them. `reserve`: room for a summary line."""
     total = await store.thread_tokens(group_id, through=through)
     chain = [t for t in tasks if t.seq <= through]

@@ -2,7 +2,7 @@
 oldest replies or summarise them").
 
 When a window moves (an agent's, or the selector's when it is at least MIN_WINDOW tokens:
-`bot.core.context`), the rows it cut are summarised once, by the group's summary model
+`bot.core.features.context`), the rows it cut are summarised once, by the group's summary model
 (ROUNDTABLE_SUMMARY_MODEL, else the selector's), and stored per group with the last row it
 covers. Every later prompt whose window starts right after that row reuses it, until the
 window moves again. Summaries roll: the summary
@@ -29,12 +29,12 @@ import logging
 from collections import OrderedDict
 from typing import Callable, Protocol
 
-from bot.core.context import summary_line
 from bot.core.errors import LLMError
+from bot.core.features.context import summary_line
+from bot.core.features.reading import within_budget
 from bot.core.models import ChatMessage, ContextSummary, Group
 from bot.core.ports import LLM, SummaryStore, ThreadStore, TokenCounter
-from bot.core.prompts import fill, render_thread
-from bot.core.reading import within_budget
+from bot.core.rules.prompts import fill, render_thread
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class SummarizedStore(SummaryStore, ThreadStore, Protocol):
 
 
 class Summaries:
-    """Rolling summaries for an engine's groups: `source(group)` is what `bot.core.context.load_thread` asks.
+    """Rolling summaries for an engine's groups: `source(group)` is what `bot.core.features.context.load_thread` asks.
 
     `Summaries.stored(store)` only reads stored summaries (replay: nothing is written, no model is called)."""
 
@@ -145,7 +145,7 @@ class Summaries:
 
 
 class GroupSummaries:
-    """`bot.core.context.SummarySource` for one group."""
+    """`bot.core.features.context.SummarySource` for one group."""
 
     def __init__(self, summaries: Summaries, group: Group) -> None:
         self.summaries = summaries

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Sequence
 
-from bot.core.card import Card, Field
 from bot.core.models import Group
+from bot.core.rules.card import Card, Field
 
 PASS, FAIL = "✓", "✗"
 STUCK_AFTER = 300.0  # seconds a row may wait to be posted before the outbox check fails

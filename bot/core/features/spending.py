@@ -3,7 +3,7 @@
 `/roundtable usage [days]` shows, per agent and for the selector (and catch-up
 summaries and the rolling summaries of what context windows cut, when there
 were any): calls, prompt / cached / completion tokens and
-their cost at the configured prices (`bot.core.pricing`), then a total line.
+their cost at the configured prices (`bot.core.rules.pricing`), then a total line.
 Calls of a model with no known price are counted and named, never priced. When
 any call ran on a named provider, every line names the providers of its calls.
 
@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterable, Mapping
 
-from bot.core.card import Card, Field
 from bot.core.models import DEFAULT_PROVIDER, Group, Spend, Usage
 from bot.core.ports import RecordStore
-from bot.core.pricing import PRICES_AS_OF, Price, dollars, exact_dollars, price_of
+from bot.core.rules.card import Card, Field
+from bot.core.rules.pricing import PRICES_AS_OF, Price, dollars, exact_dollars, price_of
 
 NO_PRICE = "no price known"
 KIND_ORDER = {"agent": 0, "selector": 1, "catch-up": 2, "summary": 3}

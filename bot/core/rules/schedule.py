@@ -2,7 +2,7 @@
 
 A schedule is either `every` (a fixed interval: `30m`, `2h`, `1d`) or `at` (a
 wall-clock time `HH:MM`, every day, in an IANA zone; UTC by default). The
-scheduler (`bot.core.scheduler`) fires a schedule once its `next_run_at` has
+scheduler (`bot.core.runtime.scheduler`) fires a schedule once its `next_run_at` has
 passed; `next_after` then moves it to its first slot strictly after now, so
 a schedule that missed three slots (the bot was down) runs once, not three
 times. No I/O here: zones come from the standard library's `zoneinfo`.

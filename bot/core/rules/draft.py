@@ -15,7 +15,7 @@ the text the reply shows once committed (`stop.guard_impersonation`, then
   quotes, brackets, emphasis and the letters of the word;
 - everything from the first mention of a person (`<@id>`): a mention notifies only in a
   new post, never in an edit, so the committed reply shows it in a post of its own;
-- a secret the process knows (`bot.core.secrets`): masked as the committed reply is, and a
+- a secret the process knows (`bot.core.rules.secrets`): masked as the committed reply is, and a
   tail that may still grow into one held back, so no piece of it shows while it is written.
 
 The function is pure and cheap enough to run at every edit (the surfaces ask for it
@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from bot.core.secrets import mask, unfinished
-from bot.core.stop import _EMPHASIS, _blanks_end, _labels, _name_at, speaker_label_end, strip_terminate
+from bot.core.rules.secrets import mask, unfinished
+from bot.core.rules.stop import _EMPHASIS, _blanks_end, _labels, _name_at, speaker_label_end, strip_terminate
 
 # Characters a closing TERMINATE may carry around it (stop._TRAILING_TERMINATE) besides blanks,
 # and the letters of the word itself: a trailing run of these may still become one.

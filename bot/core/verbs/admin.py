@@ -1,9 +1,9 @@
-"""The verbs behind the commands (`bot.core.commands` declares them), shared by every surface.
+"""The verbs behind the commands (`bot.core.verbs.commands` declares them), shared by every surface.
 
-Each verb validates its input (`bot.core.validation`), acts through the
+Each verb validates its input (`bot.core.rules.validation`), acts through the
 engine's store, and returns its answer: text, or a `Card` when the answer is
 a table of facts. Refusals are `UserFacingError`s. Who may run a verb is
-decided before it runs (`bot.core.commands.run`).
+decided before it runs (`bot.core.verbs.commands.run`).
 """
 from __future__ import annotations
 
@@ -12,21 +12,21 @@ import os
 import tempfile
 from typing import AsyncIterator, Mapping
 
-from bot.core import validation as v
-from bot.core.card import Attachment, Card, Field, Tone
-from bot.core.context import find_window, participant_step
-from bot.core.doctor import Check, database_checks, delivery_check
-from bot.core.engine import Engine
 from bot.core.errors import InvalidInput, NotFound, StoreError, UserFacingError
-from bot.core.export import file_name, write_export
+from bot.core.features.context import find_window, participant_step
+from bot.core.features.reading import Reader, Reading
+from bot.core.features.spending import budget_refusal, month_cost, usage_card
+from bot.core.features.summary import MIN_WINDOW, Summaries
 from bot.core.models import DEFAULT_PROVIDER, Agent, Completion, Decision, Group, GroupSettings
-from bot.core.pricing import dollars, exact_dollars
-from bot.core.reading import Reader, Reading
-from bot.core.schedule_verbs import ScheduleVerbs
-from bot.core.spending import budget_refusal, month_cost, usage_card
-from bot.core.store_health import outage_status
-from bot.core.summary import MIN_WINDOW, Summaries
-from bot.core.transcript import plural, when
+from bot.core.record.export import file_name, write_export
+from bot.core.record.transcript import plural, when
+from bot.core.rules import validation as v
+from bot.core.rules.card import Attachment, Card, Field, Tone
+from bot.core.rules.doctor import Check, database_checks, delivery_check
+from bot.core.rules.pricing import dollars, exact_dollars
+from bot.core.rules.store_health import outage_status
+from bot.core.runtime.engine import Engine
+from bot.core.verbs.schedule_verbs import ScheduleVerbs
 
 MEMORY_PAGE = 10  # notes per page where a surface pages (Discord)
 LAST_DECISION_WITHIN = 200  # rows /roundtable status looks back for the last decision that chose someone
@@ -270,7 +270,7 @@ class Admin:
         return found.seq
 
     async def usage(self, group: Group, days: int = 7) -> Card | str:
-        """Calls, tokens and cost per agent and selector, and a total (`bot.core.spending`)."""
+        """Calls, tokens and cost per agent and selector, and a total (`bot.core.features.spending`)."""
         days = v.integer("days", days, 1, 365)
         return await usage_card(self.store, await self.store.get_group(group.id), self.engine.prices, days)
 

@@ -6,7 +6,7 @@ reply or notice, the agent's cursor), and returns the outcome; the outbox shows
 what was posted and the dispatcher applies the stop rules.
 
 With the group's `stream` setting on, the reply is shown while the model writes it
-(`bot.core.draft`): the surface's draft shows what may be shown of it, paced by the
+(`bot.core.rules.draft`): the surface's draft shows what may be shown of it, paced by the
 surface, and stops before the run is settled, so the committed row's publish has the
 last word. The run first takes over the provisional messages an interrupted run of
 the agent left (its reply replaces them); a run that posts nothing takes its own back.
@@ -19,11 +19,11 @@ import logging
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
-from bot.core.attachments import ImageSource, PromptFiles
-from bot.core.context import Trimmed, load_thread, participant_step
-from bot.core.draft import ReplyStream
 from bot.core.errors import CapReached, LLMError
-from bot.core.memory import Answer, load_memory, run_with_memory
+from bot.core.features.context import Trimmed, load_thread, participant_step
+from bot.core.features.memory import Answer, load_memory, run_with_memory
+from bot.core.features.summary import Summaries
+from bot.core.features.tasks import TaskChains, Tasks
 from bot.core.models import Agent, ChatMessage, Completion, Group, Message, NewMessage, Run, RunResult, Usage
 from bot.core.ports import (
     LLM,
@@ -39,11 +39,11 @@ from bot.core.ports import (
     ThreadStore,
     TokenCounter,
 )
-from bot.core.prompts import participant_prompt, system_message, thread_line
-from bot.core.stop import cap_refusal_notice, ends_with_terminate, guard_impersonation, strip_terminate
-from bot.core.summary import Summaries
-from bot.core.tags import parse_tags
-from bot.core.tasks import TaskChains, Tasks
+from bot.core.rules.attachments import ImageSource, PromptFiles
+from bot.core.rules.draft import ReplyStream
+from bot.core.rules.prompts import participant_prompt, system_message, thread_line
+from bot.core.rules.stop import cap_refusal_notice, ends_with_terminate, guard_impersonation, strip_terminate
+from bot.core.rules.tags import parse_tags
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def build_messages(
     episode's task, or its `Tasks` (with the earlier requests it continues, all
     in the prompt's <task>). `memory` (the agent's `<memory>` block, when memory
     is on) ends the system message. `files` shows people's files
-    (`bot.core.attachments`): text inlined, images as parts still to fetch (`PromptFiles.fill_images`).
+    (`bot.core.rules.attachments`): text inlined, images as parts still to fetch (`PromptFiles.fill_images`).
     """
     files = files or PromptFiles(group.settings, images=False)
     tasks = task if isinstance(task, Tasks) else Tasks(task)
@@ -237,7 +237,7 @@ class AgentTurn:
     async def _complete(self, group: Group, agent: Agent, run: Run, messages: list[ChatMessage],
                         others: Sequence[str]) -> tuple[Answer, Draft | None]:
         """The agent's answer: one call (streamed to the surface's draft when the group streams),
-        or with memory on, the memory_write loop (`bot.core.memory`), never streamed. The run
+        or with memory on, the memory_write loop (`bot.core.features.memory`), never streamed. The run
         takes over the provisional messages an interrupted run of the agent left, streamed or not
         (its reply's row owns them)."""
         deps = self.deps

@@ -3,8 +3,8 @@
 `Record` reads the rows of the range a page at a time (`RecordStore.message_pages`),
 joins each row with its routing decision, the run that wrote it and the episode it
 opens, and yields each as an `Entry`; `Totals` counts what was exported and what it
-cost. The formats (`bot.core.export` for Markdown, `bot.core.export_json`,
-`bot.core.export_html`) write the entries out at once, with the shared wording here
+cost. The formats (`bot.core.record.export` for Markdown, `bot.core.record.export_json`,
+`bot.core.record.export_html`) write the entries out at once, with the shared wording here
 (times, plurals, token counts, the closing totals line).
 """
 from __future__ import annotations
@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import AsyncIterator, Callable, Protocol
 
-from bot.core.attachments import size_text
 from bot.core.errors import InvalidInput
 from bot.core.models import Agent, Decision, Episode, Group, Message, Run, SharedFile, Usage
 from bot.core.ports import GroupStore, ReadingStore, RecordStore, RoutingStore
+from bot.core.rules.attachments import size_text
 
 PAGE = 500
 PICKS_KEPT = 8  # per agent: recent decisions that selected it, to name the one behind each reply

@@ -1,11 +1,11 @@
 """The engine: one place that owns the dispatchers, outboxes, agent locks and posting.
 
 Surfaces (Discord, the console) call `start`, `post_user_message`, the admin
-verbs (`bot.core.admin`), `wait_idle` and `close`; everything else happens in
+verbs (`bot.core.verbs.admin`), `wait_idle` and `close`; everything else happens in
 background tasks: per owned group a dispatcher (routing and runs) and an
 outbox (showing committed rows), plus the lease keeper and the schedule
-ticker (`bot.core.scheduler`). A process runs only
-the groups of its `scope` whose lease it holds (`bot.core.ownership`).
+ticker (`bot.core.runtime.scheduler`). A process runs only
+the groups of its `scope` whose lease it holds (`bot.core.runtime.ownership`).
 When the database takes no writes for a while (the store's `health`), the
 people of every group run here are told once, on the surface directly (the
 notice cannot be stored), and once more when it works again.
@@ -25,29 +25,29 @@ from collections.abc import Coroutine
 from contextlib import AbstractAsyncContextManager
 from typing import Callable, Iterable, Mapping, TypeVar
 
-from bot.core.attachments import ImageSource, counted_text, images_tokens
-from bot.core.direct import DirectAnswer, DirectDeps, DirectRuns
-from bot.core.dispatcher import DispatcherDeps, GroupDispatcher
-from bot.core.doctor import Probe
 from bot.core.errors import DeliveryError, StoreBusy, StoreUnavailable, StoreUnwritable
-from bot.core.locks import AgentLocks
+from bot.core.features.spending import budget_reached_notice, month_cost
+from bot.core.features.summary import Summaries
+from bot.core.features.tasks import TaskChains
 from bot.core.models import Agent, Episode, EpisodeResult, Group, Message, NewMessage, SharedFile, Usage
-from bot.core.outbox import Outbox, OutboxDeps
-from bot.core.ownership import LEASE_TTL, Ownership, OwnershipDeps
 from bot.core.ports import LLM, Store, Surface, TokenCounter
-from bot.core.pricing import DEFAULT_PRICES, Price
-from bot.core.prompts import SYSTEM_AUTHOR, thread_line
-from bot.core.scheduler import TICK, Scheduler, SchedulerDeps
-from bot.core.secrets import mask_error
-from bot.core.shards import Shards
-from bot.core.spending import budget_reached_notice, month_cost
-from bot.core.stop import strip_terminate
-from bot.core.store_health import Outage, fixed_notice, outage_notice
-from bot.core.summary import Summaries
-from bot.core.tags import parse_tags, with_agents
-from bot.core.tasks import TaskChains
-from bot.core.turn import AgentTurn, TurnDeps, TurnOutcome
-from bot.core.worker import UNREACHABLE_RETRY, GroupWorker, RetryPolicy
+from bot.core.rules.attachments import ImageSource, counted_text, images_tokens
+from bot.core.rules.doctor import Probe
+from bot.core.rules.pricing import DEFAULT_PRICES, Price
+from bot.core.rules.prompts import SYSTEM_AUTHOR, thread_line
+from bot.core.rules.secrets import mask_error
+from bot.core.rules.shards import Shards
+from bot.core.rules.stop import strip_terminate
+from bot.core.rules.store_health import Outage, fixed_notice, outage_notice
+from bot.core.rules.tags import parse_tags, with_agents
+from bot.core.runtime.direct import DirectAnswer, DirectDeps, DirectRuns
+from bot.core.runtime.dispatcher import DispatcherDeps, GroupDispatcher
+from bot.core.runtime.locks import AgentLocks
+from bot.core.runtime.outbox import Outbox, OutboxDeps
+from bot.core.runtime.ownership import LEASE_TTL, Ownership, OwnershipDeps
+from bot.core.runtime.scheduler import TICK, Scheduler, SchedulerDeps
+from bot.core.runtime.turn import AgentTurn, TurnDeps, TurnOutcome
+from bot.core.runtime.worker import UNREACHABLE_RETRY, GroupWorker, RetryPolicy
 
 log = logging.getLogger(__name__)
 W = TypeVar("W", bound=GroupWorker)
@@ -67,7 +67,7 @@ class Engine:
     ) -> None:
         """`scope`: the groups this process may run: a group key, or a key prefix ending
         in ':' ("discord:"); "" means every group in the store. `prices`: per model, for
-        usage and budgets (default: `bot.core.pricing.DEFAULT_PRICES`). `shards`: the bot
+        usage and budgets (default: `bot.core.rules.pricing.DEFAULT_PRICES`). `shards`: the bot
         runs as shards and this process serves those (only their guilds' groups).
         `clock` and `schedule_tick`: when schedules are due, and how often they are looked at.
         `summary_model`: the model that writes rolling summaries (default: the group's selector model).
@@ -79,10 +79,10 @@ class Engine:
         self.counter = counter
         self.selector_model = selector_model
         self.summary_model = summary_model
-        self.tasks = TaskChains(store)  # what each episode's prompts keep asking for (bot.core.tasks)
-        self.summaries = Summaries(store, llm, counter, self.summary_model_of)  # bot.core.summary
+        self.tasks = TaskChains(store)  # what each episode's prompts keep asking for (bot.core.features.tasks)
+        self.summaries = Summaries(store, llm, counter, self.summary_model_of)  # bot.core.features.summary
         self.retry = retry or RetryPolicy()
-        self.locks = AgentLocks()  # each agent's one lock (bot.core.locks)
+        self.locks = AgentLocks()  # each agent's one lock (bot.core.runtime.locks)
         self.ownership = Ownership(
             OwnershipDeps(store=store, spawn=self.spawn, resume=self.resume, wake=self.wake, drop=self.drop,
                           running_runs=lambda: self.running_runs),
@@ -335,7 +335,7 @@ class Engine:
         reached (`StoreUnavailable`: its server restarts; nothing was written in any case)
         the message is tried again, with the retry policy's waits,
         until it is stored (SPEC §4: ingest never drops); `waiting` is told why once, at
-        the first wait. `attachments`: the files shared with it (`bot.core.attachments`),
+        the first wait. `attachments`: the files shared with it (`bot.core.rules.attachments`),
         counted in the row's tokens as agents' prompts show them (text within `max_text`, images at
         the provider's estimate).
         """

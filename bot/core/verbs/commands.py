@@ -17,15 +17,15 @@ import tempfile
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Literal, Mapping, Protocol, Sequence
 
-from bot.core import schedule as sched
-from bot.core import validation as v
-from bot.core.admin import Admin
-from bot.core.card import Attachment, Reply, masked
-from bot.core.doctor import Check, doctor_card
 from bot.core.errors import Forbidden, InvalidInput, UserFacingError
-from bot.core.export import FORMATS
+from bot.core.features.reading import Reader
 from bot.core.models import MAX_IMAGES_RANGE, MAX_TEXT_RANGE, MAX_TURNS_RANGE, MODES, Group, Message
-from bot.core.reading import Reader
+from bot.core.record.export import FORMATS
+from bot.core.rules import schedule as sched
+from bot.core.rules import validation as v
+from bot.core.rules.card import Attachment, Reply, masked
+from bot.core.rules.doctor import Check, doctor_card
+from bot.core.verbs.admin import Admin
 
 Kind = Literal["text", "long_text", "integer", "number", "boolean", "choice", "role", "message", "agent", "image",
                "model"]  # model: text, completed from the providers' model lists

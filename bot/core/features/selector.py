@@ -12,15 +12,15 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from bot.core.context import load_thread
 from bot.core.errors import LLMError
+from bot.core.features.context import load_thread
+from bot.core.features.summary import Summaries
+from bot.core.features.tasks import TaskChains, TaskStore
 from bot.core.models import Agent, ChatMessage, Decision, Group, Message, Usage
 from bot.core.ports import LLM
-from bot.core.prompts import name_list, selector_prompt
-from bot.core.routing import eligible_speakers, next_in_rotation
-from bot.core.stop import TERMINATE
-from bot.core.summary import Summaries
-from bot.core.tasks import TaskChains, TaskStore
+from bot.core.rules.prompts import name_list, selector_prompt
+from bot.core.rules.routing import eligible_speakers, next_in_rotation
+from bot.core.rules.stop import TERMINATE
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 Everything is inline (styles, avatars drawn as a coloured initial), and a
 Content-Security-Policy forbids loading anything, so opening the file
 fetches nothing. Message text is rendered from Markdown by
-`bot.core.markdown` (every character escaped); code blocks keep their
+`bot.core.rules.markdown` (every character escaped); code blocks keep their
 layout. Episodes are sections with their status, turns and tokens; every
 message carries its routing decision (and, for an agent, the run behind it)
 in a `<details>` to expand, with a summary on hover. Light and dark follow
@@ -14,9 +14,8 @@ from __future__ import annotations
 import zlib
 from pathlib import Path
 
-from bot.core.markdown import escape, to_html
 from bot.core.models import Decision, Message, SharedFile
-from bot.core.transcript import (
+from bot.core.record.transcript import (
     Entry,
     Record,
     Totals,
@@ -32,6 +31,7 @@ from bot.core.transcript import (
     totals_line,
     when,
 )
+from bot.core.rules.markdown import escape, to_html
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'none'; base-uri 'none'"
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Awaitable, Callable, Sequence
 
 from bot.core.models import ChatMessage, GroupSettings, ImagePart, Message, SharedFile
-from bot.core.secrets import mask
+from bot.core.rules.secrets import mask
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ async def take_in(file: SharedFile, fetch: Fetch) -> SharedFile:
     text = decode_text(data[:READ_BYTES])
     if text is None:
         return replace(file, kind="text", note="not read: not UTF-8 text") if textual else replace(file, kind="other")
-    text = mask(text.replace("\r\n", "\n"))  # stored and shown as a message's text is (bot.core.secrets)
+    text = mask(text.replace("\r\n", "\n"))  # stored and shown as a message's text is (bot.core.rules.secrets)
     return replace(file, kind="text", text=text[:KEPT_CHARS], chars=len(text), size=file.size or len(data))
 
 

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from bot.core.errors import InvalidInput, NotFound
+from bot.core.features.selector import selector_decision
+from bot.core.features.summary import Summaries
 from bot.core.models import Decision, Group, Message
 from bot.core.ports import LLM, Store
-from bot.core.selector import selector_decision
-from bot.core.summary import Summaries
 
 SELECTOR_SOURCES = ("selector", "fallback", "low_confidence")  # decisions a selector call made
 

@@ -2,7 +2,7 @@
 
 Seed 002: a direct run is a private session whose opening context is the
 agent's system prompt and the last 10 public rows of the group, then the
-person's prompt. It takes the agent's one lock (`bot.core.locks`): an agent
+person's prompt. It takes the agent's one lock (`bot.core.runtime.locks`): an agent
 in a group run is reported busy at once (nothing is queued), and the group's
 deliveries to that agent wait until the direct run ends. With `post`, the
 answer is also posted in the group as an ordinary agent message: the cap,
@@ -20,10 +20,9 @@ import logging
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Mapping, Protocol, Sequence
 
-from bot.core.attachments import brief_text
 from bot.core.errors import LeaseLost, LLMError, UserFacingError
-from bot.core.locks import AgentLocks
-from bot.core.memory import load_memory
+from bot.core.features.memory import load_memory
+from bot.core.features.spending import budget_refusal, month_cost
 from bot.core.models import Agent, ChatMessage, Completion, Group, Message, NewMessage, RunResult, Usage
 from bot.core.ports import (
     LLM,
@@ -36,12 +35,13 @@ from bot.core.ports import (
     ThreadStore,
     TokenCounter,
 )
-from bot.core.pricing import Price
-from bot.core.prompts import system_message, thread_line
-from bot.core.spending import budget_refusal, month_cost
-from bot.core.stop import ends_with_terminate, guard_impersonation, strip_terminate
-from bot.core.tags import parse_tags
-from bot.core.turn import TurnOutcome, cache_key, others_in
+from bot.core.rules.attachments import brief_text
+from bot.core.rules.pricing import Price
+from bot.core.rules.prompts import system_message, thread_line
+from bot.core.rules.stop import ends_with_terminate, guard_impersonation, strip_terminate
+from bot.core.rules.tags import parse_tags
+from bot.core.runtime.locks import AgentLocks
+from bot.core.runtime.turn import TurnOutcome, cache_key, others_in
 
 log = logging.getLogger(__name__)
 

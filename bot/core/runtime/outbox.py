@@ -31,8 +31,8 @@ from typing import Awaitable, Callable, Protocol
 from bot.core.errors import AlreadyStored, DeliveryError, LeaseLost, NotFound, StoreError
 from bot.core.models import Agent, Episode, Group, Message
 from bot.core.ports import GroupStore, LeaseStore, PostingStore, RosterStore, Surface, ThreadStore
-from bot.core.secrets import mask_error
-from bot.core.worker import GroupWorker, RetryPolicy
+from bot.core.rules.secrets import mask_error
+from bot.core.runtime.worker import GroupWorker, RetryPolicy
 
 log = logging.getLogger(__name__)
 

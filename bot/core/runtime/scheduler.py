@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from bot.core.errors import NotFound, RoundtableError, StoreUnavailable, UserFacingError
-from bot.core.locks import AgentLocks
 from bot.core.models import Message, NewMessage, Tags
 from bot.core.ports import GroupStore, RosterStore, ScheduleStore, TokenCounter
-from bot.core.prompts import SYSTEM_AUTHOR, thread_line
-from bot.core.schedule import Schedule, format_time, next_after
-from bot.core.worker import Spawn
+from bot.core.rules.prompts import SYSTEM_AUTHOR, thread_line
+from bot.core.rules.schedule import Schedule, format_time, next_after
+from bot.core.runtime.locks import AgentLocks
+from bot.core.runtime.worker import Spawn
 
 log = logging.getLogger(__name__)
 

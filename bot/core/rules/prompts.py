@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from typing import Callable, Collection, Sequence
 
-from bot.core.attachments import brief_text
 from bot.core.models import Agent, Message
+from bot.core.rules.attachments import brief_text
 
 SPEAKER_SELECTOR_PROMPT = """\
 You are coordinating a group chat. Choose who speaks next.
@@ -99,5 +99,5 @@ def participant_prompt(agent: Agent, others: Sequence[str], task: str, thread: s
 
 def system_message(agent: Agent, brief: str, memory: str = "") -> str:
     """The agent's own system prompt, followed by the group's brief when set, then its
-    `<memory>` block when memory is on (`bot.core.memory`)."""
+    `<memory>` block when memory is on (`bot.core.features.memory`)."""
     return "\n\n".join([agent.system_prompt, *(part for part in (brief.strip(), memory.strip()) if part)])

@@ -14,11 +14,11 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from bot.core.card import Card, Field, MarkRead
 from bot.core.errors import LLMError, UserFacingError
 from bot.core.models import ChatMessage, Group, Message, Summary
 from bot.core.ports import LLM, Store
-from bot.core.prompts import fill, render_thread
+from bot.core.rules.card import Card, Field, MarkRead
+from bot.core.rules.prompts import fill, render_thread
 
 log = logging.getLogger(__name__)
 

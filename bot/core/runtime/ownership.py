@@ -22,8 +22,8 @@ from typing import Callable, Protocol
 from bot.core.errors import StoreError, StoreUnavailable
 from bot.core.models import Group
 from bot.core.ports import GroupStore, LeaseStore, RosterStore
-from bot.core.shards import Shards
-from bot.core.worker import Spawn
+from bot.core.rules.shards import Shards
+from bot.core.runtime.worker import Spawn
 
 log = logging.getLogger(__name__)
 
