@@ -20,6 +20,7 @@ from bot.core.rules.attachments import (
     text_files,
 )
 from bot.core.rules.pricing import Price, price_of
+from bot.core.rules.secrets import SECRETS
 from bot.core.verbs.commands import model_choices
 
 
@@ -175,3 +176,13 @@ def test_prices_and_usage_name_providers():
     assert shown["coder"].endswith("no price known for local/qwen (2 calls) · on local")
     only_default = tally([Spend("planner", "agent", "gpt-4o", 1, Usage(1000, 100), "default")], prices)
     assert "· on" not in only_default[0].describe()  # one provider: nothing to tell apart
+
+
+async def test_a_secret_in_a_files_name_or_text_is_masked_when_taken_in():
+    secret = "name-secret-LEAK-0010"
+    SECRETS.register(secret)
+
+    async def fetch() -> bytes:
+        return f"key={secret}\n".encode()
+    taken = await take_in(file(f"{secret}.txt", "text/plain", 26), fetch)
+    assert (taken.name, taken.text) == ("***.txt", "key=***\n")

@@ -119,6 +119,7 @@ def decode_text(data: bytes) -> str | None:
 async def take_in(file: SharedFile, fetch: Fetch) -> SharedFile:
     """`file` (its name, type and size known) with its kind decided and, for a text file, its
     content read through `fetch`. Never raises: a text file that cannot be read is kept with a note."""
+    file = replace(file, name=mask(file.name))  # (a secret in a name: as in the text)
     ctype = image_type(file.name, file.content_type)
     if ctype is not None:
         return replace(file, kind="image", content_type=file.content_type or ctype)
