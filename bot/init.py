@@ -360,8 +360,14 @@ def ask_model_key(env_file: str | None) -> None:
     try:
         file = SettingsFile.read(path)
         file.set("OPENAI_API_KEY", key)
+        # The key belongs to its server: saved without it, a later start without OPENAI_BASE_URL
+        # inline would send a local server's key to OpenAI.
+        with_base = bool(base) and file.get("OPENAI_BASE_URL") != base
+        if with_base:
+            file.set("OPENAI_BASE_URL", base)
         file.write()
     except (ConfigError, InvalidInput, OSError) as exc:
         print(f"Not saved: {exc}")
     else:
-        print(f"Saved in {path}; the next `roundtable console` will not ask.")
+        what = " with its server (OPENAI_BASE_URL)" if with_base else ""
+        print(f"Saved in {path}{what}; the next `roundtable console` will not ask.")

@@ -125,17 +125,21 @@ async def test_the_console_asks_for_the_key_and_offers_to_save_it(tmp_path, term
     tty.type(KEY + "\r")
     await tty.expect("Save it in .env (readable by you only)? [y/N] ")
     tty.type("y\r")
-    await tty.expect("Saved in .env; the next `roundtable console` will not ask.")
+    await tty.expect("Saved in .env with its server (OPENAI_BASE_URL); the next `roundtable console` will not ask.")
     await tty.expect("you> ")
     tty.type("\x04")
     assert await tty.ended() == 0
     assert KEY not in tty.raw and "sk-nope" not in tty.raw
-    assert dotenv_values(tmp_path / ".env")["OPENAI_API_KEY"] == KEY
+    saved = dotenv_values(tmp_path / ".env")
+    assert saved["OPENAI_API_KEY"] == KEY
+    assert saved["OPENAI_BASE_URL"] == llm.base_url  # the key is saved with the server it belongs to
     assert stat.S_IMODE((tmp_path / ".env").stat().st_mode) == 0o600
 
-    again = terminals(tmp_path, "console", "--db", "rt.db", OPENAI_BASE_URL=llm.base_url,
-                      ROUNDTABLE_MODEL="fake-model")
+    again = terminals(tmp_path, "console", "--db", "rt.db", ROUNDTABLE_MODEL="fake-model")  # nothing inline
     await again.expect("you> ")
+    again.type("/agent add name:planner role:plans prompt:\"You plan.\"\r")
+    again.type("@planner hello\r")
+    await again.expect("[planner]")
     again.type("\x04")
     assert await again.ended() == 0
     assert "API key" not in again.raw
