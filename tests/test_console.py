@@ -217,9 +217,8 @@ async def test_piped_end_of_input_while_paused_says_what_waits_and_exits(tmp_pat
 async def test_sigint_stops_a_piped_console_at_once_and_interrupts_the_run(tmp_path):
     import signal
     import sqlite3
-    import time
 
-    script = GroupChatScript(agents={"planner": [Reply("Too late.", delay=60.0)]})
+    script = GroupChatScript(agents={"planner": [Reply("Too late.", delay=3600.0)]})
     async with FakeOpenAI(script) as srv:
         proc = await asyncio.create_subprocess_exec(
             ROUNDTABLE, "--env-file", os.devnull, "console", "--db", str(tmp_path / "rt.db"),
@@ -232,10 +231,9 @@ async def test_sigint_stops_a_piped_console_at_once_and_interrupts_the_run(tmp_p
             if script.participant_order:
                 break
             await asyncio.sleep(0.02)
-        started = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        out, err = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode == 130 and time.monotonic() - started < 15
+        out, err = await asyncio.wait_for(proc.communicate(), 30)  # the model would answer in an hour
+    assert proc.returncode == 130
     assert "Traceback" not in err.decode() and "[you] @planner go" in out.decode()
     with sqlite3.connect(tmp_path / "rt.db") as db:
         assert db.execute("SELECT status FROM runs").fetchall() == [("interrupted",)]
