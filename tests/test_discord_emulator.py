@@ -22,7 +22,7 @@ from discord.http import Route
 
 from tests.discord_emulator import DEFAULT_TOKEN, DiscordEmulator
 
-T = 10  # seconds; upper bound for any single wait
+T = 30  # seconds; upper bound for any single wait (generous: a loaded machine is slow)
 
 
 @pytest.fixture
