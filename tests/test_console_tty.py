@@ -28,6 +28,8 @@ ADD_PLANNER = '/agent add name:planner role:plans prompt:"You plan."'
 # Its own SIGINT handler (not SIG_IGN, which the child would inherit) keeps it alive through Ctrl-C.
 WRAPPER = """\
 import signal, subprocess, sys, termios
+
+pytestmark = pytest.mark.slow  # the console in a pseudo-terminal: CI runs it, the default run leaves it out
 signal.signal(signal.SIGINT, lambda *_: None)
 before = termios.tcgetattr(0)
 code = subprocess.call(sys.argv[1:])

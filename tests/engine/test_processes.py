@@ -10,8 +10,12 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
+
 from bot.core.models import GroupSettings
 from tests.fakes.databases import Place
+
+pytestmark = pytest.mark.slow  # kill -9 of an engine process beside another: CI runs it, the default run leaves it out
 
 ROOT = Path(__file__).resolve().parents[2]
 
