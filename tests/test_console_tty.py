@@ -20,6 +20,8 @@ import pytest
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply
 from tests.test_console import ROUNDTABLE, clean_env
 
+pytestmark = pytest.mark.slow  # the console in a pseudo-terminal: CI runs it, the default run leaves it out
+
 COLS, ROWS = 80, 24
 UP, LEFT, CTRL_D, CTRL_R = "\x1b[A", "\x1b[D", "\x04", "\x12"
 ADD_PLANNER = '/agent add name:planner role:plans prompt:"You plan."'
@@ -28,8 +30,6 @@ ADD_PLANNER = '/agent add name:planner role:plans prompt:"You plan."'
 # Its own SIGINT handler (not SIG_IGN, which the child would inherit) keeps it alive through Ctrl-C.
 WRAPPER = """\
 import signal, subprocess, sys, termios
-
-pytestmark = pytest.mark.slow  # the console in a pseudo-terminal: CI runs it, the default run leaves it out
 signal.signal(signal.SIGINT, lambda *_: None)
 before = termios.tcgetattr(0)
 code = subprocess.call(sys.argv[1:])
