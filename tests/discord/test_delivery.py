@@ -91,7 +91,13 @@ async def test_a_lasting_refusal_is_told_once_shown_in_status_and_cleared_when_f
     assert "Manage Webhooks" in harness.embed_fields(status)["delivery problem"]
     assert status["data"]["embeds"][0]["color"] == 0xE74C3C  # red
     await emu.user_post(emu.channel_id, emu.alice_id, "@planner two")  # waits behind the first reply
-    await asyncio.sleep(0.5)
+    for _ in range(3000):  # 30 s at the most
+        if "@planner two" in [m.text for m in await harness.store.messages(1)]:
+            break
+        await asyncio.sleep(0.01)
+    tried = len(emu.requests_matching("POST", WEBHOOK))
+    await emu.wait_for(lambda: len(emu.requests_matching("POST", WEBHOOK)) >= tried + 2, timeout=30,
+                       what="two more tries of the first reply, with 'two' stored")
     assert script.participant_order == ["planner"]  # no new run while people cannot see the last one
     emu._faults.clear()  # an admin grants the permission
     await emu.wait_for(lambda: len(webhook_messages(emu)) >= 2, timeout=15, what="both replies")
