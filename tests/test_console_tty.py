@@ -334,7 +334,7 @@ async def test_ctrl_c_stops_at_once_and_restores_the_terminal(tmp_path, ttys, wh
             ROUNDTABLE, "--env-file", os.devnull, "console", "--db", str(tmp_path / "rt.db"),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             env=clean_env(tmp_path, srv.base_url), cwd=tmp_path)
-        out, err = await asyncio.wait_for(proc.communicate(b""), 60)
+        out, err = await asyncio.wait_for(proc.communicate(b""), 180)
     assert proc.returncode == 0, err
     assert "[planner] Answered after the restart." in out.decode()
     assert runs(tmp_path) == ["interrupted", "posted"]
