@@ -47,7 +47,7 @@ async def roundtable(cwd: Path, *args: str, stdin: str = "", **env: str) -> Resu
         ROUNDTABLE, *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, env=clean_env(**env), cwd=cwd)
     try:
-        out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), 60)
+        out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), 180)  # generous: a start is slow under load
     finally:
         if proc.returncode is None:
             proc.kill()

@@ -20,6 +20,8 @@ import pytest
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply
 from tests.test_console import ROUNDTABLE, clean_env
 
+pytestmark = pytest.mark.slow  # the console in a pseudo-terminal: CI runs it, the default run leaves it out
+
 COLS, ROWS = 80, 24
 UP, LEFT, CTRL_D, CTRL_R = "\x1b[A", "\x1b[D", "\x04", "\x12"
 ADD_PLANNER = '/agent add name:planner role:plans prompt:"You plan."'
@@ -290,7 +292,7 @@ async def test_ctrl_c_drops_the_line_being_typed_and_the_console_goes_on(tmp_pat
 @pytest.mark.parametrize("when", ["while an agent types", "while Ctrl-D waits", "at an idle prompt", "twice",
                                   "after a line typed was dropped"])
 async def test_ctrl_c_stops_at_once_and_restores_the_terminal(tmp_path, ttys, when):
-    script = GroupChatScript(agents={"planner": [Reply("Too late.", delay=60.0), "Answered after the restart."]})
+    script = GroupChatScript(agents={"planner": [Reply("Too late.", delay=3600.0), "Answered after the restart."]})
     async with FakeOpenAI(script) as srv:
         tty = ttys(tmp_path, srv.base_url, wrapped=True)
         await tty.expect("you> ")
@@ -300,7 +302,7 @@ async def test_ctrl_c_stops_at_once_and_restores_the_terminal(tmp_path, ttys, wh
             tty.type("@planner go\r")
             await tty.shows("planner is typing…")
             # the status shows before the call reaches the server; stopped before that, the next start's
-            # call would take the 60 s reply
+            # call would take the hour-long reply
             await tty.until(lambda: script.participant_order == ["planner"], "the model call", 30)
             if when == "while Ctrl-D waits":
                 tty.type(CTRL_D)
@@ -311,12 +313,10 @@ async def test_ctrl_c_stops_at_once_and_restores_the_terminal(tmp_path, ttys, wh
                 tty.child.sendintr()
                 await tty.shows(lambda rows: "you> never sent^C" in rows and tty.prompt_row() == "you>")
                 assert "planner is typing…" in tty.rows()  # the console goes on
-        started = time.monotonic()
         tty.child.sendintr()
         if when == "twice":  # the second one while the first stops the console: it ends at once
             tty.child.sendintr()
-        await tty.shows("[wrapper] exit=130 modes=restored")
-        assert time.monotonic() - started < 15  # the model would answer in 60 s
+        await tty.shows("[wrapper] exit=130 modes=restored")  # the model would answer in an hour
         assert await tty.ended() == 0  # the wrapper's own exit
         assert "Traceback" not in tty.raw, tty.raw[tty.raw.find("Traceback"):][:4000]
         assert "[you] never sent" not in tty.text() and messages(tmp_path) == ["@planner go"] * (
@@ -334,7 +334,7 @@ async def test_ctrl_c_stops_at_once_and_restores_the_terminal(tmp_path, ttys, wh
             ROUNDTABLE, "--env-file", os.devnull, "console", "--db", str(tmp_path / "rt.db"),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             env=clean_env(tmp_path, srv.base_url), cwd=tmp_path)
-        out, err = await asyncio.wait_for(proc.communicate(b""), 60)
+        out, err = await asyncio.wait_for(proc.communicate(b""), 180)
     assert proc.returncode == 0, err
     assert "[planner] Answered after the restart." in out.decode()
     assert runs(tmp_path) == ["interrupted", "posted"]

@@ -15,6 +15,8 @@ from tests.fakes.strict_openai import StrictOpenAI
 from tests.test_cli import clean_env
 from tests.test_console_tty import ROUNDTABLE, Tty
 
+pytestmark = pytest.mark.slow  # `roundtable init` in a pseudo-terminal: CI runs it, the default run leaves it out
+
 KEY = "sk-tty-right-key-83Hq"
 ROWS, COLS = 50, 200
 

@@ -23,7 +23,7 @@ async def console(tmp_path, env: dict[str, str], stdin: str) -> tuple[int, str, 
         ROUNDTABLE, "--env-file", os.devnull, "console", "--db", str(tmp_path / "rt.db"),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env=env, cwd=tmp_path)
-    out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), 60)
+    out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), 180)  # generous: a start is slow under load
     return proc.returncode or 0, out.decode(), err.decode()
 
 

@@ -60,6 +60,7 @@ async def shell(line: str, cwd: Path, env: dict[str, str], stdin: str, timeout: 
     return Result(proc.returncode or 0, out.decode(), err.decode())
 
 
+@pytest.mark.slow  # a fresh clone, venv and install: CI runs it, the default run leaves it out
 async def test_readmes_first_two_commands_work_in_a_fresh_clone(tmp_path: Path) -> None:
     if not (ROOT / ".git").exists():
         pytest.skip("not a git checkout: nothing to clone")

@@ -115,7 +115,7 @@ async def test_the_verbs_that_need_only_the_database_load_no_model_or_discord_cl
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", IMPORTS_CHILD, "--env-file", os.devnull, *args, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, cwd=tmp_path, env=clean_env(OPENAI_API_KEY=KEY))
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    out, err = await asyncio.wait_for(proc.communicate(), 180)
     assert proc.returncode == 0, err.decode()
     assert json.loads(out.decode().splitlines()[-1]) == {"code": 0, "heavy": []}, err.decode()
 

@@ -5,7 +5,6 @@ import asyncio
 import ipaddress
 import logging
 import socket
-import time
 import traceback
 from typing import Any, Iterator
 
@@ -90,20 +89,19 @@ async def test_logprobs_are_requested_and_summed() -> None:
 
 
 @pytest.mark.parametrize(
-    ("headers", "low", "high"),
-    [({"Retry-After": "1"}, 0.9, 2.5), ({"retry-after-ms": "300", "Retry-After": "5"}, 0.25, 1.5)],
+    ("headers", "low"),
+    [({"Retry-After": "1"}, 0.9), ({"retry-after-ms": "300", "Retry-After": "100"}, 0.25)],
     ids=["retry-after", "retry-after-ms-wins"],
 )
-async def test_retry_after_is_honoured(headers: dict[str, str], low: float, high: float) -> None:
+async def test_retry_after_is_honoured(headers: dict[str, str], low: float) -> None:
+    # The retry waits at least what the server asked (the SDK's own first backoff is under 0.5 s); where
+    # both headers come, the milliseconds win: the 100 s of Retry-After would outlast the generous bound.
     async with FakeOpenAI([Reply(status=429, headers=headers), Reply(text="ok")]) as srv:
         async with make_llm(srv, max_retries=2) as llm:
-            started = time.monotonic()
-            done = await llm.complete(MESSAGES)
-            elapsed = time.monotonic() - started
+            done = await asyncio.wait_for(llm.complete(MESSAGES), 30)
     assert done.text == "ok"
     assert len(srv.requests) == 2
-    gap = srv.requests[1].at - srv.requests[0].at
-    assert low <= gap < high and elapsed >= low
+    assert srv.requests[1].at - srv.requests[0].at >= low
 
 
 async def test_rate_limited_every_time() -> None:
@@ -118,12 +116,10 @@ async def test_rate_limited_every_time() -> None:
 
 
 async def test_hang_times_out_within_bound() -> None:
-    async with FakeOpenAI([Reply(text="late", delay=30)]) as srv:
+    async with FakeOpenAI([Reply(text="late", delay=3600)]) as srv:
         async with make_llm(srv, timeout=1.0, max_retries=0) as llm:
-            started = time.monotonic()
-            with pytest.raises(LLMTimeout) as info:
-                await asyncio.wait_for(llm.complete(MESSAGES), 5)
-            assert time.monotonic() - started < 3
+            with pytest.raises(LLMTimeout) as info:  # its own timeout, long before the generous bound
+                await asyncio.wait_for(llm.complete(MESSAGES), 30)
     assert "timed out" in str(info.value)
 
 
@@ -229,13 +225,11 @@ async def test_api_key_never_leaks(caplog: pytest.LogCaptureFixture) -> None:
 
 
 async def test_a_server_that_trickles_bytes_is_cut_at_the_deadline() -> None:
-    # The SDK's timeout restarts with every byte: one space every 0.1 s would hold the call 30 s.
-    async with FakeOpenAI([Reply("late", delay=30, trickle=0.1), Reply("on time")]) as srv:
+    # The SDK's timeout restarts with every byte: one space every 0.1 s would hold the call an hour.
+    async with FakeOpenAI([Reply("late", delay=3600, trickle=0.1), Reply("on time")]) as srv:
         async with make_llm(srv, timeout=0.3, max_retries=1) as llm:
-            started = time.monotonic()
             with pytest.raises(LLMTimeout, match=r"did not finish within 1.6s") as info:
-                await llm.complete(MESSAGES)
-            assert time.monotonic() - started < 5
+                await asyncio.wait_for(llm.complete(MESSAGES), 60)  # an hour without the deadline
             assert info.value.public == "the model did not answer in time"
             assert (await llm.complete(MESSAGES)).text == "on time"
 

@@ -62,7 +62,7 @@ class BotHarness:
                                  guild_ready_timeout=0.05)
         self._task = asyncio.create_task(self.bot.start(self.emu.token))
         if wait_ready:
-            await asyncio.wait_for(self.bot.ready_once.wait(), 10)
+            await asyncio.wait_for(self.bot.ready_once.wait(), 30)
         return self.bot
 
     async def stop(self) -> None:
@@ -110,7 +110,7 @@ class BotHarness:
     async def idle(self) -> None:
         assert self.engine is not None and self.store is not None
         for group in await self.store.list_groups():
-            await self.engine.wait_idle(group.id, 15)
+            await self.engine.wait_idle(group.id, 30)
 
 
 @pytest.fixture

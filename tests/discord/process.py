@@ -132,7 +132,7 @@ class BotProcess:
                 stdout=log, stderr=log, env=env, cwd=self.tmp_path)
         await self.emu.wait_for(
             lambda: any(s.ready for k, s in self.emu.sessions.items() if k not in sessions) or self.exited(),
-            timeout=30, what="the bot's gateway session")
+            timeout=90, what="the bot's gateway session")  # a start is slow under load
         assert not self.exited(), self.tail()
 
     def exited(self) -> bool:

@@ -101,7 +101,8 @@ async def test_a_cut_network_loses_nothing_and_posts_nothing_twice(harness, scri
     emu.fail_next("*", r"^/(webhooks|channels)/", 0, times=40)  # every REST call is reset ...
     await emu.disconnect_all()  # ... and the gateway drops
     await emu.user_post(emu.channel_id, emu.bob_id, "@planner during the cut")
-    await asyncio.sleep(1.5)
+    await emu.wait_for(lambda: len([r for r in emu.requests if r.injected]) >= 3, timeout=30,
+                       what="the bot's calls to be cut")  # the answer's post, and tries again
     emu._faults.clear()
     await wait_all_stored(harness, {1: emu.channel_id})
     await emu.wait_for(lambda: len([m for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id")]) >= 2,

@@ -16,6 +16,8 @@ from tests.discord.process import BotProcess, Channel, UniqueReplies, check_once
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.openai_server import FakeOpenAI
 
+pytestmark = pytest.mark.slow  # kill -9 and SIGTERM of a bot process, storms of kills: CI runs it, not the default run
+
 WEBHOOK = r"^/webhooks/\d+/[\w.\-]{60,}"
 EDIT = WEBHOOK + r"/messages/\d+$"
 

@@ -24,15 +24,25 @@ def script() -> GroupChatScript:
     return GroupChatScript(default_agent_reply=lambda name, n: f"{name} answer {n}")
 
 
+DEBUG = {"ROUNDTABLE_LOG_LEVEL": "DEBUG"}  # a process logs each interaction it leaves to the other
+
+
+def left_to_the_other(record, *bots: BotProcess) -> bool:
+    """Whether one of the processes let the interaction go (the other claimed it): nothing more comes from it."""
+    return any(f"interaction {record.id} is handled by another process" in bot.log.read_text() for bot in bots)
+
+
 def assert_clean_logs(*bots: BotProcess) -> None:
     for bot in bots:
         log = bot.log.read_text()
         assert " ERROR " not in log and "Traceback" not in log, bot.tail()
 
+
+@pytest.mark.slow  # two bot processes
 async def test_two_processes_on_one_database_answer_each_interaction_once(tmp_path, place: Place):
     replies = UniqueReplies()
     async with DiscordEmulator() as emu, FakeOpenAI(replies) as llm:
-        a, b = (BotProcess(tmp_path, emu, llm, name=name, place=place) for name in ("a", "b"))
+        a, b = (BotProcess(tmp_path, emu, llm, name=name, place=place, env=DEBUG) for name in ("a", "b"))
         try:
             await a.add_group(emu.channel_id)
             await a.start()
@@ -53,12 +63,15 @@ async def test_two_processes_on_one_database_answer_each_interaction_once(tmp_pa
             records += [form, await emu.submit_modal(emu.guild_id, emu.channel_id, emu.alice_id, custom_id,
                                                      {"prompt": "You know Tokyo."})]
             assert (await records[-1].wait_response(5))["data"]["content"].startswith("Added local")
+            submit = records[-1]  # a form's submission reaches only the process that showed the form
             replies.set_direct("echo", [f"direct answer {n}" for n in range(4)])
             for n in range(4):  # only the process that runs the group can post: it handles them
                 records.append(await emu.invoke_command(emu.guild_id, emu.channel_id, emu.alice_id, "ask",
                                                         {"agent": "echo", "prompt": f"hello {n}", "post": True}))
                 assert "answer is posted in the group" in (await records[-1].wait_followups(timeout=10))[0]["content"]
-            await asyncio.sleep(1.0)  # a second answer, or an error, would have come by now
+            await emu.wait_for(lambda: all(left_to_the_other(r, a, b) for r in records if r is not submit), timeout=30,
+                               what="the other process letting each interaction go")
+            await a.wait_settled()
             assert [m["content"] for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id")] == [
                 f"direct answer {n}" for n in range(4)]
             assert answers == [f"Added extra{n}: r. Tag it with @extra{n}." if i % 2 == 0 else
@@ -71,21 +84,24 @@ async def test_two_processes_on_one_database_answer_each_interaction_once(tmp_pa
             await b.close()
 
 
+@pytest.mark.slow  # two bot processes
 async def test_two_processes_waiting_on_a_busy_database_defer_a_command_once_and_answer_it_once(tmp_path, place: Place):
     async with DiscordEmulator() as emu, FakeOpenAI(UniqueReplies()) as llm:
-        a, b = (BotProcess(tmp_path, emu, llm, name=name, place=place) for name in ("a", "b"))
+        a, b = (BotProcess(tmp_path, emu, llm, name=name, place=place, env=DEBUG) for name in ("a", "b"))
         try:
             await a.add_group(emu.channel_id)
             await a.start()
             await b.start()
             await a.wait_settled()
-            async with place.hold_write_lock():  # another writer for 3.5 s: neither claim is decided in time
+            async with place.hold_write_lock():  # another writer until both deferred: no claim is decided in time
                 record = await emu.invoke_command(emu.guild_id, emu.channel_id, emu.alice_id, "agent add",
                                                   {"name": "planner", "role": "plans", "prompt": "You plan."})
-                await asyncio.sleep(3.5)
+                await emu.wait_for(lambda: len(emu.requests_matching("POST", CALLBACK)) >= 2, timeout=30,
+                                   what="both processes' deferrals")
                 first = list(record.callbacks)
-            await record.wait_followups(timeout=10)
-            await asyncio.sleep(1.0)  # a second answer, or an error, would have come by now
+            await record.wait_followups(timeout=30)
+            await emu.wait_for(lambda: left_to_the_other(record, a, b), timeout=30,
+                               what="the other process letting it go")
             assert [c["type"] for c in first] == [5]  # deferred by one of them (both try; Discord takes one)
             assert [f["content"] for f in record.followups] == ["Added planner: plans. Tag it with @planner."]
             assert len(record.callbacks) == 1
@@ -122,11 +138,13 @@ async def test_setup_uses_the_webhook_this_bot_made_in_the_channel_before(harnes
     assert [(m["webhook_id"], m["content"]) for m in posted] == [(earlier.id, "planner answer 1")]
 
 
-async def answered_late(harness, record, seconds: float = 3.5) -> list[dict]:
-    """The callbacks the interaction got by its third second, once what held it for `seconds` let go."""
-    await asyncio.sleep(2.9)
+async def answered_late(harness, record, release) -> list[dict]:
+    """The callbacks the interaction got while it was held (Discord takes none after its third second);
+    `release()` lets it go once they came, and its answer follows."""
+    await harness.emu.wait_for(lambda: record.callbacks, timeout=30, what="the deferral")
     first = list(record.callbacks)
-    await asyncio.sleep(seconds - 2.9 + 1.0)
+    release()
+    await record.wait_followups(timeout=30)
     return first
 
 
@@ -135,9 +153,7 @@ async def test_a_setup_while_discord_is_slow_to_make_the_webhook_is_deferred_the
     creating = emu.hold("POST", CREATE_WEBHOOK)
     record = await emu.invoke_command(emu.guild_id, emu.channel_id, emu.alice_id, "roundtable setup", {})
     await creating.wait_arrived()
-    release = asyncio.get_running_loop().call_later(3.5 - 0.1, creating.release)
-    first = await answered_late(harness, record)
-    release.cancel()
+    first = await answered_late(harness, record, creating.release)
     assert [c["type"] for c in first] == [5]  # "thinking…" before Discord gives up at 3 s
     assert first[0]["ephemeral"]
     assert [f["content"] for f in record.followups][0].startswith("Roundtable is on")
@@ -147,12 +163,11 @@ async def test_an_agent_add_while_the_database_is_busy_is_deferred_then_answered
     emu = harness.emu
     await harness.setup_group(mode="tags")
     other = sqlite3.connect(harness.db, isolation_level=None)
-    other.execute("BEGIN IMMEDIATE")  # another process (or `roundtable copy`) writing for 3.5 s
+    other.execute("BEGIN IMMEDIATE")  # another process (or `roundtable copy`) writing until the command deferred
     try:
         record = await emu.invoke_command(emu.guild_id, emu.channel_id, emu.alice_id, "agent add",
                                           {"name": "planner", "role": "plans", "prompt": "You plan."})
-        asyncio.get_running_loop().call_later(3.5, other.execute, "ROLLBACK")
-        first = await answered_late(harness, record)
+        first = await answered_late(harness, record, lambda: other.execute("ROLLBACK"))
     finally:
         other.close()
     assert [c["type"] for c in first] == [5]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 
 from bot.adapters.discord.client import run_bot
 from bot.config import load_settings
@@ -11,7 +12,8 @@ from tests.discord_emulator import DiscordEmulator
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript
 
 
-async def test_run_bot_answers_in_the_channel(tmp_path, original_discord_endpoints):
+async def test_run_bot_answers_in_the_channel(tmp_path, original_discord_endpoints, caplog):
+    caplog.set_level(logging.INFO, logger="bot.adapters.discord.client")
     script = GroupChatScript(selector=["TERMINATE"], agents={"planner": ["Wired up."]})
     async with DiscordEmulator() as emu, FakeOpenAI(script) as llm:
         settings = load_settings({
@@ -23,7 +25,9 @@ async def test_run_bot_answers_in_the_channel(tmp_path, original_discord_endpoin
         try:
             await emu.wait_until_ready(10)
             await emu.wait_for(lambda: emu.synced_commands.get(emu.guild_id), timeout=10)
-            await asyncio.sleep(2.5)  # discord.py's guild_ready_timeout before on_ready
+            await emu.wait_for(  # on_ready comes discord.py's guild_ready_timeout (2 s) after the guilds
+                lambda: any(r.getMessage().startswith("connected as") for r in caplog.records), timeout=30,
+                what="on_ready")
             rec = await emu.invoke_command(emu.guild_id, emu.channel_id, emu.alice_id, "roundtable setup")
             assert "max_turns 7" in (await rec.wait_response(5))["data"]["content"]
             rec = await emu.invoke_command(emu.guild_id, emu.channel_id, emu.alice_id, "agent add",

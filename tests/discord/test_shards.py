@@ -3,11 +3,15 @@ PostgreSQL schema), against the emulator with guilds on both shards: each guild'
 taken in and answered once, by its shard."""
 from __future__ import annotations
 
+import pytest
+
 from bot.core.rules.shards import shard_of
 from tests.discord.process import BotProcess, UniqueReplies, check_once
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.databases import Place
 from tests.fakes.openai_server import FakeOpenAI
+
+pytestmark = pytest.mark.slow  # two bot processes, a shard each: CI runs it, the default run leaves it out
 
 
 def guilds_on_both_shards(emu: DiscordEmulator) -> dict[int, tuple[str, str, str]]:

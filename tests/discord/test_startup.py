@@ -34,7 +34,7 @@ async def run(tmp_path: Path, **env_overrides: str) -> tuple[int, list[str]]:
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=run_env(tmp_path, **env_overrides),
         cwd=tmp_path)
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), 30)
+        out, err = await asyncio.wait_for(proc.communicate(), 180)
     finally:
         if proc.returncode is None:
             proc.kill()
@@ -113,7 +113,7 @@ async def test_run_logs_at_roundtable_log_level_without_voice_warnings(tmp_path,
             await emu.wait_for(lambda: any(s.ready for s in emu.sessions.values()) or proc.returncode is not None,
                                timeout=30, what="the bot's gateway session")
             proc.send_signal(signal.SIGTERM)
-            out, _ = await asyncio.wait_for(proc.communicate(), 30)
+            out, _ = await asyncio.wait_for(proc.communicate(), 180)
         finally:
             if proc.returncode is None:
                 proc.kill()

@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TOKEN = "MTIzNDU2Nzg5MDEyMzQ1Njc4.emulat.or-fake-bot-token-for-tests_0123456789"
 RATE_LIMIT_BODY = {"message": "You are being rate limited.", "retry_after": 0.3, "global": False}
+# Every wait here gives up only after this long at the least, however short a test asked: a bound is a
+# guard against a hang, never a claim about speed (a loaded machine is slow, and a wait that gives up
+# early is a flaky test; one that gives up late only a slower failure).
+MIN_WAIT = 30.0
 _NO_AUTH = re.compile(r"^/(webhooks/\d+/[^/]+|interactions/|gateway$)")
 
 
@@ -93,6 +97,7 @@ class Hold:
 
     async def wait_arrived(self, count: int = 1, timeout: float = 10.0) -> List[RequestRecord]:
         """Wait until at least `count` requests have been caught; return their records."""
+        timeout = max(timeout, MIN_WAIT)
         deadline = time.monotonic() + timeout
         while self.count < count:
             if time.monotonic() >= deadline:
@@ -270,7 +275,9 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
 
     async def wait_for(self, predicate: Callable[[], Any], timeout: float = 10.0,
                        interval: float = 0.01, what: str = "condition") -> Any:
-        """Poll predicate() until truthy; return its value or raise asyncio.TimeoutError."""
+        """Poll predicate() until truthy; return its value or raise asyncio.TimeoutError (after
+        `timeout` seconds, MIN_WAIT at the least)."""
+        timeout = max(timeout, MIN_WAIT)
         deadline = time.monotonic() + timeout
         while True:
             value = predicate()

@@ -3,7 +3,6 @@ PostgreSQL at once (LISTEN/NOTIFY); on SQLite by the lease keeper's poll."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 from bot.adapters.tokens import make_token_counter
 from bot.core.models import GroupSettings, NewMessage, Tags
@@ -14,8 +13,8 @@ from tests.fakes.scripted_llm import ScriptedLLM
 from tests.fakes.surface import RecordingSurface
 
 
-async def answered_after_a_foreign_post(place: Place, keeper_tick: float) -> float:
-    """Seconds from another store's post to the owner's reply."""
+async def answered_after_a_foreign_post(place: Place, keeper_tick: float) -> None:
+    """Another store's post wakes the owner, who answers it (else AssertionError after a generous bound)."""
     async with await place.open() as owner_store, await place.open() as other_store:
         group = await owner_store.create_group("console:main", "main", GroupSettings(mode="tags"))
         planner = await owner_store.add_agent(group.id, "planner", "plans", "You plan.")
@@ -27,22 +26,22 @@ async def answered_after_a_foreign_post(place: Place, keeper_tick: float) -> flo
             assert engine.owns(group.id)
             await engine.wait_idle(group.id, 10)  # its dispatcher rests: only a wake-up can start it
             await asyncio.sleep(0.2)
-            began = time.monotonic()
             await other_store.append_user_message(group.id, NewMessage(
                 "user", "bob", "@planner plan it", author_user_id="bob",
                 tags=Tags(agent_ids=(planner.id,), agent_names=("planner",))))
-            while not llm.participant_order:
-                assert time.monotonic() - began < 10, "the owner never woke"
+            for _ in range(3000):  # 30 s at most, however loaded the machine
+                if llm.participant_order:
+                    break
                 await asyncio.sleep(0.01)
+            assert llm.participant_order == ["planner"], "the owner never woke"
             await engine.wait_idle(group.id, 10)
-            return time.monotonic() - began
         finally:
             await engine.close()
 
 
 async def test_postgresql_wakes_the_owner_at_once(pg: PostgresPlace) -> None:
     # the keeper would look only after an hour: the NOTIFY is what wakes it
-    assert await answered_after_a_foreign_post(pg, keeper_tick=3600) < 5
+    await answered_after_a_foreign_post(pg, keeper_tick=3600)
 
 
 async def test_a_store_hears_other_stores_appends_not_its_own(pg: PostgresPlace) -> None:
@@ -63,7 +62,7 @@ async def test_a_store_hears_other_stores_appends_not_its_own(pg: PostgresPlace)
 async def test_sqlite_is_woken_by_the_keepers_poll(tmp_path) -> None:
     from tests.fakes.databases import SqlitePlace
 
-    assert await answered_after_a_foreign_post(SqlitePlace(tmp_path / "rt.db"), keeper_tick=0.2) < 5
+    await answered_after_a_foreign_post(SqlitePlace(tmp_path / "rt.db"), keeper_tick=0.2)
 
 
 async def test_closing_a_watching_store_warns_of_nothing(pg: PostgresPlace, caplog) -> None:

@@ -1,10 +1,11 @@
 """An engine in a process of its own, for tests of several processes on one database:
 
-    python -m tests.fakes.engine_process TARGET NAME --posts 3 [--delay 0.4]
+    python -m tests.fakes.engine_process TARGET NAME --posts 3 [--delay 0.4] [--hang-from 2]
 
 Opens the store at TARGET, runs an engine over the group `console:main` (scope `console:main`,
 a scripted model whose planner takes `--delay` seconds a call and answers "planner answers
-NAME#k"), posts `--posts` messages "@planner question NAME-i" a little apart, then waits until
+NAME#k"; from its `--hang-from`th call on it never answers: the process is busy until killed),
+posts `--posts` messages "@planner question NAME-i" a little apart, then waits until
 every row of the group is delivered and confirmed, and exits 0. Leases are kept every 0.1 s.
 """
 from __future__ import annotations
@@ -27,18 +28,22 @@ from tests.fakes.surface import RecordingSurface
 
 class SlowLLM(ScriptedLLM):
     delay: float = 0.0
+    hang_from: int = 0  # 0: every call answers
 
     async def complete(self, messages: Sequence[ChatMessage], **kwargs: Any) -> Completion:
         if kind_of(messages)[0] == "participant":
-            print(f"calling {len(self.participant_order) + 1}", flush=True)
+            number = len(self.participant_order) + 1
+            print(f"calling {number}", flush=True)
+            if self.hang_from and number >= self.hang_from:
+                await asyncio.Event().wait()
             await asyncio.sleep(self.delay)
         return await super().complete(messages, **kwargs)
 
 
-async def main(target: str, name: str, posts: int, delay: float) -> int:
+async def main(target: str, name: str, posts: int, delay: float, hang_from: int = 0) -> int:
     calls = itertools.count(1)
     llm = SlowLLM(default_agent_reply=lambda agent, n: f"{agent} answers {name}#{next(calls)}")
-    llm.delay = delay
+    llm.delay, llm.hang_from = delay, hang_from
     store = await open_store(target)
     engine = Engine(store, llm, RecordingSurface(), make_token_counter(), scope="console:main",
                     retry=RetryPolicy(first=0.02, factor=2.0, cap=0.2))
@@ -74,5 +79,6 @@ if __name__ == "__main__":
     parser.add_argument("name")
     parser.add_argument("--posts", type=int, default=3)
     parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--hang-from", type=int, default=0)
     args = parser.parse_args()
-    sys.exit(asyncio.run(main(args.target, args.name, args.posts, args.delay)))
+    sys.exit(asyncio.run(main(args.target, args.name, args.posts, args.delay, args.hang_from)))

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from typing import Any
 
 import aiohttp
@@ -60,16 +59,14 @@ async def test_a_server_that_does_not_stream_says_so() -> None:
 
 
 async def test_close_does_not_wait_for_a_hanging_reply() -> None:
-    srv = FakeOpenAI([Reply(delay=30)])
+    srv = FakeOpenAI([Reply(delay=3600)])
     await srv.start()
     async with aiohttp.ClientSession() as http:
         call = asyncio.ensure_future(http.post(f"{srv.base_url}/chat/completions",
                                                json={"model": "m", "messages": []}))
         while not srv.requests:
             await asyncio.sleep(0.01)
-        started = time.monotonic()
-        await srv.close()
-        assert time.monotonic() - started < 3
+        await asyncio.wait_for(srv.close(), 30)  # the reply would come in an hour
         (await call).close()
 
 

