@@ -22,6 +22,7 @@ from tests.test_cli import Result, clean_env
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS_MARK = "<!-- first commands:"
 SESSION_MARK = "<!-- first session:"
+TEST_MARK = "<!-- test command:"
 REPLY = "Day 1: Asakusa, Ueno and an izakaya in Ueno, 9,000 yen. TERMINATE"
 INSTALL_TIMEOUT = 900  # seconds: a fresh venv and every package, on a loaded two-core machine
 CONSOLE_TIMEOUT = 120
@@ -45,6 +46,16 @@ def test_readme_opens_with_two_commands_install_then_the_console() -> None:
     assert "pip install -c constraints.txt" in install, install
     assert shlex.split(console)[-1] == "console" and "OPENAI_API_KEY=" in console, console
     assert marked_block(readme, SESSION_MARK), "README shows what to type into the console"
+
+
+
+def test_readmes_test_command_is_what_ci_runs() -> None:
+    """README's one-line test command is .ci/run's last line (but pip's -q): CI runs what README says."""
+    readme = (ROOT / "README.md").read_text()
+    (command,) = marked_block(readme, TEST_MARK)
+    ci = (ROOT / ".ci/run").read_text().strip().splitlines()[-1]
+    assert command == ci.replace("pip install -q ", "pip install "), (command, ci)
+    assert "pytest -q -m ''" in command, "CI runs every test, the slow ones too"
 
 
 async def shell(line: str, cwd: Path, env: dict[str, str], stdin: str, timeout: float) -> Result:
