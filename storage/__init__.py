@@ -14,7 +14,7 @@ from pathlib import Path
 from bot.core.errors import StoreError
 from bot.core.rules.secrets import mask_url
 from bot.core.rules.store_health import StoreHealth
-from storage.base import Clock
+from storage.access import Clock
 from storage.db import DEFAULT_BUSY_TIMEOUT_MS, LOCKED_MESSAGE, open_db
 from storage.migrations import MIGRATIONS, apply_migrations
 from storage.store import SqliteStore, SqlStore

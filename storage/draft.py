@@ -11,7 +11,7 @@ from typing import Iterable
 
 from bot.core.errors import NotFound
 from bot.core.models import DraftPart
-from storage.base import Access
+from storage.access import Access
 from storage.sql import Row, the_one
 
 _UNOWNED = "run_id IN (SELECT id FROM runs WHERE status <> 'running' AND posted_seq IS NULL)"

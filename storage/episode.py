@@ -5,7 +5,7 @@ from typing import get_args
 
 from bot.core.errors import InvalidInput, NotFound
 from bot.core.models import Episode, EpisodeStatus, Message, NewMessage
-from storage.base import Access
+from storage.access import Access
 from storage.codec import to_episode, to_message
 from storage.sql import Db
 

@@ -6,7 +6,7 @@ import logging
 from bot.core.errors import InvalidInput
 from bot.core.models import Group, GroupSettings
 from bot.core.rules.secrets import mask_error
-from storage.base import Access
+from storage.access import Access
 from storage.codec import settings_to_json, to_group
 
 log = logging.getLogger(__name__)

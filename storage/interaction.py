@@ -1,7 +1,7 @@
 """Discord interactions taken: each is answered by the first process that claims it."""
 from __future__ import annotations
 
-from storage.base import Access
+from storage.access import Access
 
 INTERACTIONS_KEPT = 24 * 3600.0  # seconds a taken interaction's id is kept (Discord answers one for 15 minutes)
 

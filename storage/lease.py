@@ -17,7 +17,7 @@ import socket
 from typing import Callable, Iterable
 
 from bot.core.errors import LeaseLost
-from storage.base import Access
+from storage.access import Access
 from storage.sql import Db
 
 log = logging.getLogger(__name__)

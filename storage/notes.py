@@ -5,7 +5,7 @@ from __future__ import annotations
 from bot.core.errors import InvalidInput
 from bot.core.models import Note
 from bot.core.rules.secrets import mask
-from storage.base import Access
+from storage.access import Access
 from storage.codec import to_note
 from storage.sql import the_one
 

@@ -20,7 +20,7 @@ group", lease checks and everything else a write reads and then changes hold per
 group as on SQLite (where `BEGIN IMMEDIATE` admits one writer of any group): a write
 reads only its own group's rows, or takes the exclusive lock. (The one table two
 groups' writes share is the map of external ids, unique across groups: an insert there
-waits for the other group's and the mapping is read again, `storage.base.Access.map_external_ids`.)
+waits for the other group's and the mapping is read again, `storage.access.Access.map_external_ids`.)
 
 In a process, writers of one group queue on an asyncio lock of the group, schema-wide
 writers wait for the group writers in flight (and keep new ones out until they have
@@ -70,7 +70,7 @@ import asyncpg
 from bot.core.errors import StoreBusy, StoreError, StoreUnavailable, StoreUnwritable
 from bot.core.rules.secrets import MASK, mask_error, mask_url, url_secrets
 from bot.core.rules.store_health import StoreHealth
-from storage.base import Clock
+from storage.access import Clock
 from storage.db import DEFAULT_BUSY_TIMEOUT_MS, LOCKED_MESSAGE
 from storage.pg_locks import VERSION_SQL, WriteGate, changed_sql, lock_sql
 from storage.pg_migrations import apply_pg_migrations, schema_of

@@ -8,7 +8,7 @@ from typing import Iterable
 from bot.core.models import Message, Summary
 from bot.core.rules.secrets import mask
 from bot.core.rules.validation import name_key
-from storage.base import Access
+from storage.access import Access
 from storage.codec import to_message
 from storage.sql import Db, the_one
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import AsyncIterator, Iterable
 
 from bot.core.models import Agent, Episode, Message, Run
-from storage.base import Access
+from storage.access import Access
 from storage.codec import to_agent, to_episode, to_message, to_run
 
 PAGE = 500

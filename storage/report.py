@@ -10,7 +10,7 @@ only its version read.
 from __future__ import annotations
 
 from bot.core.rules.doctor import DatabaseReport, Holder, Waiting
-from storage.base import Access
+from storage.access import Access
 from storage.lease import describe_owner, owner_alive
 from storage.migrations import MIGRATIONS
 from storage.sql import Db

@@ -7,7 +7,7 @@ import unicodedata
 from bot.core.errors import InvalidInput
 from bot.core.models import Agent
 from bot.core.rules.validation import check_name_free
-from storage.base import Access
+from storage.access import Access
 from storage.codec import to_agent
 from storage.sql import Db
 

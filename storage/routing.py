@@ -8,7 +8,7 @@ from typing import Sequence
 from bot.core.errors import NotFound
 from bot.core.models import Decision, Message
 from bot.core.rules.secrets import mask_error
-from storage.base import Access
+from storage.access import Access
 from storage.codec import dumps, to_decision
 from storage.sql import Db
 

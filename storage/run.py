@@ -15,7 +15,7 @@ from typing import get_args
 from bot.core.errors import CapReached, InvalidInput, NotFound
 from bot.core.models import FinishedRun, Message, NewMessage, Run, RunKind, RunResult, RunStatus, Usage
 from bot.core.rules.secrets import mask_error
-from storage.base import Access
+from storage.access import Access
 from storage.codec import to_run
 from storage.lease import Leases
 from storage.sql import Db, Row

@@ -11,7 +11,7 @@ from __future__ import annotations
 from bot.core.errors import InvalidInput, NotFound
 from bot.core.models import Episode, Message, NewMessage
 from bot.core.rules.schedule import Schedule, When
-from storage.base import Access
+from storage.access import Access
 from storage.sql import Row, the_one
 
 

@@ -4,7 +4,7 @@ fragments that differ between SQLite and PostgreSQL (`Dialect`).
 The store's parts write their SQL once, with `?` placeholders (never a `?` inside a string
 literal) and `ON CONFLICT ... DO NOTHING` / `DO UPDATE` (both databases accept them);
 where the dialects part (a scalar maximum, JSON, index hints) they take a fragment
-from the store's `Dialect` (`storage.base.Access.sql`).
+from the store's `Dialect` (`storage.access.Access.sql`).
 
 SQL text is never built from values: a value is always a bound parameter. Where a statement's
 text is assembled (an f-string), what goes in comes from code (a table or column name, an index,

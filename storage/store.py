@@ -1,7 +1,7 @@
 """`SqlStore`: the `bot.core.ports.Store` port over SQL, composed of one part per role; `SqliteStore`
 over one SQLite file.
 
-Each part owns one concept and holds the `storage.base.Access` they share (transactions, clock,
+Each part owns one concept and holds the `storage.access.Access` they share (transactions, clock,
 health, the lease owner, the appends): `storage.group` (groups), `storage.roster` (agents and their
 cursors), `storage.thread` (the message log; what reached the surface), `storage.routing`
 (decisions), `storage.episode`, `storage.run`, `storage.lease`, `storage.reading` (read cursors,
@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import Any, Callable, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from bot.core.rules.store_health import StoreHealth
-from storage.base import Access, Backend, Clock
+from storage.access import Access, Backend, Clock
 from storage.db import DEFAULT_BUSY_TIMEOUT_MS, SqliteBackend
 from storage.draft import Drafts
 from storage.episode import Episodes

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bot.core.models import ContextSummary, Usage
 from bot.core.rules.secrets import mask
-from storage.base import Access
+from storage.access import Access
 from storage.sql import Row
 
 

@@ -1,11 +1,11 @@
 """The message log of each group: seq allocation, the streak, episodes opened by people's posts
 (`Thread`), and what reached the surface (`Posting`). The appends themselves are
-`storage.base.Access.append` and `append_task`, shared with runs and schedules."""
+`storage.access.Access.append` and `append_task`, shared with runs and schedules."""
 from __future__ import annotations
 
 from bot.core.errors import AlreadyStored, InvalidInput
 from bot.core.models import Episode, Message, NewMessage, token_cost
-from storage.base import Access
+from storage.access import Access
 from storage.codec import dumps, strings_from_json, to_message, unique
 from storage.reading import Reading
 from storage.sql import Db

@@ -3,7 +3,7 @@ decisions, catch-up and rolling summaries, and calls of no run (`record_call`)."
 from __future__ import annotations
 
 from bot.core.models import SUMMARY_SPENDER, Completion, Spend, SpendKind, Usage
-from storage.base import Access
+from storage.access import Access
 from storage.sql import Row, the_one
 
 

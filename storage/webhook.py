@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bot.core.rules.secrets import SECRETS
-from storage.base import Access
+from storage.access import Access
 
 
 class Webhooks:
