@@ -37,8 +37,9 @@ import re
 import time
 from array import array
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Iterable, Sequence, Union
+from typing import Any
 
 from bench.openai_server import FakeOpenAI, Reply, message_text
 
@@ -47,9 +48,9 @@ log = logging.getLogger(__name__)
 BLOCK_TOKENS = 128
 MIN_CACHED_PROMPT = 1024  # the shared prefix a prompt needs before anything of it is cached
 
-Classification = tuple[str, Union[str, None]]  # ("selector" | "participant" | "other", agent name)
+Classification = tuple[str, str | None]  # ("selector" | "participant" | "other", agent name)
 Classifier = Callable[[Sequence[str]], Classification]  # message contents -> classification
-Responder = Callable[["CallRecord", dict[str, Any]], Union[str, Awaitable[str]]]
+Responder = Callable[["CallRecord", dict[str, Any]], str | Awaitable[str]]
 
 
 # tokenizer ------------------------------------------------------------------

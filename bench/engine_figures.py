@@ -35,9 +35,10 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 from bench.fakes import InstantLLM, RecordingSurface
 from bench.places import scratch_schema

@@ -39,8 +39,9 @@ import re
 import socket
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Iterable, Literal, Self, Sequence, Union
+from typing import Any, Literal, Self
 
 from aiohttp import web
 
@@ -84,8 +85,8 @@ def probe_tool(body: dict[str, Any]) -> str | None:
     return None
 
 
-ReplyLike = Union[Reply, str]
-Responder = Callable[[dict[str, Any]], Union[ReplyLike, Awaitable[ReplyLike]]]
+ReplyLike = Reply | str
+Responder = Callable[[dict[str, Any]], ReplyLike | Awaitable[ReplyLike]]
 
 
 class RecordedRequest(dict[str, Any]):
@@ -264,7 +265,7 @@ class FakeOpenAI:
         if reply.delay > 0:
             try:
                 await asyncio.wait_for(self._closing.wait(), reply.delay)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         return self._render(reply, recorded)
 
@@ -283,7 +284,7 @@ class FakeOpenAI:
     async def _pause(self, seconds: float) -> None:
         try:
             await asyncio.wait_for(self._closing.wait(), seconds)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     async def _stream(self, request: web.Request, reply: Reply, recorded: RecordedRequest) -> web.StreamResponse:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import AsyncIterator, TextIO
+from typing import TextIO
 
 from bot.config import Settings
 from bot.core.errors import InvalidInput, NotFound

@@ -51,7 +51,7 @@ class SettingsFile:
     changed: list[str] = field(default_factory=list)  # keys set by `set`, in order
 
     @classmethod
-    def read(cls, path: Path, *, template: Path | None = TEMPLATE) -> "SettingsFile":
+    def read(cls, path: Path, *, template: Path | None = TEMPLATE) -> SettingsFile:
         """The file at `path`; one that does not exist yet starts from `template`'s text (its
         defaults, as copying it would give). `ConfigError` when the file cannot be read or has a
         malformed line."""

@@ -5,7 +5,8 @@ import contextlib
 import functools
 import logging
 import sys
-from typing import TYPE_CHECKING, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
 
 from bot.config import Settings
 from bot.core.errors import StoreError

@@ -22,8 +22,9 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import AsyncIterator, Callable, Literal, Protocol, Sequence
+from typing import Literal, Protocol
 
 from bot.core.errors import AlreadyStored, NotFound, StoreError, StoreUnwritable
 from bot.core.models import Episode, Message, NewMessage, token_cost

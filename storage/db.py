@@ -29,9 +29,10 @@ import asyncio
 import logging
 import sqlite3
 import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import AsyncIterator, Callable, Sequence, TypeVar
+from typing import TypeVar
 
 import aiosqlite
 
@@ -316,7 +317,7 @@ class SqliteBackend:
         self._ran_since = time.monotonic()  # when this backend last let other tasks run
 
     @classmethod
-    async def open(cls, path: str | Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> "SqliteBackend":
+    async def open(cls, path: str | Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> SqliteBackend:
         conn, applied = await open_db_migrated(path, busy_timeout_ms=busy_timeout_ms)
         if str(path) == ":memory:":
             return cls(conn, str(path), applied, busy_timeout_ms=busy_timeout_ms)

@@ -48,7 +48,8 @@ import logging
 import re
 import sqlite3
 import time
-from typing import Any, Awaitable, Callable, NamedTuple, Protocol, Sequence, Union
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, NamedTuple, Protocol
 
 import aiosqlite
 
@@ -110,7 +111,7 @@ class MigrationDb(Protocol):
     async def exec_many(self, sql: str, rows: Sequence[Params]) -> None: ...
 
 
-Step = Union[str, Callable[[MigrationDb], Awaitable[None]]]
+Step = str | Callable[[MigrationDb], Awaitable[None]]
 
 
 class Migration(NamedTuple):

@@ -23,9 +23,9 @@ import importlib.metadata
 import re
 import sys
 import tomllib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
 
 import pytest
 from packaging.markers import Marker

@@ -26,9 +26,10 @@ import logging
 import mimetypes
 import shutil
 import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import AsyncIterator, Callable, Protocol, Sequence, TextIO
+from typing import Protocol, TextIO
 
 from bot.adapters.commandline import parse_command
 from bot.adapters.terminal import ERROR_STYLE, Screen, and_list
@@ -176,7 +177,7 @@ class ConsoleCaller:
     surface = "console"
     is_operator = True  # it is your terminal
 
-    def __init__(self, console: "Console", read_line: LineSource) -> None:
+    def __init__(self, console: Console, read_line: LineSource) -> None:
         self.console = console
         self.read_line = read_line
 

@@ -126,7 +126,7 @@ class TiktokenCounter:
         self.load()
         return self._kind
 
-    def load(self) -> "TiktokenCounter":
+    def load(self) -> TiktokenCounter:
         """Choose the backend now (otherwise done on first use). Never raises."""
         if self._loaded:
             return self

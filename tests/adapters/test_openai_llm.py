@@ -7,7 +7,8 @@ import logging
 import socket
 import time
 import traceback
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 

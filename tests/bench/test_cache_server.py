@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from array import array
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import openai
 import pytest

@@ -8,7 +8,7 @@ import asyncio
 import logging
 import random
 import re
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import pytest
 

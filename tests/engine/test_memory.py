@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import jsonschema
 import pytest

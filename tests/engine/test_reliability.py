@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -118,7 +118,7 @@ class ScriptedFailures(RecordingSurface):
     """Fails its first posts as scripted: "refused" (a missing permission), "down" (a 503); each
     failure is `seconds_apart` later on the engine's clock than the one before."""
 
-    def __init__(self, failures: list[str], clock: "StepClock", seconds_apart: float) -> None:
+    def __init__(self, failures: list[str], clock: StepClock, seconds_apart: float) -> None:
         super().__init__()
         self.script, self.clock, self.seconds_apart = list(failures), clock, seconds_apart
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-from typing import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 
 from bot.adapters.console import Console, ConsoleSurface
 from bot.adapters.tokens import make_token_counter

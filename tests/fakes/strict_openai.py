@@ -38,7 +38,7 @@ class StrictOpenAI(FakeOpenAI):
         if self.models_delay:
             try:
                 await asyncio.wait_for(self._closing.wait(), self.models_delay)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         given = request.headers.get("Authorization", "").removeprefix("Bearer ")
         if self.key is not None and given != self.key:

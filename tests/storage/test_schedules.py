@@ -1,7 +1,7 @@
 """The store's schedules (SQLite file and PostgreSQL schema): add, list, remove, due, firing in one transaction."""
 from __future__ import annotations
 
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import pytest
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import unicodedata
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import pytest
 

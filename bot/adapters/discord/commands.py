@@ -23,7 +23,8 @@ import io
 import logging
 import os
 import re
-from typing import Any, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 import discord
 from discord import app_commands
@@ -107,12 +108,12 @@ class MarkReadButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"
         self.marks = marks
 
     @classmethod
-    def of(cls, mark: MarkRead) -> "MarkReadButton":
+    def of(cls, mark: MarkRead) -> MarkReadButton:
         return cls(",".join(f"{group_id}.{seq}" for group_id, seq in mark.through))
 
     @classmethod
     async def from_custom_id(cls, interaction: discord.Interaction, item: discord.ui.Item[Any],
-                             match: re.Match[str]) -> "MarkReadButton":
+                             match: re.Match[str]) -> MarkReadButton:
         return cls(match["marks"])
 
     async def interaction_check(self, interaction: discord.Interaction) -> bool:
@@ -248,7 +249,7 @@ class DiscordCaller:
 
     surface = "discord"
 
-    def __init__(self, slash: "SlashCommands", interaction: discord.Interaction, command: Command,
+    def __init__(self, slash: SlashCommands, interaction: discord.Interaction, command: Command,
                  given: Mapping[str, object]) -> None:
         self.slash = slash
         self.interaction = interaction

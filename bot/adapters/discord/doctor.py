@@ -15,7 +15,7 @@ Every Discord or network failure becomes a failed check here; nothing raises.
 from __future__ import annotations
 
 import asyncio
-from typing import Sequence
+from collections.abc import Sequence
 
 import aiohttp
 import discord
@@ -117,7 +117,7 @@ class RestDoctor:
         self.app: discord.AppInfo | None = None
         self._guilds: dict[int, Place | Check] = {}
 
-    async def __aenter__(self) -> "RestDoctor":
+    async def __aenter__(self) -> RestDoctor:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from typing import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 
 from bot.core.errors import InvalidInput, NotFound, StoreError, UserFacingError
 from bot.core.features.context import find_window, participant_step
