@@ -229,7 +229,7 @@ class PostgresBackend:
         self._gate = WriteGate(pool_size // 2)
         self._closed = False
         # Appends are announced on a channel of this schema (stores of other schemas never hear them).
-        self.channel = "roundtable_" + hashlib.sha1(write_key.encode()).hexdigest()[:24]
+        self.channel = "roundtable_" + hashlib.sha1(write_key.encode(), usedforsecurity=False).hexdigest()[:24]
         self.outage = ServerOutage(label)
         self._listener: Any = None  # a pool connection kept for LISTEN, while watching
         self._on_notify: Callable[..., None] | None = None

@@ -72,8 +72,9 @@ class MessagesMixin(Emulator):
     def cdn_url(self, channel_id: str, aid: str, name: str) -> str:
         expires = int(time.time() + self.attachment_ttl)
         self.file_expiry[(aid, expires)] = expires
+        hm = hashlib.md5(f"{aid}{expires}".encode(), usedforsecurity=False).hexdigest()
         return (f"http://127.0.0.1:{self.port}/cdn/attachments/{channel_id}/{aid}/{name}"
-                f"?ex={expires:x}&is={int(time.time()):x}&hm={hashlib.md5(f'{aid}{expires}'.encode()).hexdigest()}")
+                f"?ex={expires:x}&is={int(time.time()):x}&hm={hm}")
 
     def upload(self, filename: str, data: bytes, content_type: str = "image/png") -> dict:
         """An attachment a person attaches to a slash command option: give its id as the value."""
@@ -152,7 +153,7 @@ class MessagesMixin(Emulator):
 
     @staticmethod
     def _webhook_author(webhook_id: str, username: str, avatar_url: str | None) -> dict:
-        avatar = hashlib.md5(avatar_url.encode()).hexdigest() if avatar_url else None
+        avatar = hashlib.md5(avatar_url.encode(), usedforsecurity=False).hexdigest() if avatar_url else None
         return {"id": webhook_id, "username": username, "avatar": avatar, "discriminator": "0000",
                 "bot": True, "global_name": None, "public_flags": 0, "flags": 0}
 
