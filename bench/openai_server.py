@@ -30,6 +30,7 @@ Imports nothing from tests/.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import itertools
 import json
@@ -263,10 +264,8 @@ class FakeOpenAI:
         if reply.trickle > 0:
             return await self._trickle(request, reply, recorded)
         if reply.delay > 0:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), reply.delay)
-            except TimeoutError:
-                pass
         return self._render(reply, recorded)
 
     async def _trickle(self, request: web.Request, reply: Reply, recorded: RecordedRequest) -> web.StreamResponse:
@@ -282,10 +281,8 @@ class FakeOpenAI:
         return stream
 
     async def _pause(self, seconds: float) -> None:
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._closing.wait(), seconds)
-        except TimeoutError:
-            pass
 
     async def _stream(self, request: web.Request, reply: Reply, recorded: RecordedRequest) -> web.StreamResponse:
         """The reply as server-sent events, piece by piece (see the module docstring)."""

@@ -10,6 +10,7 @@ one step (a temporary file beside it, then a rename), readable by its owner only
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -116,10 +117,8 @@ class SettingsFile:
                 os.fsync(out.fileno())
             os.replace(temporary, target)
         except BaseException:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(temporary)
-            except FileNotFoundError:
-                pass
             raise
         self.exists = True
 

@@ -44,6 +44,7 @@ migration's line for its RELEASED table (which keeps released migrations from ch
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import sqlite3
@@ -563,10 +564,8 @@ async def apply_migrations(
                 applied.append(mid)
             await conn.execute("COMMIT")
         except BaseException:
-            try:
+            with contextlib.suppress(sqlite3.Error):
                 await conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
             raise
         if applied and applied[-1] == mid:
             log.info("applied migration %d: %s", mid, name)

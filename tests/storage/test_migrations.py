@@ -36,7 +36,7 @@ async def test_fresh_database_gets_every_table_and_a_row_per_migration(tmp_path:
         assert pragmas == {"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 5000, "synchronous": 1}
     finally:
         await conn.close()
-    assert TABLES <= table_names(path)
+    assert table_names(path) >= TABLES
 
 
 async def test_applying_again_is_a_no_op(tmp_path: Path) -> None:

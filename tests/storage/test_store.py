@@ -3,6 +3,7 @@ the Store port's semantics, the same assertions on both."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import socket
 import subprocess
@@ -640,10 +641,8 @@ async def test_a_cancelled_append_leaves_no_open_transaction(store: SqlStore, gr
     for _ in range(steps):
         await asyncio.sleep(0)
     task.cancel()
-    try:
+    with contextlib.suppress(asyncio.CancelledError):
         await task
-    except asyncio.CancelledError:
-        pass
     latest = (await store.get_group(group_id)).latest_seq
     stored, _ = await store.append_user_message(group_id, user("next"))
     assert stored.seq == latest + 1
