@@ -144,7 +144,7 @@ async def open_db_migrated(
     conn: aiosqlite.Connection | None = None
     try:
         if name != ":memory:":
-            file = Path(name).expanduser()
+            file = Path(name).expanduser()  # noqa: ASYNC240 - once, at open: $HOME, no disk
             _check_place(file)
             name = str(file)
         pending = aiosqlite.connect(name, isolation_level=None, timeout=busy_timeout_ms / 1000)
@@ -322,7 +322,7 @@ class SqliteBackend:
         if str(path) == ":memory:":
             return cls(conn, str(path), applied, busy_timeout_ms=busy_timeout_ms)
         await conn.close()
-        name = str(Path(str(path)).expanduser())
+        name = str(Path(str(path)).expanduser())  # noqa: ASYNC240 - once, at open: $HOME, no disk
         opened: list[sqlite3.Connection] = []
         try:
             for read_only in (False, True):

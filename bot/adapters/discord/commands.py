@@ -178,13 +178,15 @@ async def send_file(interaction: discord.Interaction, attachment: Attachment) ->
     """The file as an attachment of the answer, unless it is over what Discord takes here (then
     the answer says its size and how else to get it). The temporary file is deleted either way."""
     try:
-        size, limit = os.path.getsize(attachment.path), interaction.filesize_limit
+        # In a thread: the event loop serves every group meanwhile (the upload then reads the file
+        # through aiohttp, which does so off the loop too).
+        size, limit = await asyncio.to_thread(os.path.getsize, attachment.path), interaction.filesize_limit
         if size > limit:
             text = (f"{attachment.text} The file is {_size(size)}, more than the {_size(limit)} Discord takes "
                     f"here: where the bot runs, `{attachment.elsewhere}` writes it.")
             await send(interaction, {"content": text})
             return
-        with open(attachment.path, "rb") as data:
+        with await asyncio.to_thread(open, attachment.path, "rb") as data:
             await send(interaction, {"content": attachment.text,
                                       "file": discord.File(data, filename=attachment.filename)})
     finally:
