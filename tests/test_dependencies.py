@@ -213,7 +213,7 @@ def _no_metadata(name: str) -> None:
     return None
 
 
-@pytest.mark.parametrize(("lock", "expected"), [
+@pytest.mark.parametrize("lock, expected", [
     ("a==1.0\n# via x\n    # via y\n\nb==2.0rc1\n", []),
     ("-e .\n", ["constraints.txt:1: '-e .' is not a pin (name==version, nothing else)"]),
     ("a>=1.0\n", ["constraints.txt:1: 'a>=1.0' is not a pin (name==version, nothing else)"]),

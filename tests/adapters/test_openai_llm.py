@@ -91,7 +91,7 @@ async def test_logprobs_are_requested_and_summed() -> None:
 
 
 @pytest.mark.parametrize(
-    ("headers", "low", "high"),
+    "headers, low, high",
     [({"Retry-After": "1"}, 0.9, 2.5), ({"retry-after-ms": "300", "Retry-After": "5"}, 0.25, 1.5)],
     ids=["retry-after", "retry-after-ms-wins"],
 )

@@ -130,7 +130,7 @@ def test_works_without_tiktoken(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "expected"),
+    "text, expected",
     [("", 0), ("a", 1), ("abcd", 1), ("abcde", 2), ("hello world", 3), ("日本語", 3), ("é", 1), ("😀 ok", 2)],
 )
 def test_estimate_formula(text: str, expected: int) -> None:

@@ -205,7 +205,7 @@ async def test_a_failed_reminder_step_keeps_the_reply(harness):
         assert run.status == "posted" and run.memory_skipped is True
 
 
-@pytest.mark.parametrize(("script", "reason"), [
+@pytest.mark.parametrize("script, reason", [
     (GroupChatScript(takes_tools=False), "Memory stays off for planner: model fake-model answered without the tool "
                                          "call it was asked for, so it does not take tool calls; memory needs them."),
     ([Reply(status=400, error_body={"error": {"message": "'tools' is not supported by this server"}})],
