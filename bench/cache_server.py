@@ -82,7 +82,7 @@ class Tokenizer:
             else:
                 enc = None
             if enc is not None:
-                self._encode = lambda text: enc.encode(text, disallowed_special=())  # noqa: E731
+                self._encode = lambda text: enc.encode(text, disallowed_special=())
         except Exception as exc:  # no tiktoken: the fallback split
             log.warning("bench tokenizer: %s; using a word split", exc)
 

@@ -153,7 +153,7 @@ async def timed_turns(db: str, group_id: int, turns: int, repeat: int) -> dict[s
         await engine.close()
         await store.close()
     edges = [begin, *posts]
-    overheads = [1000 * ((b - a) - llm.time_inside(a, b)) for a, b in zip(edges, edges[1:])]
+    overheads = [1000 * ((b - a) - llm.time_inside(a, b)) for a, b in itertools.pairwise(edges)]
     warm_first = [1000 * ((t - again) - llm.time_inside(again, t)) for t in warm]
     return {"overheads": overheads, "warm_first": warm_first, "wall": (posts[-1] - begin) if posts else 0.0,
             "posts": len(posts), "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}

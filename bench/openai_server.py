@@ -60,7 +60,7 @@ class Reply:
     delay: float = 0.0  # seconds to wait before answering (a hang, for timeout tests)
     trickle: float = 0.0  # with `delay`: headers at once, then a space (valid leading JSON whitespace)
     #                       every `trickle` seconds until `delay` has passed, then the body
-    usage: dict[str, Any] | None | Literal["omit"] = None  # None: computed; "omit": no usage field
+    usage: dict[str, Any] | Literal["omit"] | None = None  # None: computed; "omit": no usage field
     logprobs: list[float] | None = None  # per-token log-probabilities of `text`
     finish_reason: str = "stop"
     raw_body: Any = None  # when set: sent as the JSON body instead of a chat.completion

@@ -72,7 +72,7 @@ class _Watched:
     """A write transaction's `Db` that remembers its write statements, for the store's health:
     which statement failed, or which a committed transaction ran."""
 
-    __slots__ = ("db", "statements", "failed")
+    __slots__ = ("db", "failed", "statements")
 
     def __init__(self, db: Db) -> None:
         self.db = db

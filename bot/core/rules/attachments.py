@@ -97,7 +97,7 @@ def declared_text(name: str, content_type: str) -> bool:
     ctype = content_type.split(";")[0].strip().lower()
     base = name.lower().rsplit("/", 1)[-1]
     return (ctype.startswith(TEXT_TYPES) or _extension(name) in TEXT_EXTENSIONS or base in TEXT_NAMES
-            or base.startswith(".") and "." not in base[1:])  # .gitignore, .bashrc
+            or (base.startswith(".") and "." not in base[1:]))  # .gitignore, .bashrc
 
 
 def unknown_type(name: str, content_type: str) -> bool:
