@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.engine_figures import DEFAULT_SIZES, REPEATS, TURNS, measure_size  # noqa: E402
+from bench.engine_figures import DEFAULT_SIZES, REPEATS, TURNS, measure_size
 
 
 def main() -> None:

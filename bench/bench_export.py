@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bot.core.models import Decision, GroupSettings, NewMessage, RunResult, Usage  # noqa: E402
-from storage.store import SqliteStore  # noqa: E402
+from bot.core.models import Decision, GroupSettings, NewMessage, RunResult, Usage
+from storage.store import SqliteStore
 
 CODE = "Here is the plan:\n\n```python\nfor day in range(3):\n    print(f'<b>day {day}</b>')\n```\n"
 

@@ -28,13 +28,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.fakes import InstantLLM, RecordingSurface  # noqa: E402
-from bench.places import with_schema  # noqa: E402
-from bench.scenario import Script  # noqa: E402
-from bot.adapters.tokens import estimate_tokens, make_token_counter  # noqa: E402
-from bot.core.models import GroupSettings  # noqa: E402
-from bot.core.runtime.engine import Engine  # noqa: E402
-from storage import open_store  # noqa: E402
+from bench.fakes import InstantLLM, RecordingSurface
+from bench.places import with_schema
+from bench.scenario import Script
+from bot.adapters.tokens import estimate_tokens, make_token_counter
+from bot.core.models import GroupSettings
+from bot.core.runtime.engine import Engine
+from storage import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -30,9 +30,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.places import scratch_schema  # noqa: E402
-from bot.core.models import Decision, GroupSettings, NewMessage, RunResult, Usage  # noqa: E402
-from storage import SqlStore, open_store  # noqa: E402
+from bench.places import scratch_schema
+from bot.core.models import Decision, GroupSettings, NewMessage, RunResult, Usage
+from storage import SqlStore, open_store
 
 
 async def turn(store: SqlStore, group_id: int, agent_id: int, i: int) -> None:

@@ -37,8 +37,9 @@ import re
 import time
 from array import array
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Iterable, Sequence, Union
+from typing import Any
 
 from bench.openai_server import FakeOpenAI, Reply, message_text
 
@@ -47,9 +48,9 @@ log = logging.getLogger(__name__)
 BLOCK_TOKENS = 128
 MIN_CACHED_PROMPT = 1024  # the shared prefix a prompt needs before anything of it is cached
 
-Classification = tuple[str, Union[str, None]]  # ("selector" | "participant" | "other", agent name)
+Classification = tuple[str, str | None]  # ("selector" | "participant" | "other", agent name)
 Classifier = Callable[[Sequence[str]], Classification]  # message contents -> classification
-Responder = Callable[["CallRecord", dict[str, Any]], Union[str, Awaitable[str]]]
+Responder = Callable[["CallRecord", dict[str, Any]], str | Awaitable[str]]
 
 
 # tokenizer ------------------------------------------------------------------
@@ -81,7 +82,7 @@ class Tokenizer:
             else:
                 enc = None
             if enc is not None:
-                self._encode = lambda text: enc.encode(text, disallowed_special=())  # noqa: E731
+                self._encode = lambda text: enc.encode(text, disallowed_special=())
         except Exception as exc:  # no tiktoken: the fallback split
             log.warning("bench tokenizer: %s; using a word split", exc)
 

@@ -12,7 +12,8 @@ import logging
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from bench.report import Results

@@ -35,9 +35,10 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 from bench.fakes import InstantLLM, RecordingSurface
 from bench.places import scratch_schema
@@ -152,7 +153,7 @@ async def timed_turns(db: str, group_id: int, turns: int, repeat: int) -> dict[s
         await engine.close()
         await store.close()
     edges = [begin, *posts]
-    overheads = [1000 * ((b - a) - llm.time_inside(a, b)) for a, b in zip(edges, edges[1:])]
+    overheads = [1000 * ((b - a) - llm.time_inside(a, b)) for a, b in itertools.pairwise(edges)]
     warm_first = [1000 * ((t - again) - llm.time_inside(again, t)) for t in warm]
     return {"overheads": overheads, "warm_first": warm_first, "wall": (posts[-1] - begin) if posts else 0.0,
             "posts": len(posts), "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}

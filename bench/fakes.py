@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable, Sequence
 
 from bench.scenario import Script, classify
 from bot.core.models import Agent, ChatMessage, Completion, DraftPart, Episode, Group, Message, SharedFile, Usage

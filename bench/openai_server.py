@@ -30,6 +30,7 @@ Imports nothing from tests/.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import itertools
 import json
@@ -39,8 +40,9 @@ import re
 import socket
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Iterable, Literal, Self, Sequence, Union
+from typing import Any, Literal, Self
 
 from aiohttp import web
 
@@ -58,7 +60,7 @@ class Reply:
     delay: float = 0.0  # seconds to wait before answering (a hang, for timeout tests)
     trickle: float = 0.0  # with `delay`: headers at once, then a space (valid leading JSON whitespace)
     #                       every `trickle` seconds until `delay` has passed, then the body
-    usage: dict[str, Any] | None | Literal["omit"] = None  # None: computed; "omit": no usage field
+    usage: dict[str, Any] | Literal["omit"] | None = None  # None: computed; "omit": no usage field
     logprobs: list[float] | None = None  # per-token log-probabilities of `text`
     finish_reason: str = "stop"
     raw_body: Any = None  # when set: sent as the JSON body instead of a chat.completion
@@ -84,8 +86,8 @@ def probe_tool(body: dict[str, Any]) -> str | None:
     return None
 
 
-ReplyLike = Union[Reply, str]
-Responder = Callable[[dict[str, Any]], Union[ReplyLike, Awaitable[ReplyLike]]]
+ReplyLike = Reply | str
+Responder = Callable[[dict[str, Any]], ReplyLike | Awaitable[ReplyLike]]
 
 
 class RecordedRequest(dict[str, Any]):
@@ -262,10 +264,8 @@ class FakeOpenAI:
         if reply.trickle > 0:
             return await self._trickle(request, reply, recorded)
         if reply.delay > 0:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), reply.delay)
-            except asyncio.TimeoutError:
-                pass
         return self._render(reply, recorded)
 
     async def _trickle(self, request: web.Request, reply: Reply, recorded: RecordedRequest) -> web.StreamResponse:
@@ -281,10 +281,8 @@ class FakeOpenAI:
         return stream
 
     async def _pause(self, seconds: float) -> None:
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._closing.wait(), seconds)
-        except asyncio.TimeoutError:
-            pass
 
     async def _stream(self, request: web.Request, reply: Reply, recorded: RecordedRequest) -> web.StreamResponse:
         """The reply as server-sent events, piece by piece (see the module docstring)."""

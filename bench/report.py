@@ -6,8 +6,8 @@ rolling-summary calls alike."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from bench.engine_figures import SQLITE, MidRun, SizeFigures
 from bench.scenario import TASK, episodes

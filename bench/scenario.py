@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 TASK = "Plan a 3-day trip to Tokyo for two people under $1,500, flights excluded."
 FOLLOW_UP = "keep going: refine the plan"  # the person's message between two episodes of a long run

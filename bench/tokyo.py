@@ -20,9 +20,10 @@ import socket
 import statistics
 import tempfile
 import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from bench.cache_server import CacheServer, CallRecord, Tokenizer
 from bench.fakes import RecordingSurface

@@ -20,8 +20,9 @@ import dataclasses
 import logging
 import os
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from bot.core.errors import ConfigError, StoreError, UserFacingError
 from bot.core.rules.shards import parse_shards
@@ -281,7 +282,7 @@ def setup_verb(args: argparse.Namespace) -> int:
         return 2
 
 
-async def record_verb(args: argparse.Namespace, settings: "Settings") -> int:
+async def record_verb(args: argparse.Namespace, settings: Settings) -> int:
     from bot import record
 
     if args.verb == "export":

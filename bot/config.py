@@ -13,9 +13,10 @@ from __future__ import annotations
 import io
 import logging
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Mapping, TypeVar
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 from bot.core.errors import ConfigError, InvalidInput

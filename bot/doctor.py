@@ -21,7 +21,8 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from bot.core.errors import ConfigError, StoreError
 from bot.core.rules.doctor import Check, all_passed, database_checks, delivery_check

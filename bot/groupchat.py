@@ -17,9 +17,9 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AsyncIterator, Callable, Sequence
 
 from bot.core.errors import InvalidInput, RoundtableError
 from bot.core.models import Agent, DraftPart, Episode, EpisodeResult, Group, GroupSettings, Message, SharedFile

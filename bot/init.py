@@ -322,7 +322,7 @@ def _malformed(env: dict[str, str], *, need_llm: bool = False) -> str | None:
     return None
 
 
-async def _identify(rest: "RestDoctor") -> list[Check]:
+async def _identify(rest: RestDoctor) -> list[Check]:
     async with rest:
         return await rest.identify()
 

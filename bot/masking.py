@@ -13,8 +13,9 @@ import logging
 import sys
 import threading
 import traceback
+from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, Mapping
+from typing import Any
 
 from bot.core.rules.secrets import SECRETS, mask_error
 

@@ -10,6 +10,7 @@ one step (a temporary file beside it, then a rename), readable by its owner only
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -51,7 +52,7 @@ class SettingsFile:
     changed: list[str] = field(default_factory=list)  # keys set by `set`, in order
 
     @classmethod
-    def read(cls, path: Path, *, template: Path | None = TEMPLATE) -> "SettingsFile":
+    def read(cls, path: Path, *, template: Path | None = TEMPLATE) -> SettingsFile:
         """The file at `path`; one that does not exist yet starts from `template`'s text (its
         defaults, as copying it would give). `ConfigError` when the file cannot be read or has a
         malformed line."""
@@ -116,10 +117,8 @@ class SettingsFile:
                 os.fsync(out.fileno())
             os.replace(temporary, target)
         except BaseException:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(temporary)
-            except FileNotFoundError:
-                pass
             raise
         self.exists = True
 

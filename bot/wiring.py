@@ -5,7 +5,8 @@ import contextlib
 import functools
 import logging
 import sys
-from typing import TYPE_CHECKING, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
 
 from bot.config import Settings
 from bot.core.errors import StoreError
@@ -106,7 +107,7 @@ async def copy(source: str, target: str) -> int:
 
     if source == target:
         raise InvalidInput("--from and --to name the same database")
-    if not storage.is_postgres(source) and not Path(storage.sqlite_path(source)).is_file():
+    if not storage.is_postgres(source) and not Path(storage.sqlite_path(source)).is_file():  # noqa: ASYNC240 - the CLI verb copy, before anything runs
         raise NotFound(f"--from {source} does not exist (no database there to copy)")
     stores: list[SqlStore] = []
     try:

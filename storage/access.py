@@ -22,8 +22,9 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import AsyncIterator, Callable, Literal, Protocol, Sequence
+from typing import Literal, Protocol
 
 from bot.core.errors import AlreadyStored, NotFound, StoreError, StoreUnwritable
 from bot.core.models import Episode, Message, NewMessage, token_cost
@@ -71,7 +72,7 @@ class _Watched:
     """A write transaction's `Db` that remembers its write statements, for the store's health:
     which statement failed, or which a committed transaction ran."""
 
-    __slots__ = ("db", "statements", "failed")
+    __slots__ = ("db", "failed", "statements")
 
     def __init__(self, db: Db) -> None:
         self.db = db

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 from bot.core.models import (
     Agent,

@@ -17,8 +17,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Sequence
+from typing import Any
 
 from bot.core.errors import StoreError
 from storage.sql import Db

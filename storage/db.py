@@ -29,9 +29,10 @@ import asyncio
 import logging
 import sqlite3
 import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import AsyncIterator, Callable, Sequence, TypeVar
+from typing import TypeVar
 
 import aiosqlite
 
@@ -143,7 +144,7 @@ async def open_db_migrated(
     conn: aiosqlite.Connection | None = None
     try:
         if name != ":memory:":
-            file = Path(name).expanduser()
+            file = Path(name).expanduser()  # noqa: ASYNC240 - once, at open: $HOME, no disk
             _check_place(file)
             name = str(file)
         pending = aiosqlite.connect(name, isolation_level=None, timeout=busy_timeout_ms / 1000)
@@ -316,12 +317,12 @@ class SqliteBackend:
         self._ran_since = time.monotonic()  # when this backend last let other tasks run
 
     @classmethod
-    async def open(cls, path: str | Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> "SqliteBackend":
+    async def open(cls, path: str | Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> SqliteBackend:
         conn, applied = await open_db_migrated(path, busy_timeout_ms=busy_timeout_ms)
         if str(path) == ":memory:":
             return cls(conn, str(path), applied, busy_timeout_ms=busy_timeout_ms)
         await conn.close()
-        name = str(Path(str(path)).expanduser())
+        name = str(Path(str(path)).expanduser())  # noqa: ASYNC240 - once, at open: $HOME, no disk
         opened: list[sqlite3.Connection] = []
         try:
             for read_only in (False, True):

@@ -40,7 +40,7 @@ async def inspect(target: str, now: float) -> Inspection:
     Problems raise `StoreError`: one line naming the database, never a password."""
     if is_postgres(target):
         return await _inspect_postgres(target, now)
-    path = Path(sqlite_path(target)).expanduser()
+    path = Path(sqlite_path(target)).expanduser()  # noqa: ASYNC240 - CLI verbs doctor and init: stats, nothing else on the loop
     if path.is_dir():
         raise StoreError(f"{path} is a directory; name a file in it, e.g. {path / 'roundtable.db'}")
     if not path.exists():

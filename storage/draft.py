@@ -7,7 +7,7 @@ drafts to the agent's next run (`adopt_drafts`) or to the sweep (`orphan_drafts`
 """
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from bot.core.errors import NotFound
 from bot.core.models import DraftPart

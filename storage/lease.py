@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from bot.core.errors import LeaseLost
 from storage.access import Access

@@ -44,11 +44,13 @@ migration's line for its RELEASED table (which keeps released migrations from ch
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import sqlite3
 import time
-from typing import Any, Awaitable, Callable, NamedTuple, Protocol, Sequence, Union
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, NamedTuple, Protocol
 
 import aiosqlite
 
@@ -110,7 +112,7 @@ class MigrationDb(Protocol):
     async def exec_many(self, sql: str, rows: Sequence[Params]) -> None: ...
 
 
-Step = Union[str, Callable[[MigrationDb], Awaitable[None]]]
+Step = str | Callable[[MigrationDb], Awaitable[None]]
 
 
 class Migration(NamedTuple):
@@ -562,10 +564,8 @@ async def apply_migrations(
                 applied.append(mid)
             await conn.execute("COMMIT")
         except BaseException:
-            try:
+            with contextlib.suppress(sqlite3.Error):
                 await conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
             raise
         if applied and applied[-1] == mid:
             log.info("applied migration %d: %s", mid, name)

@@ -62,8 +62,9 @@ import functools
 import hashlib
 import logging
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
 
 import asyncpg
 
@@ -228,7 +229,7 @@ class PostgresBackend:
         self._gate = WriteGate(pool_size // 2)
         self._closed = False
         # Appends are announced on a channel of this schema (stores of other schemas never hear them).
-        self.channel = "roundtable_" + hashlib.sha1(write_key.encode()).hexdigest()[:24]
+        self.channel = "roundtable_" + hashlib.sha1(write_key.encode(), usedforsecurity=False).hexdigest()[:24]
         self.outage = ServerOutage(label)
         self._listener: Any = None  # a pool connection kept for LISTEN, while watching
         self._on_notify: Callable[..., None] | None = None
@@ -239,7 +240,7 @@ class PostgresBackend:
     async def open(
         cls, url: str, *, lock_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS, schema: str | None = None,
         pool_size: int = POOL_SIZE, migrate: bool = True,
-    ) -> "PostgresBackend":
+    ) -> PostgresBackend:
         """Connect to `url` (a pool), apply the migrations, and check the schema is usable.
         `schema`: the schema to use (default: the server's search_path, i.e. `public`).
         Any failure raises `StoreError` with one line naming the URL without its password."""
@@ -367,7 +368,7 @@ class PostgresBackend:
                 await self.pool.release(listener)
         try:
             await asyncio.wait_for(self.pool.close(), CLOSE_TIMEOUT)
-        except (asyncio.TimeoutError, *_CONNECTION_ERRORS, asyncpg.PostgresError):
+        except (TimeoutError, *_CONNECTION_ERRORS, asyncpg.PostgresError):
             log.warning("closing the PostgreSQL pool took too long; connections ended", exc_info=True)
             self.pool.terminate()
 
@@ -470,7 +471,7 @@ class PostgresStore(SqlStore):
     async def open(
         cls, url: str, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS, clock: Clock = time.time,
         schema: str | None = None, health: StoreHealth | None = None,
-    ) -> "PostgresStore":
+    ) -> PostgresStore:
         return cls(await PostgresBackend.open(url, lock_timeout_ms=busy_timeout_ms, schema=schema), clock=clock,
                    health=health)
 

@@ -5,8 +5,8 @@ transaction to drop asyncpg's cached statements (`changed_sql`, `VERSION_SQL`).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Callable
 
 
 def int4(value: int) -> int:

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from bot.core.errors import StoreError
 from storage.migrations import LEDGER, MIGRATIONS, Params, Step, pending, render, run_step

@@ -3,7 +3,7 @@ stored catch-up summaries, and read cursors (how far each person has seen a grou
 from __future__ import annotations
 
 import logging
-from typing import Iterable
+from collections.abc import Iterable
 
 from bot.core.models import Message, Summary
 from bot.core.rules.secrets import mask

@@ -3,7 +3,7 @@ of a seq range, oldest first, a page at a time (so a long history is never all i
 and the roster as it ever was. A part of `storage.store.SqlStore`."""
 from __future__ import annotations
 
-from typing import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable
 
 from bot.core.models import Agent, Episode, Message, Run
 from storage.access import Access

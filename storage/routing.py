@@ -3,7 +3,7 @@ per row, and the group's `routed_through` mark (every row up to it has its decis
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 from bot.core.errors import NotFound
 from bot.core.models import Decision, Message

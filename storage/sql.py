@@ -14,8 +14,9 @@ written into PostgreSQL's lock statements, is `storage.pg_locks.lock_sql`'s to e
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from bot.core.errors import StoreError
 

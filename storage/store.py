@@ -19,9 +19,10 @@ Usage::
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Callable, Concatenate, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from bot.core.rules.store_health import StoreHealth
 from storage.access import Access, Backend, Clock
@@ -253,7 +254,7 @@ class SqliteStore(SqlStore):
     async def open(
         cls, path: str | Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS, clock: Clock = time.time,
         health: StoreHealth | None = None,
-    ) -> "SqliteStore":
+    ) -> SqliteStore:
         """Open the file at `path` (migrating it) and wrap it in a store (`health`: see `SqlStore`)."""
         return cls(await SqliteBackend.open(path, busy_timeout_ms=busy_timeout_ms), clock=clock, health=health)
 

@@ -5,8 +5,8 @@ the PostgreSQL half is skipped, and the summary says so in one line, never silen
 """
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import AsyncIterator
 
 import pytest
 

@@ -23,9 +23,9 @@ import importlib.metadata
 import re
 import sys
 import tomllib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
 
 import pytest
 from packaging.markers import Marker
@@ -213,7 +213,7 @@ def _no_metadata(name: str) -> None:
     return None
 
 
-@pytest.mark.parametrize(("lock", "expected"), [
+@pytest.mark.parametrize("lock, expected", [
     ("a==1.0\n# via x\n    # via y\n\nb==2.0rc1\n", []),
     ("-e .\n", ["constraints.txt:1: '-e .' is not a pin (name==version, nothing else)"]),
     ("a>=1.0\n", ["constraints.txt:1: 'a>=1.0' is not a pin (name==version, nothing else)"]),

@@ -7,9 +7,9 @@ import contextlib
 import os
 import sqlite3
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AsyncIterator
 
 import pytest
 

@@ -5,8 +5,8 @@ owner only; running it again keeps what is there."""
 from __future__ import annotations
 
 import stat
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import AsyncIterator
 
 import pytest
 from dotenv import dotenv_values

@@ -85,7 +85,7 @@ async def test_a_provider_down_at_start_up_is_one_line_and_its_agent_gets_a_noti
 
 async def test_every_provider_down_stops_the_start_with_one_line(tmp_path):
     env = provider_env(tmp_path, closed_base_url(), gone=closed_base_url())
-    code, out, err = await console(tmp_path, env, "hello\n")
+    code, _out, err = await console(tmp_path, env, "hello\n")
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "OPENAI_BASE_URL=" in lines[0] and "ROUNDTABLE_PROVIDER_GONE_BASE_URL=" in lines[0]

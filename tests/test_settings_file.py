@@ -82,5 +82,5 @@ def test_what_cannot_be_a_settings_file_is_refused(tmp_path: Path, make: str) ->
         os.mkfifo(path)
     else:
         path.write_text("A=1\nnot a setting\n")
-    with pytest.raises(ConfigError, match="not a regular file|line 2 is not KEY=value"):
+    with pytest.raises(ConfigError, match=r"not a regular file|line 2 is not KEY=value"):
         SettingsFile.read(path)

@@ -26,9 +26,10 @@ import logging
 import mimetypes
 import shutil
 import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import AsyncIterator, Callable, Protocol, Sequence, TextIO
+from typing import Protocol, TextIO
 
 from bot.adapters.commandline import parse_command
 from bot.adapters.terminal import ERROR_STYLE, Screen, and_list
@@ -176,7 +177,7 @@ class ConsoleCaller:
     surface = "console"
     is_operator = True  # it is your terminal
 
-    def __init__(self, console: "Console", read_line: LineSource) -> None:
+    def __init__(self, console: Console, read_line: LineSource) -> None:
         self.console = console
         self.read_line = read_line
 
@@ -456,7 +457,7 @@ class Console:
                     "(/detach drops them)."]
         if len(self.attached) >= ATTACH_MAX_FILES:
             raise InvalidInput(f"A message takes at most {ATTACH_MAX_FILES} files; send it first, or /detach.")
-        path = Path(typed.strip('"').strip("'")).expanduser()
+        path = Path(typed.strip('"').strip("'")).expanduser()  # noqa: ASYNC240 - the console verb /attach, one person at a terminal: a stat of the path typed
         shown = str(path)
         if not path.exists():
             raise InvalidInput(f"No file at {shown} (from {Path.cwd()}): /attach takes the path of a file.")

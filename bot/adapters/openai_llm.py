@@ -61,7 +61,8 @@ import re
 import socket
 import ssl
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx2
@@ -202,7 +203,7 @@ class OpenAILLM:
         status = f"HTTP {exc.status_code}" if isinstance(exc, openai.APIStatusError) else type(exc).__name__
         log.warning("start-up check: %s at %s failed (%s); starting anyway", what, self.host, status)
 
-    async def __aenter__(self) -> "OpenAILLM":
+    async def __aenter__(self) -> OpenAILLM:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

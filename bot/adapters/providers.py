@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from bot.adapters.openai_llm import OpenAILLM
 from bot.core.errors import ConfigError, LLMError

@@ -64,7 +64,7 @@ def tiktoken_cache_path(url: str) -> str | None:
         cache_dir = os.path.join(tempfile.gettempdir(), "data-gym-cache")
     if cache_dir == "":
         return None
-    return os.path.join(cache_dir, hashlib.sha1(url.encode()).hexdigest())
+    return os.path.join(cache_dir, hashlib.sha1(url.encode(), usedforsecurity=False).hexdigest())
 
 
 def _cached_file_ok(encoding: str) -> bool:
@@ -126,7 +126,7 @@ class TiktokenCounter:
         self.load()
         return self._kind
 
-    def load(self) -> "TiktokenCounter":
+    def load(self) -> TiktokenCounter:
         """Choose the backend now (otherwise done on first use). Never raises."""
         if self._loaded:
             return self

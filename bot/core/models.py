@@ -61,7 +61,7 @@ class GroupSettings:
     max_text: int = DEFAULT_MAX_TEXT  # characters of a message's text files inlined in prompts
     stream: bool = True  # replies appear as they are written (provisional messages, then the committed text)
 
-    def with_changes(self, **changes: Any) -> "GroupSettings":
+    def with_changes(self, **changes: Any) -> GroupSettings:
         return replace(self, **changes)
 
 
@@ -240,7 +240,7 @@ class Usage:
     cached_tokens: int = 0
     estimated: bool = False
 
-    def __add__(self, other: "Usage") -> "Usage":
+    def __add__(self, other: Usage) -> Usage:
         return Usage(
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
@@ -407,7 +407,7 @@ class ChatMessage:
     def images(self) -> tuple[ImagePart, ...]:
         return tuple(p for p in self.parts if isinstance(p, ImagePart))
 
-    def without_images(self) -> "ChatMessage":
+    def without_images(self) -> ChatMessage:
         """The message as a model that does not take images gets it: each image's fallback text in its place."""
         if not self.images:
             return self

@@ -7,7 +7,9 @@ rather than issuing queries.
 """
 from __future__ import annotations
 
-from typing import AsyncContextManager, AsyncIterator, Awaitable, Callable, Iterable, Protocol, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol
 
 from bot.core.models import (
     Agent,
@@ -138,7 +140,7 @@ class Surface(Protocol):
         """
         ...
 
-    def working(self, group: Group, agent: Agent) -> AsyncContextManager[None]:
+    def working(self, group: Group, agent: Agent) -> AbstractAsyncContextManager[None]:
         """Held while `agent` works on a run (e.g. Discord's typing indicator); never delays the run."""
         ...
 

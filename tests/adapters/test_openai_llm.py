@@ -6,7 +6,8 @@ import ipaddress
 import logging
 import socket
 import traceback
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -89,7 +90,7 @@ async def test_logprobs_are_requested_and_summed() -> None:
 
 
 @pytest.mark.parametrize(
-    ("headers", "low"),
+    "headers, low",
     [({"Retry-After": "1"}, 0.9), ({"retry-after-ms": "300", "Retry-After": "100"}, 0.25)],
     ids=["retry-after", "retry-after-ms-wins"],
 )

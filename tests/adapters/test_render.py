@@ -77,7 +77,7 @@ def test_whitespace_only_gives_no_chunks(text: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("length", "expected_chunks"),
+    "length, expected_chunks",
     [(1999, 1), (2000, 1), (2001, 2), (4000, 2), (4001, 3)],
 )
 def test_limit_edges_for_unbreakable_text(length: int, expected_chunks: int) -> None:
@@ -121,7 +121,7 @@ def test_lines_without_blank_lines_split_at_newlines() -> None:
     assert "\n".join(chunks) == text
 
 
-@pytest.mark.parametrize(("opener", "close"), [("```python", "```"), ("```", "```"), ("~~~js", "~~~")])
+@pytest.mark.parametrize("opener, close", [("```python", "```"), ("```", "```"), ("~~~js", "~~~")])
 def test_code_block_in_middle_is_closed_and_reopened(opener: str, close: str) -> None:
     code = python_code(3000)
     text = f"{prose(2, 400)}\n\nHere is the code:\n\n{opener}\n{code}\n{close}\n\n{prose(2, 300)}"
@@ -168,7 +168,7 @@ def test_inline_triple_backticks_are_not_fences() -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "tagged", "users"),
+    "text, tagged, users",
     [
         ("@everyone look at this", [], ()),
         ("@everyone and @here <@&42> role", ["1"], ()),
@@ -192,7 +192,7 @@ def test_mention_policy_is_frozen() -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "expected"),
+    "text, expected",
     [
         ("@everyone hi", f"@{ZWSP}everyone hi"),
         ("hi @here!", f"hi @{ZWSP}here!"),
@@ -206,7 +206,7 @@ def test_neutralize_mass_mentions(text: str, expected: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("ids", "url"),
+    "ids, url",
     [((1, 2, 3), "https://discord.com/channels/1/2/3"), (("10", "20", "30"), "https://discord.com/channels/10/20/30")],
 )
 def test_jump_link(ids: tuple[object, object, object], url: str) -> None:
@@ -377,7 +377,7 @@ def labelled_text(rng: random.Random, limit: int) -> tuple[str, dict[str, str]]:
 
 
 @pytest.mark.parametrize(
-    ("text", "limit", "language_line"),
+    "text, limit, language_line",
     [
         ("```python\n" + python_code(5000) + "\n```", 2000, "```python"),
         ("```python title=\"" + "x" * 1200 + "\"\n" + python_code(3000) + "\n```", 2000, "```python"),

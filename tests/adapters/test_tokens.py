@@ -84,7 +84,7 @@ def test_cached_file_is_used_without_download(
 
     path = tokens.tiktoken_cache_path(CL100K_URL)
     assert path is not None and path.startswith(str(tmp_path))
-    assert os.path.basename(path) == hashlib.sha1(CL100K_URL.encode()).hexdigest()
+    assert os.path.basename(path) == hashlib.sha1(CL100K_URL.encode(), usedforsecurity=False).hexdigest()
     shutil.copyfile(offline._get_data_path("cl100k_base.tiktoken"), path)
     counter = make_token_counter()
     assert counter.kind == "tiktoken"
@@ -137,7 +137,7 @@ def test_works_without_tiktoken(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "expected"),
+    "text, expected",
     [("", 0), ("a", 1), ("abcd", 1), ("abcde", 2), ("hello world", 3), ("日本語", 3), ("é", 1), ("😀 ok", 2)],
 )
 def test_estimate_formula(text: str, expected: int) -> None:

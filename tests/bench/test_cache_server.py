@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from array import array
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import openai
 import pytest
@@ -91,7 +92,7 @@ def test_common_prefix() -> None:
 def test_the_serialization_keeps_a_grown_conversation_as_its_prefix() -> None:
     tokens = PromptTokenizer(Tokenizer())
     head = [{"role": "system", "content": "You plan."}, {"role": "user", "name": "alice", "content": "Tokyo, 3 days"}]
-    grown = head + [{"role": "user", "name": "budget", "content": "Keep it under $1,500."}]
+    grown = [*head, {"role": "user", "name": "budget", "content": "Keep it under $1,500."}]
     short, long = tokens.prompt(head), tokens.prompt(grown)
     assert long[: len(short)] == short and len(long) > len(short)
     assert tokens.prompt([{"role": "user", "content": "x"}]) != tokens.prompt([{"role": "system", "content": "x"}])
@@ -114,7 +115,7 @@ async def test_usage_cached_tokens_and_records_through_the_openai_client() -> No
             messages: list[Any] = [{"role": "system", "content": "You plan."}, {"role": "user", "content": long_text}]
             first = await client.chat.completions.create(model="bench-model", messages=messages)
             second = await client.chat.completions.create(
-                model="bench-model", messages=messages + [{"role": "user", "content": "more"}],
+                model="bench-model", messages=[*messages, {"role": "user", "content": "more"}],
                 extra_body={"prompt_cache_key": "group-1"})
             pick = await client.chat.completions.create(
                 model="bench-model", messages=[{"role": "user", "content": "choose who speaks"}], max_tokens=20)

@@ -1,6 +1,8 @@
 """The context budget: `load_thread` over an in-memory thread (no SQLite), and `cut_point` as a table."""
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from bot.core.features.context import TASK_REFERENCE, Trimmed, cut_point, load_thread, participant_step
@@ -98,7 +100,7 @@ async def test_the_window_moves_seldom_and_each_prompt_extends_the_previous():
         t = await trim(thread(n), budget, task_seq=1)
         cuts.append(t.kept[0].seq)
         prefixes.append(t.render().split(f"[a] m{n}")[0])
-    moves = [b - a for a, b in zip(cuts, cuts[1:]) if b != a]
+    moves = [b - a for a, b in itertools.pairwise(cuts) if b != a]
     # budget 200, 11 tokens a row: each move cuts half a budget (9 rows), so it moves every ~9 turns
     assert moves and all(step >= 8 for step in moves)
     assert len(moves) <= len(cuts) / 8
@@ -108,7 +110,7 @@ async def test_the_window_moves_seldom_and_each_prompt_extends_the_previous():
 
 
 async def test_a_single_huge_newest_message_is_still_kept():
-    rows = thread(5) + [Message(1, 6, "agent", "a", "huge", token_count=5000)]
+    rows = [*thread(5), Message(1, 6, "agent", "a", "huge", token_count=5000)]
     t = await trim(rows, 200, task_seq=1)
     assert t.kept[-1].seq == 6
 

@@ -51,10 +51,10 @@ def circle_through(edges: dict[str, set[str]], start: str) -> list[str] | None:
         node, path = stack.pop()
         for nxt in sorted(edges.get(node, ())):
             if nxt == start:
-                return path + [start]
+                return [*path, start]
             if nxt not in seen:
                 seen.add(nxt)
-                stack.append((nxt, path + [nxt]))
+                stack.append((nxt, [*path, nxt]))
     return None
 
 

@@ -17,7 +17,7 @@ def notes(*texts: str) -> list[Note]:
     return [Note(i + 1, 7, text) for i, text in enumerate(texts)]
 
 
-@pytest.mark.parametrize(("stored", "total", "budget", "lines"), [
+@pytest.mark.parametrize("stored, total, budget, lines", [
     ((), 0, 800, ["Memory is on: you have no notes yet. Save what you want to remember with memory_write."]),
     (("likes trains", "budget $1,500"), 2, 800,
      ["Memory is on. Your notes from earlier runs, oldest first (save a new one with memory_write):",
@@ -53,7 +53,7 @@ def call(arguments: str, name: str = "memory_write") -> ToolCall:
     return ToolCall("call_1", name, arguments)
 
 
-@pytest.mark.parametrize(("tool_call", "note", "result"), [
+@pytest.mark.parametrize("tool_call, note, result", [
     (call(json.dumps({"note": "  Alice wants trains.  "})), "Alice wants trains.", SAVED),
     (call(json.dumps({"note": "x" * NOTE_MAX})), "x" * NOTE_MAX, SAVED),
     (call(json.dumps({"note": "x" * (NOTE_MAX + 1)})), None,
@@ -71,7 +71,7 @@ def test_read_note(tool_call, note, result):
     assert read_note(tool_call) == (note, result)
 
 
-@pytest.mark.parametrize(("brief", "memory", "expected"), [
+@pytest.mark.parametrize("brief, memory, expected", [
     ("", "", "You plan."),
     ("Be brief.", "", "You plan.\n\nBe brief."),
     ("", "<memory>\n- x\n</memory>", "You plan.\n\n<memory>\n- x\n</memory>"),

@@ -1,6 +1,6 @@
 """Schedule rules without I/O: parsing the options, the next slot, DST."""
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -21,7 +21,7 @@ from bot.core.rules.schedule import (
 
 
 def utc(text: str) -> float:
-    return datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp()
+    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
 
 
 def local(text: str, zone: str) -> float:

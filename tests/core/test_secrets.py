@@ -109,7 +109,7 @@ def test_redact_url_masks_a_token_in_the_path() -> None:
 
 def test_many_secrets_at_once_are_each_masked(secrets: Secrets) -> None:
     tokens = [f"webhook-token-{n:05d}-xyz" for n in range(1000)]  # past the count where mask() looks up windows
-    assert secrets.register_all(tokens + ["short"]) == 1000
+    assert secrets.register_all([*tokens, "short"]) == 1000
     text = f"a {tokens[0]} b {tokens[-1]} c {tokens[500]}"
     assert secrets.mask(text) == "a *** b *** c ***"
     assert secrets.mask("webhook-token-99999-xyz and no secret") == "webhook-token-99999-xyz and no secret"

@@ -89,7 +89,7 @@ def test_a_failure_no_write_repeats_is_told_by_the_timer() -> None:
 
 
 def test_a_listener_that_fails_never_fails_the_write() -> None:
-    health, clock, _told = tracked(after=0)
+    health, _clock, _told = tracked(after=0)
 
     def broken(_outage: Outage) -> None:
         raise RuntimeError("bug")

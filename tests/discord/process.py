@@ -177,7 +177,7 @@ class BotProcess:
                 await asyncio.sleep(0.1)
         try:
             await asyncio.wait_for(stable(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise AssertionError(f"the bot did not settle; its log ends:\n{self.tail()}") from None
 
 

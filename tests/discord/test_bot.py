@@ -51,7 +51,7 @@ async def test_reply_to_an_agent_tags_it_and_attachments_are_noted(harness, scri
     await emu.user_post(emu.channel_id, emu.alice_id, "@planner start")
     await emu.wait_for(lambda: len(harness.webhook_posts()) >= 1, timeout=10)
     await harness.idle()
-    agent_msg = [m for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id")][0]
+    agent_msg = next(m for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id"))
     await emu.user_post(emu.channel_id, emu.bob_id, "what about this?", reference_message_id=agent_msg["id"],
                         attachments=[{"filename": "shrine.jpg", "size": 10}])
     await emu.wait_for(lambda: len(harness.webhook_posts()) >= 2, timeout=10)
@@ -100,7 +100,7 @@ async def test_admin_checks_and_the_prompt_modal(harness):
     assert "refuses webhook names" in bad["data"]["content"]
     dup = await harness.command("agent add", {"name": "LOCAL", "role": "r", "prompt": "p"})
     assert "already in this group" in dup["data"]["content"]
-    lookalike = await harness.command("agent add", {"name": "l\u043ecal", "role": "r"})  # a Cyrillic о
+    lookalike = await harness.command("agent add", {"name": "l\u043ecal", "role": "r"})  # a Cyrillic о  # noqa: RUF003 - that letter
     assert "mixes Latin and Cyrillic letters" in lookalike["data"]["content"]
     nonadmin_config = await harness.command("roundtable config", {"max_turns": 3}, user=emu.bob_id)
     assert "Manage Server" in nonadmin_config["data"]["content"]
@@ -121,7 +121,7 @@ async def test_deleted_webhook_is_recreated_and_429_is_waited_out(harness, scrip
     emu = harness.emu
     script.set_agent("planner", ["First.", "Second."])
     await harness.setup_group(("planner", "plans"), mode="tags")
-    hook = emu.webhooks and list(emu.webhooks.values())[0]
+    hook = emu.webhooks and next(iter(emu.webhooks.values()))
     emu.delete_webhook(hook.id if hasattr(hook, "id") else hook["id"])
     await emu.user_post(emu.channel_id, emu.alice_id, "@planner go")
     await emu.wait_for(lambda: len(harness.webhook_posts()) >= 1, timeout=10)
@@ -208,7 +208,7 @@ async def test_reaction_moves_the_read_cursor(harness, script):
     await emu.user_post(emu.channel_id, emu.alice_id, "@planner hi")
     await emu.wait_for(lambda: harness.webhook_posts(), timeout=10)
     await harness.idle()
-    agent_msg = [m for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id")][0]
+    agent_msg = next(m for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id"))
     assert await harness.store.get_seen(1, str(emu.bob_id)) is None
     await emu.user_react(emu.channel_id, agent_msg["id"], emu.bob_id, "👍")
     for _ in range(100):  # (a sleep, not wait_for(lambda: True): that returns at once)

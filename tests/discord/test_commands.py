@@ -101,7 +101,7 @@ async def test_why_this_reply_on_a_message(harness, script):
     await emu.user_post(emu.channel_id, emu.alice_id, "@planner and @budget please")
     await emu.wait_for(lambda: len(harness.webhook_posts()) >= 2, timeout=10)
     await harness.idle()
-    reply = [m for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id")][0]
+    reply = next(m for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id"))
     rec = await emu.invoke_message_command(emu.guild_id, emu.channel_id, emu.bob_id, "Why this reply?", reply["id"])
     answer = await rec.wait_response(5)
     assert answer["ephemeral"]

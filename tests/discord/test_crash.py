@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 import sqlite3
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import pytest
 

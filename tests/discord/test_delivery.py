@@ -6,7 +6,7 @@ import asyncio
 import logging
 import sqlite3
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

@@ -156,7 +156,7 @@ async def test_a_setup_while_discord_is_slow_to_make_the_webhook_is_deferred_the
     first = await answered_late(harness, record, creating.release)
     assert [c["type"] for c in first] == [5]  # "thinking…" before Discord gives up at 3 s
     assert first[0]["ephemeral"]
-    assert [f["content"] for f in record.followups][0].startswith("Roundtable is on")
+    assert next(f["content"] for f in record.followups).startswith("Roundtable is on")
 
 
 async def test_an_agent_add_while_the_database_is_busy_is_deferred_then_answered(harness):

@@ -40,8 +40,8 @@ async def test_an_agent_post_another_process_took_in_as_a_persons_message_does_n
     await harness.setup_group(("planner", "plans"), mode="tags")
     answer = emu.hold("POST", WEBHOOK, after=True)  # the post is in the channel; its answer waits
     await emu.user_post(emu.channel_id, emu.alice_id, "@planner one")
-    (request,) = await answer.wait_arrived()
-    posted = [m for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id")][0]
+    (_request,) = await answer.wait_arrived()
+    posted = next(m for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id"))
     # Meanwhile a process that did not know the webhook stored the post as a person's message.
     await harness.store.append_user_message(1, NewMessage(
         "user", "planner", posted["content"], author_user_id=posted["author"]["id"], external_ids=(posted["id"],)))

@@ -5,10 +5,11 @@ not show; people are pinged by the committed reply only; Discord's rate limits a
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import random
 import re
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -90,7 +91,7 @@ async def test_a_reply_grows_by_paced_edits_and_ends_as_a_whole_post_shows_it(st
     assert all(PLAN.startswith(c) for c in contents) and contents[-1] == PLAN
     assert all(r.json["allowed_mentions"] == NO_MENTIONS for r in posts + edits[:-1])
     times = [r.time for r in edits[:-1]]
-    assert all(b - a >= 0.9 for a, b in zip(times, times[1:]))  # about one edit a second, not per word
+    assert all(b - a >= 0.9 for a, b in itertools.pairwise(times))  # about one edit a second, not per word
     assert "TERMINATE" not in "".join(contents)
 
 

@@ -8,7 +8,7 @@ import copy
 import json
 import logging
 import secrets
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSMsgType, web
 
@@ -36,7 +36,7 @@ class GatewayConnection:
     def __init__(self, ws: web.WebSocketResponse) -> None:
         self.ws = ws
         self.queue: asyncio.Queue = asyncio.Queue()
-        self.session: Optional[GatewaySession] = None
+        self.session: GatewaySession | None = None
         self.closed_by_server = False
         self.writer = asyncio.create_task(self._write())
 
@@ -65,8 +65,8 @@ class GatewaySession:
         self.intents = intents
         self.shard = shard                    # (id, count) from IDENTIFY; (0, 1) unsharded
         self.seq = 0
-        self.log: List[tuple] = []           # (seq, frame json) for RESUME replay
-        self.conn: Optional[GatewayConnection] = None
+        self.log: list[tuple] = []           # (seq, frame json) for RESUME replay
+        self.conn: GatewayConnection | None = None
         self.ready = False                    # READY + GUILD_CREATE written
         self.invalid = False
         self.resumes = 0
@@ -75,7 +75,7 @@ class GatewaySession:
     def connected(self) -> bool:
         return self.conn is not None and not self.conn.ws.closed
 
-    def receives(self, guild_id: Optional[str]) -> bool:
+    def receives(self, guild_id: str | None) -> bool:
         """Discord's rule: a guild's events go to shard (guild_id >> 22) % count; the rest to shard 0."""
         shard_id, count = self.shard
         if guild_id is None:
@@ -97,9 +97,9 @@ class GatewayMixin(Emulator):
     privileged_intents_allowed: bool = True
 
     def _init_gateway(self) -> None:
-        self.sessions: Dict[str, GatewaySession] = {}
-        self._connections: List[GatewayConnection] = []
-        self.gateway_log: List[dict] = []     # every op received from clients
+        self.sessions: dict[str, GatewaySession] = {}
+        self._connections: list[GatewayConnection] = []
+        self.gateway_log: list[dict] = []     # every op received from clients
 
     @property
     def gateway_url(self) -> str:
@@ -137,7 +137,7 @@ class GatewayMixin(Emulator):
             conn.send({"op": 9, "d": resumable})
 
     @property
-    def connected_sessions(self) -> List[GatewaySession]:
+    def connected_sessions(self) -> list[GatewaySession]:
         return [s for s in self.sessions.values() if s.connected and not s.invalid]
 
     async def wait_until_ready(self, timeout: float = 10.0) -> GatewaySession:
@@ -276,7 +276,7 @@ class GatewayMixin(Emulator):
         })
 
 
-def _guild_of(event: str, data: Any) -> Optional[str]:
+def _guild_of(event: str, data: Any) -> str | None:
     """The guild an event belongs to (None: not a guild's, e.g. a DM)."""
     if not isinstance(data, dict):
         return None

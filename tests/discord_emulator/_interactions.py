@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from . import _util as u
 
@@ -28,19 +29,19 @@ class InteractionRecord:
         self.guild_id: str = payload["guild_id"]  # (the emulator's interactions are all in a guild's channel)
         self.channel_id: str = payload["channel_id"]
         self.user_id: str = payload["member"]["user"]["id"] if "member" in payload else payload["user"]["id"]
-        self.message: Optional[dict] = payload.get("message")
+        self.message: dict | None = payload.get("message")
         self.created = time.monotonic()
-        self.callbacks: List[dict] = []    # {"type", "data", "flags", "ephemeral", "time"}
-        self.followups: List[dict] = []    # message payloads
-        self.edits: List[dict] = []        # {"message_id", "body"} for PATCH @original / messages/{id}
-        self.deleted_messages: List[str] = []
-        self.original: Optional[dict] = None
+        self.callbacks: list[dict] = []    # {"type", "data", "flags", "ephemeral", "time"}
+        self.followups: list[dict] = []    # message payloads
+        self.edits: list[dict] = []        # {"message_id", "body"} for PATCH @original / messages/{id}
+        self.deleted_messages: list[str] = []
+        self.original: dict | None = None
 
     @property
-    def response(self) -> Optional[dict]:
+    def response(self) -> dict | None:
         return self.callbacks[0] if self.callbacks else None
 
-    def find_message(self, mid: str) -> Optional[dict]:
+    def find_message(self, mid: str) -> dict | None:
         if mid == "@original":
             return self.original
         if self.original is not None and self.original["id"] == mid:
@@ -56,7 +57,7 @@ class InteractionRecord:
                                  what=f"callback for interaction {self.id}")
         return self.callbacks[0]
 
-    async def wait_followups(self, count: int = 1, timeout: float = 5.0) -> List[dict]:
+    async def wait_followups(self, count: int = 1, timeout: float = 5.0) -> list[dict]:
         await self._emu.wait_for(lambda: len(self.followups) >= count, timeout=timeout,
                                  what=f"{count} followup(s) for interaction {self.id}")
         return list(self.followups)
@@ -77,21 +78,21 @@ class InteractionRecord:
 class InteractionsMixin(Emulator):
     """Mixed into DiscordEmulator."""
 
-    interaction_ack_deadline: Optional[float] = 3.0
+    interaction_ack_deadline: float | None = 3.0
     attachment_size_limit: int = 10 * 1024 * 1024  # what the app may upload in answers (Discord: per guild tier)
 
     def _init_interactions(self) -> None:
-        self.interactions: Dict[str, InteractionRecord] = {}
-        self.interactions_by_token: Dict[str, InteractionRecord] = {}
+        self.interactions: dict[str, InteractionRecord] = {}
+        self.interactions_by_token: dict[str, InteractionRecord] = {}
 
     @property
-    def all_callbacks(self) -> List[tuple]:
+    def all_callbacks(self) -> list[tuple]:
         """[(InteractionRecord, callback dict)] for every interaction, oldest first."""
         return [(rec, cb) for rec in self.interactions.values() for cb in rec.callbacks]
 
     # ------------------------------------------------------------- payload
     def _interaction_payload(self, itype: int, guild_id: str, channel_id: str, user_id: str,
-                             data: Optional[dict], message: Optional[dict] = None) -> dict:
+                             data: dict | None, message: dict | None = None) -> dict:
         guild_id, channel_id, user_id = str(guild_id), str(channel_id), str(user_id)
         if user_id not in self.guilds[guild_id].members:
             raise ValueError(f"user {user_id} is not a member of guild {guild_id}")
@@ -122,7 +123,7 @@ class InteractionsMixin(Emulator):
         return rec
 
     # ------------------------------------------------------------- commands
-    def find_command(self, name: str, guild_id: Optional[str] = None, cmd_type: int = 1) -> dict:
+    def find_command(self, name: str, guild_id: str | None = None, cmd_type: int = 1) -> dict:
         """A synced command by name: guild commands of guild_id first, then global ones."""
         for scope in ([str(guild_id)] if guild_id else []) + [None]:
             for cmd in self.synced_commands.get(scope, []):
@@ -146,8 +147,8 @@ class InteractionsMixin(Emulator):
         elif opt_type == 11 and value in self.uploads:
             resolved.setdefault("attachments", {})[value] = copy.deepcopy(self.uploads[value])
 
-    def _build_options(self, defs: List[dict], path: Sequence[str], values: Mapping[str, Any],
-                       guild_id: str, resolved: dict, focused: Optional[str]) -> List[dict]:
+    def _build_options(self, defs: list[dict], path: Sequence[str], values: Mapping[str, Any],
+                       guild_id: str, resolved: dict, focused: str | None) -> list[dict]:
         if path:
             sub = next((o for o in defs if o["name"] == path[0] and o["type"] in _SUBCOMMAND_TYPES), None)
             if sub is None:
@@ -184,8 +185,8 @@ class InteractionsMixin(Emulator):
                 raise ValueError(f"missing required option(s) {missing}")
         return out
 
-    def _command_data(self, guild_id: str, name: str, options: Optional[Mapping[str, Any]],
-                      subcommand_path: Sequence[str], focused: Optional[str] = None) -> dict:
+    def _command_data(self, guild_id: str, name: str, options: Mapping[str, Any] | None,
+                      subcommand_path: Sequence[str], focused: str | None = None) -> dict:
         parts = name.split()
         name, subcommand_path = parts[0], tuple(parts[1:]) + tuple(subcommand_path)
         cmd = self.find_command(name, guild_id)
@@ -200,7 +201,7 @@ class InteractionsMixin(Emulator):
         return data
 
     async def invoke_command(self, guild_id: str, channel_id: str, user_id: str, name: str,
-                             options: Optional[Mapping[str, Any]] = None, *,
+                             options: Mapping[str, Any] | None = None, *,
                              subcommand_path: Sequence[str] = ()) -> InteractionRecord:
         """Run a synced slash command as user_id (type 2). name may be "group sub"."""
         data = self._command_data(guild_id, name, options, subcommand_path)
@@ -227,7 +228,7 @@ class InteractionsMixin(Emulator):
         return self._send_interaction(self._interaction_payload(4, guild_id, channel_id, user_id, data))
 
     async def submit_modal(self, guild_id: str, channel_id: str, user_id: str, custom_id: str,
-                           fields: Mapping[str, str], *, message: Optional[dict] = None) -> InteractionRecord:
+                           fields: Mapping[str, str], *, message: dict | None = None) -> InteractionRecord:
         """MODAL_SUBMIT (type 5): one action row with a text input per field."""
         rows = [{"type": 1, "components": [{"type": 4, "custom_id": k, "value": v}]}
                 for k, v in fields.items()]
@@ -236,14 +237,14 @@ class InteractionsMixin(Emulator):
             self._interaction_payload(5, guild_id, channel_id, user_id, data, message=message))
 
     async def click_button(self, message: Any, custom_id: str, user_id: str, *,
-                           component_type: int = 2, values: Optional[List[str]] = None) -> InteractionRecord:
+                           component_type: int = 2, values: list[str] | None = None) -> InteractionRecord:
         """A component interaction (type 3) on a stored message (dict or id)."""
         msg = message if isinstance(message, dict) else self.get_message(str(message))
         if msg is None:
             raise KeyError(f"unknown message {message!r}")
         msg = self.get_message(msg["id"]) or msg
         guild_id = self.channels[msg["channel_id"]].guild_id
-        data: Dict[str, Any] = {"custom_id": custom_id, "component_type": component_type}
+        data: dict[str, Any] = {"custom_id": custom_id, "component_type": component_type}
         if values is not None:
             data["values"] = list(values)
         return self._send_interaction(

@@ -6,7 +6,8 @@ import hashlib
 import mimetypes
 import struct
 import time
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from . import _util as u
 
@@ -20,8 +21,8 @@ class MessagesMixin(Emulator):
     """Mixed into DiscordEmulator (needs StateMixin and GatewayMixin)."""
 
     # ------------------------------------------------------------- building
-    def _compute_mentions(self, content: str, allowed: Optional[dict],
-                          replied_author: Optional[str] = None) -> Dict[str, Any]:
+    def _compute_mentions(self, content: str, allowed: dict | None,
+                          replied_author: str | None = None) -> dict[str, Any]:
         user_ids = list(dict.fromkeys(u.USER_MENTION.findall(content or "")))
         role_ids = list(dict.fromkeys(u.ROLE_MENTION.findall(content or "")))
         everyone = "@everyone" in (content or "") or "@here" in (content or "")
@@ -71,8 +72,9 @@ class MessagesMixin(Emulator):
     def cdn_url(self, channel_id: str, aid: str, name: str) -> str:
         expires = int(time.time() + self.attachment_ttl)
         self.file_expiry[(aid, expires)] = expires
+        hm = hashlib.md5(f"{aid}{expires}".encode(), usedforsecurity=False).hexdigest()
         return (f"http://127.0.0.1:{self.port}/cdn/attachments/{channel_id}/{aid}/{name}"
-                f"?ex={expires:x}&is={int(time.time()):x}&hm={hashlib.md5(f'{aid}{expires}'.encode()).hexdigest()}")
+                f"?ex={expires:x}&is={int(time.time()):x}&hm={hm}")
 
     def upload(self, filename: str, data: bytes, content_type: str = "image/png") -> dict:
         """An attachment a person attaches to a slash command option: give its id as the value."""
@@ -82,11 +84,11 @@ class MessagesMixin(Emulator):
         return att
 
     def _build_message(self, channel_id: str, author: dict, content: str = "", *,
-                       embeds: Optional[list] = None, allowed_mentions: Optional[dict] = None,
-                       reference_message_id: Optional[str] = None, attachments: Iterable[Any] = (),
-                       webhook_id: Optional[str] = None, flags: int = 0, msg_type: int = 0,
-                       components: Optional[list] = None, application_id: Optional[str] = None,
-                       extra: Optional[dict] = None, mention_author: bool = True) -> dict:
+                       embeds: list | None = None, allowed_mentions: dict | None = None,
+                       reference_message_id: str | None = None, attachments: Iterable[Any] = (),
+                       webhook_id: str | None = None, flags: int = 0, msg_type: int = 0,
+                       components: list | None = None, application_id: str | None = None,
+                       extra: dict | None = None, mention_author: bool = True) -> dict:
         mid = self.snowflake()
         channel = self.channels[str(channel_id)]
         referenced = None
@@ -97,7 +99,7 @@ class MessagesMixin(Emulator):
             replied_author = referenced["author"]["id"]
         if allowed_mentions is not None and referenced is not None and "replied_user" not in allowed_mentions:
             replied_author = None
-        msg: Dict[str, Any] = {
+        msg: dict[str, Any] = {
             "id": mid, "type": 19 if referenced is not None and msg_type == 0 else msg_type,
             "channel_id": channel.id, "author": author, "content": content or "",
             "timestamp": u.iso_from_snowflake(mid), "edited_timestamp": None, "tts": False,
@@ -131,7 +133,7 @@ class MessagesMixin(Emulator):
         self._message_index[msg["id"]] = cid
         self.channels[cid].last_message_id = msg["id"]
 
-    def _gateway_message(self, msg: dict, member_user_id: Optional[str]) -> dict:
+    def _gateway_message(self, msg: dict, member_user_id: str | None) -> dict:
         data = copy.deepcopy(msg)
         guild_id = self.channels[msg["channel_id"]].guild_id
         data["guild_id"] = guild_id
@@ -143,21 +145,21 @@ class MessagesMixin(Emulator):
                 mention["member"] = self.member_json(guild_id, mention["id"], with_user=False)
         return data
 
-    def _dispatch_message(self, event: str, msg: dict, member_user_id: Optional[str]) -> None:
+    def _dispatch_message(self, event: str, msg: dict, member_user_id: str | None) -> None:
         self.dispatch(event, self._gateway_message(msg, member_user_id))
 
     def _author_json(self, user_id: str) -> dict:
         return self.user_json(user_id)
 
     @staticmethod
-    def _webhook_author(webhook_id: str, username: str, avatar_url: Optional[str]) -> dict:
-        avatar = hashlib.md5(avatar_url.encode()).hexdigest() if avatar_url else None
+    def _webhook_author(webhook_id: str, username: str, avatar_url: str | None) -> dict:
+        avatar = hashlib.md5(avatar_url.encode(), usedforsecurity=False).hexdigest() if avatar_url else None
         return {"id": webhook_id, "username": username, "avatar": avatar, "discriminator": "0000",
                 "bot": True, "global_name": None, "public_flags": 0, "flags": 0}
 
     # ------------------------------------------------------------- history
-    def _history(self, channel_id: str, limit: int = 50, before: Optional[str] = None,
-                 after: Optional[str] = None, around: Optional[str] = None) -> List[dict]:
+    def _history(self, channel_id: str, limit: int = 50, before: str | None = None,
+                 after: str | None = None, around: str | None = None) -> list[dict]:
         """Discord semantics: always answered newest-first."""
         msgs = sorted(self.messages.get(str(channel_id), []), key=lambda m: int(m["id"]))
         limit = max(1, min(int(limit), 100))
@@ -178,8 +180,8 @@ class MessagesMixin(Emulator):
 
     # ------------------------------------------------------------- test-side helpers
     async def user_post(self, channel_id: str, user_id: str, content: str, *,
-                        reference_message_id: Optional[str] = None, attachments: Optional[Iterable[Any]] = None,
-                        embeds: Optional[list] = None, dispatch: bool = True,
+                        reference_message_id: str | None = None, attachments: Iterable[Any] | None = None,
+                        embeds: list | None = None, dispatch: bool = True,
                         mention_author: bool = True) -> dict:
         """A person posts in a channel/thread. Stored, then MESSAGE_CREATE unless dispatch=False.
 
@@ -258,7 +260,7 @@ class MessagesMixin(Emulator):
                                      "me_burst": False, "burst_colors": [],
                                      "count_details": {"burst": 0, "normal": len(users)}})
         guild_id = self.channels[channel_id].guild_id
-        data: Dict[str, Any] = {"user_id": user_id, "channel_id": channel_id, "message_id": message_id,
+        data: dict[str, Any] = {"user_id": user_id, "channel_id": channel_id, "message_id": message_id,
                                 "guild_id": guild_id, "emoji": ej, "burst": False, "type": 0}
         if add:
             data["member"] = self.member_json(guild_id, user_id)
@@ -266,6 +268,6 @@ class MessagesMixin(Emulator):
         self.dispatch("MESSAGE_REACTION_ADD" if add else "MESSAGE_REACTION_REMOVE", data)
         return True
 
-    def reactions_of(self, message_id: str) -> Dict[str, List[str]]:
+    def reactions_of(self, message_id: str) -> dict[str, list[str]]:
         """{emoji: [user ids]} for a stored message."""
         return {e: list(us) for (m, e), us in self._reaction_users.items() if m == str(message_id) and us}

@@ -4,7 +4,7 @@ from __future__ import annotations
 import copy
 import re
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -23,12 +23,12 @@ class RestMixin(Emulator):
     """Mixed into DiscordEmulator."""
 
     def _init_rest(self) -> None:
-        self.synced_commands: Dict[Optional[str], List[dict]] = {}  # guild id (None = global) -> commands
-        self.command_syncs: List[dict] = []   # history: {"guild_id", "commands"}
+        self.synced_commands: dict[str | None, list[dict]] = {}  # guild id (None = global) -> commands
+        self.command_syncs: list[dict] = []   # history: {"guild_id", "commands"}
         self.nonce_window: float = NONCE_WINDOW
-        self.refreshed_urls: List[dict] = []  # every URL refresh answered
+        self.refreshed_urls: list[dict] = []  # every URL refresh answered
         # (channel id, author id, nonce) -> (message id, monotonic time created)
-        self._nonces: Dict[Tuple[str, str, str], Tuple[str, float]] = {}
+        self._nonces: dict[tuple[str, str, str], tuple[str, float]] = {}
 
     def _core_routes(self) -> list:
         g, p, put, pa, d = web.get, web.post, web.put, web.patch, web.delete
@@ -90,7 +90,7 @@ class RestMixin(Emulator):
                                 for g in self.guilds.values()])
 
     # ------------------------------------------------------------- commands
-    def _command_json(self, body: dict, guild_id: Optional[str], existing: List[dict]) -> dict:
+    def _command_json(self, body: dict, guild_id: str | None, existing: list[dict]) -> dict:
         cmd_type = body.get("type", 1)
         old = next((c for c in existing if c["name"] == body["name"] and c["type"] == cmd_type), None)
         cmd = {
@@ -191,7 +191,7 @@ class RestMixin(Emulator):
         return u.json_response(msg)
 
     @staticmethod
-    def _validate_content(body: dict, files: list) -> Optional[web.Response]:
+    def _validate_content(body: dict, files: list) -> web.Response | None:
         content = body.get("content") or ""
         if len(content) > 2000:
             return u.form_error("content", "BASE_TYPE_MAX_LENGTH", "Must be 2000 or fewer in length.")
@@ -203,7 +203,7 @@ class RestMixin(Emulator):
         return None
 
     @staticmethod
-    def _validate_nonce(nonce: Any) -> Optional[web.Response]:
+    def _validate_nonce(nonce: Any) -> web.Response | None:
         if nonce is None:
             return None
         if isinstance(nonce, bool) or not isinstance(nonce, (str, int)):
@@ -213,7 +213,7 @@ class RestMixin(Emulator):
                                 f"Must be {NONCE_MAX_LENGTH} or fewer in length.")
         return None
 
-    def _nonce_seen(self, key: Tuple[str, str, str]) -> Optional[str]:
+    def _nonce_seen(self, key: tuple[str, str, str]) -> str | None:
         """Message id created with this enforced nonce within nonce_window, if any."""
         now = time.monotonic()
         for k, (_, created) in list(self._nonces.items()):

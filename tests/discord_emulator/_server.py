@@ -9,8 +9,9 @@ import re
 import socket
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any
 
 from aiohttp import BodyPartReader, web
 
@@ -37,12 +38,12 @@ _NO_AUTH = re.compile(r"^/(webhooks/\d+/[^/]+|interactions/|gateway$)")
 class RequestRecord:
     method: str
     path: str                      # relative to the API base, e.g. "/channels/1/messages"
-    query: Dict[str, str]
+    query: dict[str, str]
     json: Any
     time: float
-    headers: Dict[str, str] = field(default_factory=dict)
-    files: List[dict] = field(default_factory=list)
-    status: Optional[int] = None
+    headers: dict[str, str] = field(default_factory=dict)
+    files: list[dict] = field(default_factory=list)
+    status: int | None = None
     unhandled: bool = False        # True when no route matched (an emulator gap)
     injected: bool = False         # True when answered by fail_next
     held: bool = False             # True when caught by a hold()
@@ -55,7 +56,7 @@ class _Fault:
     pattern: re.Pattern
     status: int                    # 0 = drop the connection without a response
     body: Any
-    headers: Dict[str, str]
+    headers: dict[str, str]
     times: int
     after: bool = False            # answer with the fault only after handling the request
 
@@ -73,13 +74,13 @@ class Hold:
     method: str
     pattern: re.Pattern
     after: bool
-    times: Optional[int]           # None = every matching request until release()
-    where: Optional[Callable[[RequestRecord], bool]] = None  # and only requests this accepts
+    times: int | None           # None = every matching request until release()
+    where: Callable[[RequestRecord], bool] | None = None  # and only requests this accepts
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
     count: int = 0
-    records: List[RequestRecord] = field(default_factory=list)
+    records: list[RequestRecord] = field(default_factory=list)
     _released: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
-    _owner: Optional[List["Hold"]] = field(default=None, repr=False)
+    _owner: list[Hold] | None = field(default=None, repr=False)
 
     @property
     def released(self) -> bool:
@@ -95,13 +96,13 @@ class Hold:
         if self._owner is not None and self in self._owner:
             self._owner.remove(self)
 
-    async def wait_arrived(self, count: int = 1, timeout: float = 10.0) -> List[RequestRecord]:
+    async def wait_arrived(self, count: int = 1, timeout: float = 10.0) -> list[RequestRecord]:
         """Wait until at least `count` requests have been caught; return their records."""
         timeout = max(timeout, MIN_WAIT)
         deadline = time.monotonic() + timeout
         while self.count < count:
             if time.monotonic() >= deadline:
-                raise asyncio.TimeoutError(f"{self.count} of {count} request(s) held after {timeout}s")
+                raise TimeoutError(f"{self.count} of {count} request(s) held after {timeout}s")
             await asyncio.sleep(0.005)
         return list(self.records)
 
@@ -151,23 +152,23 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
         self._init_interactions()
         self.privileged_intents_allowed = privileged_intents_allowed
         self.deny_manage_webhooks = False
-        self.requests: List[RequestRecord] = []
-        self.webhook_rate_limit: Optional[tuple] = None   # (requests, seconds) per webhook, or None
-        self.rate_limited: List[RequestRecord] = []
-        self._buckets: Dict[str, List[float]] = {}         # webhook id -> [window start, used]
-        self.pings: List[tuple] = []
-        self.typing_log: List[dict] = []
-        self._faults: List[_Fault] = []
-        self._holds: List[Hold] = []       # still catching requests
-        self._all_holds: List[Hold] = []   # every hold made (release_all)
+        self.requests: list[RequestRecord] = []
+        self.webhook_rate_limit: tuple | None = None   # (requests, seconds) per webhook, or None
+        self.rate_limited: list[RequestRecord] = []
+        self._buckets: dict[str, list[float]] = {}         # webhook id -> [window start, used]
+        self.pings: list[tuple] = []
+        self.typing_log: list[dict] = []
+        self._faults: list[_Fault] = []
+        self._holds: list[Hold] = []       # still catching requests
+        self._all_holds: list[Hold] = []   # every hold made (release_all)
         self._closing = False
-        self._runner: Optional[web.AppRunner] = None
+        self._runner: web.AppRunner | None = None
         self.port: int = 0
         self.guild_id: str
         self.channel_id: str  # these four are set with defaults (without, a test makes its own guild)
         self.alice_id: str
         self.bob_id: str
-        self.owner_user_id: Optional[str] = None
+        self.owner_user_id: str | None = None
         if defaults:
             self.alice_id = self.add_user("alice", global_name="Alice")
             self.owner_user_id = self.alice_id
@@ -181,7 +182,7 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
     def api_base(self) -> str:
         return f"http://127.0.0.1:{self.port}/api/v10"
 
-    async def start(self) -> "DiscordEmulator":
+    async def start(self) -> DiscordEmulator:
         self._closing = False
         app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024 * 1024)
         app.router.add_get("/gateway", self._gateway_handler)
@@ -207,7 +208,7 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
             await self._runner.cleanup()
             self._runner = None
 
-    async def __aenter__(self) -> "DiscordEmulator":
+    async def __aenter__(self) -> DiscordEmulator:
         return await self.start()
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -215,7 +216,7 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
 
     # ------------------------------------------------------------- test helpers
     def fail_next(self, method: str, path_regex: str, status: int, body: Any = None,
-                  headers: Optional[Dict[str, str]] = None, times: int = 1, *,
+                  headers: dict[str, str] | None = None, times: int = 1, *,
                   after: bool = False) -> None:
         """The next `times` requests whose method matches ("*" = any) and whose API-relative
         path re.search()es path_regex are answered with status/body instead. A 429 gets
@@ -239,8 +240,8 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
                 hdrs.setdefault("X-RateLimit-Global", "true")
         self._faults.append(_Fault(method.upper(), re.compile(path_regex), status, body, hdrs, times, after))
 
-    def hold(self, method: str, path_regex: str, *, after: bool = False, times: Optional[int] = 1,
-             where: Optional[Callable[[RequestRecord], bool]] = None) -> Hold:
+    def hold(self, method: str, path_regex: str, *, after: bool = False, times: int | None = 1,
+             where: Callable[[RequestRecord], bool] | None = None) -> Hold:
         """Hold the next `times` (None = all until released) matching requests (same
         matching as fail_next) until the returned Hold is released.
 
@@ -263,14 +264,14 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
         for h in self._all_holds:
             h.release()
 
-    def requests_matching(self, method: Optional[str] = None, path_regex: str = "") -> List[RequestRecord]:
+    def requests_matching(self, method: str | None = None, path_regex: str = "") -> list[RequestRecord]:
         """Recorded requests by method (None = any) whose path re.search()es path_regex."""
         rx = re.compile(path_regex)
         return [r for r in self.requests
                 if (method is None or r.method == method.upper()) and rx.search(r.path)]
 
     @property
-    def unhandled_requests(self) -> List[RequestRecord]:
+    def unhandled_requests(self) -> list[RequestRecord]:
         return [r for r in self.requests if r.unhandled]
 
     async def wait_for(self, predicate: Callable[[], Any], timeout: float = 10.0,
@@ -284,11 +285,11 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
             if value:
                 return value
             if time.monotonic() >= deadline:
-                raise asyncio.TimeoutError(f"timed out after {timeout}s waiting for {what}")
+                raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
             await asyncio.sleep(interval)
 
-    async def wait_for_messages(self, channel_id: str, predicate: Optional[Callable[[dict], bool]] = None,
-                                count: int = 1, timeout: float = 10.0) -> List[dict]:
+    async def wait_for_messages(self, channel_id: str, predicate: Callable[[dict], bool] | None = None,
+                                count: int = 1, timeout: float = 10.0) -> list[dict]:
         """Wait until >= count stored messages in the channel satisfy predicate; return them."""
         pred = predicate or (lambda m: True)
 
@@ -357,7 +358,7 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
             return u.error(exc.status, 0, exc.reason)
 
     async def _intercept(self, request: web.Request, rec: RequestRecord, *,
-                         after: bool) -> Optional[web.StreamResponse]:
+                         after: bool) -> web.StreamResponse | None:
         """Apply a matching hold, then a matching fault; None = carry on normally."""
         hold = next((h for h in self._holds if h.after == after and _matches(h.method, h.pattern, rec)
                      and (h.where is None or h.where(rec))), None)
@@ -401,7 +402,7 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
 
     @staticmethod
     async def _read_body(request: web.Request):
-        files: List[dict] = []
+        files: list[dict] = []
         if not request.body_exists:
             return None, files
         ctype = request.content_type

@@ -4,7 +4,8 @@ the mixins are plain classes), and mypy checks that what each mixin defines matc
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, List, Optional, Protocol, Tuple
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -14,26 +15,26 @@ from ._state import Channel, Guild
 
 class Emulator(Protocol):
     # the state (_state.py)
-    files: Dict[str, Tuple[str, bytes]]
-    file_expiry: Dict[Tuple[str, int], int]
-    uploads: Dict[str, dict]
+    files: dict[str, tuple[str, bytes]]
+    file_expiry: dict[tuple[str, int], int]
+    uploads: dict[str, dict]
     attachment_ttl: float
     snowflake: u.SnowflakeFactory
     token: str
-    users: Dict[str, dict]
-    guilds: Dict[str, Guild]
-    channels: Dict[str, Channel]
-    messages: Dict[str, List[dict]]
-    _message_index: Dict[str, str]
-    _reaction_users: Dict[tuple, List[str]]
+    users: dict[str, dict]
+    guilds: dict[str, Guild]
+    channels: dict[str, Channel]
+    messages: dict[str, list[dict]]
+    _message_index: dict[str, str]
+    _reaction_users: dict[tuple, list[str]]
     application_id: str
     bot_user_id: str
-    application: Dict[str, Any]
+    application: dict[str, Any]
 
-    def add_thread(self, parent_channel_id: str, name: str, *, owner_id: Optional[str] = None) -> str: ...
+    def add_thread(self, parent_channel_id: str, name: str, *, owner_id: str | None = None) -> str: ...
     def member_permissions(self, guild_id: str, user_id: str) -> int: ...
-    def bot_permissions(self, guild_id: str, channel_id: Optional[str] = None) -> int: ...
-    def get_message(self, message_id: str) -> Optional[dict]: ...
+    def bot_permissions(self, guild_id: str, channel_id: str | None = None) -> int: ...
+    def get_message(self, message_id: str) -> dict | None: ...
     def user_json(self, user_id: str) -> dict: ...
     def member_json(self, guild_id: str, user_id: str, *, with_user: bool = True,
                     permissions: bool = False) -> dict: ...
@@ -42,9 +43,9 @@ class Emulator(Protocol):
 
     # the server (_server.py)
     port: int
-    pings: List[tuple]
-    typing_log: List[dict]
-    owner_user_id: Optional[str]
+    pings: list[tuple]
+    typing_log: list[dict]
+    owner_user_id: str | None
     privileged_intents_allowed: bool
 
     async def wait_for(self, predicate: Callable[[], Any], timeout: float = 10.0,
@@ -56,28 +57,28 @@ class Emulator(Protocol):
     def dispatch(self, event: str, data: Any) -> None: ...
 
     # REST (_rest.py)
-    synced_commands: Dict[Optional[str], List[dict]]
+    synced_commands: dict[str | None, list[dict]]
 
     @staticmethod
-    def _validate_content(body: dict, files: list) -> Optional[web.Response]: ...
+    def _validate_content(body: dict, files: list) -> web.Response | None: ...
     def _apply_edit(self, msg: dict, body: dict) -> None: ...
 
     # messages (_messages.py)
-    def _compute_mentions(self, content: str, allowed: Optional[dict],
-                          replied_author: Optional[str] = None) -> Dict[str, Any]: ...
+    def _compute_mentions(self, content: str, allowed: dict | None,
+                          replied_author: str | None = None) -> dict[str, Any]: ...
     def _attachment_json(self, att: Any, channel_id: str = "0") -> dict: ...
     def cdn_url(self, channel_id: str, aid: str, name: str) -> str: ...
     def _build_message(self, channel_id: str, author: dict, content: str = "", *,
-                       embeds: Optional[list] = None, allowed_mentions: Optional[dict] = None,
-                       reference_message_id: Optional[str] = None, attachments: Iterable[Any] = (),
-                       webhook_id: Optional[str] = None, flags: int = 0, msg_type: int = 0,
-                       components: Optional[list] = None, application_id: Optional[str] = None,
-                       extra: Optional[dict] = None, mention_author: bool = True) -> dict: ...
+                       embeds: list | None = None, allowed_mentions: dict | None = None,
+                       reference_message_id: str | None = None, attachments: Iterable[Any] = (),
+                       webhook_id: str | None = None, flags: int = 0, msg_type: int = 0,
+                       components: list | None = None, application_id: str | None = None,
+                       extra: dict | None = None, mention_author: bool = True) -> dict: ...
     def _store_message(self, msg: dict) -> None: ...
-    def _dispatch_message(self, event: str, msg: dict, member_user_id: Optional[str]) -> None: ...
+    def _dispatch_message(self, event: str, msg: dict, member_user_id: str | None) -> None: ...
     @staticmethod
-    def _webhook_author(webhook_id: str, username: str, avatar_url: Optional[str]) -> dict: ...
-    def _history(self, channel_id: str, limit: int = 50, before: Optional[str] = None,
-                 after: Optional[str] = None, around: Optional[str] = None) -> List[dict]: ...
+    def _webhook_author(webhook_id: str, username: str, avatar_url: str | None) -> dict: ...
+    def _history(self, channel_id: str, limit: int = 50, before: str | None = None,
+                 after: str | None = None, around: str | None = None) -> list[dict]: ...
     def _delete_message(self, message_id: str, *, dispatch: bool = True) -> bool: ...
     def _set_reaction(self, channel_id: str, message_id: str, user_id: str, emoji: str, *, add: bool) -> bool: ...

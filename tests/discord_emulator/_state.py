@@ -3,8 +3,9 @@ plus the JSON serialisers that turn it into Discord API payloads."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any
 
 from . import _util as u
 
@@ -17,7 +18,7 @@ class Role:
     permissions: int
     position: int = 0
     managed: bool = False
-    bot_id: Optional[str] = None
+    bot_id: str | None = None
 
     def to_json(self) -> dict:
         data = {
@@ -39,18 +40,18 @@ class Channel:
     name: str
     type: int = 0  # 0 text, 11 public thread
     position: int = 0
-    topic: Optional[str] = None
-    parent_id: Optional[str] = None
-    owner_id: Optional[str] = None
-    last_message_id: Optional[str] = None
-    overwrites: List[dict] = field(default_factory=list)  # {"id", "type": 0 role | 1 member, "allow", "deny"}
+    topic: str | None = None
+    parent_id: str | None = None
+    owner_id: str | None = None
+    last_message_id: str | None = None
+    overwrites: list[dict] = field(default_factory=list)  # {"id", "type": 0 role | 1 member, "allow", "deny"}
 
     @property
     def is_thread(self) -> bool:
         return self.type in (10, 11, 12)
 
     def to_json(self) -> dict:
-        data: Dict[str, Any] = {
+        data: dict[str, Any] = {
             "id": self.id, "type": self.type, "guild_id": self.guild_id, "name": self.name,
             "last_message_id": self.last_message_id, "rate_limit_per_user": 0,
             "parent_id": self.parent_id, "flags": 0,
@@ -74,9 +75,9 @@ class Channel:
 class Member:
     user_id: str
     guild_id: str
-    roles: List[str] = field(default_factory=list)
+    roles: list[str] = field(default_factory=list)
     joined_at: str = field(default_factory=u.iso)
-    nick: Optional[str] = None
+    nick: str | None = None
 
 
 @dataclass
@@ -84,10 +85,10 @@ class Guild:
     id: str
     name: str
     owner_id: str
-    roles: Dict[str, Role] = field(default_factory=dict)
-    channel_ids: List[str] = field(default_factory=list)
-    members: Dict[str, Member] = field(default_factory=dict)
-    admin_role_id: Optional[str] = None
+    roles: dict[str, Role] = field(default_factory=dict)
+    channel_ids: list[str] = field(default_factory=list)
+    members: dict[str, Member] = field(default_factory=dict)
+    admin_role_id: str | None = None
 
 
 class StateMixin:
@@ -97,21 +98,21 @@ class StateMixin:
         def dispatch(self, event: str, data: Any) -> None: ...
 
     def _init_state(self, token: str, bot_name: str) -> None:
-        self.files: Dict[str, Tuple[str, bytes]] = {}  # attachment id -> (content type, bytes)
-        self.file_expiry: Dict[Tuple[str, int], int] = {}  # (attachment id, ex) of URLs handed out
-        self.uploads: Dict[str, dict] = {}  # attachments given to slash command options
+        self.files: dict[str, tuple[str, bytes]] = {}  # attachment id -> (content type, bytes)
+        self.file_expiry: dict[tuple[str, int], int] = {}  # (attachment id, ex) of URLs handed out
+        self.uploads: dict[str, dict] = {}  # attachments given to slash command options
         self.attachment_ttl: float = 86400.0  # Discord's signed CDN URLs last about a day
         self.snowflake = u.SnowflakeFactory()
         self.token = token
-        self.users: Dict[str, dict] = {}
-        self.guilds: Dict[str, Guild] = {}
-        self.channels: Dict[str, Channel] = {}
-        self.messages: Dict[str, List[dict]] = {}      # channel id -> oldest-first payloads
-        self._message_index: Dict[str, str] = {}       # message id -> channel id
-        self._reaction_users: Dict[tuple, List[str]] = {}  # (message id, emoji) -> user ids
+        self.users: dict[str, dict] = {}
+        self.guilds: dict[str, Guild] = {}
+        self.channels: dict[str, Channel] = {}
+        self.messages: dict[str, list[dict]] = {}      # channel id -> oldest-first payloads
+        self._message_index: dict[str, str] = {}       # message id -> channel id
+        self._reaction_users: dict[tuple, list[str]] = {}  # (message id, emoji) -> user ids
         self.application_id = self.snowflake()
         self.bot_user_id = self._new_user(bot_name, bot=True, user_id=self.application_id)
-        self.application: Dict[str, Any] = {
+        self.application: dict[str, Any] = {
             "id": self.application_id, "name": bot_name, "description": "", "icon": None,
             "bot_public": True, "bot_require_code_grant": False, "verify_key": "0" * 64,
             "owner": None, "team": None, "flags": (1 << 19) | (1 << 23) | (1 << 13),
@@ -125,8 +126,8 @@ class StateMixin:
         if getattr(self, "sessions", None):
             self.dispatch(event, data)
 
-    def _new_user(self, username: str, *, bot: bool = False, user_id: Optional[str] = None,
-                  global_name: Optional[str] = None) -> str:
+    def _new_user(self, username: str, *, bot: bool = False, user_id: str | None = None,
+                  global_name: str | None = None) -> str:
         uid = user_id or self.snowflake()
         self.users[uid] = {
             "id": uid, "username": username, "global_name": global_name if not bot else None,
@@ -138,7 +139,7 @@ class StateMixin:
             self.users[uid].update({"verified": True, "mfa_enabled": False, "email": None, "locale": "en-US"})
         return uid
 
-    def add_guild(self, name: str, *, owner_id: Optional[str] = None) -> str:
+    def add_guild(self, name: str, *, owner_id: str | None = None) -> str:
         gid = self.snowflake()
         guild = Guild(id=gid, name=name, owner_id=owner_id or self.bot_user_id)
         guild.roles[gid] = Role(id=gid, guild_id=gid, name="@everyone", permissions=u.EVERYONE_PERMS)
@@ -161,7 +162,7 @@ class StateMixin:
         self._announce("GUILD_ROLE_CREATE", {"guild_id": guild.id, "role": role.to_json()})
         return role.id
 
-    def add_channel(self, guild_id: str, name: str, *, topic: Optional[str] = None) -> str:
+    def add_channel(self, guild_id: str, name: str, *, topic: str | None = None) -> str:
         guild = self.guilds[str(guild_id)]
         ch = Channel(id=self.snowflake(), guild_id=guild.id, name=name, topic=topic,
                      position=len(guild.channel_ids))
@@ -171,7 +172,7 @@ class StateMixin:
         self._announce("CHANNEL_CREATE", ch.to_json())
         return ch.id
 
-    def add_thread(self, parent_channel_id: str, name: str, *, owner_id: Optional[str] = None) -> str:
+    def add_thread(self, parent_channel_id: str, name: str, *, owner_id: str | None = None) -> str:
         parent = self.channels[str(parent_channel_id)]
         th = Channel(id=self.snowflake(), guild_id=parent.guild_id, name=name, type=11,
                      parent_id=parent.id, owner_id=owner_id or self.bot_user_id)
@@ -181,11 +182,11 @@ class StateMixin:
         self._announce("THREAD_CREATE", dict(th.to_json(), newly_created=True))
         return th.id
 
-    def add_user(self, username: str, *, global_name: Optional[str] = None, bot: bool = False) -> str:
+    def add_user(self, username: str, *, global_name: str | None = None, bot: bool = False) -> str:
         return self._new_user(username, bot=bot, global_name=global_name or username.capitalize())
 
     def add_member(self, guild_id: str, username: str, *, admin: bool = False, roles: Iterable[str] = (),
-                   user_id: Optional[str] = None, global_name: Optional[str] = None, nick: Optional[str] = None) -> str:
+                   user_id: str | None = None, global_name: str | None = None, nick: str | None = None) -> str:
         """Create a user (unless user_id is given) and add them to the guild."""
         guild = self.guilds[str(guild_id)]
         uid = str(user_id) if user_id else self.add_user(username, global_name=global_name)
@@ -210,7 +211,7 @@ class StateMixin:
                 perms |= role.permissions
         return perms
 
-    def bot_permissions(self, guild_id: str, channel_id: Optional[str] = None) -> int:
+    def bot_permissions(self, guild_id: str, channel_id: str | None = None) -> int:
         """The bot's permissions in the guild, or in a channel (its overwrites applied)."""
         if channel_id is None:
             perms = self.member_permissions(guild_id, self.bot_user_id)
@@ -264,11 +265,11 @@ class StateMixin:
         """The bot's own (managed) role in a guild."""
         return next(r.id for r in self.guilds[str(guild_id)].roles.values() if r.bot_id == self.bot_user_id)
 
-    def channel_messages(self, channel_id: str) -> List[dict]:
+    def channel_messages(self, channel_id: str) -> list[dict]:
         """Stored messages of a channel (or thread), oldest first (copies)."""
         return copy.deepcopy(self.messages.get(str(channel_id), []))
 
-    def get_message(self, message_id: str) -> Optional[dict]:
+    def get_message(self, message_id: str) -> dict | None:
         cid = self._message_index.get(str(message_id))
         if cid is None:
             return None
@@ -284,7 +285,7 @@ class StateMixin:
     def member_json(self, guild_id: str, user_id: str, *, with_user: bool = True,
                     permissions: bool = False) -> dict:
         m = self.guilds[str(guild_id)].members[str(user_id)]
-        data: Dict[str, Any] = {
+        data: dict[str, Any] = {
             "roles": list(m.roles), "joined_at": m.joined_at, "nick": m.nick, "avatar": None,
             "banner": None, "premium_since": None, "deaf": False, "mute": False, "pending": False,
             "flags": 0, "communication_disabled_until": None, "avatar_decoration_data": None,
@@ -300,7 +301,7 @@ class StateMixin:
 
     def guild_json(self, guild_id: str, *, full: bool = False) -> dict:
         g = self.guilds[str(guild_id)]
-        data: Dict[str, Any] = {
+        data: dict[str, Any] = {
             "id": g.id, "name": g.name, "icon": None, "splash": None, "discovery_splash": None,
             "banner": None, "description": None, "owner_id": g.owner_id, "region": None,
             "afk_channel_id": None, "afk_timeout": 300, "verification_level": 0,

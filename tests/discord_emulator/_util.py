@@ -8,7 +8,7 @@ import secrets
 import string
 import threading
 import time
-from typing import Any, Optional
+from typing import Any
 
 from aiohttp import web
 
@@ -77,11 +77,11 @@ class SnowflakeFactory:
 
 def snowflake_time(snowflake: str | int) -> _dt.datetime:
     ms = (int(snowflake) >> 22) + DISCORD_EPOCH_MS
-    return _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.timezone.utc)
+    return _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.UTC)
 
 
-def iso(when: Optional[_dt.datetime] = None) -> str:
-    when = when or _dt.datetime.now(_dt.timezone.utc)
+def iso(when: _dt.datetime | None = None) -> str:
+    when = when or _dt.datetime.now(_dt.UTC)
     return when.isoformat(timespec="microseconds")
 
 
@@ -93,7 +93,7 @@ def random_token(length: int = 68) -> str:
     return "".join(secrets.choice(TOKEN_ALPHABET) for _ in range(length))
 
 
-def json_response(data: Any, status: int = 200, headers: Optional[dict] = None) -> web.Response:
+def json_response(data: Any, status: int = 200, headers: dict | None = None) -> web.Response:
     # Content-Type must be exactly "application/json" (no charset), or
     # discord.py treats the body as a string.
     resp = web.Response(body=json.dumps(data).encode("utf-8"), status=status, headers=headers or {})
@@ -105,7 +105,7 @@ def no_content() -> web.Response:
     return web.Response(status=204)
 
 
-def error(status: int, code: int, message: str, errors: Optional[dict] = None) -> web.Response:
+def error(status: int, code: int, message: str, errors: dict | None = None) -> web.Response:
     return json_response({"message": message, "code": code, "errors": errors or {}}, status=status)
 
 

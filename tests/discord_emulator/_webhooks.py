@@ -6,7 +6,7 @@ import copy
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, Optional
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -28,23 +28,23 @@ class Webhook:
     guild_id: str
     name: str
     token: str
-    avatar: Optional[str] = None
+    avatar: str | None = None
     deleted: bool = False
-    made_by: Optional[str] = None  # the person who made it; None: the bot (its application)
+    made_by: str | None = None  # the person who made it; None: the bot (its application)
 
 
 class WebhookMixin(Emulator):
     """Mixed into DiscordEmulator."""
 
     if TYPE_CHECKING:  # InteractionsMixin's
-        interactions: Dict[str, InteractionRecord]
-        interactions_by_token: Dict[str, InteractionRecord]
-        interaction_ack_deadline: Optional[float]
+        interactions: dict[str, InteractionRecord]
+        interactions_by_token: dict[str, InteractionRecord]
+        interaction_ack_deadline: float | None
 
     deny_manage_webhooks: bool = False
 
     def _init_webhooks(self) -> None:
-        self.webhooks: Dict[str, Webhook] = {}
+        self.webhooks: dict[str, Webhook] = {}
 
     def _webhook_routes(self) -> list:
         g, p, pa, d = web.get, web.post, web.patch, web.delete
@@ -68,7 +68,7 @@ class WebhookMixin(Emulator):
         ]
 
     # ------------------------------------------------------------- test-side
-    def add_webhook(self, channel_id: str, name: str = "Captain Hook", *, made_by: Optional[str] = None) -> Webhook:
+    def add_webhook(self, channel_id: str, name: str = "Captain Hook", *, made_by: str | None = None) -> Webhook:
         """Create a webhook directly: as the bot made it, or (made_by: a user id) as a person did."""
         ch = self.channels[str(channel_id)]
         hook = Webhook(self.snowflake(), ch.id, ch.guild_id, name, u.random_token(), made_by=made_by)
@@ -92,7 +92,7 @@ class WebhookMixin(Emulator):
         return data
 
     # ------------------------------------------------------------- CRUD
-    def _live_hook(self, request: web.Request) -> Optional[Webhook]:
+    def _live_hook(self, request: web.Request) -> Webhook | None:
         hook = self.webhooks.get(request.match_info["wid"])
         if hook is None or hook.deleted:
             return None

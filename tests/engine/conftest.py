@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -41,7 +42,7 @@ class Harness:
         self.store_options: dict[str, Any] = {}  # more `open_store` arguments (busy_timeout_ms)
 
     @contextlib.asynccontextmanager
-    async def running(self, llm: ScriptedLLM | None = None, **settings: object) -> AsyncIterator["Harness"]:
+    async def running(self, llm: ScriptedLLM | None = None, **settings: object) -> AsyncIterator[Harness]:
         self.llm = llm or self.llm
         self.store = await self.place.open(**self.store_options)
         self.engine = Engine(self.store, self.llm, self.surface, make_token_counter(), retry=FAST_RETRY,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -42,7 +42,7 @@ async def until(condition: Callable[[], Awaitable[bool]], what: str, timeout: fl
             await asyncio.sleep(0.02)
     try:
         await asyncio.wait_for(wait(), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise AssertionError(f"never: {what}") from None
 
 

@@ -8,7 +8,8 @@ import contextlib
 import itertools
 import random
 import re
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from bot.adapters.openai_llm import OpenAILLM
 from bot.core.features.spending import tally, usage_card

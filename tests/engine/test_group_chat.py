@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 
@@ -91,7 +92,7 @@ async def test_no_back_to_back_repeat_even_when_selector_insists(harness):
         await harness.idle()
         order = llm.participant_order
         assert order[0] == "planner"
-        assert all(a != b for a, b in zip(order, order[1:]))
+        assert all(a != b for a, b in itertools.pairwise(order))
         decision = await harness.store.get_decision(harness.group.id, 2)
         assert decision.source == "fallback" and decision.attempts == 2
         assert decision.usage.prompt_tokens == 2 * llm.usage.prompt_tokens  # both selector calls counted
@@ -201,7 +202,7 @@ async def test_restart_resumes_pending_delivery_without_double_answer(harness):
     async with harness.running(llm2):
         await harness.idle()
         assert llm2.participant_order == ["planner", "budget"]
-        assert [k for k, _, _ in llm2.history][0] == "participant"  # the stored decision was not recomputed
+        assert next(k for k, _, _ in llm2.history) == "participant"  # the stored decision was not recomputed
         thread = await harness.thread()
         assert thread == ["[alice] plan it", "[planner] planner answer", "[budget] budget answer"]
         runs = await harness.fetch("SELECT agent_id, snapshot_seq, status FROM runs ORDER BY id")
@@ -277,7 +278,7 @@ async def test_each_participant_call_extends_the_same_agents_previous_one(harnes
             calls.setdefault(name or "", []).append([m.content for m in messages])
     assert sum(len(c) for c in calls.values()) == 8
     for name, seen in calls.items():
-        for previous, current in zip(seen, seen[1:]):
+        for previous, current in itertools.pairwise(seen):
             assert current[:2] == previous[:2], name  # system message and the Participant prompt: unchanged
             assert len(current) == 3
             assert len(previous) == 2 or current[2].startswith(previous[2]), name

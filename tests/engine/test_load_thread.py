@@ -10,7 +10,7 @@ reference is pinned too.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import jsonschema
 import pytest
@@ -196,7 +197,7 @@ async def test_bad_tool_calls_get_error_results_and_the_steps_are_bounded(harnes
 async def test_a_failed_reminder_step_keeps_the_reply(harness):
     script = GroupChatScript(agents={"planner": ["Day 1 by train.", Reply(status=500, headers={
         "x-should-retry": "false"})]})
-    async with group(harness, script) as (srv, h):
+    async with group(harness, script) as (_srv, h):
         await h.say("@planner plan a trip")
         await h.idle()
         assert await h.thread() == ["[alice] @planner plan a trip", "[planner] Day 1 by train."]
@@ -204,7 +205,7 @@ async def test_a_failed_reminder_step_keeps_the_reply(harness):
         assert run.status == "posted" and run.memory_skipped is True
 
 
-@pytest.mark.parametrize(("script", "reason"), [
+@pytest.mark.parametrize("script, reason", [
     (GroupChatScript(takes_tools=False), "Memory stays off for planner: model fake-model answered without the tool "
                                          "call it was asked for, so it does not take tool calls; memory needs them."),
     ([Reply(status=400, error_body={"error": {"message": "'tools' is not supported by this server"}})],
@@ -212,7 +213,7 @@ async def test_a_failed_reminder_step_keeps_the_reply(harness):
      "supported by this server); memory needs them."),
 ])
 async def test_memory_cannot_be_turned_on_without_tool_calls(harness, script, reason):
-    async with group(harness, script, memory=False) as (srv, h):
+    async with group(harness, script, memory=False) as (_srv, h):
         with pytest.raises(UserFacingError) as info:
             await Admin(h.engine).edit_agent(h.group, "planner", memory=True)
         assert str(info.value) == reason

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 import pytest
@@ -34,7 +34,7 @@ async def until(condition: Callable[[], bool | Awaitable[bool]], what: str, time
             await asyncio.sleep(0.02)
     try:
         await asyncio.wait_for(wait(), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise AssertionError(f"never: {what}") from None
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -118,7 +119,7 @@ class ScriptedFailures(RecordingSurface):
     """Fails its first posts as scripted: "refused" (a missing permission), "down" (a 503); each
     failure is `seconds_apart` later on the engine's clock than the one before."""
 
-    def __init__(self, failures: list[str], clock: "StepClock", seconds_apart: float) -> None:
+    def __init__(self, failures: list[str], clock: StepClock, seconds_apart: float) -> None:
         super().__init__()
         self.script, self.clock, self.seconds_apart = list(failures), clock, seconds_apart
 
@@ -162,8 +163,10 @@ async def test_a_refusal_is_told_only_when_it_lasts(sqlite_harness, caplog, fail
 class CountingLLM(ScriptedLLM):
     """Counts participant calls in flight per agent, over every engine that shares it."""
 
-    in_flight: Counter = Counter()
-    most: Counter = Counter()
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.in_flight: Counter = Counter()
+        self.most: Counter = Counter()
 
     async def complete(self, messages, **kwargs):
         from tests.fakes.scripted_llm import kind_of
@@ -189,8 +192,7 @@ async def open_engine(place: Place, llm, scope: str) -> tuple[SqlStore, Engine, 
 
 async def test_two_processes_on_one_group_never_run_it_together_and_the_second_takes_over(place: Place):
     llm = CountingLLM(default_agent_reply=lambda name, n: f"{name} says {n}")
-    llm.in_flight, llm.most = Counter(), Counter()
-    store_a, a, surface_a = await open_engine(place, llm, "console:main")
+    store_a, a, _surface_a = await open_engine(place, llm, "console:main")
     store_b, b, surface_b = await open_engine(place, llm, "console:main")
     try:
         group = await store_a.create_group("console:main", "main", GroupSettings(mode="tags"))

@@ -38,7 +38,7 @@ async def test_an_image_is_fetched_once_and_a_missing_one_is_named(sqlite_harnes
     first, second = images_sent(h, 0), images_sent(h, 1)
     assert [i.url[:22] for i in first] == ["data:image/png;base64,"] and second == first
     assert h.surface.fetched.count("a.png") == 1  # the second run took it from memory
-    _, _, messages = [c for c in h.llm.history if c[0] == "participant"][0]
+    _, _, messages = next(c for c in h.llm.history if c[0] == "participant")
     text = "".join(m.content for m in messages)
     assert "[image: gone.png, 100×80, 38 B] (not shown: it could not be fetched)" in text
     assert rows[0].token_count > 2 * 85  # both images counted in the row's tokens (one tile each)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-from typing import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 
 from bot.adapters.console import Console, ConsoleSurface
 from bot.adapters.tokens import make_token_counter
@@ -70,7 +70,7 @@ async def test_a_message_waits_out_an_outage_people_told_once_each_way_and_statu
             assert alerts[0].startswith(NOTICE + reason + ". Messages posted now are not lost")
             card = await Admin(harness.engine).status(group)
             assert card.tone == "bad"
-            assert [f.value for f in card.fields if f.name == "database problem"][0].endswith(
+            assert next(f.value for f in card.fields if f.name == "database problem").endswith(
                 f"now: {reason}; messages posted meanwhile are saved and answered once it works again")
         message = await asyncio.wait_for(posting, 10)
         await until(lambda: len(alerts) == 2, "the recovery")

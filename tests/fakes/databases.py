@@ -10,8 +10,9 @@ import contextlib
 import os
 import sqlite3
 import uuid
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any, AsyncIterator, Sequence
+from typing import Any
 
 from bench.places import scratch_schema, unreachable, with_schema
 from storage import SqlStore, open_store

@@ -15,7 +15,8 @@ import asyncio
 import itertools
 import os
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from bot.adapters.tokens import make_token_counter
 from bot.core.models import ChatMessage, Completion

@@ -19,8 +19,9 @@ import errno
 import os
 import sqlite3
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from storage import SqlStore
 from storage.db import SqliteBackend
@@ -46,7 +47,7 @@ class FullDisk:
         subprocess.run(["umount", str(probe)], check=True)
         return None
 
-    def __enter__(self) -> "FullDisk":
+    def __enter__(self) -> FullDisk:
         self.where.mkdir(parents=True, exist_ok=True)
         subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.size}", "tmpfs", str(self.where)], check=True)
         return self

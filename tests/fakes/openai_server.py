@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from typing import Any, Awaitable, Callable, Sequence, Union
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from bench.openai_server import (
     IMAGES_REFUSED,
@@ -42,7 +43,7 @@ DIRECT_LINE = re.compile(r"asks you \((?P<name>[^)]+)\) directly \(")  # an /ask
 PARTICIPANT_LINE = re.compile(
     r"^You are (?P<name>.+?), the (?P<role>.+?) in a group chat working on the task below\.", re.MULTILINE
 )
-AgentDefault = Union[str, Callable[[str, int], str], None]
+AgentDefault = str | Callable[[str, int], str] | None
 
 
 class GroupChatScript:

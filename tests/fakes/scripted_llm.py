@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 from bot.core.errors import LLMError
 from bot.core.models import ChatMessage, Completion, Tool, Usage

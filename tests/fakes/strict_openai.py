@@ -10,6 +10,7 @@ client must redact it). `model_list_calls` counts the GET /v1/models requests.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from aiohttp import web
@@ -36,10 +37,8 @@ class StrictOpenAI(FakeOpenAI):
     async def _models(self, request: web.Request) -> web.Response:
         self.model_list_calls += 1
         if self.models_delay:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), self.models_delay)
-            except asyncio.TimeoutError:
-                pass
         given = request.headers.get("Authorization", "").removeprefix("Bearer ")
         if self.key is not None and given != self.key:
             return self._error(401, f"Incorrect API key provided: {given}. You can find your API key at "

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from bot.core.errors import DeliveryError
 from bot.core.models import Agent, DraftPart, Episode, Group, Message, SharedFile

@@ -37,7 +37,7 @@ class TcpProxy:
         self._pipes: set[asyncio.Task[None]] = set()
 
     @classmethod
-    def to_url(cls, url: str) -> "TcpProxy":
+    def to_url(cls, url: str) -> TcpProxy:
         parts = urlsplit(url)
         return cls(parts.hostname or "127.0.0.1", parts.port or 5432)
 
@@ -83,7 +83,7 @@ class TcpProxy:
             task.cancel()
         await asyncio.gather(*self._pipes, return_exceptions=True)
 
-    async def __aenter__(self) -> "TcpProxy":
+    async def __aenter__(self) -> TcpProxy:
         await self.up()
         return self
 

@@ -37,7 +37,7 @@ async def test_a_summary_is_found_by_its_last_row_and_a_second_call_adds_its_cos
 
 
 async def say(store: SqlStore, group_id: int, text: str) -> int:
-    message, episode = await store.append_user_message(group_id, NewMessage("user", "alice", text,
+    _message, episode = await store.append_user_message(group_id, NewMessage("user", "alice", text,
                                                                             author_user_id="alice"))
     return episode.id
 

@@ -65,9 +65,9 @@ async def test_inspecting_an_empty_database_creates_nothing(place: Place) -> Non
 
 
 async def test_inspecting_where_no_database_can_be(tmp_path: Path) -> None:
-    with pytest.raises(StoreError, match="the directory .*nowhere of .* does not exist"):
+    with pytest.raises(StoreError, match=r"the directory .*nowhere of .* does not exist"):
         await inspect(str(tmp_path / "nowhere" / "rt.db"), 0.0)
     with pytest.raises(StoreError, match="is a directory"):
         await inspect(str(tmp_path), 0.0)
-    with pytest.raises(StoreError, match="cannot read the database postgresql://rt:\\*\\*\\*@127.0.0.1:9/x"):
+    with pytest.raises(StoreError, match=r"cannot read the database postgresql://rt:\*\*\*@127\.0\.0\.1:9/x"):
         await inspect("postgresql://rt:hunter2@127.0.0.1:9/x", 0.0)

@@ -3,7 +3,7 @@ recorded before they are edited, owned by the committed row, taken over by the a
 forgotten when the row is confirmed."""
 from __future__ import annotations
 
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import pytest
 

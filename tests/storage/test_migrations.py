@@ -31,12 +31,12 @@ async def test_fresh_database_gets_every_table_and_a_row_per_migration(tmp_path:
         rows = await conn.execute_fetchall("SELECT id, name, applied_at FROM _migrations ORDER BY id")
         assert [(r["id"], r["name"]) for r in rows] == [(mid, name) for mid, name, _ in MIGRATIONS]
         assert all(r["applied_at"] > 0 for r in rows)
-        pragmas = {p: list(await conn.execute_fetchall(f"PRAGMA {p}"))[0][0]
+        pragmas = {p: next(iter(await conn.execute_fetchall(f"PRAGMA {p}")))[0]
                    for p in ("journal_mode", "foreign_keys", "busy_timeout", "synchronous")}
         assert pragmas == {"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 5000, "synchronous": 1}
     finally:
         await conn.close()
-    assert TABLES <= table_names(path)
+    assert table_names(path) >= TABLES
 
 
 async def test_applying_again_is_a_no_op(tmp_path: Path) -> None:

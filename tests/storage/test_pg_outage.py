@@ -5,7 +5,7 @@ simply succeeds on a fresh connection."""
 from __future__ import annotations
 
 import logging
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest

@@ -1,7 +1,7 @@
 """The store's schedules (SQLite file and PostgreSQL schema): add, list, remove, due, firing in one transaction."""
 from __future__ import annotations
 
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -53,7 +53,7 @@ async def test_add_list_remove(store: SqlStore) -> None:
 
 
 async def test_a_schedule_needs_one_rule_and_an_agent_on_the_roster(store: SqlStore) -> None:
-    group_id, agent_id = await setup(store)
+    _group_id, agent_id = await setup(store)
     with pytest.raises(InvalidInput):
         await store.add_schedule(agent_id, When(), "x", next_run_at=1.0)
     with pytest.raises(InvalidInput):

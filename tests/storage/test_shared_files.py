@@ -2,7 +2,7 @@
 PostgreSQL, immutable; the provider of each model call recorded and summed per provider."""
 from __future__ import annotations
 
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import pytest
 

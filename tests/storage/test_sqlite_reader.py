@@ -132,10 +132,11 @@ async def test_many_store_calls_in_a_row_still_let_other_tasks_run(tmp_path: Pat
         async def other_task() -> None:
             ran.set()
 
-        asyncio.create_task(other_task())
+        other = asyncio.create_task(other_task())
         started = time.monotonic()
         while not ran.is_set() and time.monotonic() - started < 5:
             await store.get_group(group.id)  # statements on the loop's thread: no suspension of their own
         assert ran.is_set()
+        await other
     finally:
         await store.close()

@@ -3,13 +3,14 @@ the Store port's semantics, the same assertions on both."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import socket
 import subprocess
 import sys
 import time
 import unicodedata
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -471,7 +472,7 @@ async def test_watermark_moves_forward_only(store: SqlStore, group_id: int) -> N
                                  ("100000000000000000", "100000000000000000")]:
         await store.advance_watermark(group_id, message_id)
         assert (await store.get_group(group_id)).watermark == expected
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="invalid literal"):
         await store.advance_watermark(group_id, "not-a-number")
 
 
@@ -640,10 +641,8 @@ async def test_a_cancelled_append_leaves_no_open_transaction(store: SqlStore, gr
     for _ in range(steps):
         await asyncio.sleep(0)
     task.cancel()
-    try:
+    with contextlib.suppress(asyncio.CancelledError):
         await task
-    except asyncio.CancelledError:
-        pass
     latest = (await store.get_group(group_id)).latest_seq
     stored, _ = await store.append_user_message(group_id, user("next"))
     assert stored.seq == latest + 1

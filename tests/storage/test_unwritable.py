@@ -93,7 +93,7 @@ async def test_a_full_disk(tmp_path: Path) -> None:
             disk.free()
             await store.append_user_message(group.id, user("after"))
             assert [o.fixed_at is not None for o in told] == [False, True]
-            assert [m.text for m in await store.messages(group.id)][0] == "before"
+            assert next(m.text for m in await store.messages(group.id)) == "before"
             assert (await store.messages(group.id))[-1].text == "after"
             await assert_whole(store, group.id)
 

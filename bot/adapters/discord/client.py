@@ -16,7 +16,8 @@ import contextlib
 import logging
 import os
 import signal
-from typing import Any, AsyncContextManager, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import aiohttp
 import discord
@@ -121,7 +122,7 @@ def make_bot(engine: Engine, surface: DiscordSurface, group_defaults: GroupSetti
     return kind(engine, surface, group_defaults, guild_id=guild_id, shards=shards, **options)
 
 
-OpenEngine = Callable[..., AsyncContextManager[Engine]]
+OpenEngine = Callable[..., contextlib.AbstractAsyncContextManager[Engine]]
 
 
 async def run_bot(settings: Settings, open_engine: OpenEngine, defaults: GroupSettings) -> int:

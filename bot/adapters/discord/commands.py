@@ -23,7 +23,8 @@ import io
 import logging
 import os
 import re
-from typing import Any, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 import discord
 from discord import app_commands
@@ -107,12 +108,12 @@ class MarkReadButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"
         self.marks = marks
 
     @classmethod
-    def of(cls, mark: MarkRead) -> "MarkReadButton":
+    def of(cls, mark: MarkRead) -> MarkReadButton:
         return cls(",".join(f"{group_id}.{seq}" for group_id, seq in mark.through))
 
     @classmethod
     async def from_custom_id(cls, interaction: discord.Interaction, item: discord.ui.Item[Any],
-                             match: re.Match[str]) -> "MarkReadButton":
+                             match: re.Match[str]) -> MarkReadButton:
         return cls(match["marks"])
 
     async def interaction_check(self, interaction: discord.Interaction) -> bool:
@@ -177,13 +178,15 @@ async def send_file(interaction: discord.Interaction, attachment: Attachment) ->
     """The file as an attachment of the answer, unless it is over what Discord takes here (then
     the answer says its size and how else to get it). The temporary file is deleted either way."""
     try:
-        size, limit = os.path.getsize(attachment.path), interaction.filesize_limit
+        # In a thread: the event loop serves every group meanwhile (the upload then reads the file
+        # through aiohttp, which does so off the loop too).
+        size, limit = await asyncio.to_thread(os.path.getsize, attachment.path), interaction.filesize_limit
         if size > limit:
             text = (f"{attachment.text} The file is {_size(size)}, more than the {_size(limit)} Discord takes "
                     f"here: where the bot runs, `{attachment.elsewhere}` writes it.")
             await send(interaction, {"content": text})
             return
-        with open(attachment.path, "rb") as data:
+        with await asyncio.to_thread(open, attachment.path, "rb") as data:
             await send(interaction, {"content": attachment.text,
                                       "file": discord.File(data, filename=attachment.filename)})
     finally:
@@ -248,7 +251,7 @@ class DiscordCaller:
 
     surface = "discord"
 
-    def __init__(self, slash: "SlashCommands", interaction: discord.Interaction, command: Command,
+    def __init__(self, slash: SlashCommands, interaction: discord.Interaction, command: Command,
                  given: Mapping[str, object]) -> None:
         self.slash = slash
         self.interaction = interaction

@@ -15,7 +15,7 @@ Every Discord or network failure becomes a failed check here; nothing raises.
 from __future__ import annotations
 
 import asyncio
-from typing import Sequence
+from collections.abc import Sequence
 
 import aiohttp
 import discord
@@ -31,7 +31,7 @@ TOKEN, INTENT = "Discord token", "Message Content intent"
 TIMEOUT = 30.0  # seconds for all of one look at Discord
 Place = tuple[discord.Member, dict[int, discord.abc.GuildChannel]]  # the bot in a server, and its channels
 NETWORK_ERRORS = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
-TOKEN_FIX = "copy a fresh token from the Developer Portal (your application > Bot > Reset Token) into DISCORD_TOKEN"
+TOKEN_FIX = "copy a fresh token from the Developer Portal (your application > Bot > Reset Token) into DISCORD_TOKEN"  # noqa: S105 - advice to the user, not a secret
 INTENT_FIX = ("turn it on in the Developer Portal (your application > Bot > Privileged Gateway Intents > "
               "Message Content) and save")
 
@@ -117,7 +117,7 @@ class RestDoctor:
         self.app: discord.AppInfo | None = None
         self._guilds: dict[int, Place | Check] = {}
 
-    async def __aenter__(self) -> "RestDoctor":
+    async def __aenter__(self) -> RestDoctor:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

@@ -33,8 +33,9 @@ import contextlib
 import logging
 import math
 import time
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Coroutine, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from bot.adapters.discord.render import neutralize_mass_mentions, split_message
 from bot.core.errors import DeliveryError, StoreError

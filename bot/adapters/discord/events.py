@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Coroutine, Iterable, ParamSpec, Protocol, TypeVar
+from typing import ParamSpec, Protocol, TypeVar
 
 import aiohttp
 import discord
@@ -183,7 +184,7 @@ class Ingest:
         while True:
             try:
                 item = await asyncio.wait_for(feed.queue.get(), BLIND_RETRY if feed.blind else None)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 feed.behind, item = True, None
             while feed.behind:
                 feed.behind = False

@@ -35,9 +35,10 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import replace
-from datetime import datetime, timezone
-from typing import Any, AsyncIterator, Callable, Coroutine, Sequence
+from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
@@ -399,7 +400,7 @@ class DiscordSurface:
                                           timeout=aiohttp.ClientTimeout(total=POST_TIMEOUT)) as resp:
                 body = await resp.json(content_type=None) if resp.content_length != 0 else None
                 status, headers = resp.status, resp.headers
-        except asyncio.TimeoutError:  # Discord may be committing it still
+        except TimeoutError:  # Discord may be committing it still
             raise _MaybeLater(f"the webhook post got no answer in {POST_TIMEOUT:.0f}s") from None
         except (*TRANSPORT_ERRORS, ValueError) as exc:
             raise DeliveryError(f"the webhook post did not complete ({type(exc).__name__})", maybe_shown=True) from None
@@ -514,7 +515,7 @@ class DiscordSurface:
                                             timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
                 body = await resp.json(content_type=None) if resp.content_length != 0 else None
                 status, headers = resp.status, resp.headers
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise _MaybeLater(f"the webhook {method} got no answer in {timeout:.0f}s") from None
         except (*TRANSPORT_ERRORS, ValueError) as exc:
             raise DeliveryError(f"the webhook {method} did not complete ({type(exc).__name__})",
@@ -588,7 +589,7 @@ class DiscordSurface:
     async def _find_parts(self, group: Group, pending: Sequence[DraftPart], known: set[str | None]) -> dict[int, str]:
         """The ids of the channel's webhook messages that carry the pending parts' texts under their
         authors' names, posted since shortly before the earliest of them; by part id."""
-        since = datetime.fromtimestamp(min(p.created_at for p in pending) - 60, tz=timezone.utc)
+        since = datetime.fromtimestamp(min(p.created_at for p in pending) - 60, tz=UTC)
         found: dict[int, str] = {}
         try:
             async for seen in self.channel(group.channel_id or "0").history(

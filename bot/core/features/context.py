@@ -40,8 +40,9 @@ default 400 tokens) the cut rows are one "(N earlier messages omitted)" line.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 from bot.core.models import ContextSummary, Message, token_cost
 from bot.core.ports import ThreadStore
@@ -100,7 +101,7 @@ class Trimmed:
         rest = render_thread(self.kept, references=self.references, reference_text=TASK_REFERENCE, show=show)
         return "\n".join(lines + ([rest] if rest else []))
 
-    def split(self, seq: int) -> tuple["Trimmed", tuple[Message, ...]]:
+    def split(self, seq: int) -> tuple[Trimmed, tuple[Message, ...]]:
         """The thread through row `seq` (with the summary or marker and any pulled-up tasks), and the rows after it."""
         head = tuple(m for m in self.kept if m.seq <= seq)
         return Trimmed(head, self.omitted, self.pulled_up, self.references, self.summary), self.kept[len(head):]

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from bot.core.errors import LLMError
 from bot.core.models import Agent, ChatMessage, Completion, Note, Tool, ToolCall, Usage

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from bot.core.errors import LLMError, UserFacingError
 from bot.core.models import ChatMessage, Group, Message, Summary

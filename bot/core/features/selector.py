@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from bot.core.errors import LLMError
 from bot.core.features.context import load_thread

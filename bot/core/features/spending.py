@@ -15,9 +15,9 @@ refuses until the budget is raised (or the month turns).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Iterable, Mapping
+from datetime import UTC, datetime
 
 from bot.core.models import DEFAULT_PROVIDER, Group, Spend, Usage
 from bot.core.ports import RecordStore
@@ -100,7 +100,7 @@ def total(lines: Iterable[Line]) -> Line:
 
 def month_start(now: float) -> float:
     """The first moment of `now`'s calendar month, UTC."""
-    moment = datetime.fromtimestamp(now, timezone.utc)
+    moment = datetime.fromtimestamp(now, UTC)
     return moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp()
 
 

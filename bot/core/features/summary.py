@@ -27,7 +27,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from bot.core.errors import LLMError
 from bot.core.features.context import summary_line
@@ -80,11 +81,11 @@ class Summaries:
         self._locks: dict[int, asyncio.Lock] = {}
 
     @classmethod
-    def stored(cls, store: SummarizedStore) -> "Summaries":
+    def stored(cls, store: SummarizedStore) -> Summaries:
         """Summaries that are only read, never made."""
         return cls(store, None, None)
 
-    def source(self, group: Group) -> "GroupSummaries":
+    def source(self, group: Group) -> GroupSummaries:
         return GroupSummaries(self, group)
 
     @staticmethod

@@ -20,8 +20,9 @@ hitting. It is read once per episode (one indexed query) and kept in memory.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 from bot.core.models import Message
 from bot.core.ports import EpisodeStore, ThreadStore

@@ -14,8 +14,8 @@ The report functions lay the stored and the new decision side by side.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from bot.core.errors import InvalidInput, NotFound
 from bot.core.features.selector import selector_decision

@@ -10,9 +10,10 @@ cost. The formats (`bot.core.record.export` for Markdown, `bot.core.record.expor
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import AsyncIterator, Callable, Protocol
+from datetime import UTC, datetime
+from typing import Protocol
 
 from bot.core.errors import InvalidInput
 from bot.core.models import Agent, Decision, Episode, Group, Message, Run, SharedFile, Usage
@@ -34,14 +35,14 @@ def iso(ts: float | None) -> str | None:
     """2025-01-02T10:11:12.345Z (UTC), or None."""
     if ts is None:
         return None
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def when(ts: float | None) -> str:
     """2025-01-02 10:11 UTC, for people."""
     if ts is None:
         return ""
-    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ class Record:
         self.removed: dict[int, float | None] = {}
         self.people: dict[str, str] = {}  # user id -> name
 
-    async def open(self) -> "Record":
+    async def open(self) -> Record:
         for agent, removed_at in await self.store.roster_ever(self.group.id):
             self.agents[agent.id] = agent
             self.removed[agent.id] = removed_at

@@ -31,8 +31,8 @@ import math
 import re
 import secrets
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Awaitable, Callable, Sequence
 
 from bot.core.models import ChatMessage, GroupSettings, ImagePart, Message, SharedFile
 from bot.core.rules.secrets import mask
@@ -97,7 +97,7 @@ def declared_text(name: str, content_type: str) -> bool:
     ctype = content_type.split(";")[0].strip().lower()
     base = name.lower().rsplit("/", 1)[-1]
     return (ctype.startswith(TEXT_TYPES) or _extension(name) in TEXT_EXTENSIONS or base in TEXT_NAMES
-            or base.startswith(".") and "." not in base[1:])  # .gitignore, .bashrc
+            or (base.startswith(".") and "." not in base[1:]))  # .gitignore, .bashrc
 
 
 def unknown_type(name: str, content_type: str) -> bool:
@@ -298,7 +298,7 @@ class PromptFiles:
             out.append(_joined(message, parts))
         return out
 
-    async def fill_images(self, messages: Sequence[ChatMessage], images: "ImageSource") -> list[ChatMessage]:
+    async def fill_images(self, messages: Sequence[ChatMessage], images: ImageSource) -> list[ChatMessage]:
         """Fetch each image slot's bytes (`images`): a data URL, or a note when it cannot be had."""
         out = []
         for message in messages:
@@ -343,7 +343,7 @@ class ImageSource:
     least recently used dropped first) so the runs of an episode fetch each image once."""
 
     def __init__(self, fetch: Callable[[SharedFile], Awaitable[bytes]], group_id: int,
-                 cache: "OrderedDict[tuple[int, int, int], str] | None" = None) -> None:
+                 cache: OrderedDict[tuple[int, int, int], str] | None = None) -> None:
         self._fetch = fetch
         self._group_id = group_id
         self._cache = cache if cache is not None else OrderedDict()

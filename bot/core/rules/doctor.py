@@ -10,8 +10,8 @@ surfaces word them the same. `doctor_card` shows a list of checks as a card
 """
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Sequence
 
 from bot.core.models import Group
 from bot.core.rules.card import Card, Field

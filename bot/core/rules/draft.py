@@ -24,7 +24,7 @@ model's pieces and answers that question.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from bot.core.rules.secrets import mask, unfinished
 from bot.core.rules.stop import _EMPHASIS, _blanks_end, _labels, _name_at, speaker_label_end, strip_terminate

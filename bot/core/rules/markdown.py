@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import html
 import re
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 _FENCE = re.compile(r"```(?:([A-Za-z0-9_+\-.#]{1,30})[ \t]*\n|[ \t]*\n?)(.*?)(?:\n?```|\Z)", re.DOTALL)
 _CODE_SPAN = re.compile(r"(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.DOTALL)

@@ -19,9 +19,9 @@ like any other (a second OpenAI account's `gpt-4o` costs what gpt-4o costs).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Mapping
 
 from bot.core.models import DEFAULT_PROVIDER, Usage
 

@@ -6,7 +6,7 @@ people's messages are safe.
 from __future__ import annotations
 
 import re
-from typing import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from bot.core.models import Agent, Message
 from bot.core.rules.attachments import brief_text

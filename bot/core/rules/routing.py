@@ -5,7 +5,8 @@ dispatcher puts the two together.
 """
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 from bot.core.models import Agent, Message
 

@@ -13,7 +13,7 @@ import math
 import re
 import zoneinfo
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
 
 from bot.core.errors import InvalidInput
@@ -161,7 +161,7 @@ def format_interval(seconds: int) -> str:
 
 def format_time(ts: float, tz: str | None) -> str:
     """'2026-12-01 09:00 CET (08:00 UTC)'; UTC alone when the zone is UTC."""
-    utc = datetime.fromtimestamp(ts, timezone.utc)
+    utc = datetime.fromtimestamp(ts, UTC)
     shown = f"{utc:%Y-%m-%d %H:%M} UTC"
     zone = _zone(tz) if tz else None
     if zone is None or tz in ("UTC", "Etc/UTC"):

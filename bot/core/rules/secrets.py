@@ -37,7 +37,7 @@ import json
 import re
 import threading
 from bisect import bisect_left
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from urllib.parse import quote, quote_plus, unquote, urlsplit, urlunsplit
 
 MIN_LENGTH = 8

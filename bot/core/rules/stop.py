@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from difflib import SequenceMatcher
-from typing import Iterable, Sequence
 
 from bot.core.models import DEFAULT_MAX_TURNS
 

@@ -20,8 +20,8 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
-from typing import Callable, Collection
 
 log = logging.getLogger(__name__)
 

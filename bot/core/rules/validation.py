@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import unicodedata
 from collections import Counter
-from typing import Iterable
+from collections.abc import Iterable
 
 from bot.core.errors import InvalidInput
 from bot.core.models import MAX_TURNS_RANGE, MODES

@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Mapping, Protocol, Sequence
+from typing import Protocol
 
 from bot.core.errors import LeaseLost, LLMError, UserFacingError
 from bot.core.features.memory import load_memory

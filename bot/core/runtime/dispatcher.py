@@ -19,8 +19,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Mapping, Protocol, Sequence
+from typing import Protocol
 
 from bot.core.errors import Busy
 from bot.core.features.selector import selector_decision

@@ -21,9 +21,9 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import Callable, Iterable, Mapping, TypeVar
+from typing import TypeVar
 
 from bot.core.errors import DeliveryError, StoreBusy, StoreUnavailable, StoreUnwritable
 from bot.core.features.spending import budget_reached_notice, month_cost

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Protocol
+from typing import Protocol
 
 from bot.core.errors import AlreadyStored, DeliveryError, LeaseLost, NotFound, StoreError
 from bot.core.models import Agent, Episode, Group, Message

@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 from bot.core.errors import StoreError, StoreUnavailable
 from bot.core.models import Group

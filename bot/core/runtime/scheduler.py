@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 from bot.core.errors import NotFound, RoundtableError, StoreUnavailable, UserFacingError
 from bot.core.models import Message, NewMessage, Tags

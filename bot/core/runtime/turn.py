@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 from bot.core.errors import CapReached, LLMError
 from bot.core.features.context import Trimmed, load_thread, participant_step

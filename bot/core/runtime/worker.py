@@ -11,9 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Callable
 
 from bot.core.errors import LeaseLost, StoreUnavailable
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from typing import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 
 from bot.core.errors import InvalidInput, NotFound, StoreError, UserFacingError
 from bot.core.features.context import find_window, participant_step
@@ -369,7 +369,7 @@ class Admin:
         of an agent that has it on, when the model does not take them or that cannot be checked."""
         if not update.get("memory", agent.memory) or not ("memory" in update or "model" in update):
             return
-        model = update["model"] if "model" in update else agent.model
+        model = update.get("model", agent.model)
         spent: list[Completion] = []
         reason = await self.engine.llm.tools_refusal(str(model) if model else None, spent=spent)
         for call in spent:  # a model call like any other: /roundtable usage counts it with the agent's

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Literal, Mapping, Protocol, Sequence
+from typing import Literal, Protocol
 
 from bot.core.errors import Forbidden, InvalidInput, UserFacingError
 from bot.core.features.reading import Reader

@@ -7,7 +7,8 @@ the schedule's zone and in UTC. The ticker that fires schedules is
 """
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from bot.core.models import Agent, Group
 from bot.core.ports import RosterStore, ScheduleStore
