@@ -1,15 +1,17 @@
-"""Session-wide test set-up: is the PostgreSQL test server there (ROUNDTABLE_TEST_PG)?
+"""Session-wide test set-up: is the PostgreSQL test server there (ROUNDTABLE_TEST_PG)? And each test
+finds the secrets registry as the test before it found it.
 
 The store tests run on SQLite and on PostgreSQL (the `place` fixture). Without a server
 the PostgreSQL half is skipped, and the summary says so in one line, never silently.
 """
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from bot.core.rules.secrets import SECRETS
 from tests.fakes.databases import (
     KINDS,
     PG_ENV,
@@ -39,6 +41,17 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         return
     skipped = [r for r in terminalreporter.stats.get("skipped", []) if "PostgreSQL" in str(r.longrepr)]
     terminalreporter.write_line(f"PostgreSQL tests skipped ({len(skipped)}): {reason}", yellow=True, bold=True)
+
+
+@pytest.fixture(autouse=True)
+def _secrets_of_the_test() -> Iterator[None]:
+    """The process's secrets registry as the test found it, again after it: a bot a test started in
+    process registers its tokens, and a registered secret changes what a later test on the same
+    worker sees (a reply's tail that may begin a secret is held back while it streams)."""
+    before = SECRETS.known()
+    yield
+    SECRETS.clear()
+    SECRETS.register_all(before)
 
 
 @pytest.fixture(params=KINDS)

@@ -170,6 +170,11 @@ class Secrets:
         text = _PARAM_VALUE.sub(lambda m: m["head"] + MASK if _SECRET_PARAM.match(m["name"]) else m[0], text)
         return _SHAPES.sub(MASK, text)
 
+    def known(self) -> frozenset[str]:
+        """The secrets registered, as they were (tests keep and restore them)."""
+        with self._lock:
+            return frozenset(self._known)
+
     def clear(self) -> None:
         """Forget every secret (tests)."""
         with self._lock:
