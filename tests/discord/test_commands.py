@@ -154,3 +154,37 @@ async def test_a_picture_by_attachment_is_kept_and_its_url_refreshed(harness, sc
                                               "avatar_image": emu.upload("notes.txt", b"hi", "text/plain")["id"]})
     assert "is not a picture Discord can show" in bad["data"]["content"]
 
+
+
+@pytest.mark.parametrize("option,value,field", [
+    ("role", "costs everything", "role"), ("model", "other-model", "model"),
+    ("avatar", "https://example.org/p.png", "avatar_url"), ("avatar_image", None, "avatar_url"),
+    ("memory", False, "memory"), ("prompt", "You plan carefully.", "system_prompt"),
+])
+async def test_agent_edit_with_any_option_applies_it_at_once_and_alone_opens_the_prompt(harness, option, value,
+                                                                                         field):
+    """SPEC §12: /agent edit with no option but the name opens a modal prefilled with the prompt; with any
+    other option it applies at once (no modal): each option of the declaration, one at a time."""
+    emu = harness.emu
+    await harness.setup_group(("planner", "plans"))
+    if option == "avatar_image":
+        value = emu.upload("planner.png", PNG)["id"]
+    rec = await emu.invoke_command(emu.guild_id, emu.channel_id, emu.alice_id, "agent edit",
+                                   {"name": "planner", option: value})
+    first = await rec.wait_response(5)
+    assert first["type"] != 9, first  # not a modal
+    answer = (await rec.wait_followups(1, 15))[0] if first["type"] == 5 else first["data"]
+    assert answer["content"].startswith(("Updated planner", "Memory is already off")), answer
+    agent = await harness.store.find_agent(1, "planner")
+    if option == "avatar_image":
+        assert agent.avatar_url
+    elif option != "memory":
+        assert getattr(agent, field) == value
+    alone = await harness.command("agent edit", {"name": "planner"})
+    assert alone["type"] == 9 and alone["data"]["components"][0]["components"][0]["value"] == agent.system_prompt
+
+
+def test_every_option_of_agent_edit_is_in_the_table_above():
+    edit = next(c for c in declared.COMMANDS if c.path == ("agent", "edit"))
+    tested = {"name", "role", "model", "avatar", "avatar_image", "memory", "prompt"}
+    assert {o.name for o in edit.options_for("discord")} <= tested

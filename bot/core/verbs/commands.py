@@ -254,7 +254,8 @@ async def _edit(inv: Invocation) -> Reply | None:
     v.avatar_url(changes["avatar"])
     memory = inv.get("memory")
     prompt = inv.text("prompt")
-    if prompt is None and memory is None:  # turning memory on or off never opens the prompt
+    others = (*changes.values(), memory, inv.get("avatar_image"))
+    if prompt is None and all(o is None for o in others):  # with any other option, they apply at once
         prompt = await inv.caller.ask_text(f"System prompt for {agent.name}", agent.system_prompt)
         if prompt is None:
             return None
@@ -410,7 +411,7 @@ COMMANDS: tuple[Command, ...] = (
         Option("avatar", "the URL of its picture", max_length=v.URL_MAX),
         AVATAR_IMAGE,
     ), who="operators"),
-    Command(("agent", "edit"), "Change an agent (without a prompt, you are shown it to edit)", _edit, (
+    Command(("agent", "edit"), "Change an agent (no option but the name: you are shown its prompt to edit)", _edit, (
         AGENT,
         Option("role", "one line: what it does", max_length=v.ROLE_MAX),
         PROMPT,
