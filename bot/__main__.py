@@ -86,8 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--env-file", metavar="FILE", help=ENV_FILE_HELP)
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
     init = verbs.add_parser(
-        "init", help="write .env after checking each value live (model endpoint and key, Discord bot token, "
-                     "database); prints the invite URL",
+        "init", help="write .env after checking each value live (model endpoint and key, Discord bot token and "
+                     "server, database); prints the invite URL",
         description="On a terminal it asks for what is missing or wrong (secrets hidden); without one, or with --yes, "
                     "it takes the flags, then the file's values, then the environment's, and a missing or failing "
                     "value is one line with nothing written. Secrets are better given in the environment "
@@ -100,6 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                        "one the server lists")
     init.add_argument("--discord-token", metavar="TOKEN", help="the bot's token (Developer Portal > your "
                                                                "application > Bot > Reset Token)")
+    init.add_argument("--discord-guild-id", metavar="ID", help="the server the slash commands are synced to at once "
+                                                              "(the bot must be in it; without one they are "
+                                                              "registered for every server, which Discord can take "
+                                                              "up to an hour to show)")
     init.add_argument("--no-discord", action="store_true", help="set up for the console only (no Discord token)")
     init.add_argument("--db", metavar="FILE|URL", help=DB_HELP)
     init.add_argument("-y", "--yes", "--non-interactive", dest="yes", action="store_true",

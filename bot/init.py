@@ -1,18 +1,22 @@
 """`roundtable init`: set up the settings file, checking each value live before anything is written.
 
 It needs the model endpoint and its key, the model agents use, the Discord bot token
-(optional: without one the set-up is for the console only) and where the database
-lives. Each value comes from a flag, else the settings file, else the environment;
+(optional: without one the set-up is for the console only), the Discord server the
+slash commands are synced to (optional: without one they are registered for every
+server, which Discord can take up to an hour to show) and where the database lives.
+Each value comes from a flag, else the settings file, else the environment;
 on a terminal it asks for what is still missing, and for what failed its check
 (secrets with hidden input). Without a terminal (or with --yes) nothing is asked: a
 missing or failing value is one line on stderr, exit code 2, and nothing is written.
 
 The checks: the model endpoint answers, takes the key and lists the model (GET
 /models); Discord takes the token (who the bot is) and the application has the
-Message Content intent (its flags); the database can be read and its schema is
-not newer than this version's (a SQLite file that does not exist yet is fine when
-its directory does). Then the file is written, its other lines kept (a new one
-starts from config.example.env), readable by its owner only, and the invite URL
+Message Content intent (its flags); the bot is in the server DISCORD_GUILD_ID names
+(`roundtable run` syncs the commands there); the database can be read and its schema
+is not newer than this version's (a SQLite file that does not exist yet is fine when
+its directory does). Then the file is written (with the DISCORD_API_BASE_URL the
+checks used, so that later commands ask the same Discord), its other lines kept (a
+new one starts from config.example.env), readable by its owner only, and the invite URL
 printed with the scopes and permissions the bot needs (`bot.adapters.discord.permissions`).
 Running it again keeps what is there and asks only for what is missing or wrong.
 """
@@ -89,6 +93,8 @@ class Found:
     model: str = DEFAULT_MODEL
     token: str = ""  # "": no Discord (console only)
     application_id: int | None = None
+    guild_id: str = ""  # "": the commands are registered globally
+    api_base: str = ""  # DISCORD_API_BASE_URL ("": discord.com)
     db: str = DEFAULT_DB
 
 
@@ -187,6 +193,8 @@ class Init:
             problem = _malformed({"DISCORD_API_BASE_URL": api_base})
             if problem is not None:
                 raise Refused(problem)
+        self.found.api_base = api_base
+        self.found.guild_id = self.current("DISCORD_GUILD_ID", self.args.discord_guild_id)
         if not token and self.asker.interactive:
             token = self.ask_token()
         while token:
@@ -211,8 +219,40 @@ class Init:
             if rest.app is None:
                 raise RuntimeError("the token was identified without the bot's application")
             self.found.application_id = rest.app.id
+            self.found.guild_id = self.guild(token, api_base, self.found.guild_id)
             break
         self.found.token = token
+
+    def guild(self, token: str, api_base: str, guild: str) -> str:
+        """The server the commands are synced to: asked on a terminal when unset (Enter: none), and
+        checked live (the bot is in it: its fix is the invite URL) when given."""
+        if not guild and self.asker.interactive:
+            guild = self.ask_guild()
+        while guild:
+            problem = _malformed({"DISCORD_GUILD_ID": guild})
+            if problem is None:
+                check = asyncio.run(_guild_check(token, api_base, int(guild)))
+                if check.ok:
+                    self.say(check)
+                    return guild
+            else:
+                check = Check("DISCORD_GUILD_ID", False, problem.removeprefix("DISCORD_GUILD_ID="))
+            self.refuse_or_say(check)
+            if problem is not None:
+                guild = self.ask_guild()
+                continue
+            again = self.asker.ask("Press Enter when the bot is in that server to check again (or give another "
+                                   "server id; skip: none, the commands are registered for every server)")
+            if again.lower() == "skip":
+                return ""
+            guild = again or guild
+        return guild
+
+    def ask_guild(self) -> str:
+        return self.asker.ask("Discord server id for the slash commands: with it they show in that server at once; "
+                              "without it they are registered for every server, which Discord can take up to an "
+                              "hour to show (Discord > Settings > Advanced > Developer Mode on, then right-click the "
+                              "server > Copy Server ID; Enter: none)")
 
     def ask_token(self) -> str:
         return self.asker.ask("Discord bot token (hidden; Developer Portal > your application > Bot > Reset Token; "
@@ -248,9 +288,11 @@ class Init:
     def write(self) -> None:
         found, file = self.found, self.file
         values = {"OPENAI_BASE_URL": found.base_url, "OPENAI_API_KEY": found.api_key,
-                  "ROUNDTABLE_MODEL": found.model, "DISCORD_TOKEN": found.token, "ROUNDTABLE_DB": found.db}
+                  "ROUNDTABLE_MODEL": found.model, "DISCORD_TOKEN": found.token,
+                  "DISCORD_GUILD_ID": found.guild_id, "DISCORD_API_BASE_URL": found.api_base, "ROUNDTABLE_DB": found.db}
         if self.args.no_discord:  # Discord is left as it is, unchecked
-            del values["DISCORD_TOKEN"]
+            for key in ("DISCORD_TOKEN", "DISCORD_GUILD_ID", "DISCORD_API_BASE_URL"):
+                del values[key]
         for key, value in values.items():
             before = file.values.get(key, "").strip()
             if value != before and (value or before):
@@ -304,6 +346,10 @@ def run_init(args: argparse.Namespace, env_file: str | None) -> int:
     if init.found.application_id is not None:
         for line in invite_lines(init.found.application_id):
             say(line)
+        if not init.found.guild_id:
+            say("DISCORD_GUILD_ID is empty: the slash commands are registered for every server, which Discord can "
+                "take up to an hour to show. For them at once, invite the bot, then: roundtable init "
+                "--discord-guild-id SERVER_ID.")
         say("Then: roundtable run, and /roundtable setup in a channel; roundtable doctor checks the set-up.")
     elif args.no_discord:
         say("Discord not checked (--no-discord). The console is ready: roundtable console.")
@@ -325,6 +371,15 @@ def _malformed(env: dict[str, str], *, need_llm: bool = False) -> str | None:
 async def _identify(rest: RestDoctor) -> list[Check]:
     async with rest:
         return await rest.identify()
+
+
+async def _guild_check(token: str, api_base: str, guild_id: int) -> Check:
+    from bot.adapters.discord.doctor import RestDoctor
+
+    async with RestDoctor(Settings(openai_api_key="-", discord_token=token,
+                                   discord_api_base_url=api_base or None)) as rest:
+        identity = (await rest.identify())[0]
+        return await rest.guild_check(guild_id) if identity.ok else identity
 
 
 def ask_model_key(env_file: str | None) -> None:

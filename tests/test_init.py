@@ -68,7 +68,10 @@ async def test_a_scripted_init_checks_everything_writes_env_and_prints_the_invit
         "✓ Message Content intent: on (the bot can read what people write)",
         "✓ database: rt.db: does not exist yet; the first start creates it"]
     assert out[4].startswith("Wrote .env (readable by you only): set OPENAI_BASE_URL, OPENAI_API_KEY, "
-                             "ROUNDTABLE_MODEL, DISCORD_TOKEN, ROUNDTABLE_DB;")
+                             "ROUNDTABLE_MODEL, DISCORD_TOKEN, DISCORD_API_BASE_URL, ROUNDTABLE_DB;")
+    assert ("DISCORD_GUILD_ID is empty: the slash commands are registered for every server, which Discord can take up "
+            "to an hour to show. For them at once, invite the bot, then: roundtable init --discord-guild-id "
+            "SERVER_ID.") in out
     url = (f"https://discord.com/oauth2/authorize?client_id={servers.emu.application_id}"
            f"&scope=bot+applications.commands&permissions={PERMISSIONS}")
     assert f"  {url}" in out
@@ -79,14 +82,38 @@ async def test_a_scripted_init_checks_everything_writes_env_and_prints_the_invit
     assert written["OPENAI_API_KEY"] == KEY and written["DISCORD_TOKEN"] == servers.emu.token
     assert written["OPENAI_BASE_URL"] == servers.llm.base_url and written["ROUNDTABLE_MODEL"] == "fake-model"
     assert written["ROUNDTABLE_DB"] == "rt.db" and written["ROUNDTABLE_MAX_TURNS"] == "12"
+    assert written["DISCORD_API_BASE_URL"] == servers.emu.api_base  # the Discord init checked, for later commands
+    assert written["DISCORD_GUILD_ID"] == ""
     text = servers.env.read_text()
     for comment in (line for line in TEMPLATE.read_text().splitlines() if line.startswith("#")):
         assert comment in text  # config.example.env's explanations come with it
     assert KEY not in result.out and servers.emu.token not in result.out
     assert not (servers.cwd / "rt.db").exists()  # nothing created but the settings file
 
-    doctor = await roundtable(servers.cwd, "doctor", DISCORD_API_BASE_URL=servers.emu.api_base)
-    assert doctor.code == 0 and doctor.out.splitlines()[-1] == "All 5 checks passed.", doctor
+    doctor = await roundtable(servers.cwd, "doctor")  # the settings file alone: the same Discord
+    assert doctor.code == 0 and doctor.out.splitlines()[-1] == "All 6 checks passed; 1 with a warning.", doctor
+    assert "! DISCORD_GUILD_ID: not set: " in doctor.out
+
+
+async def test_the_server_for_the_commands_is_checked_and_written(servers):
+    emu = servers.emu
+    result = await servers.init("--yes", *servers.flags(), "--discord-guild-id", emu.guild_id)
+    assert result.code == 0, result
+    assert "✓ DISCORD_GUILD_ID: the commands are synced to Test Guild at once" in result.out.splitlines()
+    assert "DISCORD_GUILD_ID is empty" not in result.out
+    assert values(servers.env)["DISCORD_GUILD_ID"] == emu.guild_id
+    doctor = await roundtable(servers.cwd, "doctor")
+    assert doctor.code == 0 and doctor.out.splitlines()[-1] == "All 6 checks passed.", doctor
+
+    line = refused(await servers.init("--yes", "--discord-guild-id", "123456789012345678"))
+    assert line == ("roundtable: DISCORD_GUILD_ID: the bot is not in server 123456789012345678, where the commands "
+                    "would be synced; invite it there: https://discord.com/oauth2/authorize?client_id="
+                    f"{emu.application_id}&scope=bot+applications.commands&permissions={PERMISSIONS}, or clear "
+                    "DISCORD_GUILD_ID; nothing was written")
+    line = refused(await servers.init("--yes", "--discord-guild-id", "my server"))
+    assert line == ("roundtable: DISCORD_GUILD_ID: 'my server' is malformed: use the numeric id of your server "
+                    "(Developer Mode > Copy Server ID); nothing was written")
+    assert values(servers.env)["DISCORD_GUILD_ID"] == emu.guild_id
 
 
 async def test_running_it_again_keeps_what_is_there(servers):

@@ -74,16 +74,28 @@ async def test_a_first_init_asks_for_everything_and_hides_secrets(tmp_path, term
                      "Discord, the console only): ")
     tty.type(emu.token + "\r")
     await tty.expect("✓ Message Content intent: on")
+    await tty.expect("Discord server id for the slash commands: with it they show in that server at once; without it "
+                     "they are registered for every server, which Discord can take up to an hour to show (Discord > "
+                     "Settings > Advanced > Developer Mode on, then right-click the server > Copy Server ID; Enter: "
+                     "none): ")
+    tty.type("123456789012345678\r")  # a server the bot is not in yet
+    await tty.expect("✗ DISCORD_GUILD_ID: the bot is not in server 123456789012345678, where the commands would be "
+                     "synced; fix: invite it there: https://discord.com/oauth2/authorize?client_id=")
+    await tty.expect("Press Enter when the bot is in that server to check again (or give another server id; skip: "
+                     "none, the commands are registered for every server): ")
+    tty.type(emu.guild_id + "\r")
+    await tty.expect("✓ DISCORD_GUILD_ID: the commands are synced to Test Guild at once")
     await tty.expect("Database: a SQLite file or a postgresql:// URL (Enter: roundtable.db): ")
     tty.type("\r")
     await tty.expect("Wrote .env (readable by you only): set OPENAI_BASE_URL, OPENAI_API_KEY, ROUNDTABLE_MODEL, "
-                     "DISCORD_TOKEN;")
+                     "DISCORD_TOKEN, DISCORD_GUILD_ID, DISCORD_API_BASE_URL;")
     await tty.expect("permissions=275414895680")
     assert await tty.ended() == 0
     assert KEY not in tty.raw and emu.token not in tty.raw and "sk-wrong-one" not in tty.raw  # never echoed
     written = dotenv_values(tmp_path / ".env")
     assert (written["OPENAI_API_KEY"], written["DISCORD_TOKEN"], written["ROUNDTABLE_MODEL"]) == (
         KEY, emu.token, "fake-model")
+    assert (written["DISCORD_GUILD_ID"], written["DISCORD_API_BASE_URL"]) == (emu.guild_id, emu.api_base)
     assert stat.S_IMODE((tmp_path / ".env").stat().st_mode) == 0o600
 
 
@@ -97,13 +109,16 @@ async def test_again_it_asks_only_for_what_is_wrong(tmp_path, terminals, servers
     await tty.expect("✗ Discord token: Discord rejected DISCORD_TOKEN (401 Unauthorized); fix: copy a fresh token")
     await tty.expect("Discord bot token (hidden; ")
     tty.type(emu.token + "\r")
+    await tty.expect("Discord server id for the slash commands: ")
+    tty.type("\r")  # none
     await tty.expect("✓ database: rt.db: does not exist yet")
-    await tty.expect("Wrote .env (readable by you only): set DISCORD_TOKEN; 5 other settings kept as they were.")
+    await tty.expect("Wrote .env (readable by you only): set DISCORD_TOKEN, DISCORD_API_BASE_URL; 5 other settings "
+                     "kept as they were.")
     assert await tty.ended() == 0
     assert "Model endpoint:" not in tty.raw and "API key of" not in tty.raw and "Database:" not in tty.raw
     assert (tmp_path / ".env").read_text() == (
         f"# kept\nOPENAI_BASE_URL={llm.base_url}\nOPENAI_API_KEY={KEY}\nROUNDTABLE_MODEL=fake-model\n"
-        f"DISCORD_TOKEN={emu.token}\nROUNDTABLE_DB=rt.db\nROUNDTABLE_MAX_TURNS=7\n")
+        f"DISCORD_TOKEN={emu.token}\nROUNDTABLE_DB=rt.db\nROUNDTABLE_MAX_TURNS=7\nDISCORD_API_BASE_URL={emu.api_base}\n")
 
 
 async def test_ctrl_c_at_a_question_writes_nothing(tmp_path, terminals, servers):
