@@ -3,7 +3,8 @@
 `inspect(target)` reads it (`storage.report`) for `roundtable doctor` and `roundtable init`
 without opening a store: opening one would create a missing SQLite file and apply migrations,
 and a diagnosis must not change what it looks at. It also returns the enabled groups and the
-stored webhooks, which the command line checks against Discord. (An open store reads the same
+stored webhooks, which the command line checks against Discord, and the enabled agents that
+have a model of their own, which it checks against their model endpoints. (An open store reads the same
 report with `SqlStore.database_report()`.)
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from bot.core.errors import StoreError
 from bot.core.models import Group, GroupSettings
-from bot.core.rules.doctor import DatabaseReport
+from bot.core.rules.doctor import AgentModel, DatabaseReport
 from bot.core.rules.secrets import mask_url, url_secrets
 from storage import is_postgres, sqlite_path
 from storage.migrations import MIGRATIONS
@@ -32,6 +33,7 @@ class Inspection:
     report: DatabaseReport
     groups: tuple[Group, ...] = ()  # the enabled groups (their settings are not read)
     webhooks: dict[str, tuple[str, str]] = field(default_factory=dict)  # channel id -> (webhook id, token)
+    agents: tuple[AgentModel, ...] = ()  # the enabled agents of those groups that have a model of their own
 
 
 async def inspect(target: str, now: float) -> Inspection:
@@ -75,7 +77,11 @@ async def _read(db: Db, where: str, now: float, *, has_ledger: bool) -> Inspecti
         "SELECT id, key, name, guild_id, channel_id, parent_channel_id, paused, delivery_problem FROM groups"
         " WHERE enabled = 1 ORDER BY id"))
     webhooks = {r[0]: (r[1], r[2]) for r in await db.all("SELECT channel_id, webhook_id, token FROM webhooks")}
-    return Inspection(report, groups, webhooks)
+    agents = tuple(AgentModel(r[0], r[1], r[2]) for r in await db.all(
+        "SELECT g.name, a.name, a.model FROM agents a JOIN groups g ON g.id = a.group_id WHERE g.enabled = 1"
+        " AND a.enabled = 1 AND a.removed_at IS NULL AND a.model IS NOT NULL AND a.model <> ''"
+        " ORDER BY g.id, a.position, a.id"))
+    return Inspection(report, groups, webhooks, agents)
 
 
 async def _inspect_postgres(url: str, now: float) -> Inspection:

@@ -5,11 +5,13 @@ default provider, then each named one), each with the models the settings send i
 (ROUNDTABLE_MODEL and ROUNDTABLE_SELECTOR_MODEL, routed as `bot.adapters.providers`
 routes them). `endpoint_check` asks one
 server for its model list (GET /models: no tokens spent) and judges the answer;
-`endpoint_checks(settings)` checks them all at once.
+`endpoint_checks(settings)` checks them all at once. `agent_models_check` checks the agents'
+own models (`roundtable doctor`: each enabled agent with a model of its own, routed the same way).
 """
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.adapters.openai_llm import OpenAILLM
@@ -17,7 +19,7 @@ from bot.adapters.providers import route
 from bot.config import Settings, redact_url
 from bot.core.errors import ConfigError, LLMError, LLMUnavailable
 from bot.core.models import DEFAULT_PROVIDER
-from bot.core.rules.doctor import Check
+from bot.core.rules.doctor import AgentModel, Check
 
 OPENAI_API = "https://api.openai.com/v1"
 CHECK_TIMEOUT = 15.0  # seconds per endpoint
@@ -108,3 +110,40 @@ async def model_ids(base_url: str, api_key: str, timeout: float = CHECK_TIMEOUT,
         return await llm.model_ids()
     finally:
         await llm.aclose()
+
+
+async def agent_models_check(settings: Settings, agents: Sequence[AgentModel]) -> Check:
+    """Each agent's own model is among the models its endpoint lists (`name/model` on provider
+    `name`). An endpoint that gives no list (or does not answer: its own check says so) leaves its
+    agents unchecked."""
+    by_endpoint = {e.provider: e for e in endpoints(settings)}
+    named = [p.name for p in settings.providers]
+    routed = [(agent, *route(agent.model, named)) for agent in agents]
+    used = [by_endpoint[p] for p in dict.fromkeys(provider for _, provider, _ in routed)]
+
+    async def listed(endpoint: Endpoint) -> list[str] | None:
+        if not endpoint.api_key:
+            return None
+        try:
+            return await model_ids(endpoint.base_url or OPENAI_API, endpoint.api_key,
+                                   min(settings.llm_timeout, CHECK_TIMEOUT), provider=endpoint.provider)
+        except (ConfigError, LLMError):
+            return None
+
+    lists = dict(zip([e.provider for e in used], await asyncio.gather(*(listed(e) for e in used))))
+    wrong, unchecked = [], 0
+    for agent, provider, model in routed:
+        served = lists[provider]
+        if served is None:
+            unchecked += 1
+        elif model not in served:
+            shown = ", ".join(served[:8]) + (", ..." if len(served) > 8 else "")
+            wrong.append(f"{agent.agent} in {agent.group} has {agent.model}, which {by_endpoint[provider].where} "
+                         f"does not list (it lists {shown})")
+    count = f"{len(agents)} agent with a model of its own" if len(agents) == 1 else \
+        f"{len(agents)} agents with a model of their own"
+    if wrong:
+        return Check("agent models", False, f"{count}: " + "; ".join(wrong),
+                     "/agent edit name:AGENT model:MODEL in its channel, with a model its endpoint lists")
+    note = f" ({unchecked} not checked: their endpoint gave no model list)" if unchecked else ""
+    return Check("agent models", True, f"{count}: each is served by its endpoint{note}")

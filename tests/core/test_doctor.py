@@ -9,6 +9,7 @@ from bot.core.rules.doctor import (
     DatabaseReport,
     Holder,
     Waiting,
+    all_passed,
     database_checks,
     delivery_check,
     doctor_card,
@@ -82,3 +83,14 @@ def test_the_card_puts_failures_first_and_turns_red() -> None:
     assert [(f.name, f.value) for f in card.fields] == [("✗ b", "broken\nFix: mend it"), ("✓ a", "fine")]
     good = doctor_card([Check("a", True, "fine")], "Doctor: #a")
     assert good.tone == "good" and good.description == "All 1 checks passed."
+
+
+def test_a_warning_passes_but_shows_its_fix() -> None:
+    advice = Check("DISCORD_GUILD_ID", True, "not set", "set it", warn=True)
+    assert advice.line() == "! DISCORD_GUILD_ID: not set; fix: set it"
+    assert Check("a", True, "fine", "never shown").line() == "✓ a: fine"
+    card = doctor_card([Check("a", True, "fine"), advice], "Doctor: #a")
+    assert card.tone == "good" and card.description == "All 2 checks passed; 1 warning."
+    assert [(f.name, f.value) for f in card.fields] == [("! DISCORD_GUILD_ID", "not set\nFix: set it"),
+                                                        ("✓ a", "fine")]
+    assert all_passed([advice])

@@ -1,7 +1,9 @@
 """What `roundtable doctor` and `/roundtable doctor` report: checks as data, and the checks the core can judge.
 
 A `Check` is one line: a name, whether it passed, what was found and, when it
-failed, the fix. Each place that can look at something makes its own checks
+failed, the fix. A check that passed with a `warn`ing (the set-up works, but not as
+well as it could: DISCORD_GUILD_ID unset) is marked `!` and shows its fix too; it
+does not fail the doctor. Each place that can look at something makes its own checks
 (the settings and Discord's REST API on the command line, the gateway's cache in
 the bot, the model endpoints in `bot.adapters.endpoints`); the database's and a
 group's are judged here, from plain data (`DatabaseReport`, `Group`), so both
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from bot.core.models import Group
 from bot.core.rules.card import Card, Field
 
-PASS, FAIL = "✓", "✗"
+PASS, FAIL, WARN = "✓", "✗", "!"
 STUCK_AFTER = 300.0  # seconds a row may wait to be posted before the outbox check fails
 
 
@@ -25,12 +27,22 @@ class Check:
     name: str
     ok: bool
     detail: str
-    fix: str = ""  # what to do, when it failed
+    fix: str = ""  # what to do, when it failed (or warns)
+    warn: bool = False  # passed, but could be better: marked `!`, with its fix
+
+    @property
+    def mark(self) -> str:
+        return FAIL if not self.ok else WARN if self.warn else PASS
+
+    @property
+    def advised(self) -> bool:
+        """Its fix is shown: it failed, or warns."""
+        return bool(self.fix) and (not self.ok or self.warn)
 
     def line(self) -> str:
-        """`✓ name: detail`, or `✗ name: detail; fix: ...`, on one line."""
-        text = f"{PASS if self.ok else FAIL} {self.name}: {self.detail}"
-        if not self.ok and self.fix:
+        """`✓ name: detail`, `✗ name: detail; fix: ...` or `! name: detail; fix: ...`, on one line."""
+        text = f"{self.mark} {self.name}: {self.detail}"
+        if self.advised:
             text += f"; fix: {self.fix}"
         return " ".join(text.split())
 
@@ -67,6 +79,15 @@ class DatabaseReport:
     known: int  # the highest migration this code has
     waiting: tuple[Waiting, ...] = ()
     leases: tuple[Holder, ...] = ()
+
+
+@dataclass(frozen=True)
+class AgentModel:
+    """An enabled agent with a model of its own (`roundtable doctor` checks its endpoint lists it)."""
+
+    group: str  # the group's name, '#general'
+    agent: str
+    model: str  # as the agent has it: 'gpt-4o', 'local/llama3'
 
 
 def database_checks(health: DatabaseReport) -> list[Check]:
@@ -134,15 +155,22 @@ def all_passed(checks: Sequence[Check]) -> bool:
     return all(c.ok for c in checks)
 
 
+def summary(checks: Sequence[Check]) -> str:
+    """The card's: `2 checks of 14 failed.`, `All 14 checks passed.` or `All 14 checks passed; 1 warning.`"""
+    failed = sum(not c.ok for c in checks)
+    if failed:
+        return f"{_plural(failed, 'check')} of {len(checks)} failed."
+    warned = sum(c.warn for c in checks)
+    return f"All {len(checks)} checks passed" + (f"; {_plural(warned, 'warning')}." if warned else ".")
+
+
 def doctor_card(checks: Sequence[Check], title: str) -> Card:
-    """The checks as a card: one field per check, failures first; red when one failed."""
+    """The checks as a card: one field per check, failures first, then warnings; red when one failed."""
     failed = [c for c in checks if not c.ok]
-    passed = [c for c in checks if c.ok]
-    fields = tuple(Field(f"{FAIL} {c.name}", c.detail + (f"\nFix: {c.fix}" if c.fix else ""), inline=False)
-                   for c in failed) + tuple(Field(f"{PASS} {c.name}", c.detail, inline=False) for c in passed)
-    summary = (f"{_plural(len(failed), 'check')} of {len(checks)} failed." if failed
-               else f"All {len(checks)} checks passed.")
-    return Card(title, summary, fields, tone="bad" if failed else "good")
+    ordered = failed + [c for c in checks if c.ok and c.warn] + [c for c in checks if c.ok and not c.warn]
+    fields = tuple(Field(f"{c.mark} {c.name}", c.detail + (f"\nFix: {c.fix}" if c.advised else ""), inline=False)
+                   for c in ordered)
+    return Card(title, summary(checks), fields, tone="bad" if failed else "good")
 
 
 def _age(seconds: float) -> str:
