@@ -206,7 +206,9 @@ class FakeOpenAI:
         app.router.add_get("/v1/models", self._models)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        # Started again after `close`, it listens on its port again (a server back from an outage).
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port, reuse_address=True)
+        self._closing.clear()
         await site.start()
         self.port = self._runner.addresses[0][1]
 

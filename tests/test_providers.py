@@ -80,7 +80,8 @@ async def test_a_provider_down_at_start_up_is_one_line_and_its_agent_gets_a_noti
     assert "Traceback" not in err
     assert "[planner] Here." in out
     assert ("[roundtable] ghost could not answer: the model service could not be reached (provider gone). "
-            "Its turn was skipped.") in out
+            "Its turn was skipped; until the model service answers again, the turns of agents on it are skipped "
+            "without another notice.") in out
 
 
 async def test_every_provider_down_stops_the_start_with_one_line(tmp_path):

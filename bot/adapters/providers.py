@@ -11,6 +11,8 @@ Every call goes to the provider's own `OpenAILLM` (its timeout, retries, remembe
 `prompt_cache_key`, `max_completion_tokens`, tool calls, images are all per provider and
 model); the answer's `Completion.provider` says which one answered. Errors of a named
 provider say its name to people ("the model service of provider local could not be reached").
+A provider that cannot be reached is in an outage until it answers again: each of its
+failures meanwhile carries the same `LLMError.outage`, so people are told of it once.
 
 `check()` asks each provider once, together. When every provider fails, start-up stops with
 their lines; when some answer, each one that does not is one logged line naming it, and the
@@ -20,11 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 
 from bot.adapters.openai_llm import OpenAILLM
-from bot.core.errors import ConfigError, LLMError
+from bot.core.errors import ConfigError, LLMError, LLMUnavailable
 from bot.core.models import DEFAULT_PROVIDER, ChatMessage, Completion, Tool
 
 log = logging.getLogger(__name__)
@@ -47,6 +50,8 @@ class Providers:
         self.clients = dict(clients)
         self.default_model = default_model
         self.named = tuple(name for name in self.clients if name != DEFAULT_PROVIDER)
+        self._down: dict[str, str] = {}  # provider -> its outage, while it cannot be reached
+        self._outages = itertools.count(1)
 
     def resolve(self, model: str | None) -> tuple[str, OpenAILLM, str]:
         """The provider of `model` (None: the default agent model), its client, and the model's name there."""
@@ -61,7 +66,8 @@ class Providers:
             completion = await client.complete(messages, model=name, max_tokens=max_tokens, logprobs=logprobs,
                                                cache_key=cache_key, tools=tools)
         except LLMError as exc:
-            raise self._named(exc, provider) from None
+            raise self._outage(self._named(exc, provider), provider) from None
+        self._down.pop(provider, None)
         return dataclasses.replace(completion, provider=provider)
 
     async def stream(self, messages: Sequence[ChatMessage], *, on_text: Callable[[str], None],
@@ -72,7 +78,8 @@ class Providers:
             completion = await client.stream(messages, on_text=on_text, model=name, max_tokens=max_tokens,
                                              cache_key=cache_key)
         except LLMError as exc:
-            raise self._named(exc, provider) from None
+            raise self._outage(self._named(exc, provider), provider) from None
+        self._down.pop(provider, None)
         return dataclasses.replace(completion, provider=provider)
 
     async def tools_refusal(self, model: str | None, *, spent: list[Completion] | None = None) -> str | None:
@@ -92,6 +99,13 @@ class Providers:
         lists = await asyncio.gather(*(self.clients[n].list_models() for n in names))
         return {n: (None if found is None else [m if n == DEFAULT_PROVIDER else f"{n}/{m}" for m in found])
                 for n, found in zip(names, lists)}
+
+    def _outage(self, exc: LLMError, provider: str) -> LLMError:
+        """`exc`, marked with the provider's outage when it could not be reached (a new outage
+        when it has answered since the last one)."""
+        if isinstance(exc, LLMUnavailable):
+            exc.outage = self._down.setdefault(provider, f"{provider}#{next(self._outages)}")
+        return exc
 
     @staticmethod
     def _named(exc: LLMError, provider: str) -> LLMError:

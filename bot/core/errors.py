@@ -101,6 +101,9 @@ class LLMError(RoundtableError):
 
     retryable = False
     public = "the model call failed"
+    # Set when a provider could not be reached: one value for every failure of one outage (until the
+    # provider answers again), so that people are told of it once per outage, not at every turn.
+    outage: str | None = None
 
     def __init__(self, message: str = "", *, public: str | None = None) -> None:
         super().__init__(message)

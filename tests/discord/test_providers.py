@@ -2,6 +2,9 @@
 named provider answers through it."""
 from __future__ import annotations
 
+import contextlib
+import sqlite3
+
 import pytest
 
 from bot.adapters.openai_llm import OpenAILLM
@@ -63,3 +66,44 @@ async def test_model_autocompletes_from_every_provider_and_the_agent_runs_on_its
     assert (run.model, run.provider) == ("llama3.1:8b", "local")
     usage = await harness.command("roundtable usage")
     assert harness.embed_fields(usage)["coder"].endswith("· on local")
+
+
+async def test_a_provider_down_is_told_once_per_outage(harness, local_server, tmp_path):
+    """The local provider stops: the first tag of its agent gets a notice, later ones are skipped quietly; once
+    it has answered again, the next outage is told again (the real openai client, the fake server stopped)."""
+    emu = harness.emu
+    await harness.setup_group(mode="tags")
+    added = await harness.command("agent add", {"name": "coder", "role": "codes", "prompt": "You code.",
+                                                "model": "local/llama3.1:8b"})
+    assert added["data"]["content"].startswith("Added coder"), added
+
+    def failed_runs() -> int:
+        with contextlib.closing(sqlite3.connect(tmp_path / "roundtable.db")) as db:
+            return int(db.execute("SELECT COUNT(*) FROM runs WHERE status = 'failed'").fetchone()[0])
+
+    def told() -> list[str]:
+        return [m["content"] for m in emu.channel_messages(emu.channel_id)
+                if m["author"]["id"] == str(emu.bot_user_id) and "could not be reached" in m["content"]]
+
+    await local_server.close()
+    for n in range(1, 4):
+        await emu.user_post(emu.channel_id, emu.alice_id, f"@coder try {n}")
+        await emu.wait_for(lambda n=n: failed_runs() == n, timeout=30, what=f"run {n} failed")
+    await emu.wait_for(told, timeout=30, what="the notice")
+    await harness.idle()
+    assert told() == [
+        "coder could not answer: the model service could not be reached (provider local). Its turn was skipped; "
+        "until the model service answers again, the turns of agents on it are skipped without another notice."]
+
+    await local_server.start()  # back, on the same address
+    await emu.user_post(emu.channel_id, emu.alice_id, "@coder now?")
+    await emu.wait_for(lambda: harness.webhook_posts(), timeout=30, what="the reply")
+    assert harness.webhook_posts()[0]["content"] == "Done on the local box."
+
+    await local_server.close()  # a new outage: told again, once
+    for n in range(4, 6):
+        await emu.user_post(emu.channel_id, emu.alice_id, f"@coder again {n}")
+        await emu.wait_for(lambda n=n: failed_runs() == n, timeout=30, what=f"run {n} failed")
+    await emu.wait_for(lambda: len(told()) >= 2, timeout=30, what="the second notice")
+    await harness.idle()
+    assert len(told()) == 2

@@ -128,6 +128,7 @@ class TurnDeps:
 class AgentTurn:
     def __init__(self, deps: TurnDeps) -> None:
         self.deps = deps
+        self._told: set[tuple[int, str]] = set()  # (group, outage) told in that group
 
     async def run(
         self, group: Group, agent: Agent, snapshot: int, *, selector_usage: Usage, source: str
@@ -208,7 +209,7 @@ class AgentTurn:
         if answer.error is not None:
             exc = answer.error
             log.warning("group=%s agent=%s run=%s failed: %s", group.id, agent.name, run.id, exc)
-            failure = deps.notice(f"{agent.name} could not answer: {exc.public}. Its turn was skipped.")
+            failure = self._failure_notice(group, agent, exc)
             return RunResult("failed", answer.usage, selector_usage, error=str(exc), notice=failure,
                              model=answer.model, provider=answer.provider, calls=answer.calls), False
         usage, skipped = answer.usage, (answer.skipped if agent.memory else None)
@@ -234,6 +235,18 @@ class AgentTurn:
         )
         return RunResult("posted", usage, selector_usage, reply=reply, model=answer.model,
                          memory_skipped=skipped, provider=answer.provider, calls=answer.calls), terminated
+
+    def _failure_notice(self, group: Group, agent: Agent, exc: LLMError) -> NewMessage | None:
+        """Why the agent did not answer. A provider that cannot be reached is told once per outage
+        in a group: later turns on it are skipped quietly until it has answered again."""
+        said = f"{agent.name} could not answer: {exc.public}. Its turn was skipped"
+        if exc.outage is None:
+            return self.deps.notice(said + ".")
+        if (group.id, exc.outage) in self._told:
+            return None
+        self._told.add((group.id, exc.outage))
+        return self.deps.notice(said + "; until the model service answers again, the turns of agents on it are "
+                                       "skipped without another notice.")
 
     async def _complete(self, group: Group, agent: Agent, run: Run, messages: list[ChatMessage],
                         others: Sequence[str]) -> tuple[Answer, Draft | None]:
