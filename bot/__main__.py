@@ -109,10 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("-y", "--yes", "--non-interactive", dest="yes", action="store_true",
                       help="never ask, even on a terminal (for scripts)")
     doctor = verbs.add_parser(
-        "doctor", help="check the set-up, one line per check with its fix (exit 0 only when all pass)",
-        description="Checks the settings, the Discord token, the Message Content intent, each group channel's "
-                    "webhook and the bot's permissions there, the database (schema, replies waiting, leases) and "
-                    "each model endpoint. Changes nothing: the database is read without migrating it, Discord is "
+        "doctor", help="check the set-up, one line per check with its fix (exit 0 only when none fails)",
+        description="Checks the settings, the Discord token, the Message Content intent, the server of "
+                    "DISCORD_GUILD_ID (a ! warning when unset, which does not fail), each group channel's "
+                    "webhook and the bot's permissions there, the database (schema, replies waiting, leases), "
+                    "each model endpoint and each agent's own model. A malformed setting leaves out only the "
+                    "checks that need it. Changes nothing: the database is read without migrating it, Discord is "
                     "asked over REST, the model servers for their model lists.")
     doctor.add_argument("--db", metavar="FILE|URL", help=DB_HELP)
     run = verbs.add_parser("run", help="start the Discord bot (needs DISCORD_TOKEN and the LLM settings; "
