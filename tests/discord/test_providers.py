@@ -107,3 +107,32 @@ async def test_a_provider_down_is_told_once_per_outage(harness, local_server, tm
     await emu.wait_for(lambda: len(told()) >= 2, timeout=30, what="the second notice")
     await harness.idle()
     assert len(told()) == 2
+
+
+async def test_the_outage_is_told_once_in_each_group(harness, local_server, tmp_path):
+    """People of another channel never saw the first group's notice: each group is told once."""
+    emu = harness.emu
+    random_id = emu.add_channel(emu.guild_id, "random")
+    for channel in (emu.channel_id, random_id):
+        for name, options in (("roundtable setup", {}),
+                              ("agent add", {"name": "coder", "role": "codes", "prompt": "You code.",
+                                             "model": "local/llama3.1:8b"}),
+                              ("roundtable config", {"mode": "tags"})):
+            rec = await emu.invoke_command(emu.guild_id, channel, emu.alice_id, name, options)
+            await rec.wait_response(5)
+
+    def failed_runs() -> int:
+        with contextlib.closing(sqlite3.connect(tmp_path / "roundtable.db")) as db:
+            return int(db.execute("SELECT COUNT(*) FROM runs WHERE status = 'failed'").fetchone()[0])
+
+    def told(channel: str) -> int:
+        return sum(m["author"]["id"] == str(emu.bot_user_id) and "could not be reached" in m["content"]
+                   for m in emu.channel_messages(channel))
+
+    await local_server.close()
+    for n, channel in enumerate((emu.channel_id, random_id, emu.channel_id, random_id), 1):
+        await emu.user_post(channel, emu.alice_id, f"@coder try {n}")
+        await emu.wait_for(lambda n=n: failed_runs() == n, timeout=30, what=f"run {n} failed")
+    await emu.wait_for(lambda: told(emu.channel_id) and told(random_id), timeout=30, what="a notice in each")
+    await harness.idle()
+    assert (told(emu.channel_id), told(random_id)) == (1, 1)
