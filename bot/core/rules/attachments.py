@@ -9,7 +9,8 @@ characters; every secret the process knows masked, as in a message's text), so r
 exports have it. Anything else is named only.
 
 Showing files in an agent's prompt (`PromptFiles`): each text file's content follows the
-message's text inside `<file name=...>` ... `</file>`, all of a message's files together
+message's text inside `<file name=...>` ... `</file>` (the name escaped as an XML attribute, a
+`</file` in the content written `<\\/file`, so no file ends its block early), all of a message's files together
 within the group's `max_text` characters, a cut one ending with a visible note
 ("… 12,000 more characters of log.txt left out"). An image gets a line naming it, and,
 for a model that takes images, the image itself right after the line (an image part
@@ -26,6 +27,7 @@ text as `max_text` was then, and each image it may send at OpenAI's billing esti
 from __future__ import annotations
 
 import base64
+import html
 import logging
 import math
 import re
@@ -191,14 +193,29 @@ def text_files(files: Sequence[SharedFile], max_text: int) -> list[str]:
         shown = text[:max(left, 0)]
         left -= len(shown)
         missing = file.chars - len(shown)
-        lines = [f'<file name="{file.name}" size="{size_text(file.size)}">']
+        lines = [f'<file name="{file_attribute(file.name)}" size="{size_text(file.size)}">']
         if shown:
-            lines.append(shown.rstrip("\n"))
+            lines.append(file_content(shown.rstrip("\n")))
         if missing > 0:
             lines.append(f"… {missing:,} more characters of {file.name} left out")
         lines.append("</file>")
         blocks.append("\n".join(lines))
     return blocks
+
+
+_CLOSING = re.compile(r"<(?=/file)", re.IGNORECASE)
+
+
+def file_attribute(name: str) -> str:
+    """A file's name as a `<file name="...">` attribute: `&`, `<`, `>` and `"` escaped as in XML, so
+    a name can neither end the attribute nor open a tag."""
+    return html.escape(name, quote=False).replace('"', "&quot;")
+
+
+def file_content(text: str) -> str:
+    """A text file's content inside its `<file>` block: a `</file` in it is written `<\\/file`, so the
+    file cannot end its block early (and seem to be the person's own words after it)."""
+    return _CLOSING.sub(lambda _: "<\\", text)
 
 
 def counted_text(text: str, files: Sequence[SharedFile], max_text: int) -> str:
