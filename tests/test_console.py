@@ -414,3 +414,26 @@ async def test_attach_refuses_what_is_not_a_regular_file(tmp_path):
     assert "error: pipe.txt is not a regular file: /attach takes the path of a file." in lines
     assert "Nothing is attached. /attach PATH attaches a file (an image or a text file) to your next message." in lines
     assert "[planner] Seen." in out
+
+
+async def test_only_an_attached_images_path_is_kept_in_its_row(tmp_path):
+    """A text file's content is in its row: its local path is not kept (an export shared later would
+    show where the person keeps files); an image's is, as it is read again when a run is made."""
+    import json
+    import sqlite3
+
+    from tests.discord.test_attachments import png
+
+    (tmp_path / "notes.md").write_text("remember the milk\n")
+    (tmp_path / "shot.png").write_bytes(png(4, 4))
+    script = GroupChatScript(agents={"planner": ["Seen."]})
+    async with FakeOpenAI(script) as srv:
+        code, out, err = await run_console(tmp_path, srv.base_url, (
+            '/agent add name:planner role:plans prompt:"You plan."\n'
+            "/attach notes.md\n/attach shot.png\n@planner look\n"))
+    assert code == 0, err
+    with sqlite3.connect(tmp_path / "rt.db") as db:
+        [(stored,)] = db.execute("SELECT attachments FROM messages WHERE attachments <> '[]'").fetchall()
+    urls = {f["name"]: f.get("url") for f in json.loads(stored)}
+    assert urls == {"notes.md": None, "shot.png": str(tmp_path / "shot.png")}
+    assert "[planner] Seen." in out

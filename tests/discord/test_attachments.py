@@ -167,3 +167,36 @@ async def test_a_file_named_png_that_is_no_image_is_not_sent_and_the_model_keeps
         message_text(m) for m in first["messages"])
     assert image_urls(second) == ["data:image/png;base64," + base64.b64encode(png(4, 4)).decode()]
     assert [p["content"] for p in harness.webhook_posts()] == ["Not a picture.", "A grey square."]
+
+
+async def test_an_image_named_after_the_bot_token_is_stored_and_exported_masked_and_still_reaches_the_model(
+        harness, script):
+    """A person posts `<bot token>.png`: Discord's URL ends with that name. The row keeps the name and
+    the URL masked; the image is found by its message's ids when the run is made; an export written
+    later (by a process that does not know the token: `roundtable export` with other settings) holds
+    the token in no form."""
+    from bot.core.record.export import write_export
+    from bot.core.rules.secrets import SECRETS
+
+    emu = harness.emu
+    SECRETS.register(emu.token)  # as the wiring registers DISCORD_TOKEN at start
+    script.set_agent("planner", ["A grey square."])
+    await harness.setup_group(("planner", "drafts the itinerary"), mode="tags")
+    image = png(16, 16)
+    posted = await emu.user_post(emu.channel_id, emu.alice_id, "@planner what is this?",
+                                 attachments=[(f"{emu.token}.png", image)])
+    assert emu.token in posted["attachments"][0]["url"]
+    await emu.wait_for(lambda: len(harness.webhook_posts()) >= 1, timeout=30)
+    await harness.idle()
+    [request] = participant_requests(harness, "planner")
+    assert image_urls(request) == ["data:image/png;base64," + base64.b64encode(image).decode()]
+    row = next(r for r in await harness.store.messages(1) if r.attachments)
+    [file] = row.attachments
+    assert file.name == "***.png" and file.url.split("?")[0].endswith("/***.png")
+    group = await harness.store.get_group(1)
+    SECRETS.clear()
+    for fmt in ("json", "md", "html"):
+        parts: list[str] = []
+        await write_export(harness.store, group, fmt, parts.append)
+        page = "".join(parts)
+        assert "***.png" in page and emu.token not in page, fmt

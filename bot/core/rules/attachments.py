@@ -118,10 +118,18 @@ def decode_text(data: bytes) -> str | None:
         return None
 
 
+def masked_file(file: SharedFile) -> SharedFile:
+    """`file` with every secret the process knows masked in its name, URL and text (a file named
+    `<token>.txt` has the token in its URL too: Discord's CDN URL ends with the name, percent-encoded
+    where needed). A URL so masked no longer fetches: the surface finds the file by its ids instead."""
+    text = mask(file.text) if file.text else file.text
+    return replace(file, name=mask(file.name), url=mask(file.url), text=text)
+
+
 async def take_in(file: SharedFile, fetch: Fetch) -> SharedFile:
     """`file` (its name, type and size known) with its kind decided and, for a text file, its
     content read through `fetch`. Never raises: a text file that cannot be read is kept with a note."""
-    file = replace(file, name=mask(file.name))  # (a secret in a name: as in the text)
+    file = masked_file(file)  # (a secret in a name, and so in the URL: as in the text)
     ctype = image_type(file.name, file.content_type)
     if ctype is not None:
         return replace(file, kind="image", content_type=file.content_type or ctype)
