@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from bot.core.errors import CapReached, LLMError
+from bot.core.errors import CapReached, LLMError, ProviderMissing
 from bot.core.features.context import Trimmed, load_thread, participant_step
 from bot.core.features.memory import Answer, load_memory, run_with_memory
 from bot.core.features.summary import Summaries
@@ -128,6 +128,7 @@ class TurnDeps:
 class AgentTurn:
     def __init__(self, deps: TurnDeps) -> None:
         self.deps = deps
+        self._missing: set[tuple[int, str]] = set()  # (group, model) told its provider is not set up
 
     async def run(
         self, group: Group, agent: Agent, snapshot: int, *, selector_usage: Usage, source: str
@@ -208,7 +209,11 @@ class AgentTurn:
         if answer.error is not None:
             exc = answer.error
             log.warning("group=%s agent=%s run=%s failed: %s", group.id, agent.name, run.id, exc)
-            failure = deps.notice(f"{agent.name} could not answer: {exc.public}. Its turn was skipped.")
+            failure: NewMessage | None = deps.notice(
+                f"{agent.name} could not answer: {exc.public}. Its turn was skipped.")
+            if isinstance(exc, ProviderMissing):  # a set-up problem: told once per group and model, not per tag
+                failure = None if (group.id, exc.model) in self._missing else failure
+                self._missing.add((group.id, exc.model))
             return RunResult("failed", answer.usage, selector_usage, error=str(exc), notice=failure,
                              model=answer.model, provider=answer.provider, calls=answer.calls), False
         usage, skipped = answer.usage, (answer.skipped if agent.memory else None)
