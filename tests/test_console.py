@@ -437,3 +437,20 @@ async def test_only_an_attached_images_path_is_kept_in_its_row(tmp_path):
     urls = {f["name"]: f.get("url") for f in json.loads(stored)}
     assert urls == {"notes.md": None, "shot.png": str(tmp_path / "shot.png")}
     assert "[planner] Seen." in out
+
+
+async def test_what_agents_could_not_use_is_told_in_the_console_too(tmp_path):
+    (tmp_path / "fake.png").write_text("not a picture at all\n")
+    (tmp_path / "blob.bin").write_bytes(b"\x00\x01\x02binary")
+    script = GroupChatScript(agents={"planner": ["Seen."], "critic": ["Seen too."]})
+    async with FakeOpenAI(script) as srv:
+        code, out, err = await run_console(tmp_path, srv.base_url, (
+            '/agent add name:planner role:plans prompt:"You plan."\n'
+            '/agent add name:critic role:checks prompt:"You check."\n'
+            "/roundtable config mode:tags\n/attach fake.png\n/attach blob.bin\n@planner @critic look\n"))
+    assert code == 0, err
+    told = [line for line in out.splitlines() if "📎" in line]
+    assert [line.partition("📎 ")[2] for line in told] == [
+        "you, not used: blob.bin (agents see only its name: it is no image or text file).",
+        "you, not used: fake.png (it is not a PNG, JPEG, GIF or WebP image)."], out
+    assert "[planner] Seen." in out and "[critic] Seen too." in out

@@ -226,6 +226,48 @@ def file_content(text: str) -> str:
     return _CLOSING.sub(lambda _: "<\\", text)
 
 
+# what the person is told -----------------------------------------------------------------------------
+def unused_files(files: Sequence[SharedFile], max_images: int) -> list[tuple[str, str]]:
+    """(name, why) of each file of a message that agents cannot use, as far as is known when it is
+    stored: a text file not read (too large, not UTF-8, not fetched), an image over `max_images` or
+    too large to send, a file of another kind (agents see its name only). Images that cannot be
+    fetched, or are no image after all, are known when a run is made (`ImageSource.unused`)."""
+    unused, shown = [], 0
+    for file in files:
+        if file.kind == "text" and file.note:
+            unused.append((file.name, file.note))
+        elif file.kind == "other":
+            unused.append((file.name, "agents see only its name: it is no image or text file"))
+        elif file.kind == "image":
+            if shown >= max_images:
+                unused.append((file.name, f"only {max_images} image{'' if max_images == 1 else 's'} "
+                                          "of a message are sent"))
+            elif file.size > IMAGE_BYTES:
+                unused.append((file.name, f"{size_text(file.size)}, more than the {size_text(IMAGE_BYTES)} "
+                                          "a model takes"))
+            else:
+                shown += 1
+    return unused
+
+
+SHOWN_NAMES = 3  # names of one reason in the line; more are counted
+
+
+def unused_line(author: str, unused: Sequence[tuple[str, str]]) -> str:
+    """The one short line that tells a person what of their message agents could not use, the files
+    grouped by why: `alice, not used: a.png, b.png and 14 more (only 4 images of a message are sent);
+    big.log (not read: larger than 4.0 MB)`."""
+    reasons: dict[str, list[str]] = {}
+    for name, why in unused:
+        reasons.setdefault(why, []).append(name)
+    parts = []
+    for why, names in reasons.items():
+        more = len(names) - SHOWN_NAMES
+        shown = ", ".join(names[:SHOWN_NAMES]) + (f" and {more} more" if more > 0 else "")
+        parts.append(f"{shown} ({why})")
+    return f"📎 {author}, not used: {'; '.join(parts)}."
+
+
 def counted_text(text: str, files: Sequence[SharedFile], max_text: int) -> str:
     """A message's text as agents' prompts show it, images as their lines (for counting its tokens)."""
     blocks = text_files(files, max_text)
@@ -373,6 +415,7 @@ class ImageSource:
         self._group_id = group_id
         self._cache = cache if cache is not None else OrderedDict()
         self._refused: dict[tuple[int, int, int], str] = {}  # images fetched and not sent: why
+        self.unused: dict[tuple[int, int], tuple[str, str]] = {}  # (seq, index) -> (name, why) of each not sent
 
     def why_not(self, seq: int, index: int) -> str:
         """Why `data_url` gave no URL for the image."""
@@ -387,16 +430,20 @@ class ImageSource:
             data = await self._fetch(file)
         except FileUnavailable as exc:
             log.warning("group=%s seq=%s: image %s could not be fetched: %s", self._group_id, seq, file.name, exc)
+            self.unused[(seq, index)] = (file.name, "it could not be fetched: deleted, or its link expired")
             return None
         if len(data) > IMAGE_BYTES:
             log.warning("group=%s seq=%s: image %s is %s; not sent", self._group_id, seq, file.name,
                         size_text(len(data)))
+            self.unused[(seq, index)] = (file.name, f"{size_text(len(data))}, more than the "
+                                                    f"{size_text(IMAGE_BYTES)} a model takes")
             return None
         ctype = image_format(data)
         if ctype is None:  # a provider refuses the whole call for it (and it is no image anyway)
             log.warning("group=%s seq=%s: %s is not a PNG, JPEG, GIF or WebP image; not sent", self._group_id, seq,
                         file.name)
             self._refused[key] = "it is not a PNG, JPEG, GIF or WebP image"
+            self.unused[(seq, index)] = (file.name, self._refused[key])
             return None
         url = f"data:{ctype};base64,{base64.b64encode(data).decode('ascii')}"
         self._cache[key] = url
