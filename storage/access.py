@@ -28,6 +28,7 @@ from typing import Literal, Protocol
 
 from bot.core.errors import AlreadyStored, NotFound, StoreError, StoreUnwritable
 from bot.core.models import Episode, Message, NewMessage, token_cost
+from bot.core.rules.attachments import masked_file
 from bot.core.rules.secrets import mask
 from bot.core.rules.store_health import StoreHealth
 from storage.codec import attachments_to_json, dumps, tags_to_json, to_message, unique
@@ -278,6 +279,7 @@ class Access:
     ) -> Message:
         external_ids = unique(message.external_ids)
         text = mask(message.text)  # no secret the process knows is stored or shown (bot.core.rules.secrets)
+        files = tuple(masked_file(f) for f in message.attachments)  # nor in a file's name or URL
         await db.exec(
             "INSERT INTO messages (group_id, seq, author_type, author_name, author_user_id,"
             " author_agent_id, source_run_id, text, tags, external_ids, confirmed, token_count,"
@@ -287,7 +289,7 @@ class Access:
                 group_id, seq, message.author_type, message.author_name, message.author_user_id,
                 message.author_agent_id, message.source_run_id, text,
                 tags_to_json(message.tags), dumps(list(external_ids)), int(confirmed),
-                message.token_count, episode_id, now, tokens_before, attachments_to_json(message.attachments),
+                message.token_count, episode_id, now, tokens_before, attachments_to_json(files),
             ),
         )
         await self.map_external_ids(db, group_id, seq, external_ids)  # after the row: a foreign key
@@ -297,7 +299,7 @@ class Access:
             author_user_id=message.author_user_id, author_agent_id=message.author_agent_id,
             source_run_id=message.source_run_id, external_ids=external_ids,
             confirmed=confirmed, token_count=message.token_count, episode_id=episode_id,
-            created_at=now, tokens_before=tokens_before, attachments=message.attachments,
+            created_at=now, tokens_before=tokens_before, attachments=files,
         )
 
     async def map_external_ids(

@@ -56,6 +56,9 @@ import aiosqlite
 
 from bot.core.errors import StoreError
 from bot.core.models import token_cost
+from bot.core.rules.attachments import masked_file
+from bot.core.rules.secrets import SECRETS
+from storage.codec import attachments_from_json, attachments_to_json
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +141,27 @@ CREATE INDEX messages_tokens ON messages(group_id, tokens_before);
             total += token_cost(int(token_count))
         await db.exec_many("UPDATE messages SET tokens_before = ? WHERE group_id = ? AND seq = ?", updates)
         await db.exec("UPDATE groups SET tokens_total = ? WHERE id = ?", (total, group_id))
+
+
+async def _m014_mask_file_urls(db: MigrationDb) -> None:
+    """Mask the secrets in the files of rows stored before a file's URL was masked (a file named
+    `<bot token>.txt` kept the token in its stored URL): its name, URL and text, with the secrets
+    the process knows when it opens the database. Every verb registers its settings' and the
+    environment's secrets before it opens one (`bot.__main__`, `bot.wiring.open_engine`); the
+    webhooks' tokens are registered here from the database itself."""
+    SECRETS.register_all(token for (token,) in await db.all("SELECT token FROM webhooks"))
+    if not len(SECRETS):
+        return
+    rows = await db.all("SELECT group_id, seq, attachments FROM messages WHERE attachments <> '[]'")
+    updates = []
+    for group_id, seq, stored in rows:
+        files = attachments_from_json(stored)
+        masked = attachments_to_json([masked_file(f) for f in files])
+        if masked != attachments_to_json(files):
+            updates.append((masked, group_id, seq))
+    if updates:
+        await db.exec_many("UPDATE messages SET attachments = ? WHERE group_id = ? AND seq = ?", updates)
+        log.info("masked the secrets in the files of %d stored messages", len(updates))
 
 
 MIGRATIONS: list[Migration] = [
@@ -455,6 +479,7 @@ CREATE TABLE drafts (
 CREATE INDEX drafts_run ON drafts(run_id);
 CREATE INDEX drafts_group_agent ON drafts(group_id, agent_id);
 """),
+    Migration(14, "secrets masked in stored files' names and URLs", _m014_mask_file_urls),
 ]
 
 # The ledger of applied migrations (both databases; not itself a migration).

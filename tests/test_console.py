@@ -414,3 +414,43 @@ async def test_attach_refuses_what_is_not_a_regular_file(tmp_path):
     assert "error: pipe.txt is not a regular file: /attach takes the path of a file." in lines
     assert "Nothing is attached. /attach PATH attaches a file (an image or a text file) to your next message." in lines
     assert "[planner] Seen." in out
+
+
+async def test_only_an_attached_images_path_is_kept_in_its_row(tmp_path):
+    """A text file's content is in its row: its local path is not kept (an export shared later would
+    show where the person keeps files); an image's is, as it is read again when a run is made."""
+    import json
+    import sqlite3
+
+    from tests.discord.test_attachments import png
+
+    (tmp_path / "notes.md").write_text("remember the milk\n")
+    (tmp_path / "shot.png").write_bytes(png(4, 4))
+    script = GroupChatScript(agents={"planner": ["Seen."]})
+    async with FakeOpenAI(script) as srv:
+        code, out, err = await run_console(tmp_path, srv.base_url, (
+            '/agent add name:planner role:plans prompt:"You plan."\n'
+            "/attach notes.md\n/attach shot.png\n@planner look\n"))
+    assert code == 0, err
+    with sqlite3.connect(tmp_path / "rt.db") as db:
+        [(stored,)] = db.execute("SELECT attachments FROM messages WHERE attachments <> '[]'").fetchall()
+    urls = {f["name"]: f.get("url") for f in json.loads(stored)}
+    assert urls == {"notes.md": None, "shot.png": str(tmp_path / "shot.png")}
+    assert "[planner] Seen." in out
+
+
+async def test_what_agents_could_not_use_is_told_in_the_console_too(tmp_path):
+    (tmp_path / "fake.png").write_text("not a picture at all\n")
+    (tmp_path / "blob.bin").write_bytes(b"\x00\x01\x02binary")
+    script = GroupChatScript(agents={"planner": ["Seen."], "critic": ["Seen too."]})
+    async with FakeOpenAI(script) as srv:
+        code, out, err = await run_console(tmp_path, srv.base_url, (
+            '/agent add name:planner role:plans prompt:"You plan."\n'
+            '/agent add name:critic role:checks prompt:"You check."\n'
+            "/roundtable config mode:tags\n/attach fake.png\n/attach blob.bin\n@planner @critic look\n"))
+    assert code == 0, err
+    told = [line for line in out.splitlines() if "📎" in line]
+    assert [line.partition("📎 ")[2] for line in told] == [
+        "you, not used: blob.bin (agents see only its name: it is no image or text file).",
+        "you, not used: fake.png (it is not a PNG, JPEG, GIF or WebP image)."], out
+    assert "[planner] Seen." in out and "[critic] Seen too." in out

@@ -6,6 +6,8 @@ import asyncio
 import base64
 import os
 
+import pytest
+
 from tests.discord.test_attachments import png
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, closed_base_url, image_urls, message_text
 from tests.test_console import ROUNDTABLE, clean_env
@@ -133,3 +135,60 @@ async def test_a_console_image_reaches_a_named_provider_as_an_image_part(tmp_pat
     assert "[looker] A grey bar." in out
     assert any(line.startswith("[you] @looker what is in it?") for line in lines)
     assert "[image: shot.png, 20×10, " in out  # the person's row shows what went with it
+
+
+async def test_a_missing_providers_model_is_refused_at_call_time_and_never_reaches_the_default_server():
+    """The real client against a default server whose model list is known: `local/llama3` (no provider
+    `local`, not listed) is refused before any request; `openai/gpt-4o`, which the gateway lists, runs."""
+    from bot.adapters.openai_llm import OpenAILLM
+    from bot.adapters.providers import Providers
+    from bot.core.errors import ProviderMissing
+    from bot.core.models import ChatMessage
+
+    class Chars:
+        def count(self, text: str) -> int:
+            return len(text)
+
+    async with FakeOpenAI(["from the gateway", "again"], models=["fake-model", "openai/gpt-4o"]) as default:
+        llm = Providers({"default": OpenAILLM(api_key="sk-default-key", base_url=default.base_url,
+                                              default_model="fake-model", timeout=10, max_retries=0,
+                                              counter=Chars())}, default_model="fake-model")
+        try:
+            hello = [ChatMessage("user", "hello")]
+            for call in (llm.complete(hello, model="local/llama3"),
+                         llm.stream(hello, on_text=lambda _: None, model="local/llama3"),
+                         llm.tools_refusal("local/llama3")):
+                with pytest.raises(ProviderMissing) as refused:
+                    await call
+                assert "ROUNDTABLE_PROVIDER_LOCAL_BASE_URL and ROUNDTABLE_PROVIDER_LOCAL_API_KEY" in \
+                    refused.value.public
+            assert (await llm.complete(hello, model="openai/gpt-4o")).text == "from the gateway"
+            default.models.append("local/llama3")  # a gateway that serves it under that name: it runs there
+            llm.clients["default"]._models = None
+            assert (await llm.complete(hello, model="local/llama3")).text == "again"
+        finally:
+            await llm.aclose()
+    assert [r["model"] for r in default.requests] == ["openai/gpt-4o", "local/llama3"]
+
+
+async def test_an_agent_whose_provider_is_gone_after_a_restart_is_told_once_and_sends_nothing(tmp_path):
+    """An agent added on `local/llama3` while ROUNDTABLE_PROVIDER_LOCAL_* was set; the console started
+    again without it: each tag of the agent sends nothing to the default server, and the notice naming the
+    missing settings is said once, not on every tag."""
+    script = GroupChatScript(agents={"planner": ["Plan.", "Plan again."]})
+    async with FakeOpenAI(script) as default, FakeOpenAI(models=["llama3"]) as local:
+        code, out, err = await console(tmp_path, provider_env(tmp_path, default.base_url, local=local.base_url), (
+            '/agent add name:planner role:plans prompt:"You plan."\n'
+            '/agent add name:coder role:codes prompt:"You code." model:local/llama3\n'
+            "/roundtable config mode:tags\n"))
+        assert code == 0, err
+        code, out, err = await console(tmp_path, provider_env(tmp_path, default.base_url), (
+            "@coder @planner write it\n@coder and now?\n@planner @coder once more\n"))
+    assert code == 0, err
+    assert local.requests == []
+    assert all(r["model"] != "local/llama3" and r["model"] != "llama3" for r in default.requests)
+    told = [line for line in out.splitlines() if "ROUNDTABLE_PROVIDER_LOCAL_BASE_URL" in line]
+    assert len(told) == 1, out
+    assert ("coder could not answer: its model local/llama3 names provider local, which is not set up "
+            "(ROUNDTABLE_PROVIDER_LOCAL_BASE_URL and ROUNDTABLE_PROVIDER_LOCAL_API_KEY are missing)") in told[0]
+    assert "[planner] Plan." in out

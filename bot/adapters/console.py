@@ -11,7 +11,9 @@ lines that were answered with an error and taken for nothing (the exit code of p
 
 `/attach PATH` attaches a file to the person's next message (several may wait; `/attach`
 alone lists them, `/detach` drops them): a text file is read at once and kept with the
-row, an image is kept by its path and read when a run is made (`bot.core.rules.attachments`).
+row (not its path), an image is kept by its path and read when a run is made
+(`bot.core.rules.attachments`). A path is no secret (masked anyway when it holds one) but says
+where a person keeps files: only an image's is stored, as it must be read again.
 
 How lines are read and shown (prompt, line editing, the typing status, colour)
 is `bot.adapters.terminal`'s business; this module only says what to show. On a
@@ -483,6 +485,8 @@ class Console:
 
         file = await take_in(SharedFile(path.name, "other", len(data), ctype, str(path.resolve()),
                                         width=dims[0] if dims else None, height=dims[1] if dims else None), read)
+        if file.kind != "image":  # its content is in the row (or it is named only): its path is kept only
+            file = replace(file, url="")  # where it is needed, to read an image again when a run is made
         self.attached.append(file)
         what = {"image": "an image", "text": "a text file", "other": "a file agents see by name only"}[file.kind]
         note = f"; {file.note}" if file.note else ""

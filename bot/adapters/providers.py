@@ -4,7 +4,12 @@ The default provider is `OPENAI_BASE_URL` / `OPENAI_API_KEY` (named `default`). 
 is defined by `ROUNDTABLE_PROVIDER_<NAME>_BASE_URL` (and `..._API_KEY`); a model written
 `name/model` runs as `model` on provider `name` when one of that name (case-insensitive) is
 defined, otherwise the whole string is the default provider's model name (`openai/gpt-4o`
-through a gateway keeps working). `None` means the default agent model (ROUNDTABLE_MODEL,
+through a gateway keeps working). Such a model is refused at call time, before any request,
+when the default provider's model list (GET /models, kept a while) lacks it: `local/llama3`
+after a restart without `ROUNDTABLE_PROVIDER_LOCAL_*` must not go to the default, perhaps
+hosted, service (`ProviderMissing`, whose notice names the missing settings; the run says it
+once per group and model). A default provider that lists no models lets it through.
+`None` means the default agent model (ROUNDTABLE_MODEL,
 which may name a provider too).
 
 Every call goes to the provider's own `OpenAILLM` (its timeout, retries, remembered quirks:
@@ -27,7 +32,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 
 from bot.adapters.openai_llm import OpenAILLM
-from bot.core.errors import ConfigError, LLMError, LLMUnavailable
+from bot.core.errors import ConfigError, LLMError, LLMUnavailable, ProviderMissing
 from bot.core.models import DEFAULT_PROVIDER, ChatMessage, Completion, Tool
 
 log = logging.getLogger(__name__)
@@ -58,10 +63,21 @@ class Providers:
         provider, name = route(model or self.default_model, self.named)
         return provider, self.clients[provider], name
 
+    async def routed(self, model: str | None) -> tuple[str, OpenAILLM, str]:
+        """`resolve`, refusing (`ProviderMissing`) a `name/` prefix that is no provider when the
+        default provider's model list lacks the whole string (see the module docstring)."""
+        provider, client, name = self.resolve(model)
+        prefix, slash, rest = name.partition("/")
+        if provider == DEFAULT_PROVIDER and slash and prefix and rest:
+            listed = await client.list_models()
+            if listed is not None and name not in listed:
+                raise ProviderMissing(name, prefix.lower())
+        return provider, client, name
+
     async def complete(self, messages: Sequence[ChatMessage], *, model: str | None = None,
                        max_tokens: int | None = None, logprobs: bool = False, cache_key: str | None = None,
                        tools: Sequence[Tool] | None = None) -> Completion:
-        provider, client, name = self.resolve(model)
+        provider, client, name = await self.routed(model)
         try:
             completion = await client.complete(messages, model=name, max_tokens=max_tokens, logprobs=logprobs,
                                                cache_key=cache_key, tools=tools)
@@ -73,7 +89,7 @@ class Providers:
     async def stream(self, messages: Sequence[ChatMessage], *, on_text: Callable[[str], None],
                      model: str | None = None, max_tokens: int | None = None,
                      cache_key: str | None = None) -> Completion:
-        provider, client, name = self.resolve(model)
+        provider, client, name = await self.routed(model)
         try:
             completion = await client.stream(messages, on_text=on_text, model=name, max_tokens=max_tokens,
                                              cache_key=cache_key)
@@ -83,7 +99,7 @@ class Providers:
         return dataclasses.replace(completion, provider=provider)
 
     async def tools_refusal(self, model: str | None, *, spent: list[Completion] | None = None) -> str | None:
-        provider, client, name = self.resolve(model)
+        provider, client, name = await self.routed(model)
         asked: list[Completion] = []
         reason = await client.tools_refusal(name, spent=asked)
         if spent is not None:

@@ -130,6 +130,21 @@ class LLMRejected(LLMError):
     public = "the model service refused the request"
 
 
+class ProviderMissing(LLMRejected):
+    """A model written `name/model` whose `name` is no provider, and that the default provider does not
+    list: refused before any request (it would go to the default, perhaps hosted, service instead of the
+    server meant, e.g. after a restart without `ROUNDTABLE_PROVIDER_LOCAL_*`). `model` as written."""
+
+    def __init__(self, model: str, prefix: str) -> None:
+        setting = f"ROUNDTABLE_PROVIDER_{prefix.upper()}"
+        super().__init__(
+            f"model {model}: no provider {prefix} is defined and the default provider does not list it; not sent",
+            public=(f"its model {model} names provider {prefix}, which is not set up ({setting}_BASE_URL and "
+                    f"{setting}_API_KEY are missing), and the default provider does not list it, so nothing "
+                    "was sent"))
+        self.model = model
+
+
 class DeliveryError(RoundtableError):
     """The surface did not take a row this time; the engine retries it with backoff.
 

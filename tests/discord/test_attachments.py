@@ -167,3 +167,65 @@ async def test_a_file_named_png_that_is_no_image_is_not_sent_and_the_model_keeps
         message_text(m) for m in first["messages"])
     assert image_urls(second) == ["data:image/png;base64," + base64.b64encode(png(4, 4)).decode()]
     assert [p["content"] for p in harness.webhook_posts()] == ["Not a picture.", "A grey square."]
+
+
+async def test_an_image_named_after_the_bot_token_is_stored_and_exported_masked_and_still_reaches_the_model(
+        harness, script):
+    """A person posts `<bot token>.png`: Discord's URL ends with that name. The row keeps the name and
+    the URL masked; the image is found by its message's ids when the run is made; an export written
+    later (by a process that does not know the token: `roundtable export` with other settings) holds
+    the token in no form."""
+    from bot.core.record.export import write_export
+    from bot.core.rules.secrets import SECRETS
+
+    emu = harness.emu
+    SECRETS.register(emu.token)  # as the wiring registers DISCORD_TOKEN at start
+    script.set_agent("planner", ["A grey square."])
+    await harness.setup_group(("planner", "drafts the itinerary"), mode="tags")
+    image = png(16, 16)
+    posted = await emu.user_post(emu.channel_id, emu.alice_id, "@planner what is this?",
+                                 attachments=[(f"{emu.token}.png", image)])
+    assert emu.token in posted["attachments"][0]["url"]
+    await emu.wait_for(lambda: len(harness.webhook_posts()) >= 1, timeout=30)
+    await harness.idle()
+    [request] = participant_requests(harness, "planner")
+    assert image_urls(request) == ["data:image/png;base64," + base64.b64encode(image).decode()]
+    row = next(r for r in await harness.store.messages(1) if r.attachments)
+    [file] = row.attachments
+    assert file.name == "***.png" and file.url.split("?")[0].endswith("/***.png")
+    group = await harness.store.get_group(1)
+    SECRETS.clear()
+    for fmt in ("json", "md", "html"):
+        parts: list[str] = []
+        await write_export(harness.store, group, fmt, parts.append)
+        page = "".join(parts)
+        assert "***.png" in page and emu.token not in page, fmt
+
+
+async def test_what_agents_could_not_use_is_told_to_the_person_in_one_line_once_not_per_agent(harness, script):
+    """A 30 MB log, a `.png` that is text, an image whose link is gone by the time the run is made, an
+    image over max_images: the person reads it in the channel (SPEC §8), not only the model. What is
+    known when the message is stored is one line then; what the first run finds (the fake and the gone
+    image) is one line after it; the second agent reading the same message repeats neither."""
+    emu = harness.emu
+    script.set_agent("planner", ["Seen."])
+    script.set_agent("critic", ["Seen too."])
+    await harness.setup_group(("planner", "plans"), ("critic", "checks"), mode="tags", max_images=3)
+    await harness.command("roundtable pause")
+    posted = await emu.user_post(emu.channel_id, emu.alice_id, "@planner @critic look at these", attachments=[
+        ("a.png", png(8, 8)), ("fake.png", b"just some text, no picture"), ("gone.png", png(4, 4)),
+        ("over.png", png(2, 2)), {"filename": "big.log", "data": b"x", "size": 30 * 2**20}])
+    emu.files.pop(posted["attachments"][2]["id"])  # deleted (or expired) before the run is made
+
+    def notices() -> list[str]:
+        return [m["content"] for m in emu.channel_messages(emu.channel_id)
+                if not m.get("webhook_id") and m["content"].startswith("📎")]
+    await emu.wait_for(lambda: len(notices()) >= 1, timeout=30, what="the line of what is known at once")
+    assert notices() == ["📎 Alice, not used: over.png (only 3 images of a message are sent); "
+                         "big.log (not read: larger than 4.0 MB)."]
+    await harness.command("roundtable resume")
+    await emu.wait_for(lambda: len(harness.webhook_posts()) >= 2, timeout=30)
+    await harness.idle()
+    assert notices()[1:] == ["📎 Alice, not used: fake.png (it is not a PNG, JPEG, GIF or WebP image); "
+                             "gone.png (it could not be fetched: deleted, or its link expired)."]
+    assert len(participant_requests(harness, "planner")) == len(participant_requests(harness, "critic")) == 1

@@ -2,11 +2,15 @@
 PostgreSQL, immutable; the provider of each model call recorded and summed per provider."""
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import AsyncIterator
+from urllib.parse import quote
 
 import pytest
 
 from bot.core.models import Decision, GroupSettings, NewMessage, RunResult, SharedFile, Usage
+from bot.core.rules.secrets import SECRETS
 from storage import SqlStore
 from tests.fakes.databases import Place
 
@@ -50,3 +54,74 @@ async def test_the_provider_of_each_call_is_recorded_and_summed(store: SqlStore)
     assert decision is not None and decision.provider == "default"
     spent = {(s.who, s.model, s.provider) for s in await store.spending(group.id, 0)}
     assert spent == {("coder", "llama3", "local"), ("selector", "gpt-4o-mini", "default")}
+
+
+# A secret in a file's name reaches its URL (Discord's CDN URL ends with the name): raw, percent-encoded
+# (a character a URL cannot hold as it is), and in the row's JSON escaped (a quote, a non-ASCII letter).
+TOKEN = "MTA5ODc2NTQzMjEwOTg3NjU0.GhIjKl.abcdefghijklmnopqrstuvwxyz0123"
+ENCODED = "p@ss w/rd+42"
+ESCAPED = 'qu"ot\\é-s3cret'
+SECRETS_IN_NAMES = (TOKEN, ENCODED, ESCAPED)
+
+
+def forms(secret: str) -> set[str]:
+    return {secret, quote(secret, safe=""), quote(secret), json.dumps(secret)[1:-1]}
+
+
+def leaky(secret: str, n: int) -> SharedFile:
+    name = f"{secret}.txt"
+    url = f"https://cdn.example/attachments/1/{n}/{quote(name, safe='')}?ex=1"
+    return SharedFile(name, "text", 5, "text/plain", url,
+                      attachment_id=str(n), message_id="9", channel_id="1", text=f"key {secret}", chars=9)
+
+
+def leaves_no_form(stored: str) -> None:
+    for secret in SECRETS_IN_NAMES:
+        for form in forms(secret):
+            assert form not in stored, (secret, form)
+
+
+async def test_a_secret_in_a_files_name_is_masked_in_its_stored_name_url_and_text(place: Place) -> None:
+    for secret in SECRETS_IN_NAMES:
+        SECRETS.register(secret)
+    async with await place.open() as store:
+        group = await store.create_group("console:s", "s", GroupSettings())
+        files = tuple(leaky(s, n) for n, s in enumerate(SECRETS_IN_NAMES))
+        stored, _ = await store.append_user_message(group.id, NewMessage("user", "alice", "see", attachments=files))
+        [(column,)] = await place.fetch("SELECT attachments FROM messages WHERE seq = ?", (stored.seq,))
+        read = (await store.get_message(group.id, stored.seq)).attachments
+    leaves_no_form(column)
+    leaves_no_form(repr(stored.attachments) + repr(read))
+    assert [f.name for f in read] == ["***.txt"] * 3
+    assert [f.url.rpartition("/")[2] for f in read] == ["***.txt?ex=1"] * 3
+    assert [(f.attachment_id, f.message_id, f.channel_id) for f in read] == [("0", "9", "1"), ("1", "9", "1"),
+                                                                             ("2", "9", "1")]
+
+
+async def test_migration_14_masks_the_files_of_rows_stored_before_with_the_secrets_known_at_start(
+        place: Place) -> None:
+    """Rows stored before URLs were masked (written here as the older version wrote them: the raw
+    name and URL in the row's JSON): opening the database masks them with the secrets the process
+    knows then (its settings' and environment's, registered before the store opens) and the
+    webhooks' tokens the database holds."""
+    webhook_token = "whk-" + "t0ken" * 6
+    async with await place.open() as store:
+        group = await store.create_group("console:m", "m", GroupSettings())
+        await store.save_webhook("1", "55", webhook_token)
+    files = [dataclasses.asdict(leaky(s, n)) for n, s in enumerate([*SECRETS_IN_NAMES, webhook_token])]
+    await place.execute("INSERT INTO messages (group_id, seq, author_type, author_name, text, created_at,"
+                        " attachments) VALUES (?, 1, 'user', 'alice', 'see', 0, ?)", (group.id, json.dumps(files)))
+    await place.execute("UPDATE groups SET latest_seq = 1 WHERE id = ?", (group.id,))
+    await place.execute("DELETE FROM _migrations WHERE id = 14")  # as a database of the version before
+    [(raw,)] = await place.fetch("SELECT attachments FROM messages WHERE seq = 1")
+    assert TOKEN in raw and quote(ENCODED, safe="") in raw and json.dumps(ESCAPED)[1:-1] in raw
+    SECRETS.clear()
+    for secret in SECRETS_IN_NAMES:  # as the command line registers the settings' before it opens the store
+        SECRETS.register(secret)
+    async with await place.open() as store:
+        read = (await store.get_message(group.id, 1)).attachments
+    [(column,)] = await place.fetch("SELECT attachments FROM messages WHERE seq = 1")
+    leaves_no_form(column)
+    assert webhook_token not in column
+    assert [f.name for f in read] == ["***.txt"] * 4 and all("***" in f.url for f in read)
+    assert [f.text for f in read] == ["key ***"] * 4

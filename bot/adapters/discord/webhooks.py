@@ -51,6 +51,7 @@ from bot.core.errors import DeliveryError, UserFacingError
 from bot.core.models import Agent, DraftPart, Episode, Group, Message, SharedFile
 from bot.core.ports import Draft, Recorder, Store
 from bot.core.rules.attachments import FileUnavailable
+from bot.core.rules.secrets import MASK
 from bot.core.rules.stop import strip_terminate
 
 log = logging.getLogger(__name__)
@@ -173,11 +174,26 @@ class DiscordSurface:
         if not file.url:
             raise FileUnavailable("no URL was stored")
         try:
+            if MASK in file.url:  # a secret in its name was masked out of the stored URL: ask for its message
+                return await self.bot.http.get_from_cdn(await self._url_by_ids(file))
             return await self.bot.http.get_from_cdn(await self.fresh_url(file.url))
         except discord.HTTPException as exc:
             raise FileUnavailable(f"Discord's CDN answered HTTP {exc.status}") from None
         except TRANSPORT_ERRORS as exc:
             raise FileUnavailable(f"the CDN could not be reached ({type(exc).__name__})") from None
+
+    async def _url_by_ids(self, file: SharedFile) -> str:
+        """The current URL of a shared file, read from its message (by the ids its row keeps)."""
+        if not (file.channel_id and file.message_id and file.attachment_id):
+            raise FileUnavailable("its URL was masked and its message is not known")
+        try:
+            message = await self.channel(file.channel_id).fetch_message(int(file.message_id))
+        except discord.NotFound:
+            raise FileUnavailable("its message was deleted") from None
+        for attachment in message.attachments:
+            if str(attachment.id) == file.attachment_id:
+                return attachment.url
+        raise FileUnavailable("its message no longer has it")
 
     # webhooks ------------------------------------------------------------
     async def create_webhook(self, channel_id: str) -> tuple[str, str]:

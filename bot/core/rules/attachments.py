@@ -9,7 +9,8 @@ characters; every secret the process knows masked, as in a message's text), so r
 exports have it. Anything else is named only.
 
 Showing files in an agent's prompt (`PromptFiles`): each text file's content follows the
-message's text inside `<file name=...>` ... `</file>`, all of a message's files together
+message's text inside `<file name=...>` ... `</file>` (the name escaped as an XML attribute, a
+`</file` in the content written `<\\/file`, so no file ends its block early), all of a message's files together
 within the group's `max_text` characters, a cut one ending with a visible note
 ("… 12,000 more characters of log.txt left out"). An image gets a line naming it, and,
 for a model that takes images, the image itself right after the line (an image part
@@ -26,6 +27,7 @@ text as `max_text` was then, and each image it may send at OpenAI's billing esti
 from __future__ import annotations
 
 import base64
+import html
 import logging
 import math
 import re
@@ -116,10 +118,18 @@ def decode_text(data: bytes) -> str | None:
         return None
 
 
+def masked_file(file: SharedFile) -> SharedFile:
+    """`file` with every secret the process knows masked in its name, URL and text (a file named
+    `<token>.txt` has the token in its URL too: Discord's CDN URL ends with the name, percent-encoded
+    where needed). A URL so masked no longer fetches: the surface finds the file by its ids instead."""
+    text = mask(file.text) if file.text else file.text
+    return replace(file, name=mask(file.name), url=mask(file.url), text=text)
+
+
 async def take_in(file: SharedFile, fetch: Fetch) -> SharedFile:
     """`file` (its name, type and size known) with its kind decided and, for a text file, its
     content read through `fetch`. Never raises: a text file that cannot be read is kept with a note."""
-    file = replace(file, name=mask(file.name))  # (a secret in a name: as in the text)
+    file = masked_file(file)  # (a secret in a name, and so in the URL: as in the text)
     ctype = image_type(file.name, file.content_type)
     if ctype is not None:
         return replace(file, kind="image", content_type=file.content_type or ctype)
@@ -191,14 +201,71 @@ def text_files(files: Sequence[SharedFile], max_text: int) -> list[str]:
         shown = text[:max(left, 0)]
         left -= len(shown)
         missing = file.chars - len(shown)
-        lines = [f'<file name="{file.name}" size="{size_text(file.size)}">']
+        lines = [f'<file name="{file_attribute(file.name)}" size="{size_text(file.size)}">']
         if shown:
-            lines.append(shown.rstrip("\n"))
+            lines.append(file_content(shown.rstrip("\n")))
         if missing > 0:
             lines.append(f"… {missing:,} more characters of {file.name} left out")
         lines.append("</file>")
         blocks.append("\n".join(lines))
     return blocks
+
+
+_CLOSING = re.compile(r"<(?=/file)", re.IGNORECASE)
+
+
+def file_attribute(name: str) -> str:
+    """A file's name as a `<file name="...">` attribute: `&`, `<`, `>` and `"` escaped as in XML, so
+    a name can neither end the attribute nor open a tag."""
+    return html.escape(name, quote=False).replace('"', "&quot;")
+
+
+def file_content(text: str) -> str:
+    """A text file's content inside its `<file>` block: a `</file` in it is written `<\\/file`, so the
+    file cannot end its block early (and seem to be the person's own words after it)."""
+    return _CLOSING.sub(lambda _: "<\\", text)
+
+
+# what the person is told -----------------------------------------------------------------------------
+def unused_files(files: Sequence[SharedFile], max_images: int) -> list[tuple[str, str]]:
+    """(name, why) of each file of a message that agents cannot use, as far as is known when it is
+    stored: a text file not read (too large, not UTF-8, not fetched), an image over `max_images` or
+    too large to send, a file of another kind (agents see its name only). Images that cannot be
+    fetched, or are no image after all, are known when a run is made (`ImageSource.unused`)."""
+    unused, shown = [], 0
+    for file in files:
+        if file.kind == "text" and file.note:
+            unused.append((file.name, file.note))
+        elif file.kind == "other":
+            unused.append((file.name, "agents see only its name: it is no image or text file"))
+        elif file.kind == "image":
+            if shown >= max_images:
+                unused.append((file.name, f"only {max_images} image{'' if max_images == 1 else 's'} "
+                                          "of a message are sent"))
+            elif file.size > IMAGE_BYTES:
+                unused.append((file.name, f"{size_text(file.size)}, more than the {size_text(IMAGE_BYTES)} "
+                                          "a model takes"))
+            else:
+                shown += 1
+    return unused
+
+
+SHOWN_NAMES = 3  # names of one reason in the line; more are counted
+
+
+def unused_line(author: str, unused: Sequence[tuple[str, str]]) -> str:
+    """The one short line that tells a person what of their message agents could not use, the files
+    grouped by why: `alice, not used: a.png, b.png and 14 more (only 4 images of a message are sent);
+    big.log (not read: larger than 4.0 MB)`."""
+    reasons: dict[str, list[str]] = {}
+    for name, why in unused:
+        reasons.setdefault(why, []).append(name)
+    parts = []
+    for why, names in reasons.items():
+        more = len(names) - SHOWN_NAMES
+        shown = ", ".join(names[:SHOWN_NAMES]) + (f" and {more} more" if more > 0 else "")
+        parts.append(f"{shown} ({why})")
+    return f"📎 {author}, not used: {'; '.join(parts)}."
 
 
 def counted_text(text: str, files: Sequence[SharedFile], max_text: int) -> str:
@@ -348,6 +415,7 @@ class ImageSource:
         self._group_id = group_id
         self._cache = cache if cache is not None else OrderedDict()
         self._refused: dict[tuple[int, int, int], str] = {}  # images fetched and not sent: why
+        self.unused: dict[tuple[int, int], tuple[str, str]] = {}  # (seq, index) -> (name, why) of each not sent
 
     def why_not(self, seq: int, index: int) -> str:
         """Why `data_url` gave no URL for the image."""
@@ -362,16 +430,20 @@ class ImageSource:
             data = await self._fetch(file)
         except FileUnavailable as exc:
             log.warning("group=%s seq=%s: image %s could not be fetched: %s", self._group_id, seq, file.name, exc)
+            self.unused[(seq, index)] = (file.name, "it could not be fetched: deleted, or its link expired")
             return None
         if len(data) > IMAGE_BYTES:
             log.warning("group=%s seq=%s: image %s is %s; not sent", self._group_id, seq, file.name,
                         size_text(len(data)))
+            self.unused[(seq, index)] = (file.name, f"{size_text(len(data))}, more than the "
+                                                    f"{size_text(IMAGE_BYTES)} a model takes")
             return None
         ctype = image_format(data)
         if ctype is None:  # a provider refuses the whole call for it (and it is no image anyway)
             log.warning("group=%s seq=%s: %s is not a PNG, JPEG, GIF or WebP image; not sent", self._group_id, seq,
                         file.name)
             self._refused[key] = "it is not a PNG, JPEG, GIF or WebP image"
+            self.unused[(seq, index)] = (file.name, self._refused[key])
             return None
         url = f"data:{ctype};base64,{base64.b64encode(data).decode('ascii')}"
         self._cache[key] = url

@@ -25,13 +25,13 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import TypeVar
 
-from bot.core.errors import DeliveryError, StoreBusy, StoreUnavailable, StoreUnwritable
+from bot.core.errors import DeliveryError, NotFound, StoreBusy, StoreError, StoreUnavailable, StoreUnwritable
 from bot.core.features.spending import budget_reached_notice, month_cost
 from bot.core.features.summary import Summaries
 from bot.core.features.tasks import TaskChains
 from bot.core.models import Agent, Episode, EpisodeResult, Group, Message, NewMessage, SharedFile, Usage
 from bot.core.ports import LLM, Store, Surface, TokenCounter
-from bot.core.rules.attachments import ImageSource, counted_text, images_tokens
+from bot.core.rules.attachments import ImageSource, counted_text, images_tokens, unused_files, unused_line
 from bot.core.rules.doctor import Probe
 from bot.core.rules.pricing import DEFAULT_PRICES, Price
 from bot.core.rules.prompts import SYSTEM_AUTHOR, thread_line
@@ -100,12 +100,14 @@ class Engine:
         self._unsubscribe = store.health.subscribe(self._store_health_changed)
         self._images: OrderedDict[tuple[int, int, int], str] = OrderedDict()  # fetched images, as data URLs
         self._told_no_images: set[str | None] = set()  # models whose images were named only, logged once
+        self._told_unused: set[tuple[int, int, int]] = set()  # (group, seq, file) a person was told agents lack
         self.endpoint_checks = endpoint_checks
         self.surface_connected = asyncio.Event()  # backlogs are routed once people can be answered
         self._backlog_turn = asyncio.Lock()  # one group's backlog chunk at a time (FIFO: groups take turns)
         self._turn = AgentTurn(TurnDeps(
             store=store, llm=llm, surface=surface, counter=counter, tasks=self.tasks, summaries=self.summaries,
-            notice=self.notice, images=self.images, withheld_images=self.withheld_images))
+            notice=self.notice, images=self.images, withheld_images=self.withheld_images,
+            tell_unused=self.tell_unused))
         self._direct = DirectRuns(DirectDeps(
             store=store, llm=llm, counter=counter, prices=self.prices, locks=self.locks, after_turn=self.after_turn,
             wake=self.wake, all_shown=self.all_shown))
@@ -290,6 +292,23 @@ class Engine:
             log.info("model %s does not take images: its prompts name each image instead",
                      model or "(the default model)")
 
+    async def tell_unused(self, group: Group, unused: Mapping[tuple[int, int], tuple[str, str]]) -> None:
+        """Images a run could not send ((seq, index) -> (name, why)): one short line per message to
+        its person (SPEC §8), each file told once (several agents read the same message)."""
+        fresh: dict[int, list[tuple[str, str]]] = {}
+        for (seq, index), found in sorted(unused.items()):
+            if (group.id, seq, index) not in self._told_unused:
+                self._told_unused.add((group.id, seq, index))
+                fresh.setdefault(seq, []).append(found)
+        for seq, files in fresh.items():
+            try:
+                author = (await self.store.get_message(group.id, seq)).author_name
+                await self.store.append_system_message(group.id, self.notice(unused_line(author, files)))
+            except (StoreError, NotFound) as exc:  # a courtesy: the run is settled either way
+                log.warning("group=%s seq=%s: could not tell what agents cannot use: %s", group.id, seq, exc)
+        if fresh:
+            self.shown(group.id)
+
     async def ask(self, group: Group, agent: Agent, prompt: str, *, asker: str, post: bool = False) -> DirectAnswer:
         """A direct run (`/ask`): `agent` answers `asker` privately (and in the group, with `post`)."""
         answer = await self._direct.ask(group, agent, prompt, asker=asker, post=post)
@@ -380,6 +399,14 @@ class Engine:
         except Exception:  # a person's own row is stored; echoing it is only a courtesy
             log.warning("group=%s seq=%s: could not echo the message", group.id, message.seq, exc_info=True)
         await self.episode_changed(group, episode)
+        unused = unused_files(message.attachments, settings.max_images)
+        if unused:  # what agents cannot use is told to the person too, not only to the model (SPEC §8)
+            try:
+                await self.store.append_system_message(group.id, self.notice(unused_line(author_name, unused)))
+                self.shown(group.id)
+            except StoreError as exc:  # the message is stored; the line is a courtesy
+                log.warning("group=%s seq=%s: could not tell %s what agents cannot use: %s", group.id,
+                            message.seq, author_name, exc)
         if wake:
             self.wake(group.id)
         return message

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from bot.core.errors import CapReached, LLMError
+from bot.core.errors import CapReached, LLMError, ProviderMissing
 from bot.core.features.context import Trimmed, load_thread, participant_step
 from bot.core.features.memory import Answer, load_memory, run_with_memory
 from bot.core.features.summary import Summaries
@@ -123,12 +123,15 @@ class TurnDeps:
     notice: Callable[[str], NewMessage]  # a notice from the bot, ready to append
     images: Callable[[Group], ImageSource]  # people's images of a group, fetched through the surface
     withheld_images: Callable[[str | None, int], None]  # a prompt named images only (logged once per model)
+    # images a run could not send, (seq, index) -> (name, why): told to their person once
+    tell_unused: Callable[[Group, Mapping[tuple[int, int], tuple[str, str]]], Awaitable[None]]
 
 
 class AgentTurn:
     def __init__(self, deps: TurnDeps) -> None:
         self.deps = deps
         self._told: set[tuple[int, str]] = set()  # (group, outage) told in that group
+        self._missing: set[tuple[int, str]] = set()  # (group, model) told its provider is not set up
 
     async def run(
         self, group: Group, agent: Agent, snapshot: int, *, selector_usage: Usage, source: str
@@ -137,6 +140,7 @@ class AgentTurn:
         store = deps.store
         run = await store.start_run(group.id, agent.id, "group", snapshot)
         draft: Draft | None = None
+        unused: dict[tuple[int, int], tuple[str, str]] = {}  # images the run could not send
         try:
             fresh = await store.get_group(group.id)
             cap = fresh.settings.max_agent_turns
@@ -146,12 +150,14 @@ class AgentTurn:
                 result, terminated = RunResult("refused", selector_usage=selector_usage, error=str(CapReached(cap)),
                                                notice=await self._refusal_notice(run, agent, cap)), False
             else:
-                result, terminated, draft = await self._call(fresh, agent, run, selector_usage)
+                result, terminated, draft = await self._call(fresh, agent, run, selector_usage, unused)
         except asyncio.CancelledError:
             # Shutting down: the run stays undone (its agent runs again on the next start).
             await self._interrupt(run, selector_usage)
             raise
         finished = await store.finish_run(run.id, result, cap=cap)
+        if unused:
+            await deps.tell_unused(group, unused)
         run, reply, notice = finished.run, finished.reply, finished.notice
         if draft is not None and reply is None:
             await draft.discard()  # nothing will own what was shown
@@ -178,10 +184,10 @@ class AgentTurn:
             return None
         return self.deps.notice(cap_refusal_notice(agent.name, cap))
 
-    async def _call(self, group: Group, agent: Agent, run: Run,
-                    selector_usage: Usage) -> tuple[RunResult, bool, Draft | None]:
+    async def _call(self, group: Group, agent: Agent, run: Run, selector_usage: Usage,
+                    unused: dict[tuple[int, int], tuple[str, str]]) -> tuple[RunResult, bool, Draft | None]:
         """Prompt the agent and turn its answer into the run's result (whether it said TERMINATE,
-        and the draft that showed it while it was written)."""
+        and the draft that showed it while it was written); `unused` gets the images it could not send."""
         deps = self.deps
         store = deps.store
         roster = await store.list_agents(group.id)
@@ -197,7 +203,9 @@ class AgentTurn:
         messages, others = build_messages(group, agent, roster, trimmed, tasks, memory, files)
         deps.withheld_images(agent.model, files.withheld)
         async with deps.surface.working(group, agent):
-            messages = await files.fill_images(messages, deps.images(group))
+            images = deps.images(group)
+            messages = await files.fill_images(messages, images)
+            unused.update(images.unused)
             answer, draft = await self._complete(group, agent, run, messages, others)
         result, terminated = await self._result(group, agent, run, answer, roster, others, selector_usage)
         return result, terminated, draft
@@ -240,6 +248,11 @@ class AgentTurn:
         """Why the agent did not answer. A provider that cannot be reached is told once per outage
         in a group: later turns on it are skipped quietly until it has answered again."""
         said = f"{agent.name} could not answer: {exc.public}. Its turn was skipped"
+        if isinstance(exc, ProviderMissing):  # a set-up problem: told once per group and model, not per tag
+            if (group.id, exc.model) in self._missing:
+                return None
+            self._missing.add((group.id, exc.model))
+            return self.deps.notice(said + ".")
         if exc.outage is None:
             return self.deps.notice(said + ".")
         if (group.id, exc.outage) in self._told:
