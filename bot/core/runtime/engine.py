@@ -33,7 +33,7 @@ from bot.core.models import Agent, Episode, EpisodeResult, Group, Message, NewMe
 from bot.core.ports import LLM, Store, Surface, TokenCounter
 from bot.core.rules.attachments import ImageSource, counted_text, images_tokens
 from bot.core.rules.doctor import Probe
-from bot.core.rules.pricing import DEFAULT_PRICES, Price
+from bot.core.rules.pricing import DEFAULT_PRICES, Price, dollars, exact_dollars
 from bot.core.rules.prompts import SYSTEM_AUTHOR, thread_line
 from bot.core.rules.secrets import mask_error
 from bot.core.rules.shards import Shards
@@ -308,7 +308,8 @@ class Engine:
             return False
         await self.store.update_group(group.id, paused=True)
         await self.store.append_system_message(group.id, self.notice(budget_reached_notice(cost, budget)))
-        log.warning("group=%s paused: this month's cost %s reached its monthly budget %s", group.id, cost, budget)
+        log.warning("group=%s paused: this month's cost %s reached its monthly budget %s", group.id, dollars(cost),
+                    exact_dollars(budget))
         self.shown(group.id)
         return True
 
