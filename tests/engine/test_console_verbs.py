@@ -207,3 +207,16 @@ async def test_status_after_reading_everything_printed(console):
     assert await console.send("/unread") == ["Nothing new in main: you have read everything."]
     await console.send("again, @planner")
     assert "  last decision: #3 tags -> planner" in await console.send("/roundtable status")
+
+
+async def test_why_without_a_message_explains_the_newest_person_or_agent_message(console):
+    # The cap's notice is the newest row: `why` explained it ("Not routed yet": notices select nobody).
+    await console.send('/agent add name:planner role:plans prompt:"You plan."')
+    await console.send("/roundtable config max_turns:1 mode:tags")
+    out = await console.send("@planner plan it")
+    assert any(line.startswith("[roundtable] Stopped after 1 agent message") for line in out)
+    rows = await console.engine.store.messages(console.group.id)
+    newest_agent = max(m.seq for m in rows if m.author_type == "agent")
+    assert rows[-1].author_type == "system" and newest_agent < rows[-1].seq
+    why = await console.send("/roundtable why")
+    assert why[0] == f"#{newest_agent} by planner"

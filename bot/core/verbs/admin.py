@@ -30,6 +30,7 @@ from bot.core.verbs.schedule_verbs import ScheduleVerbs
 
 MEMORY_PAGE = 10  # notes per page where a surface pages (Discord)
 LAST_DECISION_WITHIN = 200  # rows /roundtable status looks back for the last decision that chose someone
+WHY_PAGE = 50  # rows /roundtable why (no message) reads at a time looking for the newest person's or agent's row
 
 CONFIG_FIELDS = {  # option name -> GroupSettings field
     "mode": "mode", "max_turns": "max_agent_turns", "allow_repeat": "allow_repeat",
@@ -233,7 +234,7 @@ class Admin:
 
     async def why(self, group: Group, ref: str | None = None) -> Card:
         group = await self.store.get_group(group.id)
-        seq = await self.message_seq(group, ref) if ref else group.latest_seq
+        seq = await self.message_seq(group, ref) if ref else await self.newest_spoken(group)
         if not 1 <= seq <= group.latest_seq:
             raise NotFound(f"There is no message #{seq} in this group (it has {group.latest_seq}).")
         decision = await self.store.get_decision(group.id, seq)
@@ -252,6 +253,18 @@ class Admin:
             fields.append(Field("selector tokens", f"{u.prompt_tokens} prompt, {u.completion_tokens} completion, "
                                                    f"{u.cached_tokens} cached"))
         return Card(title, decision.note, tuple(fields), footer=await self._context_footer(group, seq))
+
+    async def newest_spoken(self, group: Group) -> int:
+        """The newest row a person or an agent wrote (the bot's own notices select nobody, so `why` without a
+        message explains the newest message people read as the conversation); the newest row when none is."""
+        through = group.latest_seq
+        while through > max(0, group.latest_seq - LAST_DECISION_WITHIN):
+            page = await self.store.messages(group.id, after=max(0, through - WHY_PAGE), through=through)
+            spoken = [m.seq for m in page if m.author_type != "system"]
+            if spoken:
+                return spoken[-1]
+            through -= WHY_PAGE
+        return group.latest_seq
 
     async def _context_footer(self, group: Group, seq: int) -> str:
         seen = await self.context_seen(group, seq)

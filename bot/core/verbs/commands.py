@@ -390,7 +390,7 @@ COMMANDS: tuple[Command, ...] = (
             who="operators"),
     Command(("roundtable", "status"), "Settings, the episode, the agents' cursors, the last decision",
             lambda inv: inv.admin.status(inv.group, inv.caller.reader)),
-    Command(("roundtable", "why"), "Why a message went to whom (default: the latest)",
+    Command(("roundtable", "why"), "Why a message went to whom (default: the newest message of a person or agent)",
             lambda inv: inv.admin.why(inv.group, inv.text("message")),
             (Option("message", "a message link, id or number", "message"),)),
     Command(("roundtable", "usage"), "Calls, tokens and cost per agent and selector",
