@@ -115,7 +115,7 @@ async def test_coalescing_five_messages_during_a_run_make_one_more_run(harness):
             assert f"[alice] @planner follow-up {i}" in second_prompt
         # the newest is the run's task, after the earlier requests still open (the first and the newest
         # three: planner's reply did not end them): in <task>, and only referred to in the thread
-        assert ("<task>Earlier requests this continues, not done yet (oldest first):\n[alice] @planner first\n"
+        assert ("<task>Earlier requests this continues (oldest first):\n[alice] @planner first\n"
                 "[alice] @planner follow-up 2\n[alice] @planner follow-up 3\n[alice] @planner follow-up 4\n"
                 "Current request:\n[alice] @planner follow-up 5</task>") in second_prompt
         assert "[alice] (posted the task above)" in second_prompt

@@ -326,6 +326,7 @@ class Engine:
         wake: bool = True,
         waiting: Callable[[str], None] | None = None,
         attachments: Iterable[SharedFile] = (),
+        reply_to: int | None = None,
     ) -> Message:
         """Commit a person's message (tags parsed now, once), show it, wake the dispatcher.
 
@@ -338,7 +339,8 @@ class Engine:
         until it is stored (SPEC §4: ingest never drops); `waiting` is told why once, at
         the first wait. `attachments`: the files shared with it (`bot.core.rules.attachments`),
         counted in the row's tokens as agents' prompts show them (text within `max_text`, images at
-        the provider's estimate).
+        the provider's estimate). `reply_to`: the seq of the group's row it replies to (a Discord reply: it
+        continues that row's work, SPEC §6).
         """
         files = tuple(attachments)
         settings = group.settings
@@ -359,6 +361,7 @@ class Engine:
                         thread_line(author_name, counted_text(text, files, settings.max_text)))
                     + images_tokens(files, settings.max_images),
                     attachments=files,
+                    reply_to_seq=reply_to,
                 )
                 message, episode = await self.store.append_user_message(group.id, new)
                 break

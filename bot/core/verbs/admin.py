@@ -38,6 +38,7 @@ CONFIG_FIELDS = {  # option name -> GroupSettings field
     "selector_model": "selector_model",
     "operator_role": "operator_role", "allow_bots": "allow_bots", "brief": "brief", "min_confidence": "min_confidence",
     "monthly_budget": "monthly_budget", "max_images": "max_images", "max_text": "max_text", "stream": "stream",
+    "followup_window": "followup_window",
 }
 
 
@@ -75,6 +76,7 @@ def settings_fields(settings: GroupSettings) -> tuple[Field, ...]:
         "monthly_budget": exact_dollars(settings.monthly_budget) if settings.monthly_budget else "off",
         "max_images": settings.max_images, "max_text": f"{settings.max_text:,}",
         "stream": "on" if settings.stream else "off",
+        "followup_window": f"{settings.followup_window} min" if settings.followup_window else "off",
     }
     return tuple(Field(k, str(val)) for k, val in shown.items())
 
@@ -166,6 +168,12 @@ class Admin:
         if episode is None:
             return "No episode is running."
         return f"Stopped the episode after {plural(episode.agent_turns, 'agent message')}."
+
+    async def newtask(self, group: Group) -> str:
+        """`/roundtable newtask`: the next person's message starts a fresh task (SPEC §6), even within
+        followup_window or as a reply; kept in the store, so it holds after a restart."""
+        await self.store.break_tasks(group.id)
+        return "The next message starts a new task: earlier requests are not carried into its prompts."
 
     async def status(self, group: Group, viewer: Reader | None = None) -> Card:
         group = await self.store.get_group(group.id)
