@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -30,8 +31,13 @@ def script() -> GroupChatScript:
 
     def select(body: dict[str, Any]) -> str:
         text = "\n".join(message_text(m) for m in body["messages"])
-        return "planner" if next(turn) % 2 == 0 or "budget" not in text.split("pick the one participant")[-1] \
-            else "budget"
+        match = re.search(r"pick the one participant from ([^\n]*)", text)
+        assert match is not None
+        offered = [n.strip() for n in match.group(1).split(",")]
+        while True:
+            name = ("planner", "budget")[next(turn) % 2]
+            if name in offered:
+                return name
 
     def answer(name: str, n: int) -> str:
         return reply(name, n) + (" TERMINATE" if next(replies) == FIRST_EPISODE else "")
