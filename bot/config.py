@@ -22,11 +22,13 @@ from urllib.parse import urlsplit
 from bot.core.errors import ConfigError, InvalidInput
 from bot.core.models import (
     DEFAULT_CONTEXT_BUDGET,
+    DEFAULT_FOLLOWUP_WINDOW,
     DEFAULT_MAX_IMAGES,
     DEFAULT_MAX_TEXT,
     DEFAULT_MAX_TURNS,
     DEFAULT_PROVIDER,
     DEFAULT_SELECTOR_BUDGET,
+    FOLLOWUP_WINDOW_RANGE,
     MAX_IMAGES_RANGE,
     MAX_TEXT_RANGE,
     MAX_TURNS_RANGE,
@@ -79,6 +81,7 @@ class Settings:
     max_images: int = DEFAULT_MAX_IMAGES
     max_text: int = DEFAULT_MAX_TEXT
     stream: bool = True  # ROUNDTABLE_STREAM: new groups show replies as they are written
+    followup_window: int = DEFAULT_FOLLOWUP_WINDOW  # ROUNDTABLE_FOLLOWUP_WINDOW: minutes (new groups)
 
     @property
     def prices(self) -> dict[str, Price]:
@@ -296,6 +299,10 @@ def load_settings(env: Mapping[str, str], *, need_discord: bool, missing_note: s
                             f"use a whole number of images from {MAX_IMAGES_RANGE[0]} to {MAX_IMAGES_RANGE[1]}"),
         max_text=r.parsed("ROUNDTABLE_MAX_TEXT", DEFAULT_MAX_TEXT, _in_range(*MAX_TEXT_RANGE, int),
                           f"use a whole number of characters from {MAX_TEXT_RANGE[0]} to {MAX_TEXT_RANGE[1]:,}"),
+        followup_window=r.parsed("ROUNDTABLE_FOLLOWUP_WINDOW", DEFAULT_FOLLOWUP_WINDOW,
+                                 _in_range(*FOLLOWUP_WINDOW_RANGE, int),
+                                 f"use a whole number of minutes from {FOLLOWUP_WINDOW_RANGE[0]} (never) to "
+                                 f"{FOLLOWUP_WINDOW_RANGE[1]:,}"),
     )
     try:
         shards = parse_shards(env.get("ROUNDTABLE_SHARDS"), env.get("ROUNDTABLE_SHARD_COUNT") or None)

@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 def group_defaults(settings: Settings) -> GroupSettings:
     return GroupSettings(max_agent_turns=settings.max_agent_turns, context_budget=settings.context_budget,
                          selector_budget=settings.selector_budget, max_images=settings.max_images,
-                         max_text=settings.max_text, stream=settings.stream)
+                         max_text=settings.max_text, stream=settings.stream,
+                         followup_window=settings.followup_window)
 
 
 def make_providers(settings: Settings, counter: TokenCounter) -> Providers:

@@ -284,12 +284,13 @@ class Access:
             "INSERT INTO messages (group_id, seq, author_type, author_name, author_user_id,"
             " author_agent_id, source_run_id, text, tags, external_ids, confirmed, token_count,"
             " reply_to_seq, episode_id, created_at, tokens_before, attachments)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?)",
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 group_id, seq, message.author_type, message.author_name, message.author_user_id,
                 message.author_agent_id, message.source_run_id, text,
                 tags_to_json(message.tags), dumps(list(external_ids)), int(confirmed),
-                message.token_count, episode_id, now, tokens_before, attachments_to_json(files),
+                message.token_count, message.reply_to_seq, episode_id, now, tokens_before,
+                attachments_to_json(files),
             ),
         )
         await self.map_external_ids(db, group_id, seq, external_ids)  # after the row: a foreign key
@@ -300,6 +301,7 @@ class Access:
             source_run_id=message.source_run_id, external_ids=external_ids,
             confirmed=confirmed, token_count=message.token_count, episode_id=episode_id,
             created_at=now, tokens_before=tokens_before, attachments=files,
+            reply_to_seq=message.reply_to_seq,
         )
 
     async def map_external_ids(

@@ -171,6 +171,7 @@ def to_message(row: Row) -> Message:
         created_at=float(row["created_at"]),
         tokens_before=int(row["tokens_before"]),
         attachments=attachments_from_json(row["attachments"]),
+        reply_to_seq=None if row["reply_to_seq"] is None else int(row["reply_to_seq"]),
     )
 
 

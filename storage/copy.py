@@ -48,6 +48,7 @@ TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("schedules", ("id",)),
     ("model_calls", ("id",)),
     ("drafts", ("id",)),
+    ("task_breaks", ("group_id", "after_seq")),
 )
 NOT_COPIED = ("leases", "interactions", "_migrations")
 IDENTITY_TABLES = ("groups", "agents", "episodes", "runs", "agent_notes", "schedules", "model_calls", "drafts")

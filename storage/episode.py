@@ -65,3 +65,16 @@ class Episodes:
                 [group_id, *seqs])
         tasks = {int(r["seq"]): to_message(r) for r in rows}
         return [(to_episode(e), tasks[int(e["task_seq"])]) for e in episodes if int(e["task_seq"]) in tasks]
+
+    async def break_tasks(self, group_id: int) -> int:
+        async with self._access.write(group_id) as db:
+            seq = int((await self._access.group_row(db, group_id))["latest_seq"])
+            await db.exec("INSERT INTO task_breaks (group_id, after_seq, created_at) VALUES (?, ?, ?)"
+                          " ON CONFLICT (group_id, after_seq) DO NOTHING", (group_id, seq, self._access.now()))
+        return seq
+
+    async def task_breaks(self, group_id: int, *, from_seq: int, before_seq: int) -> list[int]:
+        async with self._access.read() as db:
+            rows = await db.all("SELECT after_seq FROM task_breaks WHERE group_id = ? AND after_seq >= ?"
+                                " AND after_seq < ? ORDER BY after_seq", (group_id, from_seq, before_seq))
+        return [int(r["after_seq"]) for r in rows]

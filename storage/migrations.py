@@ -480,6 +480,16 @@ CREATE INDEX drafts_run ON drafts(run_id);
 CREATE INDEX drafts_group_agent ON drafts(group_id, agent_id);
 """),
     Migration(14, "secrets masked in stored files' names and URLs", _m014_mask_file_urls),
+    Migration(16, "fresh starts of tasks (/roundtable newtask)", """
+-- /roundtable newtask (SPEC §6): the group's newest row when it was run. The first person's message after
+-- it starts a fresh task: the task chain (bot.core.features.tasks) carries no earlier task into it.
+CREATE TABLE task_breaks (
+    group_id {int} NOT NULL REFERENCES groups(id),
+    after_seq {int} NOT NULL,
+    created_at {real} NOT NULL,
+    PRIMARY KEY (group_id, after_seq)
+) {sqlite: WITHOUT ROWID};
+"""),
 ]
 
 # The ledger of applied migrations (both databases; not itself a migration).

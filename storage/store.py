@@ -180,6 +180,8 @@ class SqlStore:
     get_episode = delegate("_episodes", Episodes.get_episode)
     end_episode = delegate("_episodes", Episodes.end_episode)
     earlier_tasks = delegate("_episodes", Episodes.earlier_tasks)
+    break_tasks = delegate("_episodes", Episodes.break_tasks)
+    task_breaks = delegate("_episodes", Episodes.task_breaks)
     # Runs
     get_run = delegate("_runs", Runs.get_run)
     start_run = delegate("_runs", Runs.start_run)

@@ -258,3 +258,18 @@ def test_roundtable_stream_is_the_default_of_new_groups(value, stream):
 def test_a_malformed_roundtable_stream_is_one_line():
     with pytest.raises(ConfigError, match=r"^ROUNDTABLE_STREAM='sometimes' is malformed: use on or off\.$"):
         load_settings(dict(BASE, ROUNDTABLE_STREAM="sometimes"), need_discord=True)
+
+
+@pytest.mark.parametrize("value, minutes", [("", 120), ("0", 0), ("45", 45), ("10080", 10_080)])
+def test_roundtable_followup_window_is_the_default_of_new_groups(value, minutes):
+    from bot.wiring import group_defaults
+
+    settings = load_settings(dict(BASE, ROUNDTABLE_FOLLOWUP_WINDOW=value), need_discord=True)
+    assert settings.followup_window == minutes and group_defaults(settings).followup_window == minutes
+
+
+@pytest.mark.parametrize("value", ["-1", "10081", "two hours"])
+def test_a_malformed_roundtable_followup_window_is_one_line(value):
+    with pytest.raises(ConfigError, match=rf"^ROUNDTABLE_FOLLOWUP_WINDOW='{value}' is malformed: use a whole number "
+                                          r"of minutes from 0 \(never\) to 10,080\.$"):
+        load_settings(dict(BASE, ROUNDTABLE_FOLLOWUP_WINDOW=value), need_discord=True)

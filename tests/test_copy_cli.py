@@ -48,6 +48,7 @@ async def seeded(path: Path) -> Harness:
         assert planner is not None
         await store.add_note(planner.id, "Alice likes temples.")
         await store.record_call(group_id, planner.id, "memory check", Completion("", Usage(30, 5, 0), "m"))
+        await store.break_tasks(group_id)
         await store.add_schedule(planner.id, When(at_time="09:00", tz="Asia/Tokyo"), "morning plan", next_run_at=9e9)
         run = next(iter(await store.runs_by_id([1])))
         await store.add_draft(group_id, planner.id, run, 0, "planner", "half a repl")

@@ -32,6 +32,8 @@ DEFAULT_MAX_IMAGES = 4
 DEFAULT_MAX_TEXT = 40_000
 MAX_IMAGES_RANGE = (0, 20)
 MAX_TEXT_RANGE = (0, 1_000_000)
+DEFAULT_FOLLOWUP_WINDOW = 120  # minutes after an episode's end in which a person's message continues its work
+FOLLOWUP_WINDOW_RANGE = (0, 10_080)  # 0: never; at most a week
 DEFAULT_PROVIDER = "default"  # the provider of OPENAI_BASE_URL / OPENAI_API_KEY
 FileKind = Literal["image", "text", "other"]
 
@@ -60,6 +62,8 @@ class GroupSettings:
     max_images: int = DEFAULT_MAX_IMAGES  # images sent from one message, and in one prompt
     max_text: int = DEFAULT_MAX_TEXT  # characters of a message's text files inlined in prompts
     stream: bool = True  # replies appear as they are written (provisional messages, then the committed text)
+    followup_window: int = DEFAULT_FOLLOWUP_WINDOW  # minutes: a person's message this soon after an episode's
+    # end continues its work (its task stays in the prompts, SPEC §6); 0: never
 
     def with_changes(self, **changes: Any) -> GroupSettings:
         return replace(self, **changes)
@@ -172,6 +176,7 @@ class NewMessage:
     external_ids: tuple[str, ...] = ()
     token_count: int = 0
     attachments: tuple[SharedFile, ...] = ()
+    reply_to_seq: int | None = None  # the group's row a person's message replied to (a Discord reply)
 
 
 @dataclass(frozen=True)
@@ -192,6 +197,7 @@ class Message:
     created_at: float = 0.0
     tokens_before: int = 0  # the thread cost of the group's earlier rows (running sum of token_cost)
     attachments: tuple[SharedFile, ...] = ()
+    reply_to_seq: int | None = None  # the group's row a person's message replied to (a Discord reply)
 
 
 @dataclass(frozen=True)

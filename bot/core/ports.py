@@ -362,6 +362,15 @@ class EpisodeStore(Protocol):
         """The episodes opened before row `before_seq`, each with its task row, newest first, at most `limit`."""
         ...
 
+    async def break_tasks(self, group_id: int) -> int:
+        """`/roundtable newtask`: the first person's message after the group's newest row starts a fresh
+        task (kept, so it holds after a restart). Returns that newest row's seq."""
+        ...
+
+    async def task_breaks(self, group_id: int, *, from_seq: int, before_seq: int) -> list[int]:
+        """The rows after which a fresh task starts (`break_tasks`), from_seq <= seq < before_seq, ascending."""
+        ...
+
 
 class RunStore(Protocol):
     """Runs: an agent's call over a snapshot, started and settled (`bot.core.runtime.turn`,

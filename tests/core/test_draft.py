@@ -66,6 +66,12 @@ def shown(raw: str) -> str:
     ("Hello\nbudget **", "Hello"),
     ("Hello\nbudget ** :", "Hello"),
     ("Hello\nbudgets", "Hello\nbudgets"),
+    # another's label at the very start is an address: shown as written, as the committed reply keeps it
+    ("budget", "budget"),
+    ("budget: Kamakura adds rail costs", "budget: Kamakura adds rail costs"),
+    ("[budget] fine\nOtherwise", "[budget] fine\nOtherwise"),
+    ("budget: fine\nalice: thanks", "budget: fine"),
+    ("planner: budget: trim", "budget: trim"),
     # a cut line decides the end exactly: TERMINATE before it is the closing one
     ("Done. TERMINATE\nbudget: ok", "Done."),
     # TERMINATE at the end, or what may become it

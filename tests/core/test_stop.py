@@ -7,6 +7,8 @@ from bot.core.rules.stop import (
     near_repeat,
     speaker_label_end,
     strip_terminate,
+    terminates,
+    why_nothing_shown,
 )
 
 
@@ -37,9 +39,14 @@ def test_terminate(text, ends, shown):
         ("Day 1.\nDay 2.\n[budget] That costs $900.\nmore", "Day 1.\nDay 2."),
         ("Day 1.\nbudget: fine by me", "Day 1."),
         ("Day 1.\nalice: thanks", "Day 1."),
-        ("Budget: I mean the budget is ok.", ""),
+        # another's label at the very start is an address: the reply stays the agent's own (it was thrown away)
+        ("Budget: I mean the budget is ok.", "Budget: I mean the budget is ok."),
+        ("budget: Kamakura adds rail costs.\nOtherwise fine. TERMINATE",
+         "budget: Kamakura adds rail costs.\nOtherwise fine. TERMINATE"),
+        ("planner: budget: trim day 3", "budget: trim day 3"),
+        ("budget: trim day 3\nalice: thanks", "budget: trim day 3"),  # a later line is still cut
         ("The budget: about $1,000.", "The budget: about $1,000."),
-        ("[budget] only lines by others", ""),
+        ("[budget] a first line by another\n[budget] then more", "[budget] a first line by another"),
         ("@planner: Day 1.", "Day 1."),
         ("planner: planner: Day 1.", "Day 1."),
         ("Day 1.\n  __budget__ : no", "Day 1."),
@@ -80,3 +87,25 @@ def test_near_repeat():
     earlier = ["I agree with the plan, the budget works out at $1,400 total."]
     assert near_repeat("I agree with the plan, the budget works out at $1,400 total!", earlier)
     assert not near_repeat("Swap the hotel in Shinjuku for a cheaper one in Ueno.", earlier)
+
+
+@pytest.mark.parametrize("raw, ends", [
+    ("Day 1.\nbudget: fine TERMINATE", True),  # cut before its TERMINATE: the raw text still ended with it
+    ("Done. TERMINATE\nbudget: ok", True),
+    ("budget: Kamakura adds rail costs.\nOtherwise fine. TERMINATE", True),
+    ("Day 1.\nbudget: fine", False),
+    ("Day 1. TERMINATE please, budget", False),
+])
+def test_a_reply_cut_by_the_guard_still_terminates(raw, ends):
+    assert terminates(raw, guard_impersonation(raw, "planner", ["budget"])) is ends
+
+
+@pytest.mark.parametrize("raw, why", [
+    ("", "its reply was empty"),
+    ("  \n", "its reply was empty"),
+    ("planner:", "its reply held only its own name as a speaker label"),
+    ("[planner] **", "its reply held only its own name as a speaker label"),
+])
+def test_a_reply_left_with_nothing_is_called_empty_only_when_it_was(raw, why):
+    assert guard_impersonation(raw, "planner", ["budget"]) == ""
+    assert why_nothing_shown(raw) == why

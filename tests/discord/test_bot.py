@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tests.fakes.openai_server import GroupChatScript
+from tests.fakes.openai_server import GroupChatScript, message_text
 
 TOKYO = "@planner draft a 3-day Tokyo trip under $1,500"
 
@@ -60,6 +60,32 @@ async def test_reply_to_an_agent_tags_it_and_attachments_are_noted(harness, scri
     assert rows[2].author_name == "Bob" and rows[2].tags.agent_names == ("planner",)
     assert rows[2].text == "what about this?"
     assert [(f.name, f.kind) for f in rows[2].attachments] == [("shrine.jpg", "image")]
+
+
+async def test_a_reply_to_a_message_of_earlier_work_continues_its_task(harness, script):
+    # followup_window 0: only the reply continues the work (SPEC §6); a plain message after it starts fresh.
+    emu = harness.emu
+    script.set_agent("planner", ["First plan.", "Four days now.", "Something else."])
+    await harness.setup_group(("planner", "drafts the itinerary"), mode="tags", followup_window=0)
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner [TASK1] plan Tokyo")
+    await emu.wait_for(lambda: len(harness.webhook_posts()) >= 1, timeout=10)
+    await harness.idle()
+    agent_msg = next(m for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id"))
+    await emu.user_post(emu.channel_id, emu.bob_id, "make it 4 days", reference_message_id=agent_msg["id"])
+    await emu.wait_for(lambda: len(harness.webhook_posts()) >= 2, timeout=10)
+    await harness.idle()
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner what about Osaka?")
+    await emu.wait_for(lambda: len(harness.webhook_posts()) >= 3, timeout=10)
+    await harness.idle()
+    rows = await harness.store.messages(1)
+    assert [(r.author_name, r.reply_to_seq) for r in rows] == [
+        ("Alice", None), ("planner", None), ("Bob", 2), ("planner", None), ("Alice", None), ("planner", None)]
+    prompts = ["\n".join(message_text(m) for m in r["messages"]) for r in harness.llm_server.requests
+               if GroupChatScript.classify(r)[0] == "participant"]
+    assert len(prompts) == 3
+    assert ("<task>Earlier requests this continues (oldest first):\n[Alice] @planner [TASK1] plan Tokyo\n"
+            "Current request:\n[Bob] make it 4 days</task>") in prompts[1]
+    assert "Earlier requests" not in prompts[2]
 
 
 async def test_cap_yields_exactly_max_turns_posts_and_one_notice(harness, script):

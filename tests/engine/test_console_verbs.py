@@ -207,3 +207,33 @@ async def test_status_after_reading_everything_printed(console):
     assert await console.send("/unread") == ["Nothing new in main: you have read everything."]
     await console.send("again, @planner")
     assert "  last decision: #3 tags -> planner" in await console.send("/roundtable status")
+
+
+async def test_why_without_a_message_explains_the_newest_person_or_agent_message(console):
+    # The cap's notice is the newest row: `why` explained it ("Not routed yet": notices select nobody).
+    await console.send('/agent add name:planner role:plans prompt:"You plan."')
+    await console.send("/roundtable config max_turns:1 mode:tags")
+    out = await console.send("@planner plan it")
+    assert any(line.startswith("[roundtable] Stopped after 1 agent message") for line in out)
+    rows = await console.engine.store.messages(console.group.id)
+    newest_agent = max(m.seq for m in rows if m.author_type == "agent")
+    assert rows[-1].author_type == "system" and newest_agent < rows[-1].seq
+    why = await console.send("/roundtable why")
+    assert why[0] == f"#{newest_agent} by planner"
+
+
+async def test_newtask_is_in_help_and_makes_the_next_message_start_fresh(console):
+    await console.send('/agent add name:planner role:plans prompt:"You plan."')
+    await console.send("/roundtable config mode:tags")
+    assert any("/roundtable newtask" in line for line in await console.send("/help"))
+    await console.send("@planner [TASK1] plan Tokyo")
+    assert await console.send("/roundtable newtask") == [
+        "The next message starts a new task: earlier requests are not carried into its prompts."]
+    await console.send("@planner plan Osaka")
+    await console.send("@planner and add Nara")  # within followup_window: continues Osaka only
+    prompts = ["\n".join(m.content for m in messages[1:]) for kind, _, messages in console.engine.llm.history
+               if kind == "participant"]
+    assert len(prompts) == 3
+    assert "Earlier requests" not in prompts[1]
+    assert ("<task>Earlier requests this continues (oldest first):\n[you] @planner plan Osaka\n"
+            "Current request:\n[you] @planner and add Nara</task>") in prompts[2]

@@ -87,7 +87,7 @@ async def test_the_task_and_the_follow_up_stay_in_every_prompt_once_the_thread_i
             last = calls(server, caller)[-1]
             assert TASK in last and FOLLOW_UP in last, caller
         last = calls(server, "planner")[-1]
-        assert (f"<task>Earlier requests this continues, not done yet (oldest first):\n[alice] {TASK}\n"
+        assert (f"<task>Earlier requests this continues (oldest first):\n[alice] {TASK}\n"
                 f"Current request:\n[alice] {FOLLOW_UP}</task>") in last
         assert "[planner] planner #1:" not in last  # the thread was trimmed: the first replies are cut
         selector = calls(server, "selector")[-1]

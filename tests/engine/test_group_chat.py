@@ -115,7 +115,7 @@ async def test_coalescing_five_messages_during_a_run_make_one_more_run(harness):
             assert f"[alice] @planner follow-up {i}" in second_prompt
         # the newest is the run's task, after the earlier requests still open (the first and the newest
         # three: planner's reply did not end them): in <task>, and only referred to in the thread
-        assert ("<task>Earlier requests this continues, not done yet (oldest first):\n[alice] @planner first\n"
+        assert ("<task>Earlier requests this continues (oldest first):\n[alice] @planner first\n"
                 "[alice] @planner follow-up 2\n[alice] @planner follow-up 3\n[alice] @planner follow-up 4\n"
                 "Current request:\n[alice] @planner follow-up 5</task>") in second_prompt
         assert "[alice] (posted the task above)" in second_prompt
@@ -229,6 +229,30 @@ async def test_impersonation_is_cut_and_an_empty_reply_gets_a_one_line_notice(ha
         await harness.idle()
         assert await harness.thread() == ["[alice] plan it", "[planner] Day 1.",
                                           "[roundtable] budget had nothing to add (its reply was empty)."]
+
+
+async def test_a_reply_opening_with_another_participants_label_is_posted_and_its_terminate_ends_the_episode(harness):
+    # It was thrown away ("budget had nothing to add (its reply was empty)") and the episode ended otherwise.
+    llm = ScriptedLLM(selector=["planner", "budget"],
+                      agents={"planner": ["Day 1 Asakusa, day 2 Kamakura."],
+                              "budget": ["Planner: Kamakura adds rail costs.\nOtherwise fine. TERMINATE"]})
+    async with harness.running(llm):
+        await harness.say("plan it")
+        await harness.idle()
+        assert await harness.thread() == ["[alice] plan it", "[planner] Day 1 Asakusa, day 2 Kamakura.",
+                                          "[budget] Planner: Kamakura adds rail costs.\nOtherwise fine. TERMINATE"]
+        assert harness.surface.episodes[-1].status == "terminated"
+
+
+async def test_a_reply_the_guard_cuts_still_terminates_when_it_ended_with_terminate(harness):
+    llm = ScriptedLLM(selector=["planner", "budget"],
+                      agents={"planner": ["Day 1 Asakusa.\nbudget: that fits. TERMINATE"], "budget": ["more"]})
+    async with harness.running(llm):
+        await harness.say("plan it")
+        await harness.idle()
+        assert await harness.thread() == ["[alice] plan it", "[planner] Day 1 Asakusa."]
+        assert harness.surface.episodes[-1].status == "terminated"
+        assert llm.participant_order == ["planner"]
 
 
 async def test_round_robin_follows_roster_order(harness):

@@ -189,3 +189,16 @@ async def test_a_sub_cent_budget_is_enforced_at_its_value(harness):
         assert notices == ["Paused: this month's model cost ($0.0015) reached this group's monthly budget of "
                            "$0.001 (monthly_budget). Messages are still recorded; an operator can raise the budget "
                            "with /roundtable config monthly_budget:N and then /roundtable resume."]
+
+
+async def test_the_pause_warning_formats_money_as_usage_does(harness, caplog):
+    # 1,148 prompt tokens at $0.15 per million: 0.00017219999999999996 as a float, printed so in the log.
+    small = Completion("A short plan.", Usage(1_148, 0, 0), model="gpt-4o-mini")
+    llm = ScriptedLLM(agents={"planner": [small]})
+    caplog.set_level("WARNING", logger="bot.core.runtime.engine")
+    async with harness.running(llm, mode="tags", monthly_budget=0.0001):
+        await harness.say("@planner go")
+        await harness.idle()
+        assert (await harness.store.get_group(harness.group.id)).paused
+    paused = [r.getMessage() for r in caplog.records if "paused" in r.getMessage()]
+    assert paused == [f"group={harness.group.id} paused: this month's cost $0.0002 reached its monthly budget $0.0001"]

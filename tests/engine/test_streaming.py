@@ -54,6 +54,21 @@ async def test_the_draft_shows_only_what_the_committed_reply_shows_and_stops_bef
     assert llm.streamed == 2
 
 
+async def test_a_streamed_reply_opening_with_another_participants_label_is_shown_and_committed(harness):
+    # The label at the start is an address: the draft shows it as it grows, the committed reply keeps it.
+    harness.surface = OrderedSurface()
+    llm = ScriptedLLM(agents={"planner": ["budget: Kamakura adds rail costs.\nOtherwise fine.\nalice: ok TERMINATE"]})
+    async with harness.running(llm, mode="tags"):
+        await harness.say("@planner plan Tokyo")
+        await harness.idle()
+    rows = [m for m in harness.surface.published if m.author_type == "agent"]
+    assert [r.text for r in rows] == ["budget: Kamakura adds rail costs.\nOtherwise fine."]
+    (draft,) = harness.surface.drafts
+    assert draft.shown and draft.shown[-1] == rows[0].text
+    assert all(rows[0].text.startswith(shown) for shown in draft.shown)
+    assert harness.surface.episodes[-1].status == "terminated"  # cut before its TERMINATE, which still counts
+
+
 async def test_stream_off_and_memory_runs_are_not_streamed(harness):
     harness.surface.streams = True
     llm = ScriptedLLM(agents={"planner": ["Whole."]}, default_agent_reply=lambda name, n: "Also whole.")

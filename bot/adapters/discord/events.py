@@ -103,6 +103,7 @@ class Intake(Protocol):
     async def post_user_message(
         self, group: Group, *, author_name: str, user_id: str | None, text: str, extra_agents: Iterable[Agent] = (),
         external_ids: Iterable[str] = (), wake: bool = True, attachments: Iterable[SharedFile] = (),
+        reply_to: int | None = None,
     ) -> object: ...
 
 
@@ -275,14 +276,17 @@ class Ingest:
         if group.guild_id is not None:
             await self.remember(group.guild_id, message.author)
         replied: list[Agent] = []
+        reply_to: int | None = None
         if message.reference is not None and message.reference.message_id is not None:
             target = await self.store.find_message_by_external_id(str(message.reference.message_id))
+            if target is not None and target.group_id == group.id:
+                reply_to = target.seq  # a reply continues the work of the message it answers (SPEC §6)
             if target is not None and target.author_type == "agent" and target.author_agent_id is not None:
                 replied.append(await self.store.get_agent(target.author_agent_id))
         await self.engine.post_user_message(
             group, author_name=message.author.display_name, user_id=str(message.author.id),
             text=message_text(message)[:8000], extra_agents=replied, external_ids=[str(message.id)], wake=wake,
-            attachments=await shared_files(message),
+            attachments=await shared_files(message), reply_to=reply_to,
         )
         return True
 

@@ -7,8 +7,9 @@ the text the reply shows once committed (`stop.guard_impersonation`, then
 
 - everything while the reply may still open with the agent's own label (`planner:`),
   which the guard strips;
-- the line being written while it may still open as another participant (`[budget]`,
-  `budget:`, `**budget:**`): the guard cuts the reply at such a line. Once the line can
+- a later line being written while it may still open as another participant (`[budget]`,
+  `budget:`, `**budget:**`): the guard cuts the reply at such a line (a label at the very start
+  of the reply is an address: the first line is shown as written). Once the line can
   no longer become a label it is shown as it grows; a complete line that is one ends the
   visible text for good;
 - a tail that may still become the closing TERMINATE: the trailing run of blanks,
@@ -68,6 +69,9 @@ def _guarded(text: str, others: Sequence[str]) -> tuple[str, bool]:
     kept: list[str] = []
     for line in text.splitlines(keepends=True):
         content = line.splitlines()[0]  # without its line break (a piece of splitlines' is never empty)
+        if not kept:  # the reply's first line: another's label there is an address, kept as written
+            kept.append(content)
+            continue
         complete = content != line
         if speaker_label_end(content, others):
             return "\n".join(kept), True

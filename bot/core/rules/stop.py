@@ -77,7 +77,10 @@ def speaker_label_end(line: str, names: Sequence[str]) -> int:
 
 
 def guard_impersonation(text: str, own_name: str, other_names: Sequence[str]) -> str:
-    """Strip a leading `own_name:` / `[own_name]`; cut at a line opening as someone else."""
+    """Strip a leading `own_name:` / `[own_name]`; cut at a later line opening as someone else.
+
+    Another participant's label at the very start of the reply is an address ("budget: trim day 3"
+    speaks to budget): that first line stays, as written (SPEC §6)."""
     own = _labels([own_name])
     out = text.strip()
     while own and (end := speaker_label_end(out, own)):
@@ -87,10 +90,23 @@ def guard_impersonation(text: str, own_name: str, other_names: Sequence[str]) ->
         return out
     kept: list[str] = []
     for line in out.splitlines():
-        if speaker_label_end(line, others):
+        if kept and speaker_label_end(line, others):
             break
         kept.append(line)
     return "\n".join(kept).strip()
+
+
+def terminates(raw: str, cleaned: str) -> bool:
+    """Whether a reply ends the episode: its cleaned text ends with TERMINATE, or its raw text did (a
+    reply the guard cut still terminates, SPEC §6)."""
+    return ends_with_terminate(cleaned) or ends_with_terminate(raw)
+
+
+def why_nothing_shown(raw: str) -> str:
+    """Why a reply left nothing to post once cleaned, truthfully: "empty" only when it was."""
+    if not strip_terminate(raw.strip()):
+        return "its reply was empty"
+    return "its reply held only its own name as a speaker label"
 
 
 def _agent_messages(n: int) -> str:
@@ -141,4 +157,6 @@ __all__ = [
     "guard_impersonation",
     "near_repeat",
     "strip_terminate",
+    "terminates",
+    "why_nothing_shown",
 ]

@@ -39,7 +39,7 @@ from bot.core.ports import (
 from bot.core.rules.attachments import brief_text
 from bot.core.rules.pricing import Price
 from bot.core.rules.prompts import system_message, thread_line
-from bot.core.rules.stop import ends_with_terminate, guard_impersonation, strip_terminate
+from bot.core.rules.stop import guard_impersonation, strip_terminate, terminates, why_nothing_shown
 from bot.core.rules.tags import parse_tags
 from bot.core.runtime.locks import AgentLocks
 from bot.core.runtime.turn import TurnOutcome, cache_key, others_in
@@ -135,7 +135,7 @@ class DirectRuns:
                 await store.finish_run(run.id, RunResult("empty", completion.usage, model=completion.model,
                                                          provider=completion.provider, calls=1), cap=0)
                 return DirectAnswer(agent, "", completion.usage,
-                                    not_posted="the answer was empty" if post else None)
+                                    not_posted=why_nothing_shown(completion.text) if post else None)
             if not post:
                 await store.finish_run(run.id, RunResult("answered", completion.usage, model=completion.model,
                                                  provider=completion.provider, calls=1),
@@ -168,7 +168,7 @@ class DirectRuns:
         if finished.reply is None:
             return DirectAnswer(agent, text, usage, not_posted=finished.run.error or finished.run.status)
         log.info("group=%s agent=%s direct run=%s posted #%s", group.id, agent.name, run_id, finished.reply.seq)
-        outcome = TurnOutcome(finished.run, finished.reply, ends_with_terminate(cleaned), finished.notice)
+        outcome = TurnOutcome(finished.run, finished.reply, terminates(completion.text, cleaned), finished.notice)
         await deps.after_turn(outcome)
         deps.wake(group.id)
         with contextlib.suppress(asyncio.TimeoutError):  # shown: the asker gets a link that works

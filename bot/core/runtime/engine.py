@@ -33,7 +33,7 @@ from bot.core.models import Agent, Episode, EpisodeResult, Group, Message, NewMe
 from bot.core.ports import LLM, Store, Surface, TokenCounter
 from bot.core.rules.attachments import ImageSource, counted_text, images_tokens, unused_files, unused_line
 from bot.core.rules.doctor import Probe
-from bot.core.rules.pricing import DEFAULT_PRICES, Price
+from bot.core.rules.pricing import DEFAULT_PRICES, Price, dollars, exact_dollars
 from bot.core.rules.prompts import SYSTEM_AUTHOR, thread_line
 from bot.core.rules.secrets import mask_error
 from bot.core.rules.shards import Shards
@@ -327,7 +327,8 @@ class Engine:
             return False
         await self.store.update_group(group.id, paused=True)
         await self.store.append_system_message(group.id, self.notice(budget_reached_notice(cost, budget)))
-        log.warning("group=%s paused: this month's cost %s reached its monthly budget %s", group.id, cost, budget)
+        log.warning("group=%s paused: this month's cost %s reached its monthly budget %s", group.id, dollars(cost),
+                    exact_dollars(budget))
         self.shown(group.id)
         return True
 
@@ -344,6 +345,7 @@ class Engine:
         wake: bool = True,
         waiting: Callable[[str], None] | None = None,
         attachments: Iterable[SharedFile] = (),
+        reply_to: int | None = None,
     ) -> Message:
         """Commit a person's message (tags parsed now, once), show it, wake the dispatcher.
 
@@ -356,7 +358,8 @@ class Engine:
         until it is stored (SPEC §4: ingest never drops); `waiting` is told why once, at
         the first wait. `attachments`: the files shared with it (`bot.core.rules.attachments`),
         counted in the row's tokens as agents' prompts show them (text within `max_text`, images at
-        the provider's estimate).
+        the provider's estimate). `reply_to`: the seq of the group's row it replies to (a Discord reply: it
+        continues that row's work, SPEC §6).
         """
         files = tuple(attachments)
         settings = group.settings
@@ -377,6 +380,7 @@ class Engine:
                         thread_line(author_name, counted_text(text, files, settings.max_text)))
                     + images_tokens(files, settings.max_images),
                     attachments=files,
+                    reply_to_seq=reply_to,
                 )
                 message, episode = await self.store.append_user_message(group.id, new)
                 break

@@ -43,7 +43,13 @@ from bot.core.ports import (
 from bot.core.rules.attachments import ImageSource, PromptFiles
 from bot.core.rules.draft import ReplyStream
 from bot.core.rules.prompts import participant_prompt, system_message, thread_line
-from bot.core.rules.stop import cap_refusal_notice, ends_with_terminate, guard_impersonation, strip_terminate
+from bot.core.rules.stop import (
+    cap_refusal_notice,
+    guard_impersonation,
+    strip_terminate,
+    terminates,
+    why_nothing_shown,
+)
 from bot.core.rules.tags import parse_tags
 
 log = logging.getLogger(__name__)
@@ -225,11 +231,12 @@ class AgentTurn:
             log.info("group=%s agent=%s run=%s: memory_skipped (no note after the reminder)",
                      group.id, agent.name, run.id)
         cleaned = guard_impersonation(answer.text, agent.name, others)
-        terminated = ends_with_terminate(cleaned)
+        terminated = terminates(answer.text, cleaned)
         if not strip_terminate(cleaned):
-            log.info("group=%s agent=%s run=%s: empty reply after cleaning; nothing posted",
-                     group.id, agent.name, run.id)
-            notice = None if terminated else deps.notice(f"{agent.name} had nothing to add (its reply was empty).")
+            log.info("group=%s agent=%s run=%s: nothing left after cleaning (%s); nothing posted",
+                     group.id, agent.name, run.id, why_nothing_shown(answer.text))
+            notice = None if terminated else deps.notice(
+                f"{agent.name} had nothing to add ({why_nothing_shown(answer.text)}).")
             return RunResult("empty", usage, selector_usage, notice=notice, model=answer.model,
                              memory_skipped=skipped, provider=answer.provider, calls=answer.calls), terminated
         reply = NewMessage(

@@ -30,6 +30,7 @@ from bot.core.verbs.schedule_verbs import ScheduleVerbs
 
 MEMORY_PAGE = 10  # notes per page where a surface pages (Discord)
 LAST_DECISION_WITHIN = 200  # rows /roundtable status looks back for the last decision that chose someone
+WHY_PAGE = 50  # rows /roundtable why (no message) reads at a time looking for the newest person's or agent's row
 
 CONFIG_FIELDS = {  # option name -> GroupSettings field
     "mode": "mode", "max_turns": "max_agent_turns", "allow_repeat": "allow_repeat",
@@ -37,6 +38,7 @@ CONFIG_FIELDS = {  # option name -> GroupSettings field
     "selector_model": "selector_model",
     "operator_role": "operator_role", "allow_bots": "allow_bots", "brief": "brief", "min_confidence": "min_confidence",
     "monthly_budget": "monthly_budget", "max_images": "max_images", "max_text": "max_text", "stream": "stream",
+    "followup_window": "followup_window",
 }
 
 
@@ -74,6 +76,7 @@ def settings_fields(settings: GroupSettings) -> tuple[Field, ...]:
         "monthly_budget": exact_dollars(settings.monthly_budget) if settings.monthly_budget else "off",
         "max_images": settings.max_images, "max_text": f"{settings.max_text:,}",
         "stream": "on" if settings.stream else "off",
+        "followup_window": f"{settings.followup_window} min" if settings.followup_window else "off",
     }
     return tuple(Field(k, str(val)) for k, val in shown.items())
 
@@ -166,6 +169,12 @@ class Admin:
             return "No episode is running."
         return f"Stopped the episode after {plural(episode.agent_turns, 'agent message')}."
 
+    async def newtask(self, group: Group) -> str:
+        """`/roundtable newtask`: the next person's message starts a fresh task (SPEC §6), even within
+        followup_window or as a reply; kept in the store, so it holds after a restart."""
+        await self.store.break_tasks(group.id)
+        return "The next message starts a new task: earlier requests are not carried into its prompts."
+
     async def status(self, group: Group, viewer: Reader | None = None) -> Card:
         group = await self.store.get_group(group.id)
         state = "paused" if group.paused else "on" if group.enabled else "off"
@@ -233,7 +242,7 @@ class Admin:
 
     async def why(self, group: Group, ref: str | None = None) -> Card:
         group = await self.store.get_group(group.id)
-        seq = await self.message_seq(group, ref) if ref else group.latest_seq
+        seq = await self.message_seq(group, ref) if ref else await self.newest_spoken(group)
         if not 1 <= seq <= group.latest_seq:
             raise NotFound(f"There is no message #{seq} in this group (it has {group.latest_seq}).")
         decision = await self.store.get_decision(group.id, seq)
@@ -252,6 +261,18 @@ class Admin:
             fields.append(Field("selector tokens", f"{u.prompt_tokens} prompt, {u.completion_tokens} completion, "
                                                    f"{u.cached_tokens} cached"))
         return Card(title, decision.note, tuple(fields), footer=await self._context_footer(group, seq))
+
+    async def newest_spoken(self, group: Group) -> int:
+        """The newest row a person or an agent wrote (the bot's own notices select nobody, so `why` without a
+        message explains the newest message people read as the conversation); the newest row when none is."""
+        through = group.latest_seq
+        while through > max(0, group.latest_seq - LAST_DECISION_WITHIN):
+            page = await self.store.messages(group.id, after=max(0, through - WHY_PAGE), through=through)
+            spoken = [m.seq for m in page if m.author_type != "system"]
+            if spoken:
+                return spoken[-1]
+            through -= WHY_PAGE
+        return group.latest_seq
 
     async def _context_footer(self, group: Group, seq: int) -> str:
         seen = await self.context_seen(group, seq)

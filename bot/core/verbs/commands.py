@@ -20,7 +20,15 @@ from typing import Literal, Protocol
 
 from bot.core.errors import Forbidden, InvalidInput, UserFacingError
 from bot.core.features.reading import Reader
-from bot.core.models import MAX_IMAGES_RANGE, MAX_TEXT_RANGE, MAX_TURNS_RANGE, MODES, Group, Message
+from bot.core.models import (
+    FOLLOWUP_WINDOW_RANGE,
+    MAX_IMAGES_RANGE,
+    MAX_TEXT_RANGE,
+    MAX_TURNS_RANGE,
+    MODES,
+    Group,
+    Message,
+)
 from bot.core.record.export import FORMATS
 from bot.core.rules import schedule as sched
 from bot.core.rules import validation as v
@@ -382,7 +390,11 @@ COMMANDS: tuple[Command, ...] = (
                 Option("max_text", "characters of a message's text files put in prompts (the rest is cut)",
                        "integer", low=MAX_TEXT_RANGE[0], high=MAX_TEXT_RANGE[1]),
                 Option("stream", "show replies as they are written (off: whole messages)", "boolean"),
+                Option("followup_window", "minutes after an episode's end in which a message continues its task "
+                       "(0: never)", "integer", low=FOLLOWUP_WINDOW_RANGE[0], high=FOLLOWUP_WINDOW_RANGE[1]),
             ), who="operators_to_change"),
+    Command(("roundtable", "newtask"), "The next message starts a fresh task (no earlier requests carried)",
+            lambda inv: inv.admin.newtask(inv.group)),
     Command(("roundtable", "pause"), "Hold deliveries (messages are still recorded)",
             lambda inv: inv.admin.pause(inv.group), who="operators"),
     Command(("roundtable", "resume"), "Release held deliveries", lambda inv: inv.admin.resume(inv.group),
@@ -391,7 +403,7 @@ COMMANDS: tuple[Command, ...] = (
             who="operators"),
     Command(("roundtable", "status"), "Settings, the episode, the agents' cursors, the last decision",
             lambda inv: inv.admin.status(inv.group, inv.caller.reader)),
-    Command(("roundtable", "why"), "Why a message went to whom (default: the latest)",
+    Command(("roundtable", "why"), "Why a message went to whom (default: the newest message of a person or agent)",
             lambda inv: inv.admin.why(inv.group, inv.text("message")),
             (Option("message", "a message link, id or number", "message"),)),
     Command(("roundtable", "usage"), "Calls, tokens and cost per agent and selector",
