@@ -109,7 +109,8 @@ async def test_agent_verbs_and_errors(console):
     assert (await console.send("/agent frobnicate name:x"))[0].startswith("error: Unknown command")
     assert (await console.send("/roundtable why 42")) == [
         "error: Unexpected '42' after /roundtable why: write its options as name:value (message:…)."]
-    assert (await console.send("/help me")) == ["error: Unexpected 'me' after /help: it takes no options."]
+    assert (await console.send("/help me")) == [
+        "error: topic must be one of roundtable, agent, chat (got 'me')."]
     assert (await console.send("/agent add name:x role:r prompt:p colour:red"))[0] == (
         "error: /agent add has no option 'colour' (options: name, role, prompt, model, avatar).")
     assert (await console.send("/agent add role:r"))[0] == (
@@ -207,3 +208,33 @@ async def test_status_after_reading_everything_printed(console):
     assert await console.send("/unread") == ["Nothing new in main: you have read everything."]
     await console.send("again, @planner")
     assert "  last decision: #3 tags -> planner" in await console.send("/roundtable status")
+
+
+@pytest.mark.parametrize("typed, error", [
+    ("/agnet", "Unknown command /agnet; did you mean /agent? /help lists the commands."),
+    ("/agnet add name:x", "Unknown command /agnet add; did you mean /agent add? /help lists the commands."),
+    ("/agent ad name:x", "Unknown command /agent ad; did you mean /agent add? /help lists the commands."),
+    ("/roundtable stauts", "Unknown command /roundtable stauts; did you mean /roundtable status? /help lists the "
+                           "commands."),
+    ("/hlep", "Unknown command /hlep; did you mean /help? /help lists the commands."),
+    ("/zzzz", "Unknown command /zzzz; /help lists the commands."),
+    ("/agent", "/agent needs a subcommand: add, edit, rename, remove, enable, disable, show, list, memory, schedule "
+               "(/help agent shows them with their options)."),
+    ("/roundtable config stream:maybe",
+     "stream must be true/yes/on/1 or false/no/off/0 (got 'maybe')."),
+    ("/ask agent:x prompt:y post:perhaps", "post must be true/yes/on/1 or false/no/off/0 (got 'perhaps')."),
+])
+async def test_a_mistyped_command_names_the_nearest_and_a_bad_switch_every_form(console, typed, error):
+    await console.send('/agent add name:x role:r prompt:p')
+    assert await console.send(typed) == [f"error: {error}"]
+
+
+async def test_help_is_short_and_help_topic_lists_one_group(console):
+    summary = await console.send("/help")
+    assert len(summary) <= 8 and summary[0].startswith("Commands by topic")
+    assert [line.split()[1] for line in summary[1:4]] == ["roundtable", "agent", "chat"]
+    agent = await console.send("/help agent")
+    assert agent[0].startswith("/help agent: the agents") and len(agent) <= 20
+    assert all(line.startswith(("/agent ", "e.g. /agent add", "Options are")) for line in agent[1:])
+    assert await console.send("/help topic:agent") == agent
+    assert "/attach PATH" in "\n".join(await console.send("/help chat"))
