@@ -110,7 +110,7 @@ async def test_agent_verbs_and_errors(console):
     assert (await console.send("/roundtable why 42")) == [
         "error: Unexpected '42' after /roundtable why: write its options as name:value (message:…)."]
     assert (await console.send("/help me")) == [
-        "error: topic must be one of roundtable, agent, chat (got 'me')."]
+        "error: topic must be one of roundtable, agent, extras, chat (got 'me')."]
     assert (await console.send("/agent add name:x role:r prompt:p colour:red"))[0] == (
         "error: /agent add has no option 'colour' (options: name, role, prompt, model, avatar).")
     assert (await console.send("/agent add role:r"))[0] == (
@@ -232,9 +232,10 @@ async def test_a_mistyped_command_names_the_nearest_and_a_bad_switch_every_form(
 async def test_help_is_short_and_help_topic_lists_one_group(console):
     summary = await console.send("/help")
     assert len(summary) <= 8 and summary[0].startswith("Commands by topic")
-    assert [line.split()[1] for line in summary[1:4]] == ["roundtable", "agent", "chat"]
+    assert [line.split()[1] for line in summary[1:5]] == ["roundtable", "agent", "extras", "chat"]
     agent = await console.send("/help agent")
-    assert agent[0].startswith("/help agent: the agents") and len(agent) <= 20
-    assert all(line.startswith(("/agent ", "e.g. /agent add", "Options are")) for line in agent[1:])
+    assert agent[0] == "/help agent, the agents (options in brackets are optional):" and len(agent) <= 12
+    assert all(line.startswith(("/agent ", "e.g. /agent add")) for line in agent[1:])
+    assert "/agent memory show name  An agent's memory notes, newest first" in await console.send("/help extras")
     assert await console.send("/help topic:agent") == agent
     assert "/attach PATH" in "\n".join(await console.send("/help chat"))

@@ -141,8 +141,14 @@ class Command:
 
     @property
     def topic(self) -> str:
-        """Its group in /help: the first word of a command with subcommands, else "chat"."""
-        return self.path[0] if len(self.path) > 1 else "chat"
+        """Its group in /help: "chat" for a one-word command, the first word of a two-word one,
+        "extras" for the deeper ones (/agent memory show, /agent schedule add)."""
+        return {1: "chat", 2: self.path[0]}.get(len(self.path), "extras")
+
+    @property
+    def short_name(self) -> str:
+        """How /help's summary names it within its topic: `add` (/agent add), `/ask`, `memory show`."""
+        return f"/{self.name}" if self.topic == "chat" else " ".join(self.path[1:])
 
     def is_slow(self, given: Mapping[str, object]) -> bool:
         """Whether this call makes a model call: the command always does, or a slow option is given."""
@@ -363,9 +369,10 @@ async def _help(inv: Invocation) -> Reply:
 
 
 TOPICS = {  # /help's groups (`Command.topic`), each with what its commands are about
-    "roundtable": "the group: set it up, its settings, pause and stop, status, why, usage, export",
-    "agent": "the agents: add, change, rename, remove, memory, schedules",
-    "chat": "you in the chat: unread, inbox, read, catch up, ask an agent privately",
+    "roundtable": "the group",
+    "agent": "the agents",
+    "extras": "agents' memory and schedules",
+    "chat": "you in the chat",
 }
 CONSOLE_LINES = {  # console-only commands and notes, by topic
     "chat": ["/attach PATH  Attach a file (an image or a text file) to your next message; "
@@ -383,21 +390,18 @@ def help_text(surface: str, topic: str | None = None) -> str:
     if topic is None:
         lines = ["Commands by topic; /help TOPIC lists a topic's commands with their options:"]
         for name in TOPICS:
-            words = [f"/{c.name}" if c.topic == "chat" else c.path[1] for c in COMMANDS if c.topic == name]
+            words = [c.short_name for c in COMMANDS if c.topic == name]
             if console and name == "chat":
                 words += ["/attach", "/detach"]
             lines.append(f"/help {name:<11}{', '.join(dict.fromkeys(words))}")
         if console:
-            lines.append("Anything else is a message from you; tag agents with @name.")
+            lines += [OPTIONS_NOTE, "Anything else is a message from you; tag agents with @name."]
         return "\n".join(lines)
-    lines = [f"/help {topic}: {TOPICS[topic]} (options in brackets are optional):"]
+    lines = [f"/help {topic}, {TOPICS[topic]} (options in brackets are optional):"]
     lines += [f"{c.usage(surface)}  {c.description}" for c in COMMANDS if c.topic == topic]
     if console:
         lines += CONSOLE_LINES.get(topic, [])
-    lines += EXAMPLES.get(topic, [])
-    if console:
-        lines.append(OPTIONS_NOTE)
-    return "\n".join(lines)
+    return "\n".join(lines + EXAMPLES.get(topic, []))
 
 
 # the declaration ------------------------------------------------------------
