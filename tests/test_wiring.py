@@ -90,3 +90,16 @@ async def test_the_db_setting_is_named_when_the_file_cannot_be_opened(tmp_path):
                                    scope="console:main", label="console", db=str(tmp_path / "nowhere" / "rt.db")):
                 pass
     assert not (tmp_path / "nowhere").exists()
+
+
+@pytest.mark.parametrize("model, listed, served", [
+    ("fake-model", ["fake-model"], True),
+    ("llama3", ["llama3:latest"], True),  # Ollama serves `llama3` as `llama3:latest`
+    ("llama3:8b", ["llama3:latest"], False),
+    ("llama3", ["llama3:8b"], False),
+    ("gpt-4o-mini", ["gpt-4o"], False),
+])
+def test_which_model_names_a_server_serves(model, listed, served):
+    from bot.adapters.providers import is_served
+
+    assert is_served(model, listed) is served
