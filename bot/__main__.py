@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     console = verbs.add_parser(
         "console", help="a local group chat in this terminal over the same engine (needs only the LLM settings)",
         description="Type messages as PERSON, or slash commands as text, e.g. "
-                    '/agent add name:planner role:"drafts the itinerary" prompt:"You plan trips." '
+                    '/agent add name:planner role:"trip planner who drafts the itinerary" prompt:"You plan trips." '
                     "Input may be piped; at end of input the console waits until no agent is pending. "
                     "Exit code: 0 when every line was taken; 1 when piped input had a line refused (an unknown "
                     "command, a bad option, a message that was not saved: the lines are named on stderr); 2 for "

@@ -36,7 +36,7 @@ from bot.core.models import (
 from bot.core.rules.pricing import Price, merged_prices, parse_prices
 from bot.core.rules.secrets import REDACTED_URL, redact_url  # noqa: F401  (imported from here by the adapters)
 from bot.core.rules.shards import Shards, parse_shards
-from bot.core.rules.validation import CONTEXT_BUDGET_RANGE, SELECTOR_BUDGET_RANGE
+from bot.core.rules.validation import CONTEXT_BUDGET_RANGE, FALSE_WORDS, SELECTOR_BUDGET_RANGE, TRUE_WORDS
 
 T = TypeVar("T")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -154,10 +154,14 @@ def _url(raw: str) -> str:
 
 
 def _switch(raw: str) -> bool:
+    """A boolean setting, in the forms every boolean option takes (`bot.core.rules.validation.boolean`)."""
     value = raw.strip().lower()
-    if value not in ("on", "off", "true", "false", "yes", "no", "1", "0"):
+    if value not in (*TRUE_WORDS, *FALSE_WORDS):
         raise ValueError(raw)
-    return value in ("on", "true", "yes", "1")
+    return value in TRUE_WORDS
+
+
+SWITCH_FIX = f"use {'/'.join(TRUE_WORDS)} or {'/'.join(FALSE_WORDS)}"
 
 
 def _level(raw: str) -> str:
@@ -290,7 +294,7 @@ def load_settings(env: Mapping[str, str], *, need_discord: bool, missing_note: s
                                       secret=True),
         discord_guild_id=r.parsed("DISCORD_GUILD_ID", None, _in_range(1, 2**64, int),
                                   "use the numeric id of your server (Developer Mode > Copy Server ID)"),
-        stream=r.parsed("ROUNDTABLE_STREAM", True, _switch, "use on or off"),
+        stream=r.parsed("ROUNDTABLE_STREAM", True, _switch, SWITCH_FIX),
         price_overrides=r.parsed("ROUNDTABLE_PRICES", {}, _prices,
                                  "use model=input/cached/output;... in dollars per million tokens, "
                                  "e.g. gpt-4o=2.50/1.25/10;llama3=0/0/0", secret=True),

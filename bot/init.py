@@ -387,6 +387,7 @@ def ask_model_key(env_file: str | None) -> None:
     against the model server, and offer to save it in the settings file. An empty answer asks
     nothing more (start-up then says the key is missing, as on a pipe)."""
     from bot.adapters.endpoints import OPENAI_API, model_ids
+    from bot.adapters.providers import is_served
 
     base = os.environ.get("OPENAI_BASE_URL", "").strip()
     if base and _malformed({"OPENAI_BASE_URL": base}):
@@ -398,15 +399,22 @@ def ask_model_key(env_file: str | None) -> None:
         if not key:
             return
         try:
-            asyncio.run(model_ids(base or OPENAI_API, key))
+            listed = asyncio.run(model_ids(base or OPENAI_API, key))
         except ConfigError as exc:
-            print(f"✗ {exc}")
             if "OPENAI_API_KEY" in str(exc):  # the key was refused: another try
+                print(f"✗ {exc}")
                 continue
+            # The server did not answer: the key could not be checked, so it is not offered for
+            # saving; start-up then says why in its one line (said once, not here too).
+            os.environ["OPENAI_API_KEY"] = key
+            return
         except LLMError:
-            pass  # it answers without a model list: the key is not refused
+            listed = []  # it answers without a model list: the key is not refused
         break
     os.environ["OPENAI_API_KEY"] = key
+    model = os.environ.get("ROUNDTABLE_MODEL", "").strip() or DEFAULT_MODEL
+    if listed and not is_served(model, listed):
+        return  # a set-up that cannot start is not saved: start-up names the models the server serves
     path = Path(env_file or DEFAULT_ENV_FILE).expanduser()
     if path.exists() and not path.is_file():  # /dev/null, a pipe: nothing to save into
         return
@@ -417,12 +425,20 @@ def ask_model_key(env_file: str | None) -> None:
         file.set("OPENAI_API_KEY", key)
         # The key belongs to its server: saved without it, a later start without OPENAI_BASE_URL
         # inline would send a local server's key to OpenAI.
+        # The model given inline is saved with them for the same reason: the saved server may not serve
+        # the file's model.
         with_base = bool(base) and file.get("OPENAI_BASE_URL") != base
         if with_base:
             file.set("OPENAI_BASE_URL", base)
+        model = os.environ.get("ROUNDTABLE_MODEL", "").strip()
+        with_model = bool(model) and file.get("ROUNDTABLE_MODEL") != model
+        if with_model:
+            file.set("ROUNDTABLE_MODEL", model)
         file.write()
     except (ConfigError, InvalidInput, OSError) as exc:
         print(f"Not saved: {exc}")
     else:
-        what = " with its server (OPENAI_BASE_URL)" if with_base else ""
+        withs = [what for what, saved in (("its server (OPENAI_BASE_URL)", with_base),
+                                          ("the model (ROUNDTABLE_MODEL)", with_model)) if saved]
+        what = f" with {' and '.join(withs)}" if withs else ""
         print(f"Saved in {path}{what}; the next `roundtable console` will not ask.")

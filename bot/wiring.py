@@ -5,7 +5,7 @@ import contextlib
 import functools
 import logging
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from bot.config import Settings
@@ -48,14 +48,18 @@ def make_providers(settings: Settings, counter: TokenCounter) -> Providers:
 
 @contextlib.asynccontextmanager
 async def open_engine(
-    settings: Settings, make_surface: Callable[[Store], Surface], *, scope: str, label: str, db: str | None = None
+    settings: Settings, make_surface: Callable[[Store], Surface], *, scope: str, label: str, db: str | None = None,
+    strict_models: bool = False, before_store: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncIterator[Engine]:
     """The engine over the store, the OpenAI client and a surface built on the store.
 
     `db` (--db) or else `settings.db_path` (ROUNDTABLE_DB) names the database: a
     SQLite file (its directory must exist) or a `postgresql://` URL. The model servers
-    (every provider) are checked (reachable, key accepted) before the engine exists, so nothing
-    is taken in when none answers: problems raise `ConfigError` / `StoreError` (one line).
+    (every provider) are checked (reachable, key accepted, ROUNDTABLE_MODEL and
+    ROUNDTABLE_SELECTOR_MODEL listed: a start-up error when `strict_models`, else a warning),
+    then `before_store` (the bot's Discord token), all before the store is opened (a start
+    that fails creates no database file) and before the engine exists, so nothing is taken
+    in: problems raise `ConfigError` / `StoreError` (one line).
     `scope`: the groups this process runs (see `Engine`); `label` names the process
     to another one that finds a group taken ("console", "discord bot")."""
     from bot.adapters.endpoints import endpoint_checks
@@ -64,12 +68,15 @@ async def open_engine(
     register_settings(settings, {})  # (the command line also registered the environment's)
     register_url(db)
     counter = make_token_counter(allow_download=True)
-    store = await open_store(db, settings.db_path)
+    llm = make_providers(settings, counter)
     try:
-        store.owner_label = label
-        llm = make_providers(settings, counter)
+        await llm.check({"ROUNDTABLE_MODEL": settings.model, "ROUNDTABLE_SELECTOR_MODEL": settings.selector_model},
+                        strict=strict_models)
+        if before_store is not None:
+            await before_store()
+        store = await open_store(db, settings.db_path)
         try:
-            await llm.check()
+            store.owner_label = label
             surface = make_surface(store)
             engine = Engine(store, llm, surface, counter, selector_model=settings.selector_model, scope=scope,
                             prices=settings.prices, shards=settings.shards if scope == "discord:" else None,
@@ -80,9 +87,9 @@ async def open_engine(
             finally:
                 await engine.close()
         finally:
-            await llm.aclose()
+            await store.close()
     finally:
-        await store.close()
+        await llm.aclose()
 
 
 async def open_store(db: str | None, configured: str) -> SqlStore:
@@ -152,7 +159,7 @@ async def run_console(settings: Settings, *, db: str | None, group: str, person:
     with open_terminal(sys.stdin, sys.stdout, person=person, history=history_path(db or settings.db_path)) as term:
         surface = ConsoleSurface(term.screen)
         async with open_engine(settings, lambda store: surface, scope=f"console:{group}", label="console",
-                               db=db) as engine:
+                               db=db, strict_models=True) as engine:
             console = Console(engine, surface, person=person, group_name=group, defaults=group_defaults(settings),
                               interactive=sys.stdin.isatty())
             await console.run(term.read_line, greet=term.is_tty)

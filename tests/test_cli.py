@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.discord_emulator import DiscordEmulator
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, closed_base_url
 from tests.fakes.strict_openai import StrictOpenAI
 
@@ -43,6 +44,8 @@ def clean_env(**values: str) -> dict[str, str]:
 
 
 async def roundtable(cwd: Path, *args: str, stdin: str = "", **env: str) -> Result:
+    if "console" in args and "ROUNDTABLE_MODEL" not in env:  # the console stops when its model is not served:
+        env["ROUNDTABLE_MODEL"] = "fake-model"  # the one FakeOpenAI lists (a .env may still set another)
     proc = await asyncio.create_subprocess_exec(
         ROUNDTABLE, *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, env=clean_env(**env), cwd=cwd)
@@ -163,9 +166,11 @@ async def test_console_never_creates_the_directory_of_db(tmp_path):
 
 
 async def test_run_never_creates_the_directory_of_roundtable_db(tmp_path):
-    async with FakeOpenAI() as srv:
+    async with FakeOpenAI() as srv, DiscordEmulator() as emu:  # (the token is checked before the database)
         result = await roundtable(tmp_path, "run", OPENAI_API_KEY=KEY, OPENAI_BASE_URL=srv.base_url,
-                                  DISCORD_TOKEN="x", ROUNDTABLE_DB=str(tmp_path / "a" / "b" / "rt.db"))
+                                  DISCORD_TOKEN=emu.token, DISCORD_API_BASE_URL=emu.api_base,
+                                  ROUNDTABLE_LOG_LEVEL="WARNING", ROUNDTABLE_MODEL="fake-model",
+                                  ROUNDTABLE_DB=str(tmp_path / "a" / "b" / "rt.db"))
     assert result.problem == (f"roundtable: ROUNDTABLE_DB: cannot open the database {tmp_path}/a/b/rt.db: "
                               f"the directory {tmp_path}/a/b does not exist; create it first, or choose another file")
     assert not (tmp_path / "a").exists()

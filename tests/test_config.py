@@ -256,7 +256,8 @@ def test_roundtable_stream_is_the_default_of_new_groups(value, stream):
 
 
 def test_a_malformed_roundtable_stream_is_one_line():
-    with pytest.raises(ConfigError, match=r"^ROUNDTABLE_STREAM='sometimes' is malformed: use on or off\.$"):
+    with pytest.raises(ConfigError,
+                       match=r"^ROUNDTABLE_STREAM='sometimes' is malformed: use true/yes/on/1 or false/no/off/0\.$"):
         load_settings(dict(BASE, ROUNDTABLE_STREAM="sometimes"), need_discord=True)
 
 

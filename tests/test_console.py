@@ -157,7 +157,7 @@ async def test_piped_agent_add_without_prompt_is_an_error_and_the_next_line_a_me
         ('error: System prompt for planner is missing: give it as prompt:"..." (the console asks for it only '
          'when its input is a terminal).'),
         "[you] You plan trips.",
-        ('No agents here yet: add one with /agent add name:planner role:"drafts the itinerary" '
+        ('No agents here yet: add one with /agent add name:planner role:"trip planner who drafts the itinerary" '
          'prompt:"You plan trips."'),
     ]
 
@@ -193,7 +193,7 @@ async def test_piped_hints_for_no_agents_and_unknown_tags(tmp_path):
     assert code == 0, err
     # ("episode #1 ended: quiet ..." may come before or after the next line is read: not looked at here)
     lines = [line for line in out.splitlines() if not line.startswith("episode #")]
-    hint = ('No agents here yet: add one with /agent add name:planner role:"drafts the itinerary" '
+    hint = ('No agents here yet: add one with /agent add name:planner role:"trip planner who drafts the itinerary" '
             'prompt:"You plan trips."')
     assert lines[:3] == ["[you] hello?", hint, "[you] anyone?"]  # the hint once, not for every message
     message = lines.index("[you] @plannr and @budget: `@code` is fine, so is bob@plannr.com")
@@ -265,7 +265,7 @@ async def test_the_four_reading_verbs_in_the_console(tmp_path):
 async def test_export_and_usage_typed_in_the_console(tmp_path):
     script = GroupChatScript(selector=["planner", "TERMINATE"],
                              agents={"planner": ["Day 1: **Asakusa** <script>x</script>"]})
-    async with FakeOpenAI(script, models=["gpt-4o-mini"]) as srv:
+    async with FakeOpenAI(script, models=["fake-model", "gpt-4o-mini"]) as srv:
         code, _, err = await run_console(tmp_path, srv.base_url, SESSION)
         assert code == 1, err  # two lines of SESSION are refused
         code, out, err = await run_console(tmp_path, srv.base_url,

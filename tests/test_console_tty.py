@@ -426,3 +426,40 @@ async def test_a_secret_a_reply_streams_never_shows_on_the_terminal(tmp_path, tt
         tty.type(CTRL_D)
         assert await tty.ended() == 0
     assert "LEAK" not in tty.raw and secret[:9] not in tty.raw
+
+
+async def test_a_broken_stream_is_one_short_grey_line_not_a_raw_log_record(tmp_path, ttys):
+    script = GroupChatScript(agents={"planner": [Reply("Half of a first draft that", every=0.1, break_after=2),
+                                                 "Whole at last."]})
+    async with FakeOpenAI(script) as srv:
+        tty = ttys(tmp_path, srv.base_url)
+        await tty.expect("you> ")
+        tty.type(ADD_PLANNER + "\r@planner go\r")
+        await tty.shows("[planner] Whole at last.")
+        await tty.shows(lambda rows: any(row.startswith("[warning] model fake-model at 127.0.0.1:") and
+                                         "broke its stream off" in row for row in rows))
+        assert tty.style("[warning]")[0] != "default"  # grey, unlike the chat
+        assert "WARNING bot.adapters" not in tty.raw and " WARNING " not in tty.raw
+        tty.type(CTRL_D)
+        assert await tty.ended() == 0
+
+
+async def test_help_fits_a_24_row_terminal_and_help_topic_shows_one_group(tmp_path, ttys):
+    async with FakeOpenAI() as srv:
+        tty = ttys(tmp_path, srv.base_url)
+        await tty.expect("you> ")
+        tty.type("/help\r")
+        await tty.shows("Anything else is a message from you; tag agents with @name.")
+        rows = tty.rows()
+        assert any(row.startswith("Roundtable console: group main") for row in rows)  # nothing scrolled off
+        assert any(row.startswith("Commands by topic; /help TOPIC") for row in rows)
+        tty.type("/help roundtable\r")  # the longest topic: its first line is still on the screen with its last
+        await tty.shows(lambda rows: any(row.startswith("/roundtable export [format]") for row in rows))
+        await tty.shows(lambda rows: any(row.startswith("/help roundtable, the group") for row in rows))
+        tty.type("/help agent\r")
+        await tty.shows('e.g. /agent add name:planner role:"trip planner who drafts the itinerary" prompt')
+        await tty.shows(lambda rows: any(row.startswith("/help agent, the agents") for row in rows))
+        tty.type("/agnet list\r")
+        await tty.expect("Unknown command /agnet list; did you mean /agent list? /help lists the commands.")
+        tty.type(CTRL_D)
+        assert await tty.ended() == 0

@@ -11,6 +11,7 @@ import pytest
 from dotenv import dotenv_values
 
 from tests.discord_emulator import DiscordEmulator
+from tests.fakes.openai_server import closed_base_url
 from tests.fakes.strict_openai import StrictOpenAI
 from tests.test_cli import clean_env
 from tests.test_console_tty import ROUNDTABLE, Tty
@@ -142,7 +143,8 @@ async def test_the_console_asks_for_the_key_and_offers_to_save_it(tmp_path, term
     tty.type(KEY + "\r")
     await tty.expect("Save it in .env (readable by you only)? [y/N] ")
     tty.type("y\r")
-    await tty.expect("Saved in .env with its server (OPENAI_BASE_URL); the next `roundtable console` will not ask.")
+    await tty.expect("Saved in .env with its server (OPENAI_BASE_URL) and the model (ROUNDTABLE_MODEL); the next "
+                     "`roundtable console` will not ask.")
     await tty.expect("you> ")
     tty.type("\x04")
     assert await tty.ended() == 0
@@ -150,9 +152,10 @@ async def test_the_console_asks_for_the_key_and_offers_to_save_it(tmp_path, term
     saved = dotenv_values(tmp_path / ".env")
     assert saved["OPENAI_API_KEY"] == KEY
     assert saved["OPENAI_BASE_URL"] == llm.base_url  # the key is saved with the server it belongs to
+    assert saved["ROUNDTABLE_MODEL"] == "fake-model"  # and with the model given with them
     assert stat.S_IMODE((tmp_path / ".env").stat().st_mode) == 0o600
 
-    again = terminals(tmp_path, "console", "--db", "rt.db", ROUNDTABLE_MODEL="fake-model")  # nothing inline
+    again = terminals(tmp_path, "console", "--db", "rt.db")  # nothing inline
     await again.expect("you> ")
     again.type("/agent add name:planner role:plans prompt:\"You plan.\"\r")
     again.type("@planner hello\r")
@@ -160,3 +163,30 @@ async def test_the_console_asks_for_the_key_and_offers_to_save_it(tmp_path, term
     again.type("\x04")
     assert await again.ended() == 0
     assert "API key" not in again.raw
+
+
+async def test_a_key_that_could_not_be_checked_is_not_offered_for_saving_and_the_error_is_said_once(tmp_path,
+                                                                                                 terminals):
+    url = closed_base_url()
+    tty = terminals(tmp_path, "console", "--db", "rt.db", OPENAI_BASE_URL=url, ROUNDTABLE_MODEL="fake-model",
+                    ROUNDTABLE_LLM_RETRIES="0")
+    await tty.expect("API key (hidden; any text for a local server that needs none; Enter: stop): ")
+    tty.type(KEY + "\r")
+    assert await tty.ended() == 2
+    assert "Save it in" not in tty.raw and KEY not in tty.raw
+    said = f"OPENAI_BASE_URL={url} did not answer (connection refused)"
+    assert tty.raw.count(said) == 1 and f"roundtable: {said}" in tty.raw
+    assert not (tmp_path / ".env").exists() and not (tmp_path / "rt.db").exists()
+
+
+async def test_a_model_the_server_does_not_serve_stops_the_console_naming_what_it_serves(tmp_path, terminals,
+                                                                                           servers):
+    _, llm = servers
+    tty = terminals(tmp_path, "console", "--db", "rt.db", OPENAI_BASE_URL=llm.base_url, ROUNDTABLE_MODEL="llama3")
+    await tty.expect("API key (hidden; any text for a local server that needs none; Enter: stop): ")
+    tty.type(KEY + "\r")
+    await tty.expect(f"roundtable: ROUNDTABLE_MODEL=llama3 is not a model 127.0.0.1:{llm.port} serves (it serves "
+                     "fake-model); set ROUNDTABLE_MODEL to one of them")
+    assert await tty.ended() == 2
+    assert "Save it in" not in tty.raw  # a set-up that cannot start is not saved
+    assert not (tmp_path / ".env").exists() and not (tmp_path / "rt.db").exists()

@@ -8,6 +8,7 @@ README.md are not what it runs. Installing takes a minute or two; it needs the p
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import re
@@ -101,3 +102,32 @@ async def test_readmes_first_two_commands_work_in_a_fresh_clone(tmp_path: Path) 
     assert srv.requests and all(r.headers["authorization"] == f"Bearer {key.group(1)}" for r in srv.requests)
     assert {r["model"] for r in srv.requests} == {"gpt-4o-mini"}  # the default model: nothing else to set
     assert not (clone / ".env").exists() and os.path.exists(clone / "roundtable.db")
+
+
+EXAMPLE_ROLE = "trip planner who drafts the itinerary"  # "You are planner, the trip planner who ..."
+ADD_EXAMPLE = re.compile(r"/agent add name:planner role:(\"[^\"]*\"|.+?)(?: prompt:|\s{2,}|`|$)", re.MULTILINE)
+
+
+def test_the_example_role_reads_well_in_the_agents_prompt_everywhere_it_is_shown() -> None:
+    """The seed prompt reads "You are {{name}}, the {{role}} in a group chat ...": the role is a noun
+    phrase. README's first session, its Discord example, the docs, `console --help`, the console's
+    hint and /help all give the same one."""
+    from bot.__main__ import build_parser
+    from bot.adapters.commandline import parse_command
+    from bot.adapters.console import NO_AGENTS
+    from bot.core.rules.prompts import PARTICIPANT_PROMPT, fill
+    from bot.core.verbs.commands import help_text
+
+    readme = (ROOT / "README.md").read_text()
+    typed = parse_command(next(line for line in marked_block(readme, SESSION_MARK) if line.startswith("/agent add")))
+    role = typed.options["role"]
+    assert fill(PARTICIPANT_PROMPT, name="planner", role=role).splitlines()[0] == (
+        "You are planner, the trip planner who drafts the itinerary in a group chat working on the task below.")
+    verbs = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    console_help = verbs.choices["console"].format_help()
+    places = {"README.md": readme, "docs/console.md": (ROOT / "docs/console.md").read_text(),
+              "docs/setup.md": (ROOT / "docs/setup.md").read_text(), "console --help": " ".join(console_help.split()),
+              "the console's hint": NO_AGENTS, "/help agent": help_text("console", "agent")}
+    for place, text in places.items():
+        shown = [m.strip('"') for m in ADD_EXAMPLE.findall(text)]
+        assert shown and all(r == EXAMPLE_ROLE == role for r in shown), (place, shown)

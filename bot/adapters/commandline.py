@@ -1,4 +1,4 @@
-"""Parse a slash command typed as text: `/agent add name:planner role:"drafts the itinerary"`.
+"""Parse a slash command typed as text: `/agent add name:planner role:"trip planner who drafts the itinerary"`.
 
 Options are `name:value`; values with spaces go in double quotes (a quote
 inside is written `\\"`). Used by the console; pure, no I/O.

@@ -1,7 +1,7 @@
 """`roundtable console`: the same engine in a terminal.
 
 Each input line is a slash command typed as text (`/agent add name:planner
-role:"drafts the itinerary" prompt:"You plan trips."`) or a message from the
+role:"trip planner who drafts the itinerary" prompt:"You plan trips."`) or a message from the
 person (default `you`). Every public message is printed once as it is
 posted, as `[author] text`; notices as `[roundtable] text`; command answers as
 plain lines. A message nobody can answer gets a hint (no agents yet, an @tag
@@ -387,8 +387,8 @@ class Console:
             elif line.lstrip().startswith("/"):
                 await self._read_printed()
                 typed = parse_command(line)
-                answer = await commands.run(commands.find(typed.path), self.admin, ConsoleCaller(self, read_line),
-                                             typed.options)
+                command, options = commands.resolve(typed.path, typed.options)
+                answer = await commands.run(command, self.admin, ConsoleCaller(self, read_line), options)
                 if isinstance(answer, Attachment):
                     answer = keep_file(answer, Path.cwd())
                 if answer is not None:
@@ -548,7 +548,7 @@ def _label(file: SharedFile) -> str:
     return f"{file.name} ({size_text(file.size)})"
 
 
-NO_AGENTS = ('No agents here yet: add one with /agent add name:planner role:"drafts the itinerary" '
+NO_AGENTS = ('No agents here yet: add one with /agent add name:planner role:"trip planner who drafts the itinerary" '
              'prompt:"You plan trips."')
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.adapters.openai_llm import OpenAILLM
-from bot.adapters.providers import route
+from bot.adapters.providers import is_served, route
 from bot.config import Settings, redact_url
 from bot.core.errors import ConfigError, LLMError, LLMUnavailable
 from bot.core.models import DEFAULT_PROVIDER
@@ -89,7 +89,7 @@ async def endpoint_check(endpoint: Endpoint, timeout: float = CHECK_TIMEOUT) -> 
     except LLMError as exc:
         return Check(endpoint.name, True, f"{endpoint.where} answers and takes the key, but gave no model list "
                                           f"({exc.public}); the models are not checked")
-    unlisted = [m for m in endpoint.models if m not in listed]
+    unlisted = [m for m in endpoint.models if not is_served(m, listed)]
     if unlisted and listed:
         shown = ", ".join(listed[:8]) + (", ..." if len(listed) > 8 else "")
         return Check(endpoint.name, False, f"{endpoint.where} does not list {', '.join(unlisted)} (it lists {shown})",

@@ -20,7 +20,8 @@ What this file owns:
   SDK exception is not chained (`from None`), so a logged traceback cannot carry
   it either. What the server answers (reply text, tool call arguments) is masked
   too, so a server echoing a secret cannot have it posted or stored. People see only `LLMError.public` (the kind
-  of failure and the HTTP status), never the host or the server's text.
+  of failure and the HTTP status, and for a refused request other than 401/403 the server's reason, masked,
+  without URLs, at most 100 characters: "model not found, try pulling it"), never the host.
 - `usage` -> `Usage`, estimating with the injected `TokenCounter` when the
   server sends none; the sum of token log-probabilities when asked for.
 
@@ -30,7 +31,8 @@ server answers and takes the key. A refused connection or a 401 stops start-up
 (`ConfigError`, one line naming OPENAI_BASE_URL or OPENAI_API_KEY); a 403 may
 only mean a restricted key may not list models, so one 1-token completion
 decides; anything else (404: no /models, 5xx, 429) is a warning and start-up
-goes on, the model calls will tell.
+goes on, the model calls will tell. A listed answer is returned: `Providers.check` looks for
+the configured models in it.
 
 Tools (`complete(tools=...)`) are sent as OpenAI function tools, and only when
 given, so a call without tools has no `tools` key; `tool_calls` in the reply
@@ -155,20 +157,23 @@ class OpenAILLM:
     async def aclose(self) -> None:
         await self._client.close()
 
-    async def check(self) -> None:
+    async def check(self) -> list[str] | None:
         """Start-up: the server answers and accepts the key. Raises `ConfigError` (one line) when it does not.
+        Returns the models it lists (None: it gave no list; the caller checks its models against them).
 
         GET /models, with the client's timeout and retries. 401 is a refused key; 403
         is asked again with a 1-token completion of the default model (a key limited
         to chat may not list models). Other answers log a warning and return."""
         try:
-            await self._client.models.list()
+            listed = [model.id async for model in self._client.models.list()]
         except openai.PermissionDeniedError:
             await self._check_by_completion()
         except openai.OpenAIError as exc:
             self._check_failed(exc, "GET /models")
         else:
             log.info("model server %s answered and accepted the key", self.host)
+            return listed
+        return None
 
     async def model_ids(self) -> list[str]:
         """GET /models: the ids the server lists (`roundtable doctor`, `roundtable init`). An
@@ -538,8 +543,9 @@ class OpenAILLM:
                 return LLMUnavailable(f"server error: HTTP {status} ({where}){detail}",
                                       public=f"the model service failed (HTTP {status})")
             if 400 <= status < 500:
+                reason = "" if status in (401, 403) else _public_reason(detail)
                 return LLMRejected(f"request rejected: HTTP {status} ({where}){detail}",
-                                   public=f"the model service refused the request (HTTP {status})")
+                                   public=f"the model service refused the request (HTTP {status}{reason})")
             return LLMError(f"unexpected HTTP {status} ({where}){detail}")
         return LLMError(f"{type(exc).__name__} ({where})")
 
@@ -564,6 +570,21 @@ class OpenAILLM:
     def redact(text: str) -> str:
         """`text` without any registered secret (the API key among them) or anything shaped like one."""
         return mask_error(text)
+
+
+def _public_reason(detail: str) -> str:
+    """The server's own reason for refusing a request (`_detail`: one line, secrets masked) as
+    people may see it: shorter, without addresses. `: model not found, try pulling it`, or ""."""
+    text = _URL.sub("<url>", detail.removeprefix(": ")).strip()
+    if not text:
+        return ""
+    if len(text) > _PUBLIC_REASON_CHARS:
+        text = text[: _PUBLIC_REASON_CHARS - 1].rstrip() + "…"
+    return f": {text}"
+
+
+_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
+_PUBLIC_REASON_CHARS = 100  # the server's reason in a notice (its whole `_detail` goes to the log)
 
 
 def _connection_problem(exc: BaseException) -> str:

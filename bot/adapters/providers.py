@@ -46,6 +46,11 @@ def route(model: str, named: Sequence[str]) -> tuple[str, str]:
     return DEFAULT_PROVIDER, model
 
 
+def is_served(model: str, listed: Sequence[str]) -> bool:
+    """`model` is in the server's list; `llama3` is also served as Ollama's `llama3:latest`."""
+    return model in listed or (":" not in model and f"{model}:latest" in listed)
+
+
 class Providers:
     """Implements `bot.core.ports.LLM` over one `OpenAILLM` per provider."""
 
@@ -130,24 +135,51 @@ class Providers:
         named = type(exc)(f"provider {provider}: {exc}", public=f"{exc.public} (provider {provider})")
         return named
 
-    async def check(self) -> None:
+    async def check(self, models: Mapping[str, str | None] | None = None, *, strict: bool = False) -> None:
         """Ask every provider once, together. Raises `ConfigError` (their lines) when none answers;
-        logs one line per provider that does not when others do."""
+        logs one line per provider that does not when others do.
+
+        `models`: setting -> model (`{"ROUNDTABLE_MODEL": "gpt-4o-mini"}`), each checked against
+        its provider's model list (a server that lists none is not judged). One the list lacks
+        is one line naming what the server serves: a `ConfigError` when `strict` (the console),
+        else a warning (the bot goes on: agents may name their own models)."""
         names = list(self.clients)
         results = await asyncio.gather(*(self.clients[n].check() for n in names), return_exceptions=True)
         failed: dict[str, str] = {}
+        listed: dict[str, list[str]] = {}
         for name, result in zip(names, results):
             if isinstance(result, ConfigError):
                 failed[name] = str(result)
             elif isinstance(result, BaseException):
                 raise result
-        if not failed:
-            return
-        if len(failed) == len(names):
+            elif result:
+                listed[name] = result
+        if failed and len(failed) == len(names):
             raise ConfigError("; ".join(failed.values()))
         for name, problem in failed.items():
             log.error("provider %s: %s; starting without it (its agents get a notice when they are called)",
                       name, problem)
+        missing = self._not_served(models or {}, listed)
+        if missing and strict:
+            raise ConfigError("; ".join(missing))
+        for problem in missing:
+            log.warning("%s", problem)
+
+    def _not_served(self, models: Mapping[str, str | None], listed: Mapping[str, list[str]]) -> list[str]:
+        """One line per setting whose model its provider's list lacks."""
+        problems: list[str] = []
+        for setting, model in models.items():
+            if not model:
+                continue
+            provider, bare = route(model, [n for n in self.clients if n != DEFAULT_PROVIDER])
+            served = listed.get(provider)
+            if not served or is_served(bare, served):
+                continue
+            shown = ", ".join(served[:8]) + (f", ... ({len(served)} in all)" if len(served) > 8 else "")
+            where = self.clients[provider].host + ("" if provider == DEFAULT_PROVIDER else f" (provider {provider})")
+            problems.append(f"{setting}={model} is not a model {where} serves (it serves {shown}); "
+                            f"set {setting} to one of them")
+        return problems
 
     async def aclose(self) -> None:
         for client in self.clients.values():

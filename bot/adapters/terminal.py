@@ -50,7 +50,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Protocol, TextIO, TypeVar
 
-from bot.core.rules.secrets import mask
+from bot.core.rules.secrets import mask, mask_error
 
 log = logging.getLogger(__name__)
 T = TypeVar("T", ctypes.c_int, ctypes.c_char_p)
@@ -615,7 +615,7 @@ class Terminal:
 
 
 class _ScreenStream:
-    """A log handler's stream that prints through the screen (whole lines)."""
+    """A log handler's stream that prints through the screen (whole lines, grey: not chat)."""
 
     def __init__(self, screen: Screen) -> None:
         self.screen = screen
@@ -624,27 +624,43 @@ class _ScreenStream:
     def write(self, text: str) -> int:
         *lines, self._partial = (self._partial + text).split("\n")
         for line in lines:
-            self.screen.print(self.screen.clean(line))
+            self.screen.print(self.screen.paint(self.screen.clean(line), NOTICE_STYLE))
         return len(text)
 
     def flush(self) -> None:
         pass
 
 
+class ShortLogFormat(logging.Formatter):
+    """A log record as one short line among the chat: `[warning] the stream of model m broke off ...`,
+    without the time, the logger's name or a traceback (the exception's kind only). The whole
+    records: `roundtable console 2>FILE` (stderr that is not this terminal keeps the full format)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        lines = record.getMessage().strip().splitlines() or [""]
+        text = lines[0] + (" …" if len(lines) > 1 else "")
+        if record.exc_info and record.exc_info[1] is not None:
+            text += f" ({type(record.exc_info[1]).__name__})"
+        return mask_error(f"[{record.levelname.lower()}] {text}")
+
+
 @contextlib.contextmanager
 def _logs_through(screen: Screen, stderr: TextIO) -> Iterator[None]:
-    """Log lines meant for this terminal's stderr go through the screen, above the prompt."""
-    moved: list[tuple[logging.StreamHandler[TextIO], TextIO]] = []
+    """Log lines meant for this terminal's stderr go through the screen, above the prompt, each
+    one short grey line (`ShortLogFormat`) so they never read as part of the chat."""
+    moved: list[tuple[logging.StreamHandler[TextIO], TextIO, logging.Formatter | None]] = []
     if _isatty(stderr):
         for handler in logging.getLogger().handlers:
             if isinstance(handler, logging.StreamHandler) and handler.stream is stderr:
-                moved.append((handler, handler.stream))
+                moved.append((handler, handler.stream, handler.formatter))
                 handler.setStream(_ScreenStream(screen))
+                handler.setFormatter(ShortLogFormat())
     try:
         yield
     finally:
-        for handler, stream in moved:
+        for handler, stream, formatter in moved:
             handler.setStream(stream)
+            handler.setFormatter(formatter)
 
 
 def _isatty(stream: TextIO) -> bool:

@@ -125,8 +125,12 @@ async def test_rename_and_refusals_say_why(harness, script):
     await emu.user_post(emu.channel_id, emu.alice_id, "@chef cook something")
     await emu.wait_for(lambda: harness.webhook_posts(), timeout=10)
     assert harness.webhook_posts()[0]["username"] == "chef"
-    helped = await harness.command("help", user=emu.bob_id)
-    assert "/agent rename name new_name" in helped["data"]["content"]
+    helped = await harness.command("help", user=emu.bob_id)  # by topic, as in the console
+    assert helped["data"]["content"].splitlines()[2] == (
+        "/help agent      add, edit, rename, remove, enable, disable, show, list")
+    topic = await harness.command("help", {"topic": "agent"}, user=emu.bob_id)
+    assert "/agent rename name new_name" in topic["data"]["content"]
+    assert "/roundtable" not in topic["data"]["content"]
 
 
 async def test_a_picture_by_attachment_is_kept_and_its_url_refreshed(harness, script):

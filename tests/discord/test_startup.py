@@ -67,6 +67,8 @@ async def test_rejected_token_and_missing_intent(tmp_path, case, expected):
     assert code == 2
     assert len(lines) == 1 and lines[0].startswith(expected), lines
     assert "wrong-token" not in lines[0] and emu.token not in lines[0]
+    if case == "bad_token":
+        assert not (tmp_path / "rt.db").exists()  # the token is checked before the database is opened
 
 
 async def test_a_guild_id_the_bot_is_not_in_is_one_line(tmp_path):

@@ -109,7 +109,8 @@ async def test_agent_verbs_and_errors(console):
     assert (await console.send("/agent frobnicate name:x"))[0].startswith("error: Unknown command")
     assert (await console.send("/roundtable why 42")) == [
         "error: Unexpected '42' after /roundtable why: write its options as name:value (message:…)."]
-    assert (await console.send("/help me")) == ["error: Unexpected 'me' after /help: it takes no options."]
+    assert (await console.send("/help me")) == [
+        "error: topic must be one of roundtable, agent, extras, chat (got 'me')."]
     assert (await console.send("/agent add name:x role:r prompt:p colour:red"))[0] == (
         "error: /agent add has no option 'colour' (options: name, role, prompt, model, avatar).")
     assert (await console.send("/agent add role:r"))[0] == (
@@ -225,7 +226,7 @@ async def test_why_without_a_message_explains_the_newest_person_or_agent_message
 async def test_newtask_is_in_help_and_makes_the_next_message_start_fresh(console):
     await console.send('/agent add name:planner role:plans prompt:"You plan."')
     await console.send("/roundtable config mode:tags")
-    assert any("/roundtable newtask" in line for line in await console.send("/help"))
+    assert any("/roundtable newtask" in line for line in await console.send("/help roundtable"))
     await console.send("@planner [TASK1] plan Tokyo")
     assert await console.send("/roundtable newtask") == [
         "The next message starts a new task: earlier requests are not carried into its prompts."]
@@ -237,3 +238,34 @@ async def test_newtask_is_in_help_and_makes_the_next_message_start_fresh(console
     assert "Earlier requests" not in prompts[1]
     assert ("<task>Earlier requests this continues (oldest first):\n[you] @planner plan Osaka\n"
             "Current request:\n[you] @planner and add Nara</task>") in prompts[2]
+
+
+@pytest.mark.parametrize("typed, error", [
+    ("/agnet", "Unknown command /agnet; did you mean /agent? /help lists the commands."),
+    ("/agnet add name:x", "Unknown command /agnet add; did you mean /agent add? /help lists the commands."),
+    ("/agent ad name:x", "Unknown command /agent ad; did you mean /agent add? /help lists the commands."),
+    ("/roundtable stauts", "Unknown command /roundtable stauts; did you mean /roundtable status? /help lists the "
+                           "commands."),
+    ("/hlep", "Unknown command /hlep; did you mean /help? /help lists the commands."),
+    ("/zzzz", "Unknown command /zzzz; /help lists the commands."),
+    ("/agent", "/agent needs a subcommand: add, edit, rename, remove, enable, disable, show, list, memory, schedule "
+               "(/help agent shows them with their options)."),
+    ("/roundtable config stream:maybe",
+     "stream must be true/yes/on/1 or false/no/off/0 (got 'maybe')."),
+    ("/ask agent:x prompt:y post:perhaps", "post must be true/yes/on/1 or false/no/off/0 (got 'perhaps')."),
+])
+async def test_a_mistyped_command_names_the_nearest_and_a_bad_switch_every_form(console, typed, error):
+    await console.send('/agent add name:x role:r prompt:p')
+    assert await console.send(typed) == [f"error: {error}"]
+
+
+async def test_help_is_short_and_help_topic_lists_one_group(console):
+    summary = await console.send("/help")
+    assert len(summary) <= 8 and summary[0].startswith("Commands by topic")
+    assert [line.split()[1] for line in summary[1:5]] == ["roundtable", "agent", "extras", "chat"]
+    agent = await console.send("/help agent")
+    assert agent[0] == "/help agent, the agents (options in brackets are optional):" and len(agent) <= 12
+    assert all(line.startswith(("/agent ", "e.g. /agent add")) for line in agent[1:])
+    assert "/agent memory show name  An agent's memory notes, newest first" in await console.send("/help extras")
+    assert await console.send("/help topic:agent") == agent
+    assert "/attach PATH" in "\n".join(await console.send("/help chat"))

@@ -277,8 +277,16 @@ async def test_a_console_never_touches_a_discord_groups_rows(place: Place):
     (Reply(status=500, headers={"x-should-retry": "false"}, error_body={"error": {"message": "db at 10.0.0.5 down"}}),
      "planner could not answer: the model service failed (HTTP 500). Its turn was skipped."),
     (Reply("late", delay=5), "planner could not answer: the model did not answer in time. Its turn was skipped."),
+    (Reply(status=404, error_body={"error": {"message": "model 'llama3' not found, try pulling it first"}}),
+     "planner could not answer: the model service refused the request (HTTP 404: model 'llama3' not found, try "
+     "pulling it first). Its turn was skipped."),
+    (Reply(status=400, error_body={"error": {"message": "key sk-secret-abc is bad for http://10.0.0.5:8000/v1/x; "
+                                                        + "see the docs " * 20}}),
+     "planner could not answer: the model service refused the request (HTTP 400: key *** is bad for <url> see the "
+     "docs see the docs see the docs see the docs see the docs see the d…). Its turn was skipped."),
 ])
-async def test_a_failure_notice_names_the_kind_of_failure_never_the_server_or_its_text(harness, reply, expected):
+async def test_a_failure_notice_names_the_kind_of_failure_and_a_refusals_reason_never_the_server(harness, reply,
+                                                                                                  expected):
     from bot.adapters.openai_llm import OpenAILLM
 
     async with FakeOpenAI([reply]) as server:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -132,7 +133,8 @@ async def run_bot(settings: Settings, open_engine: OpenEngine, defaults: GroupSe
     if settings.discord_api_base_url:
         await point_at(settings.discord_api_base_url)
     stopped_by: list[int] = []
-    async with open_engine(settings, DiscordSurface, scope="discord:", label="discord bot") as engine:
+    async with open_engine(settings, DiscordSurface, scope="discord:", label="discord bot",
+                           before_store=functools.partial(check_token, settings.discord_token or "")) as engine:
         await engine.store.register_webhook_tokens()  # masked from the start (bot.core.rules.secrets)
         surface = engine.surface
         if not isinstance(surface, DiscordSurface):
@@ -145,8 +147,7 @@ async def run_bot(settings: Settings, open_engine: OpenEngine, defaults: GroupSe
                 with stop_on_signals(bot, stopped_by):
                     await bot.start(settings.discord_token or "")
         except discord.LoginFailure:
-            raise ConfigError("Discord rejected DISCORD_TOKEN: copy a fresh token from the Developer Portal "
-                              "(Bot > Reset Token) into .env") from None
+            raise ConfigError(LOGIN_REFUSED) from None
         except discord.PrivilegedIntentsRequired:
             raise ConfigError("Discord refused the Message Content intent: enable it in the Developer Portal "
                               "(Bot > Privileged Gateway Intents > Message Content) and start again") from None
@@ -158,6 +159,25 @@ async def run_bot(settings: Settings, open_engine: OpenEngine, defaults: GroupSe
     if stopped_by:
         log.info("stopped by %s", signal.Signals(stopped_by[0]).name)
     return 130 if stopped_by and stopped_by[0] == signal.SIGINT else 0
+
+
+async def check_token(token: str) -> None:
+    """Discord takes the token (one REST call, no gateway session): checked before the store is
+    opened, so a start with a rejected token creates no database. ConfigError when it does not."""
+    client = discord.Client(intents=discord.Intents(guilds=True))  # (without guilds, discord.py warns)
+    try:
+        await client.login(token)
+    except discord.LoginFailure:
+        raise ConfigError(LOGIN_REFUSED) from None
+    except (aiohttp.ClientError, OSError) as exc:
+        raise ConfigError(f"could not reach Discord ({type(exc).__name__}); check the network "
+                          "or DISCORD_API_BASE_URL") from None
+    finally:
+        await client.close()
+
+
+LOGIN_REFUSED = ("Discord rejected DISCORD_TOKEN: copy a fresh token from the Developer Portal "
+                 "(Bot > Reset Token) into .env")
 
 
 @contextlib.contextmanager

@@ -139,7 +139,8 @@ def _describe_char(c: str) -> str:
 def role(value: str) -> str:
     text = " ".join((value or "").split())
     if not text:
-        raise InvalidInput("The role can't be empty: give a one-line description such as 'drafts the itinerary'.")
+        raise InvalidInput("The role can't be empty: give a one-line description such as 'trip planner who drafts "
+                           "the itinerary'.")
     if len(text) > ROLE_MAX:
         raise InvalidInput(f"The role is {len(text)} characters long; keep it to one line of at most {ROLE_MAX}.")
     return text
@@ -206,15 +207,20 @@ def number(name: str, value: object, low: float, high: float) -> float:
     return result
 
 
+TRUE_WORDS = ("true", "yes", "on", "1")
+FALSE_WORDS = ("false", "no", "off", "0")
+
+
 def boolean(name: str, value: object) -> bool:
+    """Every boolean option and setting: each accepted form is named when the value is none of them."""
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()
-    if text in ("true", "yes", "on", "1"):
+    if text in TRUE_WORDS:
         return True
-    if text in ("false", "no", "off", "0"):
+    if text in FALSE_WORDS:
         return False
-    raise InvalidInput(f"{name} must be true or false (got {value!r}).")
+    raise InvalidInput(f"{name} must be {'/'.join(TRUE_WORDS)} or {'/'.join(FALSE_WORDS)} (got {value!r}).")
 
 
 def max_turns(value: object) -> int:

@@ -1,8 +1,8 @@
 """Every command, declared once: its name, description, options, who may run it, its handler.
 
 Discord builds its slash-command tree from `COMMANDS`, the console parses its
-text form from them (`/agent add name:planner role:"drafts the itinerary"`),
-and `/help` lists them, so a verb added here appears everywhere. Option values
+text form from them (`/agent add name:planner role:"trip planner who drafts the itinerary"`),
+and `/help` lists them (by topic: `Command.topic`), so a verb added here appears everywhere. Option values
 are checked here too (`convert`), with one wording for both surfaces.
 
 A handler gets an `Invocation`: the engine's verbs (`Admin`), the group, who
@@ -12,6 +12,7 @@ It returns a `Reply`: text, or a `Card` (a table of facts) for the surface to sh
 """
 from __future__ import annotations
 
+import difflib
 import os
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -140,10 +141,22 @@ class Command:
     who: Who = "everyone"
     needs_group: bool = True
     slow: bool = False  # a model call: surfaces show that it works (Discord defers the answer)
+    rest: str | None = None  # the option that words typed after the command fill (`/help agent`: topic)
 
     @property
     def name(self) -> str:
         return " ".join(self.path)
+
+    @property
+    def topic(self) -> str:
+        """Its group in /help: "chat" for a one-word command, the first word of a two-word one,
+        "extras" for the deeper ones (/agent memory show, /agent schedule add)."""
+        return {1: "chat", 2: self.path[0]}.get(len(self.path), "extras")
+
+    @property
+    def short_name(self) -> str:
+        """How /help's summary names it within its topic: `add` (/agent add), `/ask`, `memory show`."""
+        return f"/{self.name}" if self.topic == "chat" else " ".join(self.path[1:])
 
     def is_slow(self, given: Mapping[str, object]) -> bool:
         """Whether this call makes a model call: the command always does, or a slow option is given."""
@@ -217,17 +230,41 @@ async def run(command: Command, admin: Admin, caller: Caller, given: Mapping[str
 
 
 def find(path: Sequence[str]) -> Command:
+    return resolve(path, {})[0]
+
+
+def resolve(path: Sequence[str], given: Mapping[str, str]) -> tuple[Command, dict[str, str]]:
+    """The command typed as `path` (`/agent add` -> ("agent", "add")) with its options; words after
+    the command fill its `rest` option (`/help agent`). An unknown command names the nearest one."""
     wanted = tuple(p.lower() for p in path)
     for command in COMMANDS:
         if command.path == wanted:
-            return command
+            return command, dict(given)
     for command in COMMANDS:  # "/roundtable why 42": a command, then a value that is not name:value
         if len(command.path) < len(wanted) and command.path == wanted[:len(command.path)]:
             extra = " ".join(path[len(command.path):])
+            if command.rest is not None and command.rest not in given:
+                return command, {**given, command.rest: extra}
             options = ", ".join(f"{o.name}:…" for o in command.options)
             raise InvalidInput(f"Unexpected {extra!r} after /{' '.join(command.path)}: " + (
                 f"write its options as name:value ({options})." if options else "it takes no options."))
-    raise InvalidInput(f"Unknown command /{' '.join(path)}; type /help for the list.")
+    under = [c.path[len(wanted)] for c in COMMANDS if c.path[:len(wanted)] == wanted and len(c.path) > len(wanted)]
+    if under:  # "/agent": a group of commands
+        raise InvalidInput(f"/{' '.join(wanted)} needs a subcommand: {', '.join(dict.fromkeys(under))} "
+                           f"(/help {wanted[0]} shows them with their options).")
+    near = nearest(wanted)
+    hint = f"did you mean /{near}? " if near else ""
+    raise InvalidInput(f"Unknown command /{' '.join(path)}; {hint}/help lists the commands.")
+
+
+def nearest(wanted: Sequence[str]) -> str | None:
+    """The command (or group of commands) closest to the unknown `wanted`: `agnet` -> `agent`."""
+    names = {" ".join(c.path[:n]) for c in COMMANDS for n in range(1, len(c.path) + 1)}
+    typed = " ".join(wanted)
+    found = difflib.get_close_matches(typed, sorted(names), n=1, cutoff=0.6)
+    if not found and len(wanted) > 1:  # "/agnet add name:x": the group misspelt, the rest right
+        found = difflib.get_close_matches(" ".join(wanted[:2]), sorted(names), n=1, cutoff=0.6)
+    return found[0] if found else None
 
 
 # handlers -------------------------------------------------------------------
@@ -337,19 +374,43 @@ async def _doctor(inv: Invocation) -> Reply:
 
 
 async def _help(inv: Invocation) -> Reply:
-    return help_text(inv.caller.surface)
+    return help_text(inv.caller.surface, inv.text("topic"))
 
 
-def help_text(surface: str) -> str:
-    lines = ["Commands (options in brackets are optional):"]
-    for command in COMMANDS:
-        lines.append(f"{command.usage(surface)}  {command.description}")
-    if surface == "console":
-        lines.append("/attach PATH  Attach a file (an image or a text file) to your next message; "
-                     "/attach alone lists them, /detach drops them")
-        lines.append('Options are name:value; quote values with spaces: role:"drafts the itinerary".')
-        lines.append("Anything else is a message from you; tag agents with @name.")
-    return "\n".join(lines)
+TOPICS = {  # /help's groups (`Command.topic`), each with what its commands are about
+    "roundtable": "the group",
+    "agent": "the agents",
+    "extras": "agents' memory and schedules",
+    "chat": "you in the chat",
+}
+CONSOLE_LINES = {  # console-only commands and notes, by topic
+    "chat": ["/attach PATH  Attach a file (an image or a text file) to your next message; "
+             "/attach alone lists them, /detach drops them"],
+}
+OPTIONS_NOTE = 'Options are name:value; quote values with spaces: role:"trip planner who drafts the itinerary".'
+EXAMPLES = {"agent": ['e.g. /agent add name:planner role:"trip planner who drafts the itinerary" '
+                      'prompt:"You plan trips."']}
+
+
+def help_text(surface: str, topic: str | None = None) -> str:
+    """Without a topic, a few lines (one per topic: its commands by name), so it fits a 24-row
+    terminal; with one, that topic's commands with their options."""
+    console = surface == "console"
+    if topic is None:
+        lines = ["Commands by topic; /help TOPIC lists a topic's commands with their options:"]
+        for name in TOPICS:
+            words = [c.short_name for c in COMMANDS if c.topic == name]
+            if console and name == "chat":
+                words += ["/attach", "/detach"]
+            lines.append(f"/help {name:<11}{', '.join(dict.fromkeys(words))}")
+        if console:
+            lines += [OPTIONS_NOTE, "Anything else is a message from you; tag agents with @name."]
+        return "\n".join(lines)
+    lines = [f"/help {topic}, {TOPICS[topic]} (options in brackets are optional):"]
+    lines += [f"{c.usage(surface)}  {c.description}" for c in COMMANDS if c.topic == topic]
+    if console:
+        lines += CONSOLE_LINES.get(topic, [])
+    return "\n".join(lines + EXAMPLES.get(topic, []))
 
 
 # the declaration ------------------------------------------------------------
@@ -358,6 +419,7 @@ PROMPT = Option("prompt", "its system prompt (without it, you are asked)", "long
 MODE = Option("mode", "who speaks when nobody is tagged", "choice", choices=MODES)
 AVATAR_IMAGE = Option("avatar_image", "an image to use as its picture (instead of a URL)", "image",
                       surfaces=frozenset({"discord"}))
+ROLE_HELP = "who it is, read as 'You are NAME, the ROLE': e.g. trip planner who drafts the itinerary"
 low_turns, high_turns = MAX_TURNS_RANGE
 
 COMMANDS: tuple[Command, ...] = (
@@ -416,7 +478,7 @@ COMMANDS: tuple[Command, ...] = (
             (Option("format", "html (default), json or md", "choice", choices=FORMATS),), who="operators", slow=True),
     Command(("agent", "add"), "Add an agent (without a prompt, you are asked for it)", _add, (
         Option("name", "1-32 letters, digits, _ - .", required=True, max_length=v.NAME_MAX),
-        Option("role", "one line: what it does", required=True, max_length=v.ROLE_MAX),
+        Option("role", ROLE_HELP, required=True, max_length=v.ROLE_MAX),
         PROMPT,
         Option("model", "its model (default: the bot's; provider/model on a named provider)", "model",
                max_length=v.MODEL_MAX),
@@ -425,7 +487,7 @@ COMMANDS: tuple[Command, ...] = (
     ), who="operators"),
     Command(("agent", "edit"), "Change an agent (no option but the name: you are shown its prompt to edit)", _edit, (
         AGENT,
-        Option("role", "one line: what it does", max_length=v.ROLE_MAX),
+        Option("role", ROLE_HELP, max_length=v.ROLE_MAX),
         PROMPT,
         Option("model", "its model (empty: the bot's; provider/model on a named provider)", "model",
                max_length=v.MODEL_MAX),
@@ -475,5 +537,7 @@ COMMANDS: tuple[Command, ...] = (
         Option("prompt", "your question or request", required=True, max_length=v.ASK_MAX),
         Option("post", "also post the answer in the group (default: only you see it)", "boolean"),
     ), slow=True),
-    Command(("help",), "These commands", _help, needs_group=False),
+    Command(("help",), "The commands: by topic, or one topic's with their options", _help,
+            (Option("topic", "one topic's commands: " + ", ".join(TOPICS), "choice", choices=tuple(TOPICS)),),
+            needs_group=False, rest="topic"),
 )
