@@ -248,7 +248,8 @@ class ToolLoop:
 
     async def answer(self, result: LoopResult, completion: Completion) -> None:
         """Journal the completion's tool calls, run each, and append them and their results."""
-        calls = tuple(ToolCall(c.id, c.name, mask(c.arguments)) for c in completion.tool_calls)
+        calls = tuple(ToolCall(c.id or f"call_rt{self.context.run_id}_{result.steps}_{i}", c.name, mask(c.arguments))
+                      for i, c in enumerate(completion.tool_calls))  # (a server that sends no ids gets ours)
         text = mask(completion.text)
         entries = await self.store.journal_step(self.context.group_id, self.agent.id, self.context.run_id,
                                                 result.steps, text, calls)
