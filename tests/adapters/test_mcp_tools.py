@@ -54,7 +54,7 @@ async def test_a_stdio_server_lists_its_tools_with_their_hints_and_runs_them(tmp
     try:
         assert await server.start()
         specs = {s.name: s for s in server.tools()}
-        assert list(specs) == ["add", "delete", "fail", "get", "slow", "token"]  # sorted: a stable order
+        assert list(specs) == ["add", "delete", "fail", "get", "grow", "slow", "token"]  # sorted: a stable order
         assert specs["get"].read_only and not specs["add"].read_only and not specs["add"].idempotent
         assert specs["delete"].destructive and not specs["get"].destructive
         assert specs["add"].parameters["properties"]["n"]["type"] == "integer"
@@ -75,7 +75,7 @@ async def test_a_streamable_http_server_lists_and_runs_its_tools():
         server = McpServer(ServerConfig("web", url=url, headers={"Authorization": "Bearer header-secret-1234567"}))
         try:
             assert await server.start()
-            assert [s.name for s in server.tools()] == ["add", "delete", "fail", "get", "slow", "token"]
+            assert [s.name for s in server.tools()] == ["add", "delete", "fail", "get", "grow", "slow", "token"]
             assert (await server.call("add", {"n": 3}, CONTEXT)).text == "counter is 3"
             assert (await server.call("get", {}, CONTEXT)).text == "counter is 3"
         finally:
@@ -98,6 +98,36 @@ async def test_a_server_down_at_start_is_one_error_line_and_offers_no_tools(conf
         assert server.tools() == []
         answer = await server.call("get", {}, CONTEXT)
         assert answer.error and answer.text.startswith(f"error: the MCP server {config.name} is down")
+    finally:
+        await server.close()
+
+
+async def test_a_server_down_at_start_is_tried_again_and_its_tools_come_back(tmp_path, caplog):
+    up = tmp_path / "up"
+    server = McpServer(stdio(tmp_path, MCP_UP_FILE=str(up)))
+    try:
+        with caplog.at_level(logging.INFO, logger="bot.adapters.mcp_tools"):
+            assert not await server.start(wait=20)
+            assert server.tools() == []
+            up.touch()
+            await until(lambda: server.up, "the server to come back (back-off: 1 s, 2 s, ...)")
+        assert [s.name for s in server.tools()][:2] == ["add", "delete"]
+        assert (await server.call("add", {"n": 1}, CONTEXT)).text == "counter is 1"
+        messages = [r.getMessage() for r in caplog.records if r.name == "bot.adapters.mcp_tools"]
+        assert [m for m in messages if "is down" in m][0].startswith("MCP server counter is down: ")
+        assert messages[-1] == "MCP server counter is up: 7 tools"
+    finally:
+        await server.close()
+
+
+async def test_a_changed_tool_list_is_read_again(tmp_path):
+    server = McpServer(stdio(tmp_path))
+    try:
+        assert await server.start()
+        assert "extra" not in [s.name for s in server.tools()]
+        assert (await server.call("grow", {}, CONTEXT)).text == "grown"
+        await until(lambda: "extra" in [s.name for s in server.tools()], "the list read again")
+        assert (await server.call("extra", {}, CONTEXT)).text == "extra here"
     finally:
         await server.close()
 

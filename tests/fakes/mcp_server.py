@@ -3,8 +3,10 @@ FastMCP): over stdio (`python tests/fakes/mcp_server.py`) or streamable HTTP (`s
 
 Tools: `get` (read-only), `add(n)` (not idempotent: each invocation is counted in the file
 `MCP_COUNT_FILE`, one line per call, before it sleeps `MCP_ADD_SECONDS`), `slow(seconds)`,
-`fail` (an error result), `delete(item)` (destructive), `token` (returns the env's SECRET_TOKEN).
-At start it writes its pid to `MCP_PID_FILE` when that is set."""
+`fail` (an error result), `delete(item)` (destructive), `token` (returns the env's SECRET_TOKEN),
+`grow` (adds a tool `extra` and sends `notifications/tools/list_changed`).
+At start it writes its pid to `MCP_PID_FILE` when that is set; with `MCP_UP_FILE` set, it exits at once
+while that file does not exist (a server down, until the test creates the file)."""
 from __future__ import annotations
 
 import asyncio
@@ -15,7 +17,7 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
 
@@ -60,6 +62,13 @@ def build() -> MCPServer:
         """Show the server's token."""
         return f"token={os.environ.get('SECRET_TOKEN', '')}"
 
+    @server.tool()
+    async def grow(ctx: Context) -> str:
+        """Add a tool `extra` and tell the client the list changed."""
+        server.add_tool(lambda: "extra here", name="extra", description="Added later")
+        await ctx.session.send_tool_list_changed()
+        return "grown"
+
     return server
 
 
@@ -93,4 +102,7 @@ if __name__ == "__main__":
         Path(pid_file).write_text(str(os.getpid()), encoding="utf-8")
     if len(sys.argv) > 1 and sys.argv[1] == "exit":  # a server that dies at once
         sys.exit(3)
+    up = os.environ.get("MCP_UP_FILE")
+    if up and not Path(up).exists():  # a server that does not start until the test lets it
+        sys.exit(4)
     build().run("stdio")
