@@ -114,7 +114,8 @@ async def test_a_server_down_at_start_is_tried_again_and_its_tools_come_back(tmp
         assert [s.name for s in server.tools()][:2] == ["add", "delete"]
         assert (await server.call("add", {"n": 1}, CONTEXT)).text == "counter is 1"
         messages = [r.getMessage() for r in caplog.records if r.name == "bot.adapters.mcp_tools"]
-        assert [m for m in messages if "is down" in m][0].startswith("MCP server counter is down: ")
+        (down,) = [m for m in messages if "is down" in m]
+        assert down.startswith("MCP server counter is down: ")
         assert messages[-1] == "MCP server counter is up: 7 tools"
     finally:
         await server.close()
