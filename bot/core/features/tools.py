@@ -208,12 +208,11 @@ class ToolLoop:
         self.cache_key, self.max_steps, self.result_max = cache_key, max_steps, result_max
         self.final_call, self.on_text, self.on_step, self.notify = final_call, on_text, on_step, notify
 
-    async def run(self, messages: Sequence[ChatMessage], result: LoopResult | None = None) -> LoopResult:
-        """Call the model until it answers without tool calls (see the module docstring). With
-        `result` (an earlier loop of the run, e.g. before a reminder), go on from its conversation."""
-        if result is None:
-            result = LoopResult(None, list(messages))
-            await self._resume(result)
+    async def run(self, messages: Sequence[ChatMessage]) -> LoopResult:
+        """Call the model until it answers without tool calls (see the module docstring), after
+        taking over the journal an interrupted run of the agent left."""
+        result = LoopResult(None, list(messages))
+        await self._resume(result)
         while result.steps < self.max_steps or (self.final_call and result.steps == self.max_steps):
             offer = result.steps < self.max_steps
             if not offer:
