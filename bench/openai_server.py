@@ -12,7 +12,8 @@ or a list of replies answered in order. A `Reply` may carry `tool_calls`
 `text_only` models answer a request carrying image parts with OpenAI's 400 for them
 (recorded, not passed to the responder); `image_urls(body)` lists the images a request carried.
 
-A request with `stream: true` is answered as OpenAI streams: server-sent events, one
+A request with `stream: true` is answered as OpenAI streams: server-sent events (a reply's
+`tool_calls` as `delta.tool_calls` pieces: the id and name, then the arguments 8 characters at a time), one
 `chat.completion.chunk` per piece of the reply (`Reply.pieces`, else its words), the
 finish reason, a usage chunk when `stream_options.include_usage` asks for it, `[DONE]`.
 A reply paces its pieces (`first`, `every`), can break the stream off (`break_after`:
@@ -314,12 +315,21 @@ class FakeOpenAI:
             recorded.last_piece_at = time.monotonic()
             if recorded.first_piece_at is None:
                 recorded.first_piece_at = recorded.last_piece_at
+        for i, call in enumerate(reply.tool_calls):  # as OpenAI streams them: id and name, then the arguments
+            arguments = call.get("arguments", "{}")
+            await send([{"index": 0, "delta": {"tool_calls": [
+                {"index": i, "id": f"call_fake{n}_{i}", "type": "function",
+                 "function": {"name": call["name"], "arguments": ""}}]}, "finish_reason": None}])
+            for start in range(0, len(arguments), 8):
+                await send([{"index": 0, "delta": {"tool_calls": [
+                    {"index": i, "function": {"arguments": arguments[start:start + 8]}}]}, "finish_reason": None}])
         if reply.hold_end is not None:
             waits = {asyncio.ensure_future(self._closing.wait()), asyncio.ensure_future(reply.hold_end.wait())}
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             for wait in waits:
                 wait.cancel()
-        await send([{"index": 0, "delta": {}, "finish_reason": reply.finish_reason}])
+        finish = "tool_calls" if reply.tool_calls and reply.finish_reason == "stop" else reply.finish_reason
+        await send([{"index": 0, "delta": {}, "finish_reason": finish}])
         if (recorded.get("stream_options") or {}).get("include_usage") and reply.usage != "omit":
             usage = reply.usage if reply.usage is not None else _usage(recorded, reply.text)
             await send([], usage=usage)

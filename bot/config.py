@@ -65,6 +65,7 @@ class Settings:
     model: str = "gpt-4o-mini"
     selector_model: str | None = None
     summary_model: str | None = None  # ROUNDTABLE_SUMMARY_MODEL: writes rolling summaries (default: the selector's)
+    mcp_config: str | None = None  # ROUNDTABLE_MCP_CONFIG: the MCP servers' file (default: mcp.json when present)
     db_path: str = "roundtable.db"
     max_agent_turns: int = DEFAULT_MAX_TURNS
     context_budget: int = DEFAULT_CONTEXT_BUDGET
@@ -275,6 +276,7 @@ def load_settings(env: Mapping[str, str], *, need_discord: bool, missing_note: s
         model=r.text("ROUNDTABLE_MODEL", "gpt-4o-mini") or "gpt-4o-mini",
         selector_model=r.text("ROUNDTABLE_SELECTOR_MODEL"),
         summary_model=r.text("ROUNDTABLE_SUMMARY_MODEL"),
+        mcp_config=r.text("ROUNDTABLE_MCP_CONFIG"),
         db_path=r.text("ROUNDTABLE_DB", "roundtable.db") or "roundtable.db",
         max_agent_turns=r.parsed("ROUNDTABLE_MAX_TURNS", DEFAULT_MAX_TURNS, _in_range(low, high, int),
                                  f"use a whole number from {low} to {high}"),

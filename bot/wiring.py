@@ -61,12 +61,17 @@ async def open_engine(
     that fails creates no database file) and before the engine exists, so nothing is taken
     in: problems raise `ConfigError` / `StoreError` (one line).
     `scope`: the groups this process runs (see `Engine`); `label` names the process
-    to another one that finds a group taken ("console", "discord bot")."""
+    to another one that finds a group taken ("console", "discord bot"). The MCP servers of
+    `ROUNDTABLE_MCP_CONFIG` (`bot.adapters.mcp_tools`) start with the engine (a malformed file is
+    a `ConfigError`; a server that does not start, one ERROR line) and stop after it."""
     from bot.adapters.endpoints import endpoint_checks
+    from bot.adapters.mcp_tools import McpServers
     from bot.adapters.tokens import make_token_counter  # here, not at the top (see make_providers)
+    from bot.core.features.tools import ToolRegistry
 
     register_settings(settings, {})  # (the command line also registered the environment's)
     register_url(db)
+    servers = McpServers.from_environment({"ROUNDTABLE_MCP_CONFIG": settings.mcp_config or ""})
     counter = make_token_counter(allow_download=True)
     llm = make_providers(settings, counter)
     try:
@@ -77,16 +82,19 @@ async def open_engine(
         store = await open_store(db, settings.db_path)
         try:
             store.owner_label = label
+            await servers.start()
             surface = make_surface(store)
             engine = Engine(store, llm, surface, counter, selector_model=settings.selector_model, scope=scope,
                             prices=settings.prices, shards=settings.shards if scope == "discord:" else None,
                             summary_model=settings.summary_model,
-                            endpoint_checks=functools.partial(endpoint_checks, settings))
+                            endpoint_checks=functools.partial(endpoint_checks, settings),
+                            tools=ToolRegistry(servers.servers))
             try:
                 yield engine
             finally:
                 await engine.close()
         finally:
+            await servers.close()
             await store.close()
     finally:
         await llm.aclose()

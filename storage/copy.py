@@ -49,9 +49,12 @@ TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("model_calls", ("id",)),
     ("drafts", ("id",)),
     ("task_breaks", ("group_id", "after_seq")),
+    ("tool_grants", ("agent_id", "pattern")),
+    ("tool_calls", ("id",)),
 )
 NOT_COPIED = ("leases", "interactions", "_migrations")
-IDENTITY_TABLES = ("groups", "agents", "episodes", "runs", "agent_notes", "schedules", "model_calls", "drafts")
+IDENTITY_TABLES = ("groups", "agents", "episodes", "runs", "agent_notes", "schedules", "model_calls", "drafts",
+                   "tool_calls")
 
 
 @dataclass(frozen=True)

@@ -490,6 +490,41 @@ CREATE TABLE task_breaks (
     PRIMARY KEY (group_id, after_seq)
 ) {sqlite: WITHOUT ROWID};
 """),
+    Migration(18, "tools of agents: grants and the journal of calls", """
+-- What an admin granted an agent (SPEC §6b): a tool's name in commands (server.tool, a built-in's
+-- name) or server.* for all of a server's tools; confirm NULL: the tool's default.
+CREATE TABLE tool_grants (
+    agent_id {int} NOT NULL REFERENCES agents(id),
+    pattern {text_c} NOT NULL,
+    confirm {int},
+    created_at {real} NOT NULL,
+    PRIMARY KEY (agent_id, pattern)
+) {sqlite: WITHOUT ROWID};
+-- The journal of tool calls ("never twice"): a row per call of a model's answer, written before the
+-- call runs (status 'pending', then 'running') and given its result when it returns ('done'); a run
+-- cut by a crash leaves its rows to the agent's next run of the episode, which reuses the results
+-- and marks a call it finds running and does not repeat 'unknown'. tool: the name the model used;
+-- arguments and result masked; assistant_text: the text of the answer that made the step's calls
+-- (on its first call's row).
+CREATE TABLE tool_calls (
+    id {id},
+    group_id {int} NOT NULL REFERENCES groups(id),
+    agent_id {int} NOT NULL REFERENCES agents(id),
+    run_id {int} NOT NULL REFERENCES runs(id),
+    step {int} NOT NULL,
+    position {int} NOT NULL,
+    call_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    arguments TEXT NOT NULL,
+    assistant_text TEXT NOT NULL DEFAULT '',
+    status {text_c} NOT NULL,
+    result TEXT,
+    started_at {real} NOT NULL,
+    finished_at {real}
+);
+CREATE INDEX tool_calls_run ON tool_calls(run_id);
+CREATE INDEX tool_calls_group_agent ON tool_calls(group_id, agent_id);
+"""),
 ]
 
 # The ledger of applied migrations (both databases; not itself a migration).

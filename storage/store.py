@@ -6,8 +6,9 @@ health, the lease owner, the appends): `storage.group` (groups), `storage.roster
 cursors), `storage.thread` (the message log; what reached the surface), `storage.routing`
 (decisions), `storage.episode`, `storage.run`, `storage.lease`, `storage.reading` (read cursors,
 people, catch-up summaries), `storage.summary` (rolling summaries), `storage.draft`,
-`storage.notes` (agents' memory), `storage.schedule`, `storage.record` (the record in pages, for
-exports), `storage.usage` (model calls and their tokens), `storage.webhook`,
+`storage.notes` (agents' memory), `storage.tools` (agents' tools: grants, the calls' journal),
+`storage.schedule`, `storage.record` (the record in pages, for exports), `storage.usage` (model calls
+and their tokens), `storage.webhook`,
 `storage.interaction` and `storage.report` (the database report, the schema version). `SqlStore`
 builds them and names, method by method, which part answers each call of the port.
 
@@ -42,6 +43,7 @@ from storage.run import Runs
 from storage.schedule import Schedules
 from storage.summary import Summaries
 from storage.thread import Posting, Thread
+from storage.tools import Tools
 from storage.usage import Spending
 from storage.webhook import Webhooks
 
@@ -90,6 +92,7 @@ class SqlStore:
         self._summaries = Summaries(access)
         self._drafts = Drafts(access)
         self._notes = Notes(access)
+        self._tools = Tools(access)
         self._schedules = Schedules(access)
         self._record = Record(access)
         self._spending = Spending(access)
@@ -198,6 +201,15 @@ class SqlStore:
     adopt_drafts = delegate("_drafts", Drafts.adopt_drafts)
     orphan_drafts = delegate("_drafts", Drafts.orphan_drafts)
     drop_drafts = delegate("_drafts", Drafts.drop_drafts)
+    # Tools
+    tool_grants = delegate("_tools", Tools.tool_grants)
+    grant_tools = delegate("_tools", Tools.grant_tools)
+    revoke_tools = delegate("_tools", Tools.revoke_tools)
+    journal_step = delegate("_tools", Tools.journal_step)
+    journal_running = delegate("_tools", Tools.journal_running)
+    journal_result = delegate("_tools", Tools.journal_result)
+    adopt_tool_calls = delegate("_tools", Tools.adopt_tool_calls)
+    run_tool_calls = delegate("_tools", Tools.run_tool_calls)
     # Notes
     add_note = delegate("_notes", Notes.add_note)
     notes = delegate("_notes", Notes.notes)

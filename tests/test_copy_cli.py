@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bot.core.errors import StoreError
-from bot.core.models import Completion, ContextSummary, Summary, Usage
+from bot.core.models import Completion, ContextSummary, Summary, ToolCall, Usage
 from bot.core.rules.schedule import When
 from storage import describe, open_store
 from storage.copy import NOT_COPIED, TABLES, table_sums
@@ -20,8 +20,8 @@ from tests.test_cli import roundtable
 
 async def seeded(path: Path) -> Harness:
     """Two episodes of the group 'main' with selector decisions, runs, a notice, a webhook, people,
-    a summary, a rolling summary, a read cursor, a memory note, a schedule and a provisional message left by
-    a run: a row in every copied table."""
+    a summary, a rolling summary, a read cursor, a memory note, a schedule, a provisional message left by
+    a run, a tool grant and a journaled tool call: a row in every copied table."""
     harness = Harness(path)
     llm = ScriptedLLM(
         selector=[Completion("planner", Usage(300, 1, 0), model="gpt-4o-mini"),
@@ -52,6 +52,10 @@ async def seeded(path: Path) -> Harness:
         await store.add_schedule(planner.id, When(at_time="09:00", tz="Asia/Tokyo"), "morning plan", next_run_at=9e9)
         run = next(iter(await store.runs_by_id([1])))
         await store.add_draft(group_id, planner.id, run, 0, "planner", "half a repl")
+        await store.grant_tools(planner.id, ["counter.*"])
+        (call,) = await store.journal_step(group_id, planner.id, run, 0, "Adding.",
+                                           [ToolCall("call_1", "counter__add", '{"n": 2}')])
+        await store.journal_result(call.id, "counter is 2")
         await store.acquire_lease(group_id, 30)  # not copied: ownership stays with the old database
     return harness
 

@@ -366,27 +366,32 @@ class OpenAILLM:
         model: str | None = None,
         max_tokens: int | None = None,
         cache_key: str | None = None,
+        tools: Sequence[Tool] | None = None,
     ) -> Completion:
         """One chat completion, streamed (`bot.core.ports.LLM.stream`): `on_text(piece)` for each
-        piece of text as it arrives; usage from the stream's last chunk (`stream_options`), else
-        estimated. A server that refuses to stream (HTTP 400/404/405/415/422/501) or answers the whole
-        completion at once is remembered and asked plainly from then on; a stream that breaks off
-        (the connection drops, an error event, no finish reason) is asked again plainly. Either is
-        said in the log once per model. Raises `LLMError` subclasses (and what `on_text` raises)."""
+        piece of text as it arrives; with `tools`, the tool calls' pieces (`delta.tool_calls`, by
+        index: the id and name first, the arguments in pieces) assembled into `tool_calls`; usage
+        from the stream's last chunk (`stream_options`), else estimated. A server that refuses to
+        stream (HTTP 400/404/405/415/422/501) or answers the whole completion at once is remembered
+        and asked plainly from then on; a stream that breaks off (the connection drops, an error
+        event, no finish reason) is asked again plainly. Either is said in the log once per model.
+        Raises `LLMError` subclasses (and what `on_text` raises)."""
         name = model or self.default_model
         if name in self._unstreamed_models:
-            return await self.complete(messages, model=name, max_tokens=max_tokens, cache_key=cache_key)
+            return await self.complete(messages, model=name, max_tokens=max_tokens, cache_key=cache_key, tools=tools)
         if not self.takes_images(name):
             messages = [m.without_images() for m in messages]
         started = time.monotonic()
         try:
-            completion = await self._streamed(messages, name, max_tokens, cache_key, on_text)
+            completion = await self._streamed(messages, name, max_tokens, cache_key, on_text,
+                                              [_tool_json(t) for t in tools or ()])
         except _Caller as wrapped:
             raise wrapped.error from None
         except openai.APIStatusError as exc:
             if exc.status_code not in _NOT_STREAMING:
                 raise self._translate(exc, name) from None
-            completion = await self.complete(messages, model=name, max_tokens=max_tokens, cache_key=cache_key)
+            completion = await self.complete(messages, model=name, max_tokens=max_tokens, cache_key=cache_key,
+                                             tools=tools)
             self._unstreamed_models.add(name)  # the plain request worked: the refusal was about streaming
             log.warning("model %s at %s does not stream (HTTP %d to a streamed request); its replies are posted "
                         "whole", name, self.host, exc.status_code)
@@ -396,7 +401,7 @@ class OpenAILLM:
             self._broken_streams.add(name)
             log.log(level, "model %s at %s broke its stream off (%s); asked again without streaming, the reply is "
                            "posted whole", name, self.host, exc)
-            return await self.complete(messages, model=name, max_tokens=max_tokens, cache_key=cache_key)
+            return await self.complete(messages, model=name, max_tokens=max_tokens, cache_key=cache_key, tools=tools)
         except openai.OpenAIError as exc:
             err = self._translate(exc, name)
             log.debug("llm %s stream failed after %.2fs: %s", name, time.monotonic() - started, err)
@@ -408,11 +413,13 @@ class OpenAILLM:
         return completion
 
     async def _streamed(self, messages: Sequence[ChatMessage], model: str, max_tokens: int | None,
-                        cache_key: str | None, on_text: Callable[[str], None]) -> Completion:
+                        cache_key: str | None, on_text: Callable[[str], None],
+                        tools: list[dict[str, Any]]) -> Completion:
         """The streamed request and its chunks (`stream`'s body); the whole of it within the deadline."""
         try:
             async with asyncio.timeout(self.deadline):
-                response = await self._create(messages, model, max_tokens, False, cache_key, stream=True)
+                response = await self._create(messages, model, max_tokens, False, cache_key, stream=True,
+                                              tools=tools)
                 async with response:
                     if "text/event-stream" not in response.response.headers.get("content-type", ""):
                         return self._answered_whole(await response.response.aread(), messages, model)
@@ -423,6 +430,7 @@ class OpenAILLM:
     async def _chunks(self, response: Any, messages: Sequence[ChatMessage], model: str,
                       on_text: Callable[[str], None]) -> Completion:
         pieces: list[str] = []
+        calls: dict[int, list[str]] = {}  # index -> [id, name, arguments so far]
         usage: Any = None
         finish: str | None = None
         answered_by: str | None = None
@@ -433,6 +441,8 @@ class OpenAILLM:
                 for choice in getattr(chunk, "choices", None) or ():
                     if getattr(choice, "index", 0) != 0:
                         continue
+                    for delta in getattr(getattr(choice, "delta", None), "tool_calls", None) or ():
+                        _add_call_piece(calls, delta)
                     piece = getattr(getattr(choice, "delta", None), "content", None)
                     if piece:
                         pieces.append(piece)
@@ -451,8 +461,11 @@ class OpenAILLM:
         if finish is None:
             raise _StreamBroken(f"it ended without a finish reason after {len(pieces)} pieces")
         text = "".join(pieces)
-        return Completion(text=mask(text), usage=self._usage(usage, messages, text), model=answered_by or model,
-                          finish_reason=finish)
+        tool_calls = tuple(ToolCall(id=c[0], name=c[1], arguments=mask(c[2] or "{}"))
+                           for _, c in sorted(calls.items()))
+        written = text + "".join(c[2] for c in calls.values())
+        return Completion(text=mask(text), usage=self._usage(usage, messages, written), model=answered_by or model,
+                          finish_reason=finish, tool_calls=tool_calls)
 
     def _answered_whole(self, body: bytes, messages: Sequence[ChatMessage], model: str) -> Completion:
         """A server that ignored `stream` and sent the whole completion: taken as it is, remembered."""
@@ -670,6 +683,17 @@ def _message_json(message: ChatMessage) -> dict[str, Any]:
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
             for c in message.tool_calls]}
     return {"role": message.role, "content": message.content}
+
+
+def _add_call_piece(calls: dict[int, list[str]], delta: Any) -> None:
+    """One streamed piece of a tool call into `calls` (index -> [id, name, arguments]): the id and
+    name come once (a server may repeat them), the arguments in pieces to join."""
+    index = getattr(delta, "index", None)
+    call = calls.setdefault(int(index) if isinstance(index, int) else len(calls), ["", "", ""])
+    call[0] = str(getattr(delta, "id", None) or call[0])
+    function = getattr(delta, "function", None)
+    call[1] = str(getattr(function, "name", None) or call[1])
+    call[2] += str(getattr(function, "arguments", None) or "")
 
 
 def _tool_call(call: Any) -> ToolCall:

@@ -93,11 +93,11 @@ class Providers:
 
     async def stream(self, messages: Sequence[ChatMessage], *, on_text: Callable[[str], None],
                      model: str | None = None, max_tokens: int | None = None,
-                     cache_key: str | None = None) -> Completion:
+                     cache_key: str | None = None, tools: Sequence[Tool] | None = None) -> Completion:
         provider, client, name = await self.routed(model)
         try:
             completion = await client.stream(messages, on_text=on_text, model=name, max_tokens=max_tokens,
-                                             cache_key=cache_key)
+                                             cache_key=cache_key, tools=tools)
         except LLMError as exc:
             raise self._outage(self._named(exc, provider), provider) from None
         self._down.pop(provider, None)

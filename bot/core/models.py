@@ -384,6 +384,60 @@ class Tool:
 
 
 @dataclass(frozen=True)
+class ToolSpec:
+    """A tool an agent may be granted (SPEC §6b): its name in commands (`memory_write`, `server.tool`),
+    what the model is told of it, and what it says of itself (MCP's annotations; built-ins their own).
+    `read_only` or `idempotent` tools may be run again after a crash cut their call."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    read_only: bool = False
+    idempotent: bool = False
+    destructive: bool = False
+    timeout: float = 30.0  # seconds a call may take before its result is a timeout error
+    builtin: bool = False  # always offered when its feature is on (memory_write), never granted
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """What a tool call returned: its text, and whether it is an error (told to the model as a result)."""
+
+    text: str
+    error: bool = False
+
+
+@dataclass(frozen=True)
+class ToolGrant:
+    """A tool (or `server.*`) an admin granted an agent; `confirm` None: the tool's default."""
+
+    pattern: str
+    confirm: bool | None = None
+
+
+ToolCallStatus = Literal["pending", "running", "done", "unknown"]
+
+
+@dataclass(frozen=True)
+class JournaledCall:
+    """One tool call of a run as its journal holds it (SPEC §6b "Never twice"): written before it
+    runs (`pending`, then `running`), its result when it returns (`done`); `unknown` once a run
+    resumed after a crash found it running and did not repeat it. `step` and `position` place it
+    in the run's conversation; `assistant_text` is the text of the model's answer that made it."""
+
+    id: int
+    run_id: int
+    step: int
+    position: int
+    call_id: str
+    tool: str  # the name the model used
+    arguments: str
+    status: ToolCallStatus
+    result: str | None = None
+    assistant_text: str = ""
+
+
+@dataclass(frozen=True)
 class ImagePart:
     """An image inside a message to a model: a data URL (the model server need not reach the
     surface), its estimated prompt tokens, and the text that stands in its place for a model

@@ -22,6 +22,7 @@ from bot.core.models import (
     FinishedRun,
     Group,
     GroupSettings,
+    JournaledCall,
     Message,
     NewMessage,
     Note,
@@ -31,6 +32,10 @@ from bot.core.models import (
     Spend,
     Summary,
     Tool,
+    ToolCall,
+    ToolGrant,
+    ToolOutput,
+    ToolSpec,
     Usage,
 )
 from bot.core.rules.doctor import DatabaseReport
@@ -72,11 +77,13 @@ class LLM(Protocol):
         model: str | None = None,
         max_tokens: int | None = None,
         cache_key: str | None = None,
+        tools: Sequence[Tool] | None = None,
     ) -> Completion:
         """One chat completion, streamed: `on_text(piece)` for each piece of the reply's text as
         the model writes it, then the whole completion (usage from the server when it sends any,
-        else estimated, as `complete` does). A server that does not stream, or a stream that
-        breaks off, is answered by one plain request instead: the completion's text is then the
+        else estimated, as `complete` does). With `tools`, the model may answer with tool calls:
+        their streamed pieces are assembled into `Completion.tool_calls`. A server that does not
+        stream, or a stream that breaks off, is answered by one plain request instead: the completion's text is then the
         reply, whatever pieces came before. Raises `LLMError` subclasses (and whatever `on_text`
         raises)."""
         ...
@@ -98,6 +105,73 @@ class LLM(Protocol):
         """Per provider (`DEFAULT_PROVIDER` for the default one), the models it lists, as an agent's
         model is written (`name/model` on a named provider); None where the list is not known.
         Cached; refreshed now and then. Never raises."""
+        ...
+
+
+class ToolSource(Protocol):
+    """Where tools come from (SPEC §6b): the built-ins, or one MCP server (`bot.adapters.mcp_tools`).
+
+    `name` is '' for built-ins (their tools are named plainly), else the server's name (its tools
+    are `name.tool` in commands). The core never sees how a source runs its tools."""
+
+    name: str
+
+    def tools(self) -> Sequence[ToolSpec]:
+        """The tools it offers now (names without the source's prefix), in a stable order; none while it is down."""
+        ...
+
+    async def call(self, tool: str, arguments: dict[str, object], context: ToolContext) -> ToolOutput:
+        """Run `tool` (its name without the prefix) with `arguments`. A failure of the tool is an
+        error `ToolOutput`; may raise anything else (the tool loop turns it into an error result)."""
+        ...
+
+
+class ToolContext(Protocol):
+    """Who a tool call runs for: the group, the agent and the run."""
+
+    @property
+    def group_id(self) -> int: ...
+
+    @property
+    def agent_id(self) -> int: ...
+
+    @property
+    def run_id(self) -> int: ...
+
+
+class ToolStore(Protocol):
+    """Tools of agents (`bot.core.features.tools`): what each agent was granted, and the journal of
+    the calls of runs, so that a run cut by a crash resumes without running a call twice."""
+
+    async def tool_grants(self, agent_id: int) -> list[ToolGrant]:
+        """What the agent was granted, in the order of the patterns."""
+        ...
+
+    async def grant_tools(self, agent_id: int, patterns: Sequence[str], *, confirm: bool | None = None) -> None:
+        """Grant each pattern (`server.tool`, `server.*`, a built-in's name); a pattern granted
+        before keeps its grant (its `confirm` set when given)."""
+        ...
+
+    async def revoke_tools(self, agent_id: int, patterns: Sequence[str]) -> int:
+        """Take back these grants; how many there were."""
+        ...
+
+    async def journal_step(self, group_id: int, agent_id: int, run_id: int, step: int, assistant_text: str,
+                           calls: Sequence[ToolCall]) -> list[JournaledCall]:
+        """Record a model answer's tool calls (status `pending`) before any of them runs."""
+        ...
+
+    async def journal_running(self, call_id: int) -> None:
+        """The call is about to run (`running`): after a crash it is in flight."""
+        ...
+
+    async def journal_result(self, call_id: int, result: str, *, status: str = "done") -> None:
+        """The call returned (`done`) with `result`, or (`unknown`) a resumed run did not repeat it."""
+        ...
+
+    async def adopt_tool_calls(self, group_id: int, agent_id: int, run_id: int) -> list[JournaledCall]:
+        """Move to run `run_id` the journal of the agent's interrupted runs of the same episode (a
+        crash or a restart cut them); return the run's calls, in order."""
         ...
 
 
@@ -637,7 +711,7 @@ class HealthStore(Protocol):
 
 
 class Store(GroupStore, RosterStore, ThreadStore, PostingStore, RoutingStore, EpisodeStore, RunStore, SummaryStore,
-            DraftStore, NoteStore, ScheduleStore, RecordStore, ReadingStore, LeaseStore, WebhookStore,
+            DraftStore, NoteStore, ToolStore, ScheduleStore, RecordStore, ReadingStore, LeaseStore, WebhookStore,
             InteractionStore, DiagnosisStore, HealthStore, Protocol):
     """Durable state. Every method is atomic; appends are serialised per group.
 

@@ -11,9 +11,10 @@ import pytest
 from bot.adapters.openai_llm import OpenAILLM
 from bot.adapters.tokens import make_token_counter
 from bot.core.errors import LLMUnavailable
-from bot.core.models import ChatMessage
+from bot.core.models import ChatMessage, Tool
 from bot.core.ports import LLM
-from tests.fakes.openai_server import FakeOpenAI, Reply
+from bot.core.rules.secrets import SECRETS
+from tests.fakes.openai_server import FakeOpenAI, Reply, tool_call
 
 MESSAGES = [ChatMessage("system", "You are terse."), ChatMessage("user", "Say hello to the group.")]
 TEXT = "Hello all, here is the plan for the three days."
@@ -170,3 +171,31 @@ async def test_a_stream_of_garbage_is_a_broken_stream_asked_again_plainly(caplog
     assert pieces == ["Hello "] and answer.text == TEXT and answer.usage.prompt_tokens == 20
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warned) == 1 and "broke its stream off" in warned[0]
+
+
+async def test_streamed_tool_calls_are_assembled_from_their_pieces_with_usage() -> None:
+    """Issue 29: a streamed answer may call tools; the ids, names and argument pieces come as
+    `delta.tool_calls` by index, and the exchange goes back on the wire as a plain call's does."""
+    counter = Tool("counter__add", "Add to the counter", {"type": "object", "properties": {"n": {"type": "integer"}}})
+    secret = "sk-live-streamed-secret-9f8e7d6c5b4a"
+    replies = [Reply(text="Let me count.", usage=USAGE,
+                     tool_calls=[tool_call("counter__add", n=2, note="a long argument, cut into many pieces"),
+                                 tool_call("counter__add", arguments=json.dumps({"n": 3, "key": secret}))]),
+               Reply(text="Done: 5.")]
+    async with FakeOpenAI(replies) as srv, make_llm(srv) as llm:
+        SECRETS.register(secret)
+        pieces: list[str] = []
+        first = await llm.stream(MESSAGES, on_text=pieces.append, tools=[counter])
+        follow = [*MESSAGES, ChatMessage("assistant", first.text, tool_calls=first.tool_calls),
+                  *(ChatMessage("tool", "ok", tool_call_id=c.id) for c in first.tool_calls)]
+        second = await llm.stream(follow, on_text=pieces.append, tools=[counter])
+    assert first.text == "Let me count." and first.finish_reason == "tool_calls"
+    assert [(c.name, json.loads(c.arguments)) for c in first.tool_calls] == [
+        ("counter__add", {"n": 2, "note": "a long argument, cut into many pieces"}),
+        ("counter__add", {"n": 3, "key": "***"})]
+    assert secret not in first.tool_calls[1].arguments
+    assert len({c.id for c in first.tool_calls}) == 2 and all(c.id for c in first.tool_calls)
+    assert first.usage.prompt_tokens == 20 and not first.usage.estimated
+    assert second.text == "Done: 5." and second.tool_calls == () and "".join(pieces) == "Let me count.Done: 5."
+    assert srv.requests[0]["stream"] is True and srv.requests[0]["tools"][0]["function"]["name"] == "counter__add"
+    assert [m["role"] for m in srv.requests[1]["messages"]] == ["system", "user", "assistant", "tool", "tool"]

@@ -69,7 +69,7 @@ async def test_a_streamed_reply_opening_with_another_participants_label_is_shown
     assert harness.surface.episodes[-1].status == "terminated"  # cut before its TERMINATE, which still counts
 
 
-async def test_stream_off_and_memory_runs_are_not_streamed(harness):
+async def test_stream_off_is_not_streamed_and_memory_runs_are(harness):
     harness.surface.streams = True
     llm = ScriptedLLM(agents={"planner": ["Whole."]}, default_agent_reply=lambda name, n: "Also whole.")
     async with harness.running(llm, mode="tags", stream=False):
@@ -81,7 +81,8 @@ async def test_stream_off_and_memory_runs_are_not_streamed(harness):
         await harness.store.update_agent(budget.id, memory=True)
         await harness.say("@budget go")
         await harness.idle()
-    assert llm.streamed == 0 and harness.surface.drafts == []
+    # stream off: none; a memory run (tools) streams its answer and its reminder's (issue 29)
+    assert llm.streamed == 2 and len(harness.surface.drafts) == 1
     assert [m.text for m in harness.surface.published if m.author_type == "agent"] == ["Whole.", "Also whole."]
 
 

@@ -106,9 +106,10 @@ class ScriptedLLM:
 
     async def stream(self, messages: Sequence[ChatMessage], *, on_text: Callable[[str], None],
                      model: str | None = None, max_tokens: int | None = None,
-                     cache_key: str | None = None) -> Completion:
+                     cache_key: str | None = None, tools: Sequence[Tool] | None = None) -> Completion:
         """`complete`, its text handed to `on_text` a few characters at a time first."""
-        completion = await self.complete(messages, model=model, max_tokens=max_tokens, cache_key=cache_key)
+        completion = await self.complete(messages, model=model, max_tokens=max_tokens, cache_key=cache_key,
+                                         tools=tools)
         self.streamed += 1
         for i in range(0, len(completion.text), self.piece):
             on_text(completion.text[i:i + self.piece])

@@ -147,7 +147,7 @@ async def test_both_databases_end_with_the_same_tables_columns_keys_and_indexes(
     await (await pg.open()).close()
     (lite, aliases), (postgres, identities) = await sqlite_schema(sqlite), await pg_schema(pg)
     # Not vacuous: the tables, a partial index on an expression, a composite key and reference are there.
-    assert len(lite.columns) >= 19 and "context_summaries" in lite.columns
+    assert len(lite.columns) >= 22 and "context_summaries" in lite.columns and "tool_calls" in lite.columns
     assert lite.indexes["agents_roster_name"] == ("agents", ("group_id", "lowername"), True, "removed_atisnull")
     assert ("decisions", ("group_id", "seq"), "messages", ("group_id", "seq")) in lite.foreign_keys
     assert lite.checks["schedules"] == 1 and ("groups", ("key",)) in lite.unique
@@ -212,6 +212,7 @@ RELEASED = {
     13: "f85da07597dfd600",
     14: "e2365c769eae6834",
     16: "9d24657416eba733",
+    18: "f97cf4cbafc6174d",
 }
 
 

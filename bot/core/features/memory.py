@@ -1,14 +1,15 @@
-"""An agent's memory: the `memory_write` tool, its notes in the system prompt, and the run's tool loop.
+"""An agent's memory: the `memory_write` tool, its notes in the system prompt, and its reminder.
 
 With memory on (`/agent edit name:x memory:on`) an agent's group run offers the
-model one tool, `memory_write(note)`. Its notes are kept per agent (the store)
+model the built-in tool `memory_write(note)` (`MemoryTools`, a source of the tool loop,
+`bot.core.features.tools`), besides the tools it was granted. Its notes are kept per agent (the store)
 and shown at the end of its system message under `<memory>`: the newest that
 fit `MEMORY_BUDGET` tokens, with a marker line counting the older ones dropped.
 A run must write once: when it ends without a note it gets one reminder and one
 more step; a run that still does not write is recorded `memory_skipped`.
 
-The pure parts (`memory_section`, `read_note`) are table-tested; `run_with_memory`
-is the loop over the LLM and Store ports.
+The pure parts (`memory_section`, `read_note`) are table-tested; `run_agent_tools`
+runs the tool loop and, memory on, the reminder.
 """
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.core.errors import LLMError
-from bot.core.models import Agent, ChatMessage, Completion, Note, Tool, ToolCall, Usage
-from bot.core.ports import LLM, NoteStore, TokenCounter
+from bot.core.features.tools import LoopResult, ToolLoop
+from bot.core.models import Agent, ChatMessage, Note, Tool, ToolCall, ToolOutput, ToolSpec, Usage
+from bot.core.ports import NoteStore, TokenCounter, ToolContext
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +31,11 @@ MEMORY_TOOL = Tool(TOOL_NAME, "Save a short note to remember in later runs", {
     "properties": {"note": {"type": "string", "description": "what to remember, in a sentence or two"}},
     "required": ["note"],
 })
+MEMORY_SPEC = ToolSpec(TOOL_NAME, MEMORY_TOOL.description, MEMORY_TOOL.parameters, builtin=True)
 NOTE_MAX = 500  # characters in one note
 MEMORY_BUDGET = 800  # tokens of notes in the system prompt
 NOTES_READ = 200  # the newest notes read for a prompt (the budget keeps fewer)
-MAX_TOOL_STEPS = 4  # model calls of a run before its reminder
+MAX_TOOL_STEPS = 4  # model calls of a run with memory only (no granted tool) before its reminder
 REMINDER = ("Reminder: memory is on for you. Call memory_write once now with what you want to remember "
             "from this conversation.")
 SAVED = "Saved."
@@ -91,6 +94,27 @@ def read_note(call: ToolCall) -> tuple[str | None, str]:
     return note, SAVED
 
 
+class MemoryTools:
+    """The built-in source of `memory_write` (`bot.core.ports.ToolSource`): saves the agent's note."""
+
+    name = ""
+
+    def __init__(self, store: NoteStore) -> None:
+        self.store = store
+
+    def tools(self) -> tuple[ToolSpec, ...]:
+        return (MEMORY_SPEC,)
+
+    async def call(self, tool: str, arguments: dict[str, object], context: ToolContext) -> ToolOutput:
+        note, result = read_note(ToolCall("", tool, json.dumps(arguments)))
+        if note is None:
+            log.info("agent_id=%s: memory_write refused: %s", context.agent_id, result)
+            return ToolOutput(result, error=True)
+        await self.store.add_note(context.agent_id, note)
+        log.info("agent_id=%s saved a note (%d characters)", context.agent_id, len(note))
+        return ToolOutput(SAVED)
+
+
 @dataclass(frozen=True)
 class Answer:
     """A run's answer: the reply text, the tokens of every call, and (memory on) whether it wrote a note."""
@@ -108,63 +132,37 @@ class Answer:
         return not self.wrote
 
 
-async def run_with_memory(llm: LLM, store: NoteStore, agent: Agent, messages: Sequence[ChatMessage], *,
-                          cache_key: str | None = None) -> Answer:
-    """Call the model with `memory_write` until it answers without tool calls (at most
-    `MAX_TOOL_STEPS` calls); no note by then: one reminder and one more call.
+def _wrote(result: LoopResult) -> bool:
+    return any(d.name == TOOL_NAME and d.result == SAVED for d in result.done)
+
+
+def _answer(result: LoopResult, text: str, *, error: LLMError | None = None) -> Answer:
+    return Answer(text, result.usage, result.model, _wrote(result), result.calls, error=error,
+                  provider=result.provider)
+
+
+async def run_agent_tools(loop: ToolLoop, messages: Sequence[ChatMessage], *, memory: bool) -> Answer:
+    """The tool loop (`bot.core.features.tools`); with `memory`, a run that wrote no note by its end gets
+    one reminder and one more call.
 
     The reply is the text of the first answer without tool calls; when it was empty, the
     text after the reminder. A failed call before the reminder fails the run; a failed
     reminder step keeps the reply (and the run skipped its note)."""
-    conversation = list(messages)
-    usage, model, calls, wrote, provider = Usage(), "", 0, False, ""
-    reply: str | None = None
-
-    async def step() -> Completion:
-        nonlocal usage, model, calls, provider
-        calls += 1  # a call that fails is a call made
-        completion = await llm.complete(conversation, model=agent.model, cache_key=cache_key, tools=(MEMORY_TOOL,))
-        usage, model = usage + completion.usage, completion.model or model
-        provider = completion.provider or provider
-        return completion
-
-    for _ in range(MAX_TOOL_STEPS):
-        try:
-            completion = await step()
-        except LLMError as exc:
-            return Answer("", usage, model, wrote, calls, error=exc, provider=provider)
-        if not completion.tool_calls:
-            reply = completion.text
-            break
-        wrote = await _answer(store, agent, completion, conversation) or wrote
-    if wrote:
-        return Answer(reply or "", usage, model, True, calls, provider=provider)
+    result = await loop.run(messages)
+    if result.error is not None:
+        return _answer(result, "", error=result.error)
+    reply = result.reply
+    if not memory or _wrote(result):
+        return _answer(result, reply or "")
     if reply is not None:
-        conversation.append(ChatMessage("assistant", reply))
-    conversation.append(ChatMessage("user", REMINDER))
-    log.info("agent=%s wrote no note: reminded, one more step", agent.name)
+        result.conversation.append(ChatMessage("assistant", reply))
+    result.conversation.append(ChatMessage("user", REMINDER))
+    log.info("agent=%s wrote no note: reminded, one more step", loop.agent.name)
     try:
-        completion = await step()
+        completion = await loop.call(result)
     except LLMError as exc:
-        log.warning("agent=%s: the memory reminder step failed: %s", agent.name, exc)
-        return Answer(reply or "", usage, model, False, calls, provider=provider)
+        log.warning("agent=%s: the memory reminder step failed: %s", loop.agent.name, exc)
+        return _answer(result, reply or "")
     if completion.tool_calls:
-        wrote = await _answer(store, agent, completion, conversation)
-    return Answer(reply or completion.text, usage, model, wrote, calls, provider=provider)
-
-
-async def _answer(store: NoteStore, agent: Agent, completion: Completion, conversation: list[ChatMessage]) -> bool:
-    """Run the completion's tool calls, appending them and their results to the conversation.
-    True when a note was saved."""
-    conversation.append(ChatMessage("assistant", completion.text, tool_calls=completion.tool_calls))
-    saved = False
-    for call in completion.tool_calls:
-        note, result = read_note(call)
-        if note is not None:
-            await store.add_note(agent.id, note)
-            saved = True
-            log.info("agent=%s saved a note (%d characters)", agent.name, len(note))
-        else:
-            log.info("agent=%s: tool call %s refused: %s", agent.name, call.name, result)
-        conversation.append(ChatMessage("tool", result, tool_call_id=call.id))
-    return saved
+        await loop.answer(result, completion)
+    return _answer(result, reply or completion.text)

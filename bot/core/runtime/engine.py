@@ -26,9 +26,11 @@ from contextlib import AbstractAsyncContextManager
 from typing import TypeVar
 
 from bot.core.errors import DeliveryError, NotFound, StoreBusy, StoreError, StoreUnavailable, StoreUnwritable
+from bot.core.features.memory import MemoryTools
 from bot.core.features.spending import budget_reached_notice, month_cost
 from bot.core.features.summary import Summaries
 from bot.core.features.tasks import TaskChains
+from bot.core.features.tools import ToolRegistry
 from bot.core.models import Agent, Episode, EpisodeResult, Group, Message, NewMessage, SharedFile, Usage
 from bot.core.ports import LLM, Store, Surface, TokenCounter
 from bot.core.rules.attachments import ImageSource, counted_text, images_tokens, unused_files, unused_line
@@ -63,7 +65,7 @@ class Engine:
         scope: str = "", retry: RetryPolicy | None = None, lease_ttl: float = LEASE_TTL,
         prices: Mapping[str, Price] | None = None, shards: Shards | None = None,
         clock: Callable[[], float] = time.time, schedule_tick: float = TICK, summary_model: str | None = None,
-        endpoint_checks: Probe | None = None,
+        endpoint_checks: Probe | None = None, tools: ToolRegistry | None = None,
     ) -> None:
         """`scope`: the groups this process may run: a group key, or a key prefix ending
         in ':' ("discord:"); "" means every group in the store. `prices`: per model, for
@@ -71,7 +73,8 @@ class Engine:
         runs as shards and this process serves those (only their guilds' groups).
         `clock` and `schedule_tick`: when schedules are due, and how often they are looked at.
         `summary_model`: the model that writes rolling summaries (default: the group's selector model).
-        `endpoint_checks`: /roundtable doctor's check of the model endpoints."""
+        `endpoint_checks`: /roundtable doctor's check of the model endpoints. `tools`: the tool
+        sources agents may be granted (MCP servers; memory_write is added)."""
         self.store = store
         self.prices: Mapping[str, Price] = DEFAULT_PRICES if prices is None else prices
         self.llm = llm
@@ -104,10 +107,12 @@ class Engine:
         self.endpoint_checks = endpoint_checks
         self.surface_connected = asyncio.Event()  # backlogs are routed once people can be answered
         self._backlog_turn = asyncio.Lock()  # one group's backlog chunk at a time (FIFO: groups take turns)
+        self.tools = tools or ToolRegistry()  # bot.core.features.tools
+        self.tools.add(MemoryTools(store))
         self._turn = AgentTurn(TurnDeps(
             store=store, llm=llm, surface=surface, counter=counter, tasks=self.tasks, summaries=self.summaries,
             notice=self.notice, images=self.images, withheld_images=self.withheld_images,
-            tell_unused=self.tell_unused))
+            tell_unused=self.tell_unused, tools=self.tools))
         self._direct = DirectRuns(DirectDeps(
             store=store, llm=llm, counter=counter, prices=self.prices, locks=self.locks, after_turn=self.after_turn,
             wake=self.wake, all_shown=self.all_shown))

@@ -10,7 +10,8 @@ With the group's `stream` setting on, the reply is shown while the model writes 
 surface, and stops before the run is settled, so the committed row's publish has the
 last word. The run first takes over the provisional messages an interrupted run of
 the agent left (its reply replaces them); a run that posts nothing takes its own back.
-A run with memory on (a loop of tool calls) is not streamed: its reply is posted whole.
+An agent with tools (granted ones, or memory_write with memory on) runs the tool loop
+(`bot.core.features.tools`), streamed too: the draft shows the text of the current step.
 """
 from __future__ import annotations
 
@@ -21,11 +22,24 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from bot.core.errors import CapReached, LLMError, ProviderMissing
+from bot.core.features import memory
 from bot.core.features.context import Trimmed, load_thread, participant_step
-from bot.core.features.memory import Answer, load_memory, run_with_memory
+from bot.core.features.memory import Answer, load_memory, run_agent_tools
 from bot.core.features.summary import Summaries
 from bot.core.features.tasks import TaskChains, Tasks
-from bot.core.models import Agent, ChatMessage, Completion, Group, Message, NewMessage, Run, RunResult, Usage
+from bot.core.features.tools import MAX_TOOL_STEPS, RunContext, ToolBox, ToolLoop, ToolRegistry
+from bot.core.models import (
+    Agent,
+    ChatMessage,
+    Completion,
+    DraftPart,
+    Group,
+    Message,
+    NewMessage,
+    Run,
+    RunResult,
+    Usage,
+)
 from bot.core.ports import (
     LLM,
     Draft,
@@ -39,6 +53,7 @@ from bot.core.ports import (
     Surface,
     ThreadStore,
     TokenCounter,
+    ToolStore,
 )
 from bot.core.rules.attachments import ImageSource, PromptFiles
 from bot.core.rules.draft import ReplyStream
@@ -111,9 +126,9 @@ def cache_key(group: Group, agent_id: int | None) -> str:
 
 
 class TurnStore(GroupStore, RosterStore, ThreadStore, EpisodeStore, RunStore, DraftStore, NoteStore, ReadingStore,
-                Protocol):
+                ToolStore, Protocol):
     """What a run reads and writes: its group, roster and thread, its episode, the run itself, the
-    provisional messages it takes over, the agent's notes, the names that tag people."""
+    provisional messages it takes over, the agent's notes and tools, the names that tag people."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +146,7 @@ class TurnDeps:
     withheld_images: Callable[[str | None, int], None]  # a prompt named images only (logged once per model)
     # images a run could not send, (seq, index) -> (name, why): told to their person once
     tell_unused: Callable[[Group, Mapping[tuple[int, int], tuple[str, str]]], Awaitable[None]]
+    tools: ToolRegistry | None = None  # the tool sources (bot.core.features.tools); None: memory_write only
 
 
 class AgentTurn:
@@ -271,14 +287,15 @@ class AgentTurn:
     async def _complete(self, group: Group, agent: Agent, run: Run, messages: list[ChatMessage],
                         others: Sequence[str]) -> tuple[Answer, Draft | None]:
         """The agent's answer: one call (streamed to the surface's draft when the group streams),
-        or with memory on, the memory_write loop (`bot.core.features.memory`), never streamed. The run
-        takes over the provisional messages an interrupted run of the agent left, streamed or not
-        (its reply's row owns them)."""
+        or with tools (granted, or memory_write with memory on) the tool loop
+        (`bot.core.features.tools`), streamed too. The run takes over the provisional messages an
+        interrupted run of the agent left, streamed or not (its reply's row owns them)."""
         deps = self.deps
         llm, key = deps.llm, cache_key(group, agent.id)
         parts = await deps.store.adopt_drafts(group.id, agent.id, run.id)
-        if agent.memory:
-            return await run_with_memory(llm, deps.store, agent, messages, cache_key=key), None
+        box = await self._tools(agent)
+        if box:
+            return await self._with_tools(group, agent, run, messages, others, box, parts)
         reply = ReplyStream(agent.name, others)
         draft = deps.surface.draft(group, agent, run.id, parts, reply.visible) if group.settings.stream else None
         try:
@@ -290,6 +307,53 @@ class AgentTurn:
             return Answer("", Usage(), "", False, 1, error=exc), draft
         return Answer(completion.text, completion.usage, completion.model, False, 1,
                       provider=completion.provider), draft
+
+    async def _tools(self, agent: Agent) -> ToolBox:
+        """The tools the agent's run offers: memory_write when memory is on, and what it was granted."""
+        registry = self.deps.tools or ToolRegistry()
+        if not any(source.name == "" for source in registry.sources):
+            registry.add(memory.MemoryTools(self.deps.store))
+        grants = await self.deps.store.tool_grants(agent.id)
+        return registry.offered(grants, (memory.TOOL_NAME,) if agent.memory else ())
+
+    async def _with_tools(self, group: Group, agent: Agent, run: Run, messages: list[ChatMessage],
+                          others: Sequence[str], box: ToolBox, parts: Sequence[DraftPart]
+                          ) -> tuple[Answer, Draft | None]:
+        """The tool loop; with the group streaming, each step's text shown as it is written."""
+        deps = self.deps
+        shown = [ReplyStream(agent.name, others)]
+        draft = (deps.surface.draft(group, agent, run.id, parts, lambda: shown[0].visible())
+                 if group.settings.stream else None)
+
+        def piece(text: str) -> None:
+            shown[0].add(text)
+            if draft is not None:
+                draft.grew()
+
+        def step() -> None:  # a new model call: its text replaces the step before's
+            shown[0] = ReplyStream(agent.name, others)
+
+        async def notify(text: str) -> None:
+            await deps.store.append_system_message(group.id, deps.notice(text))
+
+        granted = any(not spec.builtin for _, spec, _ in box.entries.values())
+        loop = ToolLoop(deps.llm, deps.store, box, agent, RunContext(group.id, agent.id, run.id),
+                        cache_key=cache_key(group, agent.id),
+                        max_steps=MAX_TOOL_STEPS if granted else memory.MAX_TOOL_STEPS, final_call=granted,
+                        on_text=piece if draft is not None else None, on_step=step, notify=notify)
+        try:
+            answer = await run_agent_tools(loop, messages, memory=agent.memory)
+        except asyncio.CancelledError:
+            if draft is not None:
+                await draft.stop(wait=False)  # shutting down: what was shown is recorded for the next run
+            raise
+        except BaseException:
+            if draft is not None:
+                await draft.stop()
+            raise
+        if draft is not None:
+            await draft.stop()
+        return answer, draft
 
     async def _streamed(self, agent: Agent, messages: list[ChatMessage], key: str, reply: ReplyStream,
                         draft: Draft) -> Completion:

@@ -36,6 +36,7 @@ from bot.core.rules import validation as v
 from bot.core.rules.card import Attachment, Reply, masked
 from bot.core.rules.doctor import Check, doctor_card
 from bot.core.verbs.admin import Admin
+from bot.core.verbs.tool_verbs import ToolVerbs
 
 Kind = Literal["text", "long_text", "integer", "number", "boolean", "choice", "role", "message", "agent", "image",
                "model"]  # model: text, completed from the providers' model lists
@@ -310,6 +311,13 @@ async def _edit(inv: Invocation) -> Reply | None:
                                       memory=None if memory is None else bool(memory), **changes)
 
 
+async def _agent_tools(inv: Invocation) -> Reply:
+    agent = await inv.admin.agent(inv.group, inv.text("name") or "")
+    confirm = inv.get("confirm")
+    return await ToolVerbs(inv.admin.store, inv.admin.engine.tools).agent_tools(
+        agent, grant=inv.text("grant"), revoke=inv.text("revoke"), confirm=None if confirm is None else bool(confirm))
+
+
 def _agent_verb(verb: Callable[[Admin, Group, str], Awaitable[Reply]]) -> Handler:
     async def handler(inv: Invocation) -> Reply:
         return await verb(inv.admin, inv.group, inv.text("name") or "")
@@ -512,6 +520,13 @@ COMMANDS: tuple[Command, ...] = (
             _agent_verb(Admin.show_memory), (AGENT,), who="operators"),
     Command(("agent", "memory", "clear"), "Delete every memory note of an agent",
             _agent_verb(Admin.clear_memory), (AGENT,), who="operators"),
+    Command(("agent", "tools"), "An agent's tools: what it may call (server.tool, server.*); grant, revoke",
+            _agent_tools, (
+                AGENT,
+                Option("grant", "tools to grant: server.tool or server.* (commas between)", max_length=400),
+                Option("revoke", "tools to take back (commas between)", max_length=400),
+                Option("confirm", "on: its calls of what is granted wait for approval (recorded)", "boolean"),
+            ), who="operators"),
     Command(("agent", "schedule", "add"), "Run an agent by itself: every:30m|2h|1d or at:HH:MM [tz], with a prompt",
             _schedule_add, (
                 AGENT,

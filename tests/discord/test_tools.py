@@ -1,0 +1,57 @@
+"""/agent tools on Discord (issue 29): an operator grants a tool, the agent calls it; the real discord.py
+client against the emulator and the real openai client against a local server that speaks tool calls."""
+from __future__ import annotations
+
+import pytest
+
+from bot.core.models import ToolOutput, ToolSpec
+from bot.core.ports import ToolContext
+from tests.fakes.openai_server import GroupChatScript, Reply, tool_call
+
+
+class Counter:
+    name = "counter"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def tools(self) -> list[ToolSpec]:
+        return [ToolSpec("add", "Add one"), ToolSpec("get", "Read it", read_only=True)]
+
+    async def call(self, tool: str, arguments: dict[str, object], context: ToolContext) -> ToolOutput:
+        self.calls += 1
+        return ToolOutput(f"counter is {self.calls}")
+
+
+@pytest.fixture
+def script() -> GroupChatScript:
+    return GroupChatScript(agents={"planner": [Reply(tool_calls=[tool_call("counter__add")]), "Counted: 1."]})
+
+
+async def command(harness, options: dict, user: str | None = None) -> dict:
+    rec = await harness.emu.invoke_command(harness.emu.guild_id, harness.emu.channel_id,
+                                           user or harness.emu.alice_id, "agent tools", options)
+    return await rec.wait_response(5)
+
+
+async def test_an_operator_grants_a_tool_and_the_agent_calls_it(harness, script):
+    emu = harness.emu
+    counter = Counter()
+    harness.engine.tools.add(counter)
+    await harness.setup_group(("planner", "plans"), mode="tags")
+    listed = await command(harness, {"name": "planner"})
+    assert listed["data"]["content"] == ("planner has no tool granted. Available: counter.add, counter.get "
+                                         "(read-only).")
+    refused = await command(harness, {"name": "planner", "grant": "counter.*"}, user=emu.bob_id)
+    assert "Only people with Manage Server" in refused["data"]["content"]
+    granted = await command(harness, {"name": "planner", "grant": "counter.*"})
+    assert granted["data"]["content"].splitlines() == [
+        "Granted counter.*.", "planner may call: counter.* (counter.add, counter.get). Available: counter.add, "
+        "counter.get (read-only)."]
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner count")
+    await emu.wait_for(lambda: len(harness.webhook_posts()) >= 1, timeout=15)
+    await harness.idle()
+    assert [p["content"] for p in harness.webhook_posts()] == ["Counted: 1."]
+    assert counter.calls == 1
+    revoked = await command(harness, {"name": "planner", "revoke": "counter.*"})
+    assert revoked["data"]["content"].startswith("Revoked 1 of 1 (counter.*).\nplanner has no tool granted.")

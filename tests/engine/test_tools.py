@@ -1,0 +1,222 @@
+"""Agents' tools in group runs (issue 29, SPEC §6b): the real openai client against FakeOpenAI (which
+streams tool-call deltas), the real engine and a real database; the tools are an in-process source
+whose calls the test holds on events and counts.
+
+The "never twice" tests close the engine while a call runs (or after its result was journaled) and
+open it again on the same database: the run resumes from its journal."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from bot.adapters.openai_llm import OpenAILLM
+from bot.adapters.tokens import make_token_counter
+from bot.core.features.tools import UNKNOWN, ToolRegistry
+from bot.core.models import ToolOutput, ToolSpec
+from bot.core.ports import ToolContext
+from bot.core.rules.secrets import SECRETS
+from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, RecordedRequest, Reply, tool_call
+
+SECRET = "sk-live-tool-secret-0a1b2c3d4e5f6a7b"
+ADD = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+
+
+class Counter:
+    """A tool source named `counter`: `add` (not idempotent), `get` (read-only), `leak` (returns a
+    secret), `big` (a long result), `slow` (never answers), `broken` (raises). `hold` keeps the
+    next calls of `add`/`get` waiting until `release` is set."""
+
+    name = "counter"
+
+    def __init__(self) -> None:
+        self.value = 0
+        self.calls: dict[str, int] = {}
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+        self.hold = False
+
+    def tools(self) -> list[ToolSpec]:
+        return [ToolSpec("add", "Add n to the counter", ADD),
+                ToolSpec("get", "Read the counter", read_only=True),
+                ToolSpec("leak", "Show the configuration"),
+                ToolSpec("big", "A long listing"),
+                ToolSpec("slow", "Never answers", timeout=0.2),
+                ToolSpec("broken", "Always fails")]
+
+    async def call(self, tool: str, arguments: dict[str, object], context: ToolContext) -> ToolOutput:
+        self.calls[tool] = self.calls.get(tool, 0) + 1
+        self.entered.set()
+        if self.hold and tool in ("add", "get"):
+            await self.release.wait()
+        if tool == "add":
+            self.value += int(arguments["n"])  # type: ignore[call-overload]
+            return ToolOutput(f"counter is {self.value}")
+        if tool == "get":
+            return ToolOutput(f"counter is {self.value}")
+        if tool == "leak":
+            return ToolOutput(f"api_key={SECRET}")
+        if tool == "big":
+            return ToolOutput("y" * 50_000)
+        if tool == "slow":
+            await asyncio.Event().wait()
+        raise RuntimeError(f"the database at {SECRET} is down")
+
+
+def participant_calls(srv: FakeOpenAI, name: str = "planner") -> list[RecordedRequest]:
+    return [r for r in srv.requests if GroupChatScript.classify(r) == ("participant", name)]
+
+
+@contextlib.asynccontextmanager
+async def running(harness: Any, srv: FakeOpenAI, counter: Counter, **settings: Any) -> AsyncIterator[Any]:
+    harness.engine_options["tools"] = ToolRegistry([counter])
+    llm = OpenAILLM(api_key="sk-test", base_url=srv.base_url, default_model="fake-model", timeout=10,
+                    max_retries=0, counter=make_token_counter())
+    async with llm, harness.running(llm, mode="tags", **settings) as h:
+        yield h
+
+
+async def grant(harness: Any, *patterns: str) -> None:
+    agent = await harness.store.find_agent(harness.group.id, "planner")
+    await harness.store.grant_tools(agent.id, list(patterns))
+
+
+async def journal(harness: Any) -> list[tuple[Any, ...]]:
+    return await harness.fetch("SELECT tool, status, arguments, result FROM tool_calls ORDER BY id")
+
+
+async def test_no_tool_until_granted_then_the_loop_streams_and_runs_them(harness):
+    SECRETS.register(SECRET)
+    harness.surface.streams = True
+    counter = Counter()
+    script = GroupChatScript(agents={"planner": [
+        "No tools yet.",
+        Reply(text="Counting.", tool_calls=[tool_call("counter__add", n=2), tool_call("counter__leak"),
+                                            tool_call("counter__big"), tool_call("counter__slow"),
+                                            tool_call("counter__broken"), tool_call("counter__add", arguments="{x"),
+                                            tool_call("shell__run", cmd="rm -rf /")]),
+        "The counter is 2."]})
+    async with FakeOpenAI(script) as srv, running(harness, srv, counter, stream=True) as h:
+        await h.say("@planner count")
+        await h.idle()
+        await grant(h, "counter.*")
+        await h.say("@planner count again")
+        await h.idle(30)
+        rows = await journal(h)
+        thread = await h.thread()
+    first, second, third = participant_calls(srv)
+    assert "tools" not in first and first["stream"] is True
+    assert [t["function"]["name"] for t in second["tools"]] == [
+        "counter__add", "counter__big", "counter__broken", "counter__get", "counter__leak", "counter__slow"]
+    assert second["stream"] is True and third["tools"] == second["tools"]
+    results = {m["tool_call_id"]: m["content"] for m in third["messages"] if m["role"] == "tool"}
+    assert len(results) == 7
+    add, leak, big, slow, broken, bad, ungranted = results.values()
+    assert add == "counter is 2" and counter.calls["add"] == 1
+    assert leak == "api_key=***" and SECRET not in json.dumps(third)
+    assert big.startswith("y" * 20_000) and big.endswith("only the first 20,000 are shown]")
+    assert slow == "error: counter.slow did not answer within 0.2 s."
+    assert broken.startswith("error: counter.broken failed (RuntimeError:") and SECRET not in broken
+    assert bad.startswith("error: the arguments must be a JSON object")
+    assert ungranted.startswith("error: there is no tool named 'shell__run'")
+    assert thread[-1] == "[planner] The counter is 2."  # the text of the step before is not the reply
+    assert [r[:2] for r in rows] == [(t, "done") for t in (
+        "counter__add", "counter__leak", "counter__big", "counter__slow", "counter__broken", "counter__add",
+        "shell__run")]
+    assert SECRET not in repr(rows)
+    shown = [d.shown for d in harness.surface.drafts]
+    assert shown[1][:2] == ["Counting", "The"], shown  # the tool step's text was streamed
+
+
+async def test_the_steps_are_bounded_and_a_last_call_without_tools_answers(harness):
+    counter = Counter()
+    script = GroupChatScript(agents={"planner": [Reply(tool_calls=[tool_call("counter__get")])] * 8 + ["Gave up."]})
+    async with FakeOpenAI(script) as srv, running(harness, srv, counter) as h:
+        await grant(h, "counter.get")
+        await h.say("@planner read it")
+        await h.idle(30)
+        assert (await h.thread())[-1] == "[planner] Gave up."
+    calls = participant_calls(srv)
+    assert len(calls) == 9 and all("tools" in c for c in calls[:8]) and "tools" not in calls[8]
+    assert counter.calls == {"get": 8}
+    assert calls[8]["messages"][-1]["content"].startswith("You have used all your tool steps.")
+
+
+async def crashed_mid_call(harness: Any, srv: FakeOpenAI, counter: Counter, tool: str) -> None:
+    """Run the engine until `tool` runs, then close it (a restart) while the call is held."""
+    counter.hold = True
+    async with running(harness, srv, counter) as h:
+        await grant(h, "counter.*")
+        await h.say("@planner count")
+        await asyncio.wait_for(counter.entered.wait(), 30)
+        assert [r[:2] for r in await journal(h)] == [(tool, "running")]
+    counter.hold = False
+
+
+async def test_a_call_cut_by_a_restart_is_not_repeated_and_the_model_is_told(harness):
+    counter = Counter()
+    script = GroupChatScript(agents={"planner": [Reply(text="Adding.", tool_calls=[tool_call("counter__add", n=5)]),
+                                                 "I could not tell whether it was added."]})
+    async with FakeOpenAI(script) as srv:
+        await crashed_mid_call(harness, srv, counter, "counter__add")
+        async with running(harness, srv, counter) as h:  # the same database, started again
+            await h.idle(30)
+            thread = await h.thread()
+            rows = await journal(h)
+            (call_id,) = [r[0] for r in await h.fetch("SELECT call_id FROM tool_calls")]
+    assert counter.calls == {"add": 1}  # never twice
+    _, resumed = participant_calls(srv)
+    assert call_id.startswith("call_fake")  # the id the model gave the call, kept
+    assert resumed["messages"][-2] == {"role": "assistant", "content": "Adding.", "tool_calls": [
+        {"id": call_id, "type": "function", "function": {"name": "counter__add", "arguments": '{"n": 5}'}}]}
+    assert resumed["messages"][-1] == {"role": "tool", "tool_call_id": call_id, "content": UNKNOWN}
+    told = [t for t in thread if "was cut by a restart" in t]
+    assert told == ["[roundtable] planner's call of counter.add was cut by a restart: its outcome is unknown and it "
+                    "was not repeated."]
+    assert thread[-1] == "[planner] I could not tell whether it was added."
+    assert [r[:2] for r in rows] == [("counter__add", "unknown")]
+
+
+async def test_a_read_only_call_cut_by_a_restart_runs_again(harness):
+    counter = Counter()
+    script = GroupChatScript(agents={"planner": [Reply(tool_calls=[tool_call("counter__get")]), "It is 0."]})
+    async with FakeOpenAI(script) as srv:
+        await crashed_mid_call(harness, srv, counter, "counter__get")
+        async with running(harness, srv, counter) as h:
+            await h.idle(30)
+            assert (await h.thread())[-1] == "[planner] It is 0."
+            assert [r[:2] for r in await journal(h)] == [("counter__get", "done")]
+    assert counter.calls == {"get": 2}
+    resumed = participant_calls(srv)[-1]
+    assert resumed["messages"][-1]["content"] == "counter is 0"
+
+
+async def test_a_result_journaled_before_a_restart_is_reused(harness):
+    counter = Counter()
+    reached, never = asyncio.Event(), asyncio.Event()
+    replies = [Reply(tool_calls=[tool_call("counter__add", n=7)])]
+
+    async def planner(body: dict[str, Any]) -> Reply | str:
+        if replies:
+            return replies.pop()
+        if not reached.is_set():  # the call after the tool's result: held until the engine closes
+            reached.set()
+            await never.wait()
+        return "Added 7."
+
+    script = GroupChatScript(agents={"planner": []}, default_agent_reply=None)
+    async with FakeOpenAI(lambda body: planner(body) if GroupChatScript.classify(body)[0] == "participant"
+                          else script(body)) as srv:
+        async with running(harness, srv, counter) as h:
+            await grant(h, "counter.add")
+            await h.say("@planner add 7")
+            await asyncio.wait_for(reached.wait(), 30)
+        async with running(harness, srv, counter) as h:
+            await h.idle(30)
+            assert (await h.thread())[-1] == "[planner] Added 7."
+            assert [r[:2] for r in await journal(h)] == [("counter__add", "done")]
+    assert counter.calls == {"add": 1} and counter.value == 7
+    resumed = participant_calls(srv)[-1]
+    assert resumed["messages"][-1]["content"] == "counter is 7"
