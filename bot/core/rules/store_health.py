@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 UNWRITABLE_AFTER = 10.0  # seconds of failing writes before people are told
 QUIET_AFTER = 120.0  # writes commit and none failed this long: the database takes writes again
+AGAIN_SOON = 0.05  # seconds before trying again an operation the server failed after it answered again
 ANY_WRITE = "*"  # the key of a failure no statement is to blame for (the transaction could not begin)
 SERVER = "server"  # the key of the failure to reach the database server at all
 UNREACHABLE = "the database server cannot be reached"  # the outage's reason, for people
@@ -92,10 +93,10 @@ class StoreHealth:
 
     async def until_reachable(self, timeout: float) -> None:
         """Wait `timeout` seconds before trying an operation the server could not take again, less
-        when an operation reaches the server meanwhile; none when one has reached it already (the
-        server answers: try again now)."""
+        when an operation reaches the server meanwhile; hardly any when one has reached it already
+        (the server answers: try again now, after `AGAIN_SOON` so that nothing can spin)."""
         if not self.down:
-            await asyncio.sleep(0)
+            await asyncio.sleep(min(timeout, AGAIN_SOON))
             return
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._writable.wait(), timeout)
