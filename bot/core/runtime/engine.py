@@ -6,9 +6,10 @@ background tasks: per owned group a dispatcher (routing and runs) and an
 outbox (showing committed rows), plus the lease keeper and the schedule
 ticker (`bot.core.runtime.scheduler`). A process runs only
 the groups of its `scope` whose lease it holds (`bot.core.runtime.ownership`).
-When the database takes no writes for a while (the store's `health`), the
-people of every group run here are told once, on the surface directly (the
-notice cannot be stored), and once more when it works again.
+When the database takes no writes or cannot be reached for a while (the store's
+`health`), the people of every group run here are told once, on the surface directly
+(the notice cannot be stored; where the group is, as last read, when the store cannot
+say), and once more when it works again.
 Background tasks are kept in a set with a done-callback that logs failures.
 
 The engine composes its parts: each gets what it uses (a dataclass of store
