@@ -68,6 +68,11 @@ class Backend(Protocol):
         """From now on call `appended(group_id)` when another store announces an append."""
         ...
 
+    def report_to(self, health: StoreHealth) -> None:
+        """Tell `health` when the database server cannot be reached and when it can again
+        (PostgreSQL; SQLite has no server: nothing)."""
+        ...
+
 
 class _Watched:
     """A write transaction's `Db` that remembers its write statements, for the store's health:
@@ -124,6 +129,7 @@ class Access:
         """`health`: the tracker told of every write's outcome (default: one with the usual waits)."""
         self.backend = backend
         self.health = health or StoreHealth()
+        backend.report_to(self.health)
         self.sql = backend.dialect
         self._clock = clock
         self._closed = False

@@ -37,6 +37,7 @@ from typing import TypeVar
 import aiosqlite
 
 from bot.core.errors import StoreBusy, StoreError, StoreUnwritable
+from bot.core.rules.store_health import StoreHealth
 from storage.migrations import apply_migrations
 from storage.sql import SQLITE, Db, Params, Row
 
@@ -343,6 +344,9 @@ class SqliteBackend:
 
     async def watch(self, origin: str, appended: Callable[[int], None]) -> None:
         """Nothing: see `announce`."""
+
+    def report_to(self, health: StoreHealth) -> None:
+        """Nothing: a file has no server to lose (its refused writes reach `health` through `Access`)."""
 
     async def close(self) -> None:
         async with self._lock:

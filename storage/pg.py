@@ -48,7 +48,9 @@ A restart of the server (`storage.pg_outage`): operations fail with `StoreUnavai
 until it is back, logged as one WARNING when it starts and one when it ends; a pooled connection
 the server ended while idle is closed and replaced before a statement runs on it (a BEGIN or a
 read's first statement that finds it ended runs once more on a fresh connection); the LISTEN
-connection is opened again as soon as the server takes connections. The pool keeps no floor of
+connection is opened again as soon as the server takes connections. While the server is away the
+backend itself tries a `SELECT 1` every `PROBE_EVERY` seconds, so its return is noticed within
+that and the store's health (`report_to`) wakes whatever waits to try the store again. The pool keeps no floor of
 connections (`min_size=0`): asyncpg's task that restores one logged every failed try.
 
 Also the one place where asyncpg's exceptions become `StoreError`, so no asyncpg
@@ -85,6 +87,8 @@ POOL_SIZE = 8
 CONNECT_TIMEOUT = 10.0
 CLOSE_TIMEOUT = 10.0
 RELISTEN_FIRST, RELISTEN_MAX = 0.5, 5.0  # seconds between tries to LISTEN again after its connection was lost
+PROBE_EVERY = 0.5  # seconds between the backend's own tries to reach a server that went away
+PROBE_TIMEOUT = 2.0  # seconds one such try may take
 _CONNECTION_ERRORS = (OSError, asyncio.TimeoutError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError)
 
 
@@ -231,6 +235,8 @@ class PostgresBackend:
         # Appends are announced on a channel of this schema (stores of other schemas never hear them).
         self.channel = "roundtable_" + hashlib.sha1(write_key.encode(), usedforsecurity=False).hexdigest()[:24]
         self.outage = ServerOutage(label)
+        self.outage.on_down = self._probe_soon
+        self._probe: asyncio.Task[None] | None = None
         self._listener: Any = None  # a pool connection kept for LISTEN, while watching
         self._on_notify: Callable[..., None] | None = None
         self._on_lost: Callable[..., None] = self._lost
@@ -278,6 +284,27 @@ class PostgresBackend:
             raise
         log.info("opened database %s (%d migration(s) applied)", label, len(applied))
         return cls(pool, label, write_key, applied, schema_key=schema_key, version=version, pool_size=pool_size)
+
+    def report_to(self, health: StoreHealth) -> None:
+        """Tell `health` when the server cannot be reached and when it can again."""
+        self.outage.report_to(health)
+
+    def _probe_soon(self) -> None:
+        """The server went away: try to reach it every `PROBE_EVERY` seconds until it answers."""
+        if self._closed or (self._probe is not None and not self._probe.done()):
+            return
+        with contextlib.suppress(RuntimeError):  # no running loop: nothing to probe from
+            self._probe = asyncio.get_running_loop().create_task(self._probing(), name="pg-probe")
+            self._probe.add_done_callback(_log_failure)
+
+    async def _probing(self) -> None:
+        while not self._closed and self.outage.down:
+            await asyncio.sleep(PROBE_EVERY)
+            try:
+                async with asyncio.timeout(PROBE_TIMEOUT), self.read() as db:
+                    await db.one("SELECT 1")
+            except (StoreError, TimeoutError) as exc:
+                log.debug("PostgreSQL %s not back yet: %s", self.label, type(exc).__name__)
 
     async def announce(self, db: Db, group_id: int, origin: str) -> None:
         """NOTIFY the schema's channel with "GROUP ORIGIN"; PostgreSQL delivers it at commit (and
@@ -353,9 +380,10 @@ class PostgresBackend:
         if self._closed:
             return
         self._closed = True
-        if self._relisten is not None:
-            self._relisten.cancel()
-            await asyncio.gather(self._relisten, return_exceptions=True)
+        for task in (self._relisten, self._probe):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         listener, self._listener = self._listener, None
         if listener is not None:
             with contextlib.suppress(Exception):  # the connection may be gone; the pool ends it anyway

@@ -15,6 +15,12 @@ on it fails with "cannot switch to state N; another operation (2) is in progress
 operation runs on it: the first one was the server's). The backend closes such a connection,
 has every other pooled one replaced when next taken (the server ended them too), and runs that
 first statement once more on a fresh connection (`storage.pg`).
+
+The store's health (`bot.core.rules.store_health.StoreHealth`, `report_to`) hears of both ends:
+people are told of an outage that lasts, and whatever waits to try the store again is woken the
+moment an operation reaches the server. While the server is away the backend tries to reach it
+every `PROBE_EVERY` seconds itself (`storage.pg`), so its return is noticed even when every
+other operation waits.
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ from collections.abc import Callable
 import asyncpg
 
 from bot.core.rules.secrets import mask_error
+from bot.core.rules.store_health import StoreHealth
 
 log = logging.getLogger("storage.pg")
 
@@ -58,6 +65,11 @@ class ServerOutage:
         self.clock = clock
         self.since: float | None = None  # when the first operation failed; None while the server answers
         self.failures = 0
+        self.health: StoreHealth | None = None  # told of both ends (`report_to`)
+        self.on_down: Callable[[], None] | None = None  # called when operations start failing (the backend's probe)
+
+    def report_to(self, health: StoreHealth) -> None:
+        self.health = health
 
     @property
     def down(self) -> bool:
@@ -74,8 +86,12 @@ class ServerOutage:
             self.since = self.clock()
             log.warning("lost the connection to PostgreSQL %s (%s); the store's work waits and is tried "
                         "again until it is back", self.label, reason)
+            if self.on_down is not None:
+                self.on_down()
         else:
             log.debug("PostgreSQL %s still unreachable: %s", self.label, reason)
+        if self.health is not None:
+            self.health.unreachable(reason)
 
     def reached(self, began: float) -> None:
         """An operation begun at `began` reached the server."""
@@ -85,3 +101,5 @@ class ServerOutage:
         self.since, self.failures = None, 0
         log.warning("PostgreSQL %s is reachable again after %.1fs (%d operation(s) failed meanwhile and are "
                     "tried again)", self.label, seconds, failures)
+        if self.health is not None:
+            self.health.reachable()

@@ -5,7 +5,15 @@ import asyncio
 
 import pytest
 
-from bot.core.rules.store_health import Outage, StoreHealth, fixed_notice, outage_notice, outage_status, span
+from bot.core.rules.store_health import (
+    UNREACHABLE,
+    Outage,
+    StoreHealth,
+    fixed_notice,
+    outage_notice,
+    outage_status,
+    span,
+)
 
 APPEND = "INSERT INTO messages ..."
 RENEW = "UPDATE leases ..."
@@ -117,3 +125,59 @@ def test_texts() -> None:
     assert outage_status(outage, 130.0) == (
         "nothing can be saved for 30 s now: the database file or its disk is full; messages posted meanwhile are "
         "saved and answered once it works again")
+
+
+# A database server that cannot be reached (PostgreSQL restarting): the same rule as a refused write.
+SERVER_SCENARIOS = [
+    pytest.param([(0, "down"), (3, "down"), (6, "back")], [], id="a restart under 10 s is never told"),
+    pytest.param([(0, "down"), (4, "down"), (12, "down"), (30, "back")], ["start 0", "fixed 0 after 30"],
+                 id="one notice after 10 s, one at its end"),
+    pytest.param([(0, "down"), (5, "renew ok"), (11, "down"), (20, "back")], ["start 0", "fixed 0 after 20"],
+                 id="only the server answering ends it"),
+    pytest.param([(0, "down"), (1, "fail"), (2, "back"), (12, "fail"), (13, "append ok")],
+                 ["start 0", "fixed 0 after 13"], id="a refused write outlasts the server's return"),
+    pytest.param([(0, "back"), (1, "append ok")], [], id="nothing to end"),
+]
+
+
+@pytest.mark.parametrize("steps, expected", SERVER_SCENARIOS)
+def test_what_people_are_told_of_a_server_that_cannot_be_reached(steps: list[tuple[float, str]],
+                                                                  expected: list[str]) -> None:
+    health, clock, told = tracked()
+    start = clock.now
+    for at, what in steps:
+        clock.now = start + at
+        if what == "down":
+            health.unreachable("connection refused")
+        elif what == "back":
+            health.reachable()
+        elif what == "fail":
+            health.failed(FULL, [APPEND])
+        else:
+            health.committed({APPEND} if what == "append ok" else {RENEW})
+    assert [f"start {o.since - start:g}" if o.fixed_at is None else
+            f"fixed {o.since - start:g} after {o.fixed_at - o.since:g}" for o in told] == expected
+    assert all(o.reason in (UNREACHABLE, FULL) for o in told)
+
+
+def test_whoever_waits_for_the_server_is_woken_when_it_answers_not_at_the_end_of_the_wait() -> None:
+    async def scenario() -> tuple[bool, bool]:
+        health = StoreHealth(after=3600)
+        health.unreachable("connection refused")
+        waiting = asyncio.create_task(health.until_reachable(3600))  # an hour: only the wake-up ends it soon
+        await asyncio.sleep(0)
+        still = not waiting.done()
+        health.reachable()
+        await asyncio.wait_for(waiting, 30)
+        return still, health.down
+
+    still_waiting_before, down_after = asyncio.run(scenario())
+    assert still_waiting_before and not down_after
+
+
+def test_a_server_that_answered_already_is_tried_again_at_once() -> None:
+    async def scenario() -> None:
+        health = StoreHealth()
+        await asyncio.wait_for(health.until_reachable(3600), 30)  # nothing to wait for
+
+    asyncio.run(scenario())

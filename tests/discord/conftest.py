@@ -44,6 +44,7 @@ class BotHarness:
         self.open_store: Callable[[], Awaitable[SqlStore]] | None = None  # another database than the SQLite file
         self.store_options: dict[str, Any] = {}  # more SqliteStore.open arguments (its health tracker)
         self.make_llm: Any = None  # (token counter) -> the LLM port, instead of one client of llm_server
+        self.retry = FAST_RETRY  # the engine's waits between tries
 
     async def start(self, *, wait_ready: bool = True, busy_timeout_ms: int = 5000) -> RoundtableBot:
         await point_at(self.emu.api_base)
@@ -56,7 +57,7 @@ class BotHarness:
             api_key="sk-test", base_url=self.llm_server.base_url, default_model="fake-model", timeout=10,
             max_retries=1, counter=counter)
         self.surface = DiscordSurface(self.store)
-        self.engine = Engine(self.store, self._llm, self.surface, counter, scope="discord:", retry=FAST_RETRY,
+        self.engine = Engine(self.store, self._llm, self.surface, counter, scope="discord:", retry=self.retry,
                              **self.engine_options)
         self.bot = RoundtableBot(self.engine, self.surface, GroupSettings(stream=self.stream),
                                  guild_id=int(self.emu.guild_id),

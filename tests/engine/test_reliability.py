@@ -87,8 +87,8 @@ async def test_a_late_reply_to_an_older_task_does_not_use_up_the_new_tasks_cap(h
 @pytest.mark.parametrize("failures, expected_first_retry", [(1, 1.0), (2, 2.0), (3, 4.0), (7, 60.0), (50, 60.0)])
 def test_the_default_retry_policy_retries_within_2_s_then_backs_off_to_60_s(failures, expected_first_retry):
     assert RetryPolicy().delay(failures) == expected_first_retry
-    assert RetryPolicy().delay(1, hint=5.0) == 5.0  # the surface's Retry-After wins when longer
-    assert RetryPolicy().delay(1, hint=500.0) == 60.0
+    assert RetryPolicy().delay(failures, hint=0.5) == 0.5  # the surface's Retry-After, as given: not backed off
+    assert RetryPolicy().delay(failures, hint=500.0) == 500.0  # nor cut to the cap
 
 
 async def test_a_surface_failure_is_retried_while_running_in_seq_order(harness):

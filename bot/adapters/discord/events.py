@@ -29,11 +29,12 @@ from typing import ParamSpec, Protocol, TypeVar
 import aiohttp
 import discord
 
-from bot.core.errors import AlreadyStored, StoreError, StoreUnavailable, StoreUnwritable
+from bot.core.errors import AlreadyStored, StoreError, StoreUnavailable
 from bot.core.models import Agent, Group, SharedFile
 from bot.core.ports import Store
 from bot.core.rules.attachments import FileUnavailable, take_in
 from bot.core.runtime.outbox import RetryPolicy
+from bot.core.runtime.worker import wait_for_store
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -195,12 +196,15 @@ class Ingest:
                 except Exception as exc:  # Discord, the network or the database failed: live messages wait
                     feed.behind = True
                     failures += 1
-                    delay = self.engine.retry.delay(failures)
                     expected = (discord.HTTPException, aiohttp.ClientError, OSError, asyncio.TimeoutError, StoreError)
+                    delay = self.engine.retry.store_delay(failures, exc)
                     log.log(logging.DEBUG if isinstance(exc, StoreUnavailable) else logging.WARNING,
                             "channel %s: catching up failed (%s); retrying in %.1fs", feed.channel_id,
                             type(exc).__name__, delay, exc_info=not isinstance(exc, expected))
-                    await asyncio.sleep(delay)
+                    if isinstance(exc, StoreError):
+                        await wait_for_store(self.store.health, exc, delay)
+                    else:
+                        await asyncio.sleep(delay)
             if item is not None:
                 try:
                     await self._take(feed, item)
@@ -254,13 +258,11 @@ class Ingest:
                 return False
             except StoreError as exc:
                 failures += 1
-                delay = self.engine.retry.delay(failures)
+                delay = self.engine.retry.store_delay(failures, exc)
                 log.log(logging.DEBUG if isinstance(exc, StoreUnavailable) else logging.WARNING,  # (the store logs it)
-                        "group=%s message %s not stored yet (%s); retrying in %.1fs", group.id, message.id, exc, delay)
-                if isinstance(exc, StoreUnwritable):  # stored as soon as the database takes writes again
-                    await self.store.health.until_writable(delay)
-                else:
-                    await asyncio.sleep(delay)
+                        "group=%s message %s not stored yet (%s); retrying in %.1fs at the latest", group.id,
+                        message.id, exc, delay)
+                await wait_for_store(self.store.health, exc, delay)  # stored as soon as the database is back
             except Exception:
                 failures += 1
                 if failures >= GIVE_UP_AFTER:
@@ -319,7 +321,8 @@ class Ingest:
                 return await call(*args, **kwargs)
             except StoreError as exc:
                 failures += 1
-                delay = self.engine.retry.delay(failures)
+                delay = self.engine.retry.store_delay(failures, exc)
                 log.log(logging.DEBUG if isinstance(exc, StoreUnavailable) else logging.WARNING,  # (the store logs it)
-                        "%s failed (%s); retrying in %.1fs", getattr(call, "__name__", "a store call"), exc, delay)
-                await asyncio.sleep(delay)
+                        "%s failed (%s); retrying in %.1fs at the latest", getattr(call, "__name__", "a store call"),
+                        exc, delay)
+                await wait_for_store(self.store.health, exc, delay)

@@ -338,15 +338,26 @@ class DiscordSurface:
             self._background(self._react(group, int(task.external_ids[0]), episode), f"react-{group.id}")
 
     async def _react(self, group: Group, message_id: int, episode: Episode) -> None:
-        target = self.channel(group.channel_id or "0").get_partial_message(message_id)  # type: ignore[attr-defined]  # text channels, threads and partials all have it
-        errors = (discord.HTTPException, *TRANSPORT_ERRORS)
-        if not episode.running:
-            with contextlib.suppress(*errors):
-                await target.remove_reaction(EPISODE_REACTIONS["running"], self.bot.user)
-        emoji = EPISODE_REACTIONS.get(episode.status)
-        if emoji:
-            with contextlib.suppress(*errors):
-                await target.add_reaction(emoji)
+        try:
+            target = self.channel(group.channel_id or "0").get_partial_message(message_id)  # type: ignore[attr-defined]  # text channels, threads and partials all have it
+            errors = (discord.HTTPException, *TRANSPORT_ERRORS)
+            if not episode.running:
+                with contextlib.suppress(*errors):
+                    await target.remove_reaction(EPISODE_REACTIONS["running"], self.bot.user)
+            emoji = EPISODE_REACTIONS.get(episode.status)
+            if emoji:
+                with contextlib.suppress(*errors):
+                    await target.add_reaction(emoji)
+        except Exception as exc:
+            if not self.shutting_down:
+                raise  # unexpected: logged with its traceback
+            log.debug("group=%s: episode %s's reaction not set: shutting down (%s)", group.id, episode.id,
+                      str(exc) or type(exc).__name__)
+
+    @property
+    def shutting_down(self) -> bool:
+        """This surface or its client is closed or closing ("Session is closed" is expected then)."""
+        return self._closed or self.client is None or self.client.is_closed()
 
     def _background(self, coro: Coroutine[object, object, None], name: str) -> None:
         self.spawn(coro, name)

@@ -11,6 +11,11 @@ transaction; a refused BEGIN: any write), and the streak ends when a transaction
 of those statements commits, or when writes commit and none has failed for `quiet_after`
 seconds (longer than the engine's longest wait between two tries of a write).
 
+A database server that cannot be reached (PostgreSQL restarting: the store calls `unreachable`)
+is a streak too, with the same rule: told once when it has lasted `after` seconds, once at its
+end, which is the first operation that reaches the server again (`reachable`). Whoever waits to
+try the store again (`until_back`) is woken at that moment, not at its next back-off step.
+
 Subscribers hear of an outage twice: when it starts and when it ends (`fixed_at` set); once
 each per outage, never per failed write. A streak that ends before `after` is never told.
 """
@@ -27,7 +32,10 @@ log = logging.getLogger(__name__)
 
 UNWRITABLE_AFTER = 10.0  # seconds of failing writes before people are told
 QUIET_AFTER = 120.0  # writes commit and none failed this long: the database takes writes again
+AGAIN_SOON = 0.05  # seconds before trying again an operation the server failed after it answered again
 ANY_WRITE = "*"  # the key of a failure no statement is to blame for (the transaction could not begin)
+SERVER = "server"  # the key of the failure to reach the database server at all
+UNREACHABLE = "the database server cannot be reached"  # the outage's reason, for people
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,11 @@ class StoreHealth:
         """A write failed and nothing has shown since that the database takes writes again."""
         return bool(self._failing)
 
+    @property
+    def down(self) -> bool:
+        """The database server could not be reached, and no operation has reached it since."""
+        return SERVER in self._failing
+
     async def until_writable(self, timeout: float) -> None:
         """Wait `timeout` seconds before trying a refused write again, less when the database takes
         writes again meanwhile (another write showed it): what waits is stored at once."""
@@ -78,7 +91,31 @@ class StoreHealth:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._writable.wait(), timeout)
 
+    async def until_reachable(self, timeout: float) -> None:
+        """Wait `timeout` seconds before trying an operation the server could not take again, less
+        when an operation reaches the server meanwhile; hardly any when one has reached it already
+        (the server answers: try again now, after `AGAIN_SOON` so that nothing can spin)."""
+        if not self.down:
+            await asyncio.sleep(min(timeout, AGAIN_SOON))
+            return
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._writable.wait(), timeout)
+
     # what the store says ---------------------------------------------------
+    def unreachable(self, detail: str) -> None:
+        """An operation could not reach the database server (`detail`: why, for the log)."""
+        log.debug("the database server cannot be reached: %s", detail)
+        self.failed(UNREACHABLE, (SERVER,))
+
+    def reachable(self) -> None:
+        """An operation reached the database server again: the streak it started ends (unless
+        writes still fail for another reason), and whoever waits for it tries again now."""
+        if SERVER not in self._failing:
+            return
+        self._failing.discard(SERVER)
+        if not self._failing:
+            self._ended()
+
     def failed(self, reason: str, statements: Collection[str]) -> None:
         """A write transaction was refused (`reason`, for people); `statements`: the statement
         that failed, or (a refused commit) those the transaction ran; none: it could not begin."""
@@ -100,6 +137,9 @@ class StoreHealth:
         if ANY_WRITE not in self._failing and self._failing.isdisjoint(statements) \
                 and self.clock() - self._last_failure < self.quiet_after:
             return  # another kind of write works; the one that failed may not yet
+        self._ended()
+
+    def _ended(self) -> None:
         outage, since, now = self.outage, self._since or 0.0, self.clock()
         self._end_streak()
         if outage is None:

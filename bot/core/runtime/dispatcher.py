@@ -28,7 +28,7 @@ from bot.core.features.selector import selector_decision
 from bot.core.features.summary import Summaries
 from bot.core.features.tasks import TaskChains
 from bot.core.models import Agent, Decision, Episode, Group, Message, Usage
-from bot.core.ports import LLM, EpisodeStore, GroupStore, RosterStore, RoutingStore, ThreadStore
+from bot.core.ports import LLM, EpisodeStore, GroupStore, HealthStore, RosterStore, RoutingStore, ThreadStore
 from bot.core.rules.routing import eligible_speakers, explicit_recipients, next_in_rotation, plan_batch, routable
 from bot.core.rules.stop import cap_notice, near_repeat
 from bot.core.runtime.locks import AgentLocks
@@ -44,7 +44,7 @@ STALLED_NOTICE = ("Stopped: the last two agent messages repeat earlier ones (sta
                   "Post a message to continue.")
 
 
-class DispatchStore(GroupStore, RosterStore, ThreadStore, RoutingStore, EpisodeStore, Protocol):
+class DispatchStore(GroupStore, RosterStore, ThreadStore, RoutingStore, EpisodeStore, HealthStore, Protocol):
     """What the dispatcher reads and writes: the group, its roster and cursors, the thread, the routing
     decisions, the episodes (the selector's reads included)."""
 
@@ -88,7 +88,7 @@ class GroupDispatcher(GroupWorker):
     catching_up = False  # set when the group was taken here with rows that waited: its next routing pass is a backlog
 
     def __init__(self, deps: DispatcherDeps, group_id: int) -> None:
-        super().__init__(group_id, retry=deps.retry, lost=deps.lost)
+        super().__init__(group_id, retry=deps.retry, lost=deps.lost, health=deps.store.health)
         self.deps = deps
 
     # the loop body ------------------------------------------------------

@@ -6,9 +6,10 @@ background tasks: per owned group a dispatcher (routing and runs) and an
 outbox (showing committed rows), plus the lease keeper and the schedule
 ticker (`bot.core.runtime.scheduler`). A process runs only
 the groups of its `scope` whose lease it holds (`bot.core.runtime.ownership`).
-When the database takes no writes for a while (the store's `health`), the
-people of every group run here are told once, on the surface directly (the
-notice cannot be stored), and once more when it works again.
+When the database takes no writes or cannot be reached for a while (the store's
+`health`), the people of every group run here are told once, on the surface directly
+(the notice cannot be stored; where the group is, as last read, when the store cannot
+say), and once more when it works again.
 Background tasks are kept in a set with a done-callback that logs failures.
 
 The engine composes its parts: each gets what it uses (a dataclass of store
@@ -49,7 +50,7 @@ from bot.core.runtime.outbox import Outbox, OutboxDeps
 from bot.core.runtime.ownership import LEASE_TTL, Ownership, OwnershipDeps
 from bot.core.runtime.scheduler import TICK, Scheduler, SchedulerDeps
 from bot.core.runtime.turn import AgentTurn, TurnDeps, TurnOutcome
-from bot.core.runtime.worker import UNREACHABLE_RETRY, GroupWorker, RetryPolicy
+from bot.core.runtime.worker import GroupWorker, RetryPolicy, wait_for_store
 
 log = logging.getLogger(__name__)
 W = TypeVar("W", bound=GroupWorker)
@@ -101,6 +102,7 @@ class Engine:
             schedule_tick)
         self._told = asyncio.Lock()  # store outage notices go out one after the other, in order
         self._unsubscribe = store.health.subscribe(self._store_health_changed)
+        self._groups_seen: dict[int, Group] = {}  # each group run here as last read (for the notices above)
         self._images: OrderedDict[tuple[int, int, int], str] = OrderedDict()  # fetched images, as data URLs
         self._told_no_images: set[str | None] = set()  # models whose images were named only, logged once
         self._told_unused: set[tuple[int, int, int]] = set()  # (group, seq, file) a person was told agents lack
@@ -112,7 +114,7 @@ class Engine:
         self._turn = AgentTurn(TurnDeps(
             store=store, llm=llm, surface=surface, counter=counter, tasks=self.tasks, summaries=self.summaries,
             notice=self.notice, images=self.images, withheld_images=self.withheld_images,
-            tell_unused=self.tell_unused, tools=self.tools))
+            tell_unused=self.tell_unused, tools=self.tools, retry=self.retry))
         self._direct = DirectRuns(DirectDeps(
             store=store, llm=llm, counter=counter, prices=self.prices, locks=self.locks, after_turn=self.after_turn,
             wake=self.wake, all_shown=self.all_shown))
@@ -162,6 +164,7 @@ class Engine:
         that arrived before a crash), its dispatcher wakes. `backlog`: its rows not routed
         yet waited while no process ran it (this process is starting, or takes it over), and
         are routed as a backlog (`GroupDispatcher.route`)."""
+        self._seen(group)
         await self.store.interrupt_running_runs(group.id)
         unsure = {m.seq for m in await self.store.unconfirmed_messages(group.id)}
         if unsure:
@@ -368,6 +371,8 @@ class Engine:
         """
         files = tuple(attachments)
         settings = group.settings
+        if group.id in self._groups_seen:
+            self._seen(group)
         failures = 0
         while True:
             try:
@@ -391,20 +396,17 @@ class Engine:
                 break
             except (StoreBusy, StoreUnwritable, StoreUnavailable) as exc:
                 failures += 1
-                delay = self.retry.delay(failures)
-                if isinstance(exc, StoreUnavailable):  # the store logs the outage; back soon after it
-                    delay = min(delay, UNREACHABLE_RETRY)
+                delay = self.retry.store_delay(failures, exc)  # the store logs an outage; tried once it is over
                 log.log(logging.DEBUG if isinstance(exc, StoreUnavailable) else logging.WARNING,
-                        "group=%s: a message from %s is not stored yet (%s); trying again in %.1fs",
+                        "group=%s: a message from %s is not stored yet (%s); trying again in %.1fs at the latest",
                         group.id, author_name, exc, delay)
                 if failures == 1 and waiting is not None:
                     waiting(exc.public if isinstance(exc, StoreUnwritable) else str(exc))
-                if isinstance(exc, StoreUnwritable):
-                    await self.store.health.until_writable(delay)
-                else:
-                    await asyncio.sleep(delay)
+                await wait_for_store(self.store.health, exc, delay)
         try:
             await self.surface.publish(group, message, None, record=_nothing)
+        except (StoreError, DeliveryError) as exc:  # expected (the database or the surface away): one line
+            log.warning("group=%s seq=%s: could not echo the message: %s", group.id, message.seq, exc)
         except Exception:  # a person's own row is stored; echoing it is only a courtesy
             log.warning("group=%s seq=%s: could not echo the message", group.id, message.seq, exc_info=True)
         await self.episode_changed(group, episode)
@@ -450,6 +452,8 @@ class Engine:
         """Tell the surface that `episode` started or ended (never raises)."""
         try:
             await self.surface.episode_updated(group, episode)
+        except (StoreError, DeliveryError) as exc:  # expected (the database or Discord away): one line
+            log.warning("group=%s could not show episode %s state: %s", group.id, episode.id, exc)
         except Exception:  # a reaction failing must never stop the chat
             log.warning("group=%s could not show episode %s state", group.id, episode.id, exc_info=True)
 
@@ -470,15 +474,28 @@ class Engine:
         self.spawn(self._tell_groups(text), "store-health")
 
     async def _tell_groups(self, text: str) -> None:
-        """`text` on the surface of every group run here, directly (not a row: it may not be storable)."""
+        """`text` on the surface of every group run here, directly (not a row: it may not be storable).
+        A group the store cannot read now (its server is away) is told where it was last seen."""
         async with self._told:
             for group_id in sorted(self.ownership.owned):
+                group: Group | None
                 try:
-                    group = await self.store.get_group(group_id)
+                    group = self._seen(await self.store.get_group(group_id))
+                except StoreError as exc:
+                    group = self._groups_seen.get(group_id)
+                    if group is None:
+                        log.warning("group=%s: could not tell people about the database: %s", group_id, exc)
+                        continue
+                try:
                     if group.enabled:
                         await self.surface.alert(group, mask_error(text))
                 except Exception:  # best effort: /roundtable status shows it too
                     log.warning("group=%s: could not tell people about the database", group_id, exc_info=True)
+
+    def _seen(self, group: Group) -> Group:
+        """Remember where a group is, to tell its people about the database when the store cannot say."""
+        self._groups_seen[group.id] = group
+        return group
 
     async def sweep_drafts(self, group: Group) -> None:
         """Take back the provisional messages that no row owns and no run will use (a run

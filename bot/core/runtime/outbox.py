@@ -5,7 +5,10 @@ One `Outbox` per owned group walks the group's unconfirmed rows oldest first
 and hands each to the surface, which records each part (a Discord chunk) as it
 lands. A row the surface did not take is retried with backoff (`RetryPolicy`:
 the first retry within 2 s, then doubling up to 60 s); rows behind it wait, so
-a group's posts always leave in seq order. When an attempt may have reached
+a group's posts always leave in seq order. The surface's own wait (a 429's
+Retry-After) is honoured as given instead; and a row that failed for a passing
+fault (a 5xx, a reset connection) is tried again as soon as any post of this
+process goes through (`OutboxDeps.sent`), not at its next back-off step. When an attempt may have reached
 people without being recorded (a crash, a reset connection) the next attempt
 first asks the surface to find what arrived, so nothing is shown twice. A
 refusal (a missing permission) that lasts, i.e. is met by a second attempt in
@@ -26,14 +29,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from bot.core.errors import AlreadyStored, DeliveryError, LeaseLost, NotFound, StoreError
 from bot.core.models import Agent, Episode, Group, Message
-from bot.core.ports import GroupStore, LeaseStore, PostingStore, RosterStore, Surface, ThreadStore
+from bot.core.ports import GroupStore, HealthStore, LeaseStore, PostingStore, RosterStore, Surface, ThreadStore
 from bot.core.rules.secrets import mask_error
-from bot.core.runtime.worker import GroupWorker, RetryPolicy
+from bot.core.runtime.worker import GroupWorker, Pulse, RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +44,7 @@ GIVE_UP_AFTER = 5  # unexpected failures (a bug, not Discord or the database) sh
 LASTING_AFTER = 10.0  # seconds after a refusal when a row still not shown makes it a lasting one
 
 
-class OutboxStore(GroupStore, RosterStore, ThreadStore, PostingStore, LeaseStore, Protocol):
+class OutboxStore(GroupStore, RosterStore, ThreadStore, PostingStore, LeaseStore, HealthStore, Protocol):
     """What an outbox reads and writes: the rows to show, their parts, the group's lease."""
 
 
@@ -55,13 +58,14 @@ class OutboxDeps:
     clock: Callable[[], float]
     episode_changed: Callable[[Group, Episode], Awaitable[None]]  # tell the surface (never raises)
     lost: Callable[[int], None]  # another process runs the group now
+    sent: Pulse = field(default_factory=Pulse)  # fired when a row is shown: the surface takes posts
 
 
 class Outbox(GroupWorker):
     kind = "outbox"
 
     def __init__(self, deps: OutboxDeps, group_id: int) -> None:
-        super().__init__(group_id, retry=deps.retry, lost=deps.lost)
+        super().__init__(group_id, retry=deps.retry, lost=deps.lost, health=deps.store.health)
         self.deps = deps
         self.unsure: set[int] = set()  # rows an earlier attempt may have shown
         self._broken: dict[int, int] = {}  # row -> unexpected failures showing it
@@ -93,7 +97,7 @@ class Outbox(GroupWorker):
         """Show `row` (as just read, with the parts recorded so far) completely, however many attempts
         it takes; False when the group was turned off meanwhile."""
         store, policy = self.deps.store, self.retry
-        failures = refusals = 0
+        failures = refusals = limited = 0  # attempts that failed; refused; rate-limited (not a fault: no back-off)
         problem, refused_at = "", 0.0  # the latest refusal's text for people; the engine's clock at the first
         seq = row.seq
         while True:
@@ -117,10 +121,14 @@ class Outbox(GroupWorker):
                     refused_at = refused_at if refusals > 1 else self.deps.clock()
                 if refusals and (refusals > 1 or self.deps.clock() - refused_at >= LASTING_AFTER):
                     await self.report_problem(group, problem)  # it lasts: told once, until fixed
-                delay = policy.delay(failures, exc.retry_after)
+                limited += exc.retry_after is not None
+                delay = policy.delay(failures - limited, exc.retry_after)
                 log.warning("group=%s seq=%s not shown (attempt %d): %s; retrying in %.1fs",
                             self.group_id, seq, failures, exc, delay)
-                await asyncio.sleep(delay)
+                if exc.retry_after is not None or exc.problem:  # its own wait; a refusal's back-off
+                    await asyncio.sleep(delay)
+                else:  # a passing fault: over once any post goes through
+                    await self.deps.sent.wait(delay)
                 continue
             except (StoreError, LeaseLost):
                 self.unsure.add(seq)  # e.g. a part's id could not be recorded: look before sending again
@@ -132,6 +140,8 @@ class Outbox(GroupWorker):
                     raise
                 log.exception("group=%s seq=%s could not be shown (%d unexpected failures); skipped, so the "
                               "rows behind it go out", self.group_id, seq, self._broken[seq])
+            else:
+                self.deps.sent.fire()  # the surface takes posts: rows waiting after a passing fault go now
             await store.confirm_message(self.group_id, seq)
             self.unsure.discard(seq)
             self._broken.pop(seq, None)

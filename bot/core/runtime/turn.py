@@ -18,10 +18,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from bot.core.errors import CapReached, LLMError, ProviderMissing
+from bot.core.errors import CapReached, LLMError, ProviderMissing, StoreBusy, StoreUnavailable, StoreUnwritable
 from bot.core.features import memory
 from bot.core.features.context import Trimmed, load_thread, participant_step
 from bot.core.features.memory import Answer, load_memory, run_agent_tools
@@ -33,6 +33,7 @@ from bot.core.models import (
     ChatMessage,
     Completion,
     DraftPart,
+    FinishedRun,
     Group,
     Message,
     NewMessage,
@@ -46,6 +47,7 @@ from bot.core.ports import (
     DraftStore,
     EpisodeStore,
     GroupStore,
+    HealthStore,
     NoteStore,
     ReadingStore,
     RosterStore,
@@ -66,6 +68,7 @@ from bot.core.rules.stop import (
     why_nothing_shown,
 )
 from bot.core.rules.tags import parse_tags
+from bot.core.runtime.worker import RetryPolicy, wait_for_store
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +129,7 @@ def cache_key(group: Group, agent_id: int | None) -> str:
 
 
 class TurnStore(GroupStore, RosterStore, ThreadStore, EpisodeStore, RunStore, DraftStore, NoteStore, ReadingStore,
-                ToolStore, Protocol):
+                ToolStore, HealthStore, Protocol):
     """What a run reads and writes: its group, roster and thread, its episode, the run itself, the
     provisional messages it takes over, the agent's notes and tools, the names that tag people."""
 
@@ -147,6 +150,7 @@ class TurnDeps:
     # images a run could not send, (seq, index) -> (name, why): told to their person once
     tell_unused: Callable[[Group, Mapping[tuple[int, int], tuple[str, str]]], Awaitable[None]]
     tools: ToolRegistry | None = None  # the tool sources (bot.core.features.tools); None: memory_write only
+    retry: RetryPolicy = field(default_factory=RetryPolicy)  # waits between tries to settle a run
 
 
 class AgentTurn:
@@ -177,7 +181,12 @@ class AgentTurn:
             # Shutting down: the run stays undone (its agent runs again on the next start).
             await self._interrupt(run, selector_usage)
             raise
-        finished = await store.finish_run(run.id, result, cap=cap)
+        except (StoreBusy, StoreUnavailable, StoreUnwritable):
+            # The database failed the run midway (its server restarts): recorded as interrupted once
+            # it is back, never left 'running'; the dispatcher runs the agent again.
+            await self._finish(run, RunResult("interrupted", selector_usage=selector_usage), 0)
+            raise
+        finished = await self._finish(run, result, cap)
         if unused:
             await deps.tell_unused(group, unused)
         run, reply, notice = finished.run, finished.reply, finished.notice
@@ -199,6 +208,29 @@ class AgentTurn:
                 " (estimated)" if usage.estimated else "", reply.text[:300],
             )
         return TurnOutcome(run, reply, terminated, notice)
+
+    async def _finish(self, run: Run, result: RunResult, cap: int) -> FinishedRun:
+        """Settle the run; while the database cannot take it (its server restarts, another process
+        holds it, its disk is full) tried again until it can, at once when it is back, so the run is
+        never left 'running' and its answer is neither lost nor paid for twice. When a try committed
+        but its answer was lost (the connection dropped), the next finds the run settled: its reply
+        is read back."""
+        store, failures = self.deps.store, 0
+        while True:
+            try:
+                finished = await store.finish_run(run.id, result, cap=cap)
+            except (StoreBusy, StoreUnavailable, StoreUnwritable) as exc:
+                failures += 1
+                delay = self.deps.retry.store_delay(failures, exc)
+                log.log(logging.DEBUG if isinstance(exc, StoreUnavailable) else logging.WARNING,
+                        "run=%s: its result is not stored yet (%s); trying again in %.1fs at the latest",
+                        run.id, exc, delay)
+                await wait_for_store(store.health, exc, delay)
+                continue
+            if failures and finished.reply is None and finished.run.posted_seq is not None:
+                reply = await store.get_message(finished.run.group_id, finished.run.posted_seq)
+                return FinishedRun(finished.run, reply, finished.notice)
+            return finished
 
     async def _refusal_notice(self, run: Run, agent: Agent, cap: int) -> NewMessage | None:
         """Why `agent` did not answer, unless its episode already ended at the cap (that notice says it)."""

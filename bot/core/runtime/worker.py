@@ -3,18 +3,21 @@
 The dispatcher (routing and runs) and the outbox (showing committed rows) are
 both one of these. A failure is logged and retried with the engine's backoff (`RetryPolicy`; a
 database that cannot be reached, which the store logs itself, quietly and at
-least every `UNREACHABLE_RETRY` seconds);
+least every `RetryPolicy.unreachable` seconds, and at once when the store's health hears that an
+operation reached it again: `wait_for_store`);
 `LeaseLost` (another process runs the group now) stops the loop for good.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 
-from bot.core.errors import LeaseLost, StoreUnavailable
+from bot.core.errors import LeaseLost, StoreBusy, StoreError, StoreUnavailable, StoreUnwritable
+from bot.core.rules.store_health import StoreHealth
 
 log = logging.getLogger(__name__)
 
@@ -25,15 +28,54 @@ Spawn = Callable[[Coroutine[object, object, object], str], asyncio.Task[object]]
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Seconds to wait after the n-th failure in a row: first, first*factor, ... at most `cap`."""
+    """Seconds to wait after the n-th failure in a row: first, first*factor, ... at most `cap`;
+    at most `unreachable` while the database cannot be reached (woken sooner when it is back)."""
 
     first: float = 1.0
     factor: float = 2.0
     cap: float = 60.0
+    unreachable: float = UNREACHABLE_RETRY
 
     def delay(self, failures: int, hint: float | None = None) -> float:
-        base = min(self.cap, self.first * self.factor ** max(0, failures - 1))
-        return min(self.cap, max(base, hint or 0.0))
+        """`hint`: the other side's own wait (a 429's Retry-After), honoured as given: neither
+        lengthened by the back-off nor cut to the cap."""
+        if hint is not None:
+            return max(0.0, hint)
+        return min(self.cap, self.first * self.factor ** max(0, failures - 1))
+
+    def store_delay(self, failures: int, exc: BaseException) -> float:
+        """The longest wait before trying a store operation again after `exc`, its n-th failure in a row."""
+        delay = self.delay(failures)
+        return min(delay, self.unreachable) if isinstance(exc, StoreUnavailable) else delay
+
+
+async def wait_for_store(health: StoreHealth, exc: StoreError, delay: float) -> None:
+    """Wait up to `delay` seconds before trying a store operation that failed with `exc` again, less
+    when the store shows it works again meanwhile (its server answers again, or it takes writes
+    again): what waits is tried at once, not at its next back-off step."""
+    if isinstance(exc, StoreUnavailable):
+        await health.until_reachable(delay)
+    elif isinstance(exc, StoreUnwritable):
+        await health.until_writable(delay)
+    else:  # locked by another process: its transaction ends in its own time
+        await asyncio.sleep(delay)
+
+
+class Pulse:
+    """Something recovered (a post went through): whoever waits on it (`wait`) stops waiting."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def fire(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    async def wait(self, timeout: float) -> None:
+        """Until the next `fire`, at most `timeout` seconds."""
+        event = self._event
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout)
 
 
 class GroupWorker(ABC):
@@ -42,8 +84,11 @@ class GroupWorker(ABC):
 
     kind = "worker"  # in task names and log lines
 
-    def __init__(self, group_id: int, *, retry: RetryPolicy, lost: Callable[[int], None]) -> None:
+    def __init__(self, group_id: int, *, retry: RetryPolicy, lost: Callable[[int], None],
+                 health: StoreHealth | None = None) -> None:
+        """`health`: the store's, which wakes a loop waiting for the database when it is back."""
         self.retry = retry
+        self.health = health or StoreHealth()
         self.lost = lost
         self.group_id = group_id
         self.idle = asyncio.Event()  # set when a pass found nothing left and nobody woke it since
@@ -75,10 +120,18 @@ class GroupWorker(ABC):
                 return
             except StoreUnavailable as exc:  # the store logged the outage; tried often, to be back soon after it
                 failures += 1
-                delay = min(self.retry.delay(failures), UNREACHABLE_RETRY)
-                log.debug("group=%s %s waits for the database (%s); retrying in %.1fs",
+                delay = self.retry.store_delay(failures, exc)
+                log.debug("group=%s %s waits for the database (%s); retrying in %.1fs at the latest",
                           self.group_id, self.kind, exc, delay)
-                await asyncio.sleep(delay)
+                await wait_for_store(self.health, exc, delay)
+                self._wake.set()
+                continue
+            except (StoreBusy, StoreUnwritable) as exc:  # expected (another process's lock, a full disk): one line
+                failures += 1
+                delay = self.retry.delay(failures)
+                log.warning("group=%s %s waits for the database (%s); retrying in %.1fs at the latest",
+                            self.group_id, self.kind, exc, delay)
+                await wait_for_store(self.health, exc, delay)
                 self._wake.set()
                 continue
             except Exception:
