@@ -171,6 +171,8 @@ def to_message(row: Row) -> Message:
         created_at=float(row["created_at"]),
         tokens_before=int(row["tokens_before"]),
         attachments=attachments_from_json(row["attachments"]),
+        edited_at=None if row["edited_at"] is None else float(row["edited_at"]),
+        deleted_at=None if row["deleted_at"] is None else float(row["deleted_at"]),
     )
 
 

@@ -455,6 +455,15 @@ CREATE TABLE drafts (
 CREATE INDEX drafts_run ON drafts(run_id);
 CREATE INDEX drafts_group_agent ON drafts(group_id, agent_id);
 """),
+    Migration(15, "edited and deleted messages", """
+-- The author's own hand (SPEC §1): a person's edit in Discord changes the row's text (edited_at: when;
+-- the tags stay as first parsed, the token count as first counted); a message deleted in Discord (a
+-- person's own, or an agent's post deleted by an operator) leaves a tombstone: seq, author, deleted_at,
+-- its text and files purged (text '', attachments '[]'). The rolling and catch-up summaries written
+-- from such a row are blanked (text '') when it changes, so they are written again, and not reused.
+ALTER TABLE messages ADD COLUMN edited_at {real};
+ALTER TABLE messages ADD COLUMN deleted_at {real};
+"""),
 ]
 
 # The ledger of applied migrations (both databases; not itself a migration).

@@ -192,6 +192,12 @@ class Message:
     created_at: float = 0.0
     tokens_before: int = 0  # the thread cost of the group's earlier rows (running sum of token_cost)
     attachments: tuple[SharedFile, ...] = ()
+    edited_at: float | None = None  # its author changed its text (SPEC §1; the tags stay as first parsed)
+    deleted_at: float | None = None  # deleted in Discord: a tombstone, its text and files purged
+
+    @property
+    def deleted(self) -> bool:
+        return self.deleted_at is not None
 
 
 @dataclass(frozen=True)

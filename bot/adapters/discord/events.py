@@ -15,6 +15,18 @@ missing permission), live messages are still stored and the watermark waits.
 The bot's own posts (as the bot, or through any webhook its application made)
 are never re-ingested; other bots and webhooks are ignored unless the group
 allows them. A Discord reply to an agent's message tags that agent.
+
+The author's own hand (SPEC §1), taken through the same feed, so it follows the message it
+changes: a person's edit (MESSAGE_UPDATE) changes their row's text, marked edited (the tags
+stay as first parsed; an edit of anything else, e.g. the bot's own webhook posts, changes
+nothing); a deletion (MESSAGE_DELETE, MESSAGE_DELETE_BULK) of any stored message makes its row
+a tombstone, text and files purged. Discord does not say who deleted a message: only its author
+and people with Manage Messages (operators) can, and the bot deletes only posts no row holds
+(provisional messages, stray copies), so every deletion of a stored message is taken as the
+author's or an operator's. Deleting one chunk of an agent's reply tombstones the whole row (the
+other chunks stay in Discord). Edits and deletions made while the bot is away are not seen:
+Discord sends no event for them later, and catching up reads only the messages after the
+watermark (a message posted and edited while away is stored as it reads then).
 Attachments are kept with the row (`bot.core.rules.attachments`): name, type, size, Discord's ids
 and URL, an image's size; a text file's content is read now, an image's when a run is made.
 """
@@ -106,10 +118,24 @@ class Intake(Protocol):
     ) -> object: ...
 
 
+@dataclass(frozen=True)
+class Removed:
+    """Messages deleted in a channel (MESSAGE_DELETE or MESSAGE_DELETE_BULK)."""
+
+    message_ids: tuple[int, ...]
+
+    @property
+    def id(self) -> int:
+        return self.message_ids[0]
+
+
+Item = discord.Message | discord.RawMessageUpdateEvent | Removed
+
+
 @dataclass
 class Feed:
     channel_id: int
-    queue: asyncio.Queue[discord.Message | None] = field(default_factory=asyncio.Queue)
+    queue: asyncio.Queue[Item | None] = field(default_factory=asyncio.Queue)
     behind: bool = True  # catch up before storing the next live message
     blind: str | None = None  # why the history cannot be read: live messages only, the watermark waits
 
@@ -138,6 +164,17 @@ class Ingest:
         """A live message, in gateway order (synchronous: the order is kept)."""
         if message.guild is not None:
             self._feed(message.channel.id).queue.put_nowait(message)
+
+    def push_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
+        """A message edited (after the live messages before it, in gateway order)."""
+        if payload.guild_id is not None:
+            self._feed(payload.channel_id).queue.put_nowait(payload)
+
+    def push_removed(self, channel_id: int, guild_id: int | None, message_ids: Iterable[int]) -> None:
+        """Messages deleted (after the live messages before them, in gateway order)."""
+        ids = tuple(sorted(message_ids))
+        if guild_id is not None and ids:
+            self._feed(channel_id).queue.put_nowait(Removed(ids))
 
     async def resync(self) -> None:
         """After a (re)connect: every group's channel catches up before its next live message."""
@@ -202,9 +239,15 @@ class Ingest:
                     await asyncio.sleep(delay)
             if item is not None:
                 try:
-                    await self._take(feed, item)
+                    if isinstance(item, discord.RawMessageUpdateEvent):
+                        await self._edited(item)
+                    elif isinstance(item, Removed):
+                        await self._removed(item)
+                    else:
+                        await self._take(feed, item)
                 except Exception:  # a bug must not stop the channel's feed
-                    log.exception("channel %s: message %s could not be taken", feed.channel_id, item.id)
+                    log.exception("channel %s: message %s could not be taken", feed.channel_id,
+                                  item.message_id if isinstance(item, discord.RawMessageUpdateEvent) else item.id)
 
     async def _take(self, feed: Feed, message: discord.Message) -> None:
         group = await self._group(feed.channel_id)
@@ -213,6 +256,29 @@ class Ingest:
         await self._store(group, message, wake=True)
         if not feed.behind and not feed.blind:
             await self._retrying(self.store.advance_watermark, group.id, str(message.id))
+
+    async def _edited(self, payload: discord.RawMessageUpdateEvent) -> None:
+        """A person's edit changes their row's text (marked edited); the files they removed go with it."""
+        message = payload.message
+        found = await self._retrying(self.store.find_message_by_external_id, str(message.id))
+        if found is None or found.author_type != "user" or found.author_user_id != str(message.author.id):
+            return  # not stored, or not a person's own row (our own webhook posts are edited as they stream)
+        kept = [str(a.id) for a in message.attachments] if "attachments" in payload.data else None
+        edited = await self._retrying(self.store.edit_message, found.group_id, found.seq,
+                                      message_text(message)[:8000], attachment_ids=kept)
+        if edited is not None:
+            log.info("group=%s seq=%s: edited by its author; later prompts read the new text",
+                     found.group_id, found.seq)
+
+    async def _removed(self, removed: Removed) -> None:
+        """Each stored message deleted in Discord becomes a tombstone (see the module docstring)."""
+        for message_id in removed.message_ids:
+            found = await self._retrying(self.store.find_message_by_external_id, str(message_id))
+            if found is None or found.deleted:
+                continue
+            if await self._retrying(self.store.delete_message, found.group_id, found.seq) is not None:
+                log.info("group=%s seq=%s: deleted in Discord; its text and files are purged (a tombstone now)",
+                         found.group_id, found.seq)
 
     async def _catch_up(self, feed: Feed) -> None:
         """Store what the channel holds after the watermark, oldest first."""

@@ -26,6 +26,7 @@ from typing import Protocol
 
 from bot.core.models import Message
 from bot.core.ports import EpisodeStore, ThreadStore
+from bot.core.rules.attachments import said
 
 LOOKBACK = 20  # earlier episodes looked at
 DONE = frozenset({"terminated", "quiet"})  # an episode that ended so is not continued
@@ -46,7 +47,7 @@ class Tasks:
         """Every task, oldest first."""
         return self.earlier + ((self.current,) if self.current is not None else ())
 
-    def slot(self, show: Callable[[Message], str] = lambda message: message.text) -> str:
+    def slot(self, show: Callable[[Message], str] = said) -> str:
         """The Participant prompt's <task>: the task's text; after a follow-up, the earlier open
         requests first and the current one after them, each labelled. `show`: a row's text with its files."""
         if self.current is None:
