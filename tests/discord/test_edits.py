@@ -127,3 +127,31 @@ async def test_an_operator_deleting_a_chunk_or_a_purge_tombstones_the_rows(harne
     with sqlite3.connect(harness.db) as db:
         assert [r for r in db.execute("SELECT seq, text FROM messages ORDER BY seq")] == [
             (1, "@planner the full day, please"), (2, ""), (3, ""), (4, "")]
+
+
+async def test_edits_and_deletions_made_while_the_bot_was_away_are_taken_on_catching_up(harness):
+    emu = harness.emu
+    await harness.setup_group(("planner", "drafts the itinerary"), mode="tags")
+    keep = await emu.user_post(emu.channel_id, emu.alice_id, "@planner plan Tokyo")
+    await emu.wait_for(lambda: len(harness.webhook_posts()) >= 1, timeout=30)
+    gone = await emu.user_post(emu.channel_id, emu.alice_id, f"the door code is {SECRET}")
+    typo = await emu.user_post(emu.channel_id, emu.bob_id, "budget is 1,050 dollars")
+    for message in (keep, gone, typo):
+        await stored(harness, message["id"])
+    await harness.idle()
+    reply = next(m["id"] for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id")
+                 and m["author"]["username"] == "planner")
+    await harness.stop()
+    await emu.user_delete(gone["id"], dispatch=False)  # no gateway event reaches a stopped bot anyway
+    await emu.user_delete(reply, dispatch=False)  # an operator removes planner's answer
+    await emu.user_edit(typo["id"], "budget is 1,500 dollars", dispatch=False)
+    later = await emu.user_post(emu.channel_id, emu.alice_id, "posted while away", dispatch=False)
+    await harness.start()
+    await emu.wait_for(lambda: (row(harness, gone["id"]) or (0, 0, 0, None))[3] is not None
+                       and (row(harness, typo["id"]) or (0, 0, None))[2] is not None
+                       and row(harness, later["id"]) is not None, timeout=30, what="the catch-up")
+    assert row(harness, gone["id"])[0] == "" and row(harness, reply)[3] is not None
+    assert row(harness, typo["id"])[0] == "budget is 1,500 dollars"
+    assert row(harness, keep["id"])[0] == "@planner plan Tokyo" and row(harness, keep["id"])[2:] == (None, None)
+    with sqlite3.connect(harness.db) as db:
+        assert SECRET not in repr(db.execute("SELECT * FROM messages").fetchall())

@@ -24,9 +24,10 @@ a tombstone, text and files purged. Discord does not say who deleted a message: 
 and people with Manage Messages (operators) can, and the bot deletes only posts no row holds
 (provisional messages, stray copies), so every deletion of a stored message is taken as the
 author's or an operator's. Deleting one chunk of an agent's reply tombstones the whole row (the
-other chunks stay in Discord). Edits and deletions made while the bot is away are not seen:
-Discord sends no event for them later, and catching up reads only the messages after the
-watermark (a message posted and edited while away is stored as it reads then).
+other chunks stay in Discord). Edits and deletions made while the bot was away get no event
+later: catching up first reads the channel's last LOOK_BACK messages up to the watermark again
+and takes the edits and deletions it finds among the rows they cover (older ones are not seen;
+a message posted and edited while away is stored as it reads then).
 Attachments are kept with the row (`bot.core.rules.attachments`): name, type, size, Discord's ids
 and URL, an image's size; a text file's content is read now, an image's when a run is made.
 """
@@ -54,6 +55,7 @@ T = TypeVar("T")
 INGESTED_TYPES = (discord.MessageType.default, discord.MessageType.reply)
 BLIND_RETRY = 300.0  # seconds between tries to read a history the bot may not read
 GIVE_UP_AFTER = 5  # unexpected (non-database) failures storing one message before it is skipped
+LOOK_BACK = 100  # messages up to the watermark read again on catching up: edits and deletions made meanwhile
 
 
 TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
@@ -291,6 +293,7 @@ class Ingest:
         channel = self.client.get_channel(feed.channel_id) or self.client.get_partial_messageable(feed.channel_id)
         count = 0
         try:
+            await self._look_back(group, channel, int(after))  # type: ignore[arg-type]  # as history below
             async for message in channel.history(  # type: ignore[union-attr]  # text channels, threads and partials all have it
                     limit=None, after=discord.Object(int(after)), oldest_first=True):
                 count += await self._store(group, message, wake=False)
@@ -306,6 +309,37 @@ class Ingest:
             if count:
                 log.info("group=%s: caught up %d message(s) posted while the bot was away", group.id, count)
                 self.engine.wake(group.id)  # the batch is routed together
+
+    async def _look_back(self, group: Group, channel: discord.abc.Messageable, upto: int) -> None:
+        """Edits and deletions made while the bot was away, among the rows of the channel's last LOOK_BACK
+        messages up to `upto` (the watermark): a row one of whose messages is gone becomes a tombstone, a
+        person's row whose message was edited takes its text. Only rows all of whose messages the read
+        covers are judged."""
+        if group.latest_seq == 0:
+            return
+        seen: dict[int, discord.Message] = {}
+        async for message in channel.history(limit=LOOK_BACK, before=discord.Object(upto + 1)):
+            seen[message.id] = message
+        if not seen:
+            return  # nothing to compare with (an unreadable or emptied channel is not taken as deletions)
+        floor = min(seen) if len(seen) >= LOOK_BACK else 0
+        rows = await self._retrying(self.store.messages, group.id, after=max(0, group.latest_seq - 3 * LOOK_BACK))
+        for row in rows:
+            ids = [int(i) for i in row.external_ids if i.isdigit()]
+            if row.deleted or not ids or len(ids) != len(row.external_ids) or min(ids) < floor or max(ids) > upto:
+                continue
+            if any(i not in seen for i in ids):
+                if await self._retrying(self.store.delete_message, group.id, row.seq) is not None:
+                    log.info("group=%s seq=%s: deleted in Discord while the bot was away; a tombstone now",
+                             group.id, row.seq)
+                continue
+            message = seen[ids[0]]
+            if (row.author_type == "user" and message.edited_at is not None
+                    and row.author_user_id == str(message.author.id)):
+                edited = await self._retrying(self.store.edit_message, group.id, row.seq, message_text(message)[:8000],
+                                              attachment_ids=[str(a.id) for a in message.attachments])
+                if edited is not None:
+                    log.info("group=%s seq=%s: edited in Discord while the bot was away", group.id, row.seq)
 
     # storing one message ---------------------------------------------------------
     async def _store(self, group: Group, message: discord.Message, *, wake: bool) -> bool:
