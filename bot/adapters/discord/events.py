@@ -262,6 +262,8 @@ class Ingest:
     async def _edited(self, payload: discord.RawMessageUpdateEvent) -> None:
         """A person's edit changes their row's text (marked edited); the files they removed go with it."""
         message = payload.message
+        if "content" not in payload.data or message.edited_at is None:
+            return  # not the author's edit (an embed unfolded), or a partial update without the text
         found = await self._retrying(self.store.find_message_by_external_id, str(message.id))
         if found is None or found.author_type != "user" or found.author_user_id != str(message.author.id):
             return  # not stored, or not a person's own row (our own webhook posts are edited as they stream)
