@@ -11,6 +11,7 @@ import sqlite3
 import pytest
 
 from tests.discord.test_export import export
+from tests.discord.test_reading import ask
 from tests.fakes.openai_server import GroupChatScript, message_text
 
 SECRET = "SWORDFISH-4471"
@@ -48,6 +49,7 @@ async def test_a_deleted_message_leaves_the_store_the_next_prompt_and_every_expo
     await emu.wait_for(lambda: len(harness.webhook_posts()) >= 1, timeout=30)
     assert SECRET in prompts(harness, "planner")[0] and FILE_SECRET in prompts(harness, "planner")[0]
     await harness.idle()
+    await ask(harness, "catchup", emu.bob_id)  # bob's catch-up summary of rows 1-2 is kept for a while
 
     await emu.user_delete(secret["id"])  # alice deletes her own message
     await emu.wait_for(lambda: (row(harness, secret["id"]) or (0, 0, 0, None))[3] is not None, timeout=30,
@@ -56,6 +58,11 @@ async def test_a_deleted_message_leaves_the_store_the_next_prompt_and_every_expo
     with sqlite3.connect(harness.db) as db:
         everything = repr(db.execute("SELECT * FROM messages").fetchall())
     assert SECRET not in everything and "MARLIN" not in everything and "vault.txt" not in everything
+    await ask(harness, "catchup", emu.bob_id)  # the same rows: summarised again, from the tombstone
+    catchups = [r for r in harness.llm_server.requests if "summarising a group chat" in message_text(r["messages"][0])]
+    assert len(catchups) == 2 and SECRET in message_text(catchups[0]["messages"][0])
+    again = message_text(catchups[1]["messages"][0])
+    assert SECRET not in again and "vault.txt" not in again and "[Alice] (deleted)" in again
 
     await emu.user_post(emu.channel_id, emu.alice_id, "@planner what did I ask?")
     await emu.wait_for(lambda: len(harness.webhook_posts()) >= 2, timeout=30)
