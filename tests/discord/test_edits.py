@@ -2,7 +2,8 @@
 a message deleted in Discord (MESSAGE_DELETE, MESSAGE_DELETE_BULK) leaves a tombstone whose text and
 files are gone from the database row, from the next prompt the model server sees and from the JSON,
 Markdown and HTML exports; a person's edit (MESSAGE_UPDATE) is in the next prompt, marked "(edited)";
-an operator deleting one chunk of an agent's reply tombstones the whole row."""
+an operator deleting one chunk of an agent's reply tombstones the whole row and the bot takes down its
+other chunks; edits and deletions made while the bot was away are taken when it catches up."""
 from __future__ import annotations
 
 import json
@@ -123,6 +124,8 @@ async def test_an_operator_deleting_a_chunk_or_a_purge_tombstones_the_rows(harne
     await emu.wait_for(lambda: row(harness, chunks[0])[3] is not None, timeout=30, what="the agent's tombstone")
     whole = row(harness, chunks[0])
     assert whole is not None and whole[0] == "" and row(harness, chunks[1]) == row(harness, chunks[2]) == whole
+    await emu.wait_for(lambda: not [m for m in emu.channel_messages(emu.channel_id) if m["id"] in chunks],
+                       timeout=30, what="the reply's other chunks taken down")
 
     a = await emu.user_post(emu.channel_id, emu.bob_id, "first spam")
     b = await emu.user_post(emu.channel_id, emu.bob_id, "second spam")

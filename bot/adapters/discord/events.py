@@ -23,8 +23,8 @@ nothing); a deletion (MESSAGE_DELETE, MESSAGE_DELETE_BULK) of any stored message
 a tombstone, text and files purged. Discord does not say who deleted a message: only its author
 and people with Manage Messages (operators) can, and the bot deletes only posts no row holds
 (provisional messages, stray copies), so every deletion of a stored message is taken as the
-author's or an operator's. Deleting one chunk of an agent's reply tombstones the whole row (the
-other chunks stay in Discord). Edits and deletions made while the bot was away get no event
+author's or an operator's. Deleting one chunk of an agent's reply tombstones the whole row, and
+the bot deletes its other chunks. Edits and deletions made while the bot was away get no event
 later: catching up first reads the channel's last LOOK_BACK messages up to the watermark again
 and takes the edits and deletions it finds among the rows they cover (older ones are not seen;
 a message posted and edited while away is stored as it reads then).
@@ -147,17 +147,20 @@ class Ingest:
 
     `client` is the connected discord.py client (who the bot is, the channels' history),
     `engine` the engine (what ingest asks of it: `Intake`), `own_post` tells the bot's own
-    webhook posts (`DiscordSurface.is_own_post`) and `serves` whether this process takes in a
-    guild's channels (all of them, unless it runs some shards)."""
+    webhook posts (`DiscordSurface.is_own_post`), `serves` whether this process takes in a
+    guild's channels (all of them, unless it runs some shards) and `take_down` deletes one of an
+    agent's posts (`DiscordSurface.draft_delete`: the other chunks of a reply an operator deleted)."""
 
     def __init__(self, client: discord.Client, engine: Intake, *,
                  own_post: Callable[[Group, discord.Message], Awaitable[bool]],
-                 serves: Callable[[str | None], bool]) -> None:
+                 serves: Callable[[str | None], bool],
+                 take_down: Callable[[Group, str], Awaitable[None]] | None = None) -> None:
         self.client = client
         self.engine = engine
         self.store = engine.store
         self.own_post = own_post
         self.serves = serves
+        self.take_down = take_down
         self.feeds: dict[int, Feed] = {}
         self._known: dict[tuple[str, int], list[str]] = {}  # (guild, user) -> names already stored
 
@@ -280,9 +283,25 @@ class Ingest:
             found = await self._retrying(self.store.find_message_by_external_id, str(message_id))
             if found is None or found.deleted:
                 continue
-            if await self._retrying(self.store.delete_message, found.group_id, found.seq) is not None:
-                log.info("group=%s seq=%s: deleted in Discord; its text and files are purged (a tombstone now)",
-                         found.group_id, found.seq)
+            if await self._retrying(self.store.delete_message, found.group_id, found.seq) is None:
+                continue
+            log.info("group=%s seq=%s: deleted in Discord; its text and files are purged (a tombstone now)",
+                     found.group_id, found.seq)
+            rest = [i for i in found.external_ids if i.isdigit() and int(i) not in removed.message_ids]
+            if found.author_type == "agent" and rest and self.take_down is not None:
+                await self._take_down_rest(self.take_down, found.group_id, found.seq, rest)
+
+    async def _take_down_rest(self, take_down: Callable[[Group, str], Awaitable[None]], group_id: int, seq: int,
+                              message_ids: list[str]) -> None:
+        """The other chunks of an agent's reply an operator deleted go too (best effort: one that stays
+        is only a copy of what the store no longer holds, and an operator can delete it)."""
+        group = await self._retrying(self.store.get_group, group_id)
+        for message_id in message_ids:
+            try:
+                await take_down(group, message_id)
+            except Exception as exc:  # a refusal, the network: the chunk stays in the channel
+                log.info("group=%s seq=%s: the reply's other message %s was not deleted (%s)", group_id, seq,
+                         message_id, type(exc).__name__)
 
     async def _catch_up(self, feed: Feed) -> None:
         """Store what the channel holds after the watermark, oldest first."""
