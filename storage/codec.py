@@ -172,6 +172,8 @@ def to_message(row: Row) -> Message:
         tokens_before=int(row["tokens_before"]),
         attachments=attachments_from_json(row["attachments"]),
         reply_to_seq=None if row["reply_to_seq"] is None else int(row["reply_to_seq"]),
+        edited_at=None if row["edited_at"] is None else float(row["edited_at"]),
+        deleted_at=None if row["deleted_at"] is None else float(row["deleted_at"]),
     )
 
 

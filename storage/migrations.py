@@ -480,6 +480,15 @@ CREATE INDEX drafts_run ON drafts(run_id);
 CREATE INDEX drafts_group_agent ON drafts(group_id, agent_id);
 """),
     Migration(14, "secrets masked in stored files' names and URLs", _m014_mask_file_urls),
+    Migration(15, "edited and deleted messages", """
+-- The author's own hand (SPEC §1): a person's edit in Discord changes the row's text (edited_at: when;
+-- the tags stay as first parsed, the token count as first counted); a message deleted in Discord (a
+-- person's own, or an agent's post deleted by an operator) leaves a tombstone: seq, author, deleted_at,
+-- its text and files purged (text '', attachments '[]'). The rolling and catch-up summaries written
+-- from such a row are blanked (text '') when it changes, so they are written again, and not reused.
+ALTER TABLE messages ADD COLUMN edited_at {real};
+ALTER TABLE messages ADD COLUMN deleted_at {real};
+"""),
     Migration(16, "fresh starts of tasks (/roundtable newtask)", """
 -- /roundtable newtask (SPEC §6): the group's newest row when it was run. The first person's message after
 -- it starts a fresh task: the task chain (bot.core.features.tasks) carries no earlier task into it.
@@ -490,7 +499,7 @@ CREATE TABLE task_breaks (
     PRIMARY KEY (group_id, after_seq)
 ) {sqlite: WITHOUT ROWID};
 """),
-    Migration(18, "tools of agents: grants and the journal of calls", """
+    Migration(17, "tools of agents: grants and the journal of calls", """
 -- What an admin granted an agent (SPEC §6b): a tool's name in commands (server.tool, a built-in's
 -- name) or server.* for all of a server's tools; confirm NULL: the tool's default.
 CREATE TABLE tool_grants (

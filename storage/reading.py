@@ -62,7 +62,7 @@ class Reading:
         async with self._access.read() as db:
             row = await db.one(
                 "SELECT * FROM summaries WHERE group_id = ? AND after_seq = ? AND through_seq = ?"
-                    " AND created_at > ?", (group_id, after, through, newer_than))
+                    " AND created_at > ? AND text != ''", (group_id, after, through, newer_than))
         if row is None:
             return None
         return Summary(int(row["after_seq"]), int(row["through_seq"]), row["text"], int(row["omitted"]),

@@ -162,6 +162,8 @@ class SqlStore:
     append_user_message = delegate("_thread", Thread.append_user_message)
     append_system_message = delegate("_thread", Thread.append_system_message)
     get_message = delegate("_thread", Thread.get_message)
+    edit_message = delegate("_thread", Thread.edit_message)
+    delete_message = delegate("_thread", Thread.delete_message)
     find_message_by_external_id = delegate("_thread", Thread.find_message_by_external_id)
     messages = delegate("_thread", Thread.messages)
     thread_tokens = delegate("_thread", Thread.thread_tokens)

@@ -21,11 +21,12 @@ class Summaries:
         self._access = access
 
     async def context_summary(self, group_id: int, *, through: int) -> ContextSummary | None:
-        """The newest rolling summary whose last row is at or before `through` (one indexed lookup)."""
+        """The newest rolling summary whose last row is at or before `through` (one indexed lookup; a
+        summary blanked when a row it held was edited or deleted is passed over)."""
         async with self._access.read() as db:
             row = await db.one(
                 "SELECT * FROM context_summaries WHERE group_id = ? AND through_seq <= ?"
-                    " ORDER BY through_seq DESC LIMIT 1", (group_id, through))
+                    " AND text != '' ORDER BY through_seq DESC LIMIT 1", (group_id, through))
         return None if row is None else to_context_summary(row)
 
     async def save_context_summary(self, group_id: int, summary: ContextSummary, usage: Usage) -> None:

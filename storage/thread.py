@@ -3,10 +3,13 @@
 `storage.access.Access.append` and `append_task`, shared with runs and schedules."""
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from bot.core.errors import AlreadyStored, InvalidInput
 from bot.core.models import Episode, Message, NewMessage, token_cost
+from bot.core.rules.secrets import mask
 from storage.access import Access
-from storage.codec import dumps, strings_from_json, to_message, unique
+from storage.codec import attachments_to_json, dumps, strings_from_json, to_message, unique
 from storage.reading import Reading
 from storage.sql import Db
 
@@ -37,6 +40,53 @@ class Thread:
     async def get_message(self, group_id: int, seq: int) -> Message:
         async with self._access.read() as db:
             return to_message(await self._access.message_row(db, group_id, seq))
+
+    # the author's own hand (SPEC §1) ------------------------------------------
+    async def edit_message(self, group_id: int, seq: int, text: str, *,
+                           attachment_ids: Collection[str] | None = None) -> Message | None:
+        """A person edited row `seq`: its text is `text` now (masked), marked edited; its tags and token
+        count stay as first parsed. `attachment_ids`: the files the message still has (None: unchanged).
+        The summaries written from it are blanked (written again when next needed). None when nothing
+        changed (same text and files) or the row is a tombstone."""
+        async with self._access.write(group_id) as db:
+            row = await self._access.message_row(db, group_id, seq)
+            if row["deleted_at"] is not None:
+                return None
+            old = to_message(row)
+            text = mask(text)
+            files = old.attachments if attachment_ids is None else tuple(
+                f for f in old.attachments if f.attachment_id is None or f.attachment_id in attachment_ids)
+            if text == old.text and files == old.attachments:
+                return None
+            await db.exec("UPDATE messages SET text = ?, attachments = ?, edited_at = ? WHERE group_id = ? AND seq = ?",
+                          (text, attachments_to_json(files), self._access.now(), group_id, seq))
+            await self._forget_summaries(db, group_id, seq)
+            return to_message(await self._access.message_row(db, group_id, seq))
+
+    async def delete_message(self, group_id: int, seq: int) -> Message | None:
+        """Row `seq` was deleted on the surface: it becomes a tombstone (seq, author, tags, ids kept; text
+        and files purged; nothing left to show, so confirmed), its run's provisional messages forgotten,
+        the summaries written from it blanked. The tombstone; None when it was one already."""
+        async with self._access.write(group_id) as db:
+            row = await self._access.message_row(db, group_id, seq)
+            if row["deleted_at"] is not None:
+                return None
+            await db.exec("UPDATE messages SET text = '', attachments = '[]', deleted_at = ?, confirmed = 1"
+                          " WHERE group_id = ? AND seq = ?", (self._access.now(), group_id, seq))
+            if row["author_type"] == "agent" and row["source_run_id"] is not None:
+                await db.exec("DELETE FROM drafts WHERE run_id = ?", (row["source_run_id"],))
+            await self._forget_summaries(db, group_id, seq)
+            return to_message(await self._access.message_row(db, group_id, seq))
+
+    @staticmethod
+    async def _forget_summaries(db: Db, group_id: int, seq: int) -> None:
+        """Blank the summaries that may hold row `seq`'s old text: the rolling ones through it or later (each
+        rolls the one before), the catch-up ones of a range holding it. Their cost stays recorded; a blank
+        one is never reused, and writing the same range again replaces its text."""
+        await db.exec("UPDATE context_summaries SET text = '' WHERE group_id = ? AND through_seq >= ? AND text != ''",
+                      (group_id, seq))
+        await db.exec("UPDATE summaries SET text = '' WHERE group_id = ? AND after_seq < ? AND through_seq >= ?"
+                      " AND text != ''", (group_id, seq, seq))
 
     async def find_message_by_external_id(self, external_id: str) -> Message | None:
         found = await self._access.messages_where(

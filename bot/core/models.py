@@ -198,6 +198,12 @@ class Message:
     tokens_before: int = 0  # the thread cost of the group's earlier rows (running sum of token_cost)
     attachments: tuple[SharedFile, ...] = ()
     reply_to_seq: int | None = None  # the group's row a person's message replied to (a Discord reply)
+    edited_at: float | None = None  # its author changed its text (SPEC §1; the tags stay as first parsed)
+    deleted_at: float | None = None  # deleted in Discord: a tombstone, its text and files purged
+
+    @property
+    def deleted(self) -> bool:
+        return self.deleted_at is not None
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ rather than issuing queries.
 """
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
@@ -346,6 +346,18 @@ class ThreadStore(Protocol):
         ...
 
     async def get_message(self, group_id: int, seq: int) -> Message: ...
+
+    async def edit_message(self, group_id: int, seq: int, text: str, *,
+                           attachment_ids: Collection[str] | None = None) -> Message | None:
+        """A person edited the row (SPEC §1): its text (and the files it still has, by attachment id;
+        None: unchanged) replaced, marked edited, tags and token count kept; the summaries written
+        from it blanked, so they are written again. None when nothing changed or it is a tombstone."""
+        ...
+
+    async def delete_message(self, group_id: int, seq: int) -> Message | None:
+        """The row was deleted on the surface (SPEC §1): a tombstone (seq, author, deleted_at), its text
+        and files purged, confirmed; the summaries written from it blanked. None when it was one already."""
+        ...
 
     async def find_message_by_external_id(self, external_id: str) -> Message | None: ...
 

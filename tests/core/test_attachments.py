@@ -16,6 +16,7 @@ from bot.core.rules.attachments import (
     decode_text,
     image_size,
     image_tokens,
+    said,
     take_in,
     text_files,
     unused_files,
@@ -130,6 +131,20 @@ def test_a_model_without_images_gets_lines_only():
 def test_brief_text_names_each_file():
     message = row(3, (image("t.png"), SharedFile("r.pdf", "other", 2_000_000)), text="")
     assert brief_text(message) == "[image: t.png, 512×512, 100 B]\n[file: r.pdf, 1.9 MB]"
+
+
+@pytest.mark.parametrize("text, edited_at, deleted_at, files, shown", [
+    ("hello", None, None, (), "hello"),
+    ("hello again", 5.0, None, (), "hello again (edited)"),
+    ("", 5.0, None, (SharedFile("r.pdf", "other", 2_000_000),), "(edited)\n[file: r.pdf, 1.9 MB]"),
+    ("", None, 9.0, (), "(deleted)"),
+    ("", 5.0, 9.0, (), "(deleted)"),  # edited, then deleted
+])
+def test_an_edited_row_says_so_and_a_tombstone_says_deleted(text, edited_at, deleted_at, files, shown):
+    message = replace(row(4, files, text=text), edited_at=edited_at, deleted_at=deleted_at)
+    assert brief_text(message) == shown
+    assert PromptFiles(GroupSettings(), images=False).text(message) == shown
+    assert said(message) == shown.split("\n")[0]
 
 
 def png_header(width: int, height: int) -> bytes:

@@ -34,6 +34,12 @@ def test_plan_batch_only_newest_untagged_is_routed_by_mode():
     assert plans == ["superseded", "explicit", "mode", "none"]
 
 
+def test_a_message_deleted_before_it_was_routed_selects_nobody():
+    gone = Message(1, 3, "user", "x", "", Tags(agent_ids=(1,)), deleted_at=5.0)
+    plans = [p for _, p in plan_batch([msg(1), msg(2, "user", [2]), gone], {1, 2, 3})]
+    assert plans == ["superseded", "explicit", "deleted"]  # the newest, it still supersedes what it followed
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_a_batch_planned_in_chunks_is_planned_as_a_whole(seed):
     """A backlog is routed chunk by chunk; each chunk is told whether the newest routable row is
@@ -44,7 +50,8 @@ def test_a_batch_planned_in_chunks_is_planned_as_a_whole(seed):
         kind = rng.choice(["user", "user", "agent", "system"])
         tagged = [rng.choice([1, 2, 3])] if rng.random() < 0.2 else []
         batch.append(Message(1, seq, kind, "x", "t", Tags(agent_ids=tuple(tagged)),
-                             author_agent_id=2 if kind == "agent" else None, episode_id=rng.choice([None, 7, 8])))
+                             author_agent_id=2 if kind == "agent" else None, episode_id=rng.choice([None, 7, 8]),
+                             deleted_at=5.0 if rng.random() < 0.1 else None))
     whole = plan_batch(batch, {1, 2, 3}, 7)
     newest = max((m.seq for m in batch if routable(m, 7)), default=None)
     size = rng.randint(1, 10)

@@ -206,11 +206,17 @@ class MessagesMixin(Emulator):
             self._dispatch_message("MESSAGE_CREATE", msg, user_id)
         return copy.deepcopy(msg)
 
-    async def user_edit(self, message_id: str, content: str, *, dispatch: bool = True) -> dict:
-        """A person edits their message (MESSAGE_UPDATE)."""
+    async def user_edit(self, message_id: str, content: str, *, dispatch: bool = True,
+                        keep_attachments: Iterable[str] | None = None) -> dict:
+        """A person edits their message (MESSAGE_UPDATE, the whole message as Discord sends it).
+        `keep_attachments`: the ids of the files it keeps (Discord lets an edit remove files, not add
+        them); None keeps them all."""
         msg = self.get_message(str(message_id))
         if msg is None:
             raise KeyError(message_id)
+        if keep_attachments is not None:
+            kept = {str(a) for a in keep_attachments}
+            msg["attachments"] = [a for a in msg.get("attachments", []) if a["id"] in kept]
         msg["content"] = content
         msg["edited_timestamp"] = u.iso()
         msg.update(self._compute_mentions(content, None))
@@ -221,6 +227,16 @@ class MessagesMixin(Emulator):
     async def user_delete(self, message_id: str, *, dispatch: bool = True) -> None:
         """A message disappears (MESSAGE_DELETE)."""
         self._delete_message(str(message_id), dispatch=dispatch)
+
+    async def bulk_delete(self, channel_id: str, message_ids: Iterable[str], *, dispatch: bool = True) -> None:
+        """Messages of one channel disappear at once (MESSAGE_DELETE_BULK: a moderator's purge)."""
+        cid = str(channel_id)
+        gone = [str(m) for m in message_ids if self._message_index.get(str(m)) == cid]
+        for message_id in gone:
+            self._delete_message(message_id, dispatch=False)
+        if dispatch and gone:
+            self.dispatch("MESSAGE_DELETE_BULK", {"ids": gone, "channel_id": cid,
+                                                  "guild_id": self.channels[cid].guild_id})
 
     def _delete_message(self, message_id: str, *, dispatch: bool = True) -> bool:
         cid = self._message_index.pop(message_id, None)

@@ -91,6 +91,10 @@ class GroupChatScript:
         """Replace the queue of an agent's direct (/ask) answers."""
         self._direct[name] = deque(replies)
 
+    def set_summary(self, replies: Sequence[ReplyLike]) -> None:
+        """Replace the queue of OTHER calls' replies (summaries ...)."""
+        self._summary = deque(replies)
+
     def set_selector(self, selector: Sequence[ReplyLike] | Responder) -> None:
         """Replace the selector's queue (or make it a function of the request body)."""
         self._selector_fn = selector if callable(selector) else None

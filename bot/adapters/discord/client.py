@@ -57,7 +57,8 @@ class RoundtableBot(discord.Client):
         surface.client = self
         self.guild_id = guild_id
         self.tree = app_commands.CommandTree(self)
-        self.ingest = Ingest(self, engine, own_post=surface.is_own_post, serves=self.serves)
+        self.ingest = Ingest(self, engine, own_post=surface.is_own_post, serves=self.serves,
+                             take_down=surface.draft_delete)
         self.slash = SlashCommands(self, engine, surface, self.ingest, group_defaults)
         self.ready_once = asyncio.Event()
         self.slash.register(self.tree)
@@ -104,6 +105,16 @@ class RoundtableBot(discord.Client):
 
     async def on_message(self, message: discord.Message) -> None:
         self.ingest.push(message)
+
+    # Raw events: they come for messages the client never cached (older, or from before a restart).
+    async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
+        self.ingest.push_edit(payload)
+
+    async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
+        self.ingest.push_removed(payload.channel_id, payload.guild_id, [payload.message_id])
+
+    async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
+        self.ingest.push_removed(payload.channel_id, payload.guild_id, payload.message_ids)
 
     async def on_raw_reaction_add(self, payload: discord.RawReactionActionEvent) -> None:
         await self.ingest.on_reaction(payload)

@@ -15,6 +15,19 @@ missing permission), live messages are still stored and the watermark waits.
 The bot's own posts (as the bot, or through any webhook its application made)
 are never re-ingested; other bots and webhooks are ignored unless the group
 allows them. A Discord reply to an agent's message tags that agent.
+
+The author's own hand (SPEC §1), taken through the same feed, so it follows the message it
+changes: a person's edit (MESSAGE_UPDATE) changes their row's text, marked edited (the tags
+stay as first parsed; an edit of anything else, e.g. the bot's own webhook posts, changes
+nothing); a deletion (MESSAGE_DELETE, MESSAGE_DELETE_BULK) of any stored message makes its row
+a tombstone, text and files purged. Discord does not say who deleted a message: only its author
+and people with Manage Messages (operators) can, and the bot deletes only posts no row holds
+(provisional messages, stray copies), so every deletion of a stored message is taken as the
+author's or an operator's. Deleting one chunk of an agent's reply tombstones the whole row, and
+the bot deletes its other chunks. Edits and deletions made while the bot was away get no event
+later: catching up first reads the channel's last LOOK_BACK messages up to the watermark again
+and takes the edits and deletions it finds among the rows they cover (older ones are not seen;
+a message posted and edited while away is stored as it reads then).
 Attachments are kept with the row (`bot.core.rules.attachments`): name, type, size, Discord's ids
 and URL, an image's size; a text file's content is read now, an image's when a run is made.
 """
@@ -43,6 +56,7 @@ T = TypeVar("T")
 INGESTED_TYPES = (discord.MessageType.default, discord.MessageType.reply)
 BLIND_RETRY = 300.0  # seconds between tries to read a history the bot may not read
 GIVE_UP_AFTER = 5  # unexpected (non-database) failures storing one message before it is skipped
+LOOK_BACK = 100  # messages up to the watermark read again on catching up: edits and deletions made meanwhile
 
 
 TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
@@ -108,10 +122,24 @@ class Intake(Protocol):
     ) -> object: ...
 
 
+@dataclass(frozen=True)
+class Removed:
+    """Messages deleted in a channel (MESSAGE_DELETE or MESSAGE_DELETE_BULK)."""
+
+    message_ids: tuple[int, ...]
+
+    @property
+    def id(self) -> int:
+        return self.message_ids[0]
+
+
+Item = discord.Message | discord.RawMessageUpdateEvent | Removed
+
+
 @dataclass
 class Feed:
     channel_id: int
-    queue: asyncio.Queue[discord.Message | None] = field(default_factory=asyncio.Queue)
+    queue: asyncio.Queue[Item | None] = field(default_factory=asyncio.Queue)
     behind: bool = True  # catch up before storing the next live message
     blind: str | None = None  # why the history cannot be read: live messages only, the watermark waits
 
@@ -121,17 +149,20 @@ class Ingest:
 
     `client` is the connected discord.py client (who the bot is, the channels' history),
     `engine` the engine (what ingest asks of it: `Intake`), `own_post` tells the bot's own
-    webhook posts (`DiscordSurface.is_own_post`) and `serves` whether this process takes in a
-    guild's channels (all of them, unless it runs some shards)."""
+    webhook posts (`DiscordSurface.is_own_post`), `serves` whether this process takes in a
+    guild's channels (all of them, unless it runs some shards) and `take_down` deletes one of an
+    agent's posts (`DiscordSurface.draft_delete`: the other chunks of a reply an operator deleted)."""
 
     def __init__(self, client: discord.Client, engine: Intake, *,
                  own_post: Callable[[Group, discord.Message], Awaitable[bool]],
-                 serves: Callable[[str | None], bool]) -> None:
+                 serves: Callable[[str | None], bool],
+                 take_down: Callable[[Group, str], Awaitable[None]] | None = None) -> None:
         self.client = client
         self.engine = engine
         self.store = engine.store
         self.own_post = own_post
         self.serves = serves
+        self.take_down = take_down
         self.feeds: dict[int, Feed] = {}
         self._known: dict[tuple[str, int], list[str]] = {}  # (guild, user) -> names already stored
 
@@ -140,6 +171,17 @@ class Ingest:
         """A live message, in gateway order (synchronous: the order is kept)."""
         if message.guild is not None:
             self._feed(message.channel.id).queue.put_nowait(message)
+
+    def push_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
+        """A message edited (after the live messages before it, in gateway order)."""
+        if payload.guild_id is not None:
+            self._feed(payload.channel_id).queue.put_nowait(payload)
+
+    def push_removed(self, channel_id: int, guild_id: int | None, message_ids: Iterable[int]) -> None:
+        """Messages deleted (after the live messages before them, in gateway order)."""
+        ids = tuple(sorted(message_ids))
+        if guild_id is not None and ids:
+            self._feed(channel_id).queue.put_nowait(Removed(ids))
 
     async def resync(self) -> None:
         """After a (re)connect: every group's channel catches up before its next live message."""
@@ -207,9 +249,15 @@ class Ingest:
                         await asyncio.sleep(delay)
             if item is not None:
                 try:
-                    await self._take(feed, item)
+                    if isinstance(item, discord.RawMessageUpdateEvent):
+                        await self._edited(item)
+                    elif isinstance(item, Removed):
+                        await self._removed(item)
+                    else:
+                        await self._take(feed, item)
                 except Exception:  # a bug must not stop the channel's feed
-                    log.exception("channel %s: message %s could not be taken", feed.channel_id, item.id)
+                    log.exception("channel %s: message %s could not be taken", feed.channel_id,
+                                  item.message_id if isinstance(item, discord.RawMessageUpdateEvent) else item.id)
 
     async def _take(self, feed: Feed, message: discord.Message) -> None:
         group = await self._group(feed.channel_id)
@@ -218,6 +266,47 @@ class Ingest:
         await self._store(group, message, wake=True)
         if not feed.behind and not feed.blind:
             await self._retrying(self.store.advance_watermark, group.id, str(message.id))
+
+    async def _edited(self, payload: discord.RawMessageUpdateEvent) -> None:
+        """A person's edit changes their row's text (marked edited); the files they removed go with it."""
+        message = payload.message
+        if "content" not in payload.data or message.edited_at is None:
+            return  # not the author's edit (an embed unfolded), or a partial update without the text
+        found = await self._retrying(self.store.find_message_by_external_id, str(message.id))
+        if found is None or found.author_type != "user" or found.author_user_id != str(message.author.id):
+            return  # not stored, or not a person's own row (our own webhook posts are edited as they stream)
+        kept = [str(a.id) for a in message.attachments] if "attachments" in payload.data else None
+        edited = await self._retrying(self.store.edit_message, found.group_id, found.seq,
+                                      message_text(message)[:8000], attachment_ids=kept)
+        if edited is not None:
+            log.info("group=%s seq=%s: edited by its author; later prompts read the new text",
+                     found.group_id, found.seq)
+
+    async def _removed(self, removed: Removed) -> None:
+        """Each stored message deleted in Discord becomes a tombstone (see the module docstring)."""
+        for message_id in removed.message_ids:
+            found = await self._retrying(self.store.find_message_by_external_id, str(message_id))
+            if found is None or found.deleted:
+                continue
+            if await self._retrying(self.store.delete_message, found.group_id, found.seq) is None:
+                continue
+            log.info("group=%s seq=%s: deleted in Discord; its text and files are purged (a tombstone now)",
+                     found.group_id, found.seq)
+            rest = [i for i in found.external_ids if i.isdigit() and int(i) not in removed.message_ids]
+            if found.author_type == "agent" and rest and self.take_down is not None:
+                await self._take_down_rest(self.take_down, found.group_id, found.seq, rest)
+
+    async def _take_down_rest(self, take_down: Callable[[Group, str], Awaitable[None]], group_id: int, seq: int,
+                              message_ids: list[str]) -> None:
+        """The other chunks of an agent's reply an operator deleted go too (best effort: one that stays
+        is only a copy of what the store no longer holds, and an operator can delete it)."""
+        group = await self._retrying(self.store.get_group, group_id)
+        for message_id in message_ids:
+            try:
+                await take_down(group, message_id)
+            except Exception as exc:  # a refusal, the network: the chunk stays in the channel
+                log.info("group=%s seq=%s: the reply's other message %s was not deleted (%s)", group_id, seq,
+                         message_id, type(exc).__name__)
 
     async def _catch_up(self, feed: Feed) -> None:
         """Store what the channel holds after the watermark, oldest first."""
@@ -230,6 +319,7 @@ class Ingest:
         channel = self.client.get_channel(feed.channel_id) or self.client.get_partial_messageable(feed.channel_id)
         count = 0
         try:
+            await self._look_back(group, channel, int(after))  # type: ignore[arg-type]  # as history below
             async for message in channel.history(  # type: ignore[union-attr]  # text channels, threads and partials all have it
                     limit=None, after=discord.Object(int(after)), oldest_first=True):
                 count += await self._store(group, message, wake=False)
@@ -245,6 +335,37 @@ class Ingest:
             if count:
                 log.info("group=%s: caught up %d message(s) posted while the bot was away", group.id, count)
                 self.engine.wake(group.id)  # the batch is routed together
+
+    async def _look_back(self, group: Group, channel: discord.abc.Messageable, upto: int) -> None:
+        """Edits and deletions made while the bot was away, among the rows of the channel's last LOOK_BACK
+        messages up to `upto` (the watermark): a row one of whose messages is gone becomes a tombstone, a
+        person's row whose message was edited takes its text. Only rows all of whose messages the read
+        covers are judged."""
+        if group.latest_seq == 0:
+            return
+        seen: dict[int, discord.Message] = {}
+        async for message in channel.history(limit=LOOK_BACK, before=discord.Object(upto + 1)):
+            seen[message.id] = message
+        if not seen:
+            return  # nothing to compare with (an unreadable or emptied channel is not taken as deletions)
+        floor = min(seen) if len(seen) >= LOOK_BACK else 0
+        rows = await self._retrying(self.store.messages, group.id, after=max(0, group.latest_seq - 3 * LOOK_BACK))
+        for row in rows:
+            ids = [int(i) for i in row.external_ids if i.isdigit()]
+            if row.deleted or not ids or len(ids) != len(row.external_ids) or min(ids) < floor or max(ids) > upto:
+                continue
+            if any(i not in seen for i in ids):
+                if await self._retrying(self.store.delete_message, group.id, row.seq) is not None:
+                    log.info("group=%s seq=%s: deleted in Discord while the bot was away; a tombstone now",
+                             group.id, row.seq)
+                continue
+            message = seen[ids[0]]
+            if (row.author_type == "user" and message.edited_at is not None
+                    and row.author_user_id == str(message.author.id)):
+                edited = await self._retrying(self.store.edit_message, group.id, row.seq, message_text(message)[:8000],
+                                              attachment_ids=[str(a.id) for a in message.attachments])
+                if edited is not None:
+                    log.info("group=%s seq=%s: edited in Discord while the bot was away", group.id, row.seq)
 
     # storing one message ---------------------------------------------------------
     async def _store(self, group: Group, message: discord.Message, *, wake: bool) -> bool:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from bot.core.errors import LLMError, UserFacingError
 from bot.core.models import ChatMessage, Group, Message, Summary
 from bot.core.ports import LLM, Store
+from bot.core.rules.attachments import said
 from bot.core.rules.card import Card, Field, MarkRead
 from bot.core.rules.prompts import fill, render_thread
 
@@ -93,7 +94,7 @@ class Reading:
                     tone="warning" if tagged else "neutral", mark_read=MarkRead(((group.id, group.latest_seq),)))
 
     def _tag_lines(self, group: Group, tagged: Sequence[Message], link: Link) -> str:
-        lines = [f"#{m.seq} {m.author_name}: {excerpt(m.text, 60)}{elsewhere(link(group, m), m)}"
+        lines = [f"#{m.seq} {m.author_name}: {excerpt(said(m), 60)}{elsewhere(link(group, m), m)}"
                  for m in tagged[:TAGGED_SHOWN]]
         if len(tagged) > TAGGED_SHOWN:
             lines.append("… and more: /inbox lists them all")
@@ -116,7 +117,7 @@ class Reading:
         for group, message in shown:
             newest[group.id] = max(newest.get(group.id, 0), message.seq)
         fields = tuple(Field(f"{m.author_name} in {g.name} (#{m.seq})",
-                             excerpt(m.text) + elsewhere(link(g, m), m, "\n"), inline=False) for g, m in shown)
+                             excerpt(said(m)) + elsewhere(link(g, m), m, "\n"), inline=False) for g, m in shown)
         more = len(found) - len(shown)
         title = "1 message tags you" if len(shown) == 1 else f"{len(shown)} messages tag you"
         return Card(title, fields=fields, tone="warning",

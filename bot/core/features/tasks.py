@@ -33,6 +33,7 @@ from typing import Protocol
 from bot.core.errors import NotFound
 from bot.core.models import Episode, Message
 from bot.core.ports import EpisodeStore, GroupStore, ThreadStore
+from bot.core.rules.attachments import said
 
 LOOKBACK = 20  # earlier episodes looked at
 UNFINISHED = frozenset({"max_turns", "superseded", "stalled", "stopped"})  # continued at any time
@@ -53,7 +54,7 @@ class Tasks:
         """Every task, oldest first."""
         return self.earlier + ((self.current,) if self.current is not None else ())
 
-    def slot(self, show: Callable[[Message], str] = lambda message: message.text) -> str:
+    def slot(self, show: Callable[[Message], str] = said) -> str:
         """The Participant prompt's <task>: the task's text; after a follow-up, the earlier open
         requests first and the current one after them, each labelled. `show`: a row's text with its files."""
         if self.current is None:

@@ -34,6 +34,7 @@ from bot.core.record.transcript import (
     totals_line,
     when,
 )
+from bot.core.rules.attachments import said
 from bot.core.rules.markdown import escape_html_in_prose
 from bot.core.rules.secrets import mask
 
@@ -67,7 +68,7 @@ async def write_markdown(record: Record, write: Write, now: float) -> Totals:
             on = f" on {entry.run.provider}" if entry.run.provider else ""
             head += f" · {entry.run.model or 'model not recorded'}{on}, {tokens(entry.run.usage)} tokens"
         quoted = "\n".join(f"> {line}" if line else ">" for line in
-                           escape_html_in_prose(m.text, record.people).split("\n"))
+                           escape_html_in_prose(said(m), record.people).split("\n"))
         for file in m.attachments:
             quoted += f"\n>\n> 📎 {_md_file(file)}"
         write(f"\n{head}\n{quoted}\n")

@@ -31,6 +31,7 @@ from bot.core.record.transcript import (
     totals_line,
     when,
 )
+from bot.core.rules.attachments import said
 from bot.core.rules.markdown import escape, to_html
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'none'; base-uri 'none'"
@@ -179,7 +180,7 @@ def message_html(entry: Entry, people: dict[str, str]) -> str:
             f"{avatar(m.author_name)}<div class=\"body\"><div class=\"who\"><span class=\"name\">"
             f"{escape(m.author_name)}</span>{badge}<a class=\"seq\" href=\"#m{m.seq}\">#{m.seq}</a>"
             f"<time datetime=\"{iso(m.created_at)}\">{escape(when(m.created_at))}</time></div>"
-            f"<div class=\"text\">{to_html(m.text, people)}</div>{files_html(m)}{why(entry)}</div></article>\n")
+            f"<div class=\"text\">{to_html(said(m), people)}</div>{files_html(m)}{why(entry)}</div></article>\n")
 
 
 def files_html(message: Message) -> str:

@@ -66,7 +66,9 @@ def message_json(message: Message, decision: Decision | None) -> dict[str, objec
         "author": {"type": message.author_type, "name": message.author_name, "user_id": message.author_user_id,
                    "agent_id": message.author_agent_id},
         "created_at": iso(message.created_at),
-        "text": message.text,
+        "text": message.text,  # a tombstone's is "" (deleted_at set)
+        "edited_at": iso(message.edited_at),
+        "deleted_at": iso(message.deleted_at),
         "attachments": [file_json(f) for f in message.attachments],
         "tags": {"agent_ids": list(tags.agent_ids), "agent_names": list(tags.agent_names),
                  "user_ids": list(tags.user_ids), "operators": tags.operators, "all_agents": tags.all_agents},

@@ -179,12 +179,27 @@ def file_line(file: SharedFile, why_not: str = "") -> str:
     return f"[{label}: {_describe(file)}{f' (not shown: {why_not})' if why_not else ''}]"
 
 
+DELETED = "(deleted)"
+EDITED = "(edited)"
+
+
+def said(message: Message) -> str:
+    """A row's own text as prompts, /catchup and exports show it (SPEC §1): a tombstone's is "(deleted)"
+    (its text is gone), an edited row's ends with "(edited)"."""
+    if message.deleted:
+        return DELETED
+    if message.edited_at is not None:
+        return f"{message.text} {EDITED}" if message.text else EDITED
+    return message.text
+
+
 def brief_text(message: Message) -> str:
     """The message's text with one short line per file (the selector, summaries and /ask read this)."""
+    text = said(message)
     if not message.attachments:
-        return message.text
+        return text
     lines = [file_line(f) for f in message.attachments]
-    return "\n".join([message.text, *lines] if message.text else lines)
+    return "\n".join([text, *lines] if text else lines)
 
 
 def text_files(files: Sequence[SharedFile], max_text: int) -> list[str]:
@@ -308,9 +323,10 @@ class PromptFiles:
 
     def text(self, message: Message) -> str:
         """The message's text with its files, an image's line followed by a marker for its part."""
+        text = said(message)
         if not message.attachments:
-            return message.text
-        lines = [message.text] if message.text else []
+            return text
+        lines = [text] if text else []
         shown = 0
         for index, file in enumerate(message.attachments):
             if file.kind == "image":

@@ -10,7 +10,7 @@ from typing import Literal
 
 from bot.core.models import Agent, Message
 
-Plan = Literal["explicit", "superseded", "mode", "stale", "none"]
+Plan = Literal["explicit", "superseded", "mode", "stale", "none", "deleted"]
 
 
 def explicit_recipients(message: Message, enabled_ids: set[int]) -> tuple[int, ...]:
@@ -40,6 +40,8 @@ def plan_batch(
     posted during its run) is 'stale': it selects only whom it tags and never
     supersedes the newer task. `newer_follows`: the batch is a chunk of a longer
     one and a later chunk holds that newest message (every untagged one here is superseded).
+    A message deleted before it was routed (a tombstone) selects nobody; as the newest, it still
+    supersedes the ones before it (its episode is the running one: its task is gone).
     """
     def stale(m: Message) -> bool:
         return m.author_type == "agent" and m.episode_id != current_episode
@@ -47,7 +49,9 @@ def plan_batch(
     newest = None if newer_follows else next((m for m in reversed(messages) if routable(m, current_episode)), None)
     plans: list[tuple[Message, Plan]] = []
     for message in messages:
-        if explicit_recipients(message, enabled_ids):
+        if message.deleted:
+            plans.append((message, "deleted"))
+        elif explicit_recipients(message, enabled_ids):
             plans.append((message, "explicit"))
         elif message.author_type == "system":
             plans.append((message, "none"))

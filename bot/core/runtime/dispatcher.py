@@ -239,6 +239,8 @@ class GroupDispatcher(GroupWorker):
                 decision = Decision(message.seq, "none", note="a reply to an earlier task; a newer one is open")
             elif plan == "none":
                 decision = Decision(message.seq, "none", note="notices select nobody")
+            elif plan == "deleted":
+                decision = Decision(message.seq, "none", note="deleted before it was routed")
             elif decided and message.seq in decided:
                 decision = decided[message.seq]
             else:
