@@ -103,7 +103,12 @@ def percentile(values: list[float], p: float) -> float:
 
 
 def _engine(store: SqlStore, llm: InstantLLM, surface: RecordingSurface) -> Engine:
-    return Engine(store, llm, surface, make_token_counter(), selector_model="bench-model")
+    """An engine over the bench's surface, connected from the start: the recording surface is always
+    there, and an engine not connected never routes a backlog (a history longer than a routing chunk
+    waited forever: `roundtable bench` hung at "history 1,000")."""
+    engine = Engine(store, llm, surface, make_token_counter(), selector_model="bench-model")
+    engine.connect()
+    return engine
 
 
 async def _setup(store: SqlStore, key: str, settings: GroupSettings) -> int:
