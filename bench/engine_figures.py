@@ -171,7 +171,12 @@ async def _cold_start(db: str, group_id: int, turns: int, repeat: int) -> dict[s
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bench.engine_figures", db, str(group_id), str(turns), str(repeat),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
-    out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
+    finally:
+        if proc.returncode is None:  # reaped here, not left to the garbage collector
+            proc.kill()
+            await proc.wait()
     if proc.returncode != 0:
         tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
         raise RuntimeError(f"the timed engine process failed ({proc.returncode}): {tail[0]}")

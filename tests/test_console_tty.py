@@ -18,6 +18,7 @@ import pyte
 import pytest
 
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply
+from tests.support import bound
 from tests.test_console import ROUNDTABLE, clean_env
 
 pytestmark = pytest.mark.slow  # the console in a pseudo-terminal: CI runs it, the default run leaves it out
@@ -68,7 +69,7 @@ class Tty:
         self.stream.feed(data)
 
     async def _until(self, done: Callable[[], bool], what: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + bound(timeout)  # reads the screen between polls: not `eventually`
         while not done():
             if self.eof or time.monotonic() > deadline:
                 raise AssertionError(f"{what} did not happen; the screen:\n{self.text()}\nraw tail: "
