@@ -6,6 +6,7 @@ import asyncio
 import pytest
 
 from bot.core.rules.store_health import Outage, StoreHealth, fixed_notice, outage_notice, outage_status, span
+from tests.support import bound
 
 APPEND = "INSERT INTO messages ..."
 RENEW = "UPDATE leases ..."
@@ -81,7 +82,7 @@ def test_a_failure_no_write_repeats_is_told_by_the_timer() -> None:
 
         health.subscribe(tell)
         health.failed(FULL, [APPEND])  # and nothing is written after it
-        await asyncio.wait_for(seen.wait(), 10)
+        await asyncio.wait_for(seen.wait(), bound(10))
         return told
 
     told = asyncio.run(scenario())

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from tests.fakes.openai_server import GroupChatScript
-from tests.support import eventually
+from tests.support import bound, eventually
 
 TOKYO = "@planner draft a 3-day Tokyo trip under $1,500"
 
@@ -243,7 +243,7 @@ async def test_a_thread_posts_through_the_parents_webhook(harness, script):
     await rec.wait_response(5)
     await emu.user_post(thread_id, emu.alice_id, "@planner hi")
     await emu.wait_for(lambda: harness.webhook_posts(), timeout=10)
-    await harness.engine.wait_idle(group.id, 10)
+    await harness.engine.wait_idle(group.id, bound(10))
     execute = emu.requests_matching("POST", r"^/webhooks/\d+/[\w.\-]{60,}")[-1]
     assert execute.query.get("thread_id") == thread_id
     assert emu.requests_matching("POST", rf"^/channels/{emu.channel_id}/webhooks$")  # the parent's webhook

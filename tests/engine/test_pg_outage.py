@@ -20,7 +20,7 @@ from tests.fakes.databases import PostgresPlace
 from tests.fakes.scripted_llm import ScriptedLLM
 from tests.fakes.surface import RecordingSurface
 from tests.fakes.tcp_proxy import TcpProxy
-from tests.support import eventually
+from tests.support import bound, eventually
 
 RELISTENED = "listening for other processes' messages again"
 
@@ -43,7 +43,7 @@ async def test_a_restart_of_the_server_is_two_warnings_and_the_engine_listens_ag
 
             await say("@planner first")
             await eventually(lambda: len(llm.participant_order) == 1, "the first answer")
-            await engine.wait_idle(group.id, 30)
+            await engine.wait_idle(group.id, bound(30))
 
             await proxy.down(admin)  # the server ends every connection, and takes none for now
             during = asyncio.create_task(say("@planner while the server restarts"))
@@ -53,7 +53,7 @@ async def test_a_restart_of_the_server_is_two_warnings_and_the_engine_listens_ag
             await during
             await eventually(lambda: len(llm.participant_order) == 2, "the answer to the message of the outage")
             await eventually(lambda: any(RELISTENED in r.getMessage() for r in caplog.records), "listening again")
-            await engine.wait_idle(group.id, 30)
+            await engine.wait_idle(group.id, bound(30))
 
             await other.append_user_message(group.id, NewMessage(
                 "user", "bob", "@planner from another process", author_user_id="bob",

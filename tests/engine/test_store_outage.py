@@ -18,7 +18,7 @@ from storage.store import SqliteStore
 from tests.engine.conftest import FAST_RETRY, Harness
 from tests.fakes.faults import pg_disk_full, read_only
 from tests.fakes.scripted_llm import ScriptedLLM
-from tests.support import eventually
+from tests.support import bound, eventually
 
 AFTER = 0.3  # seconds of failing writes before people are told (10 s in production)
 NOTICE = "I can't save anything to my database: "
@@ -67,7 +67,7 @@ async def test_a_message_waits_out_an_outage_people_told_once_each_way_and_statu
             assert card.tone == "bad"
             assert next(f.value for f in card.fields if f.name == "database problem").endswith(
                 f"now: {reason}; messages posted meanwhile are saved and answered once it works again")
-        message = await asyncio.wait_for(posting, 10)
+        message = await asyncio.wait_for(posting, bound(10))
         await eventually(lambda: len(alerts) == 2, "the recovery")
         await harness.idle()
         assert alerts[1].startswith(FIXED) and waited == [reason]
@@ -103,7 +103,7 @@ async def test_the_console_says_it_in_one_line_then_the_recovery_in_one_line(tmp
             assert out.getvalue() == shown  # still one line
         await eventually(lambda: "[planner] Here." in out.getvalue(), "the answer")
         lines.put_nowait("")
-        await asyncio.wait_for(running, 10)
+        await asyncio.wait_for(running, bound(10))
     finally:
         running.cancel()
         await engine.close()

@@ -39,7 +39,7 @@ async def test_a_read_sees_committed_rows_and_never_waits_for_an_open_write(tmp_
         try:
             await inside.wait()
             # The write connection's lock is held: a read through it would wait for the release.
-            seen = await asyncio.wait_for(store.get_group(group.id), 1.0)
+            seen = await asyncio.wait_for(store.get_group(group.id), bound(1.0))
             assert seen.name == "g"  # the open transaction's change is not visible yet
             assert [m.text for m in await store.messages(group.id)] == ["first"]
         finally:
