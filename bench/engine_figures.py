@@ -103,7 +103,12 @@ def percentile(values: list[float], p: float) -> float:
 
 
 def _engine(store: SqlStore, llm: InstantLLM, surface: RecordingSurface) -> Engine:
-    return Engine(store, llm, surface, make_token_counter(), selector_model="bench-model")
+    """An engine over the bench's surface, connected from the start: the recording surface is always
+    there, and an engine not connected never routes a backlog (a history longer than a routing chunk
+    waited forever: `roundtable bench` hung at "history 1,000")."""
+    engine = Engine(store, llm, surface, make_token_counter(), selector_model="bench-model")
+    engine.connect()
+    return engine
 
 
 async def _setup(store: SqlStore, key: str, settings: GroupSettings) -> int:
@@ -166,7 +171,12 @@ async def _cold_start(db: str, group_id: int, turns: int, repeat: int) -> dict[s
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bench.engine_figures", db, str(group_id), str(turns), str(repeat),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
-    out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
+    finally:
+        if proc.returncode is None:  # reaped here, not left to the garbage collector
+            proc.kill()
+            await proc.wait()
     if proc.returncode != 0:
         tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
         raise RuntimeError(f"the timed engine process failed ({proc.returncode}): {tail[0]}")

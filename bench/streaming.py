@@ -193,9 +193,12 @@ async def _start_bot(emu: Any, base_url: str, db: Path, cwd: Path) -> asyncio.su
     log = (cwd / "bot.log").open("w")
     process = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot", "--env-file", os.devnull, "run",
                                                    stdout=log, stderr=log, env=env, cwd=cwd)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180  # a start is slow on a busy machine
     while not any(s.ready for s in emu.sessions.values()):
         if process.returncode is not None or time.monotonic() > deadline:
+            if process.returncode is None:  # reaped here, not left to the garbage collector after the loop closed
+                process.kill()
+                await process.wait()
             raise RuntimeError(f"the bot did not connect; its log:\n{(cwd / 'bot.log').read_text()[-2000:]}")
         await asyncio.sleep(0.05)
     await asyncio.sleep(3.0)  # discord.py's guild_ready_timeout, then the catch-up: a quiet start

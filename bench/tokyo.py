@@ -232,6 +232,7 @@ async def run_roundtable(turns: int, tokenizer: Tokenizer, **settings: Any) -> R
             llm = OpenAILLM(api_key="bench", base_url=server.base_url, default_model=MODEL, max_retries=0)
             surface = RecordingSurface()
             engine = Engine(store, llm, surface, make_token_counter(), selector_model=MODEL)
+            engine.connect()  # the recording surface is always there (never started: no backlog waits on it)
             try:
                 group = await store.create_group("bench:tokyo", "tokyo",
                                                  GroupSettings(max_agent_turns=max(parts), **settings))

@@ -6,6 +6,7 @@ the PostgreSQL half is skipped, and the summary says so in one line, never silen
 """
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -29,6 +30,19 @@ def pg_skip_reason() -> str | None:
     if "reason" not in _PG_SKIP:
         _PG_SKIP["reason"] = pg_unavailable()
     return _PG_SKIP["reason"]
+
+
+# Workers for `-n auto` (pyproject.toml's addopts): one per core this process may use, MAX_WORKERS at
+# the most. More workers than cores made a loaded 2-core machine miss its waits (issue 28: 8 workers);
+# PYTEST_XDIST_AUTO_NUM_WORKERS (or `-n N`) overrides it.
+MAX_WORKERS = 4
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    asked = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "")
+    if asked.isdigit():
+        return int(asked)
+    return max(1, min(len(os.sched_getaffinity(0)), MAX_WORKERS))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

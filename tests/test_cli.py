@@ -54,6 +54,7 @@ async def roundtable(cwd: Path, *args: str, stdin: str = "", **env: str) -> Resu
     finally:
         if proc.returncode is None:
             proc.kill()
+            await proc.wait()  # reaped here, not left to the garbage collector
     return Result(proc.returncode or 0, out.decode(), err.decode())
 
 

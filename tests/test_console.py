@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply, tool_call
+from tests.support import eventually
 
 ROUNDTABLE = str(Path(sys.executable).parent / "roundtable")  # the installed console script
 
@@ -102,10 +103,8 @@ async def test_a_second_console_on_the_same_group_is_refused_in_one_line(tmp_pat
         assert first.stdin is not None
         first.stdin.write(b'/agent add name:planner role:plans prompt:"You plan."\n@planner go\n')
         await first.stdin.drain()
-        for _ in range(300):  # the first console is in the middle of a model call
-            if script.participant_order:
-                break
-            await asyncio.sleep(0.02)
+        # the first console is in the middle of a model call
+        await eventually(lambda: script.participant_order, "the first console's model call")
         code, out, err = await run_console(tmp_path, srv.base_url, "@planner me too\n")
         first.stdin.close()
         first_out, _first_err = await asyncio.wait_for(first.communicate(), 180)
@@ -227,10 +226,7 @@ async def test_sigint_stops_a_piped_console_at_once_and_interrupts_the_run(tmp_p
         assert proc.stdin is not None
         proc.stdin.write(b'/agent add name:planner role:plans prompt:"You plan."\n@planner go\n')
         await proc.stdin.drain()  # and the input stays open: the reading thread is blocked on it
-        for _ in range(1500):
-            if script.participant_order:
-                break
-            await asyncio.sleep(0.02)
+        await eventually(lambda: script.participant_order, "the model call")
         proc.send_signal(signal.SIGINT)
         out, err = await asyncio.wait_for(proc.communicate(), 180)  # the model would answer in an hour
     assert proc.returncode == 130

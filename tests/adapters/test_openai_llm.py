@@ -17,6 +17,7 @@ from bot.core.models import ChatMessage, ImagePart, Usage
 from bot.core.ports import LLM
 from tests.fakes.openai_server import FakeOpenAI, Reply, closed_base_url
 from tests.fakes.strict_openai import StrictOpenAI
+from tests.support import bound
 
 KEY = "sk-test-ZZ9-PLURAL-Z-ALPHA-7c1e"  # distinctive: must never leak
 MESSAGES = [ChatMessage("system", "You are terse."), ChatMessage("user", "Say hello to the group.")]
@@ -99,7 +100,7 @@ async def test_retry_after_is_honoured(headers: dict[str, str], low: float) -> N
     # both headers come, the milliseconds win: the 100 s of Retry-After would outlast the generous bound.
     async with FakeOpenAI([Reply(status=429, headers=headers), Reply(text="ok")]) as srv:
         async with make_llm(srv, max_retries=2) as llm:
-            done = await asyncio.wait_for(llm.complete(MESSAGES), 30)
+            done = await asyncio.wait_for(llm.complete(MESSAGES), bound(30))
     assert done.text == "ok"
     assert len(srv.requests) == 2
     assert srv.requests[1].at - srv.requests[0].at >= low
@@ -120,7 +121,7 @@ async def test_hang_times_out_within_bound() -> None:
     async with FakeOpenAI([Reply(text="late", delay=3600)]) as srv:
         async with make_llm(srv, timeout=1.0, max_retries=0) as llm:
             with pytest.raises(LLMTimeout) as info:  # its own timeout, long before the generous bound
-                await asyncio.wait_for(llm.complete(MESSAGES), 30)
+                await asyncio.wait_for(llm.complete(MESSAGES), bound(30))
     assert "timed out" in str(info.value)
 
 

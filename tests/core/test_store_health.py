@@ -14,6 +14,7 @@ from bot.core.rules.store_health import (
     outage_status,
     span,
 )
+from tests.support import bound
 
 APPEND = "INSERT INTO messages ..."
 RENEW = "UPDATE leases ..."
@@ -89,7 +90,7 @@ def test_a_failure_no_write_repeats_is_told_by_the_timer() -> None:
 
         health.subscribe(tell)
         health.failed(FULL, [APPEND])  # and nothing is written after it
-        await asyncio.wait_for(seen.wait(), 10)
+        await asyncio.wait_for(seen.wait(), bound(10))
         return told
 
     told = asyncio.run(scenario())

@@ -20,6 +20,7 @@ from bot.core.runtime.outbox import RetryPolicy
 from storage.store import SqliteStore, SqlStore
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript
+from tests.support import bound
 
 FAST_RETRY = RetryPolicy(first=0.05, factor=2.0, cap=0.4)  # the default waits seconds: too slow for tests
 
@@ -64,7 +65,7 @@ class BotHarness:
                                  guild_ready_timeout=0.05)
         self._task = asyncio.create_task(self.bot.start(self.emu.token))
         if wait_ready:
-            await asyncio.wait_for(self.bot.ready_once.wait(), 30)
+            await asyncio.wait_for(self.bot.ready_once.wait(), bound(30))
         return self.bot
 
     async def stop(self) -> None:
@@ -72,7 +73,7 @@ class BotHarness:
             await self.bot.close()
         if self._task is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._task, 5)
+                await asyncio.wait_for(self._task, bound(5))
         if self.engine is not None:
             await self.engine.close()
         if self.surface is not None:
@@ -112,7 +113,7 @@ class BotHarness:
     async def idle(self) -> None:
         assert self.engine is not None and self.store is not None
         for group in await self.store.list_groups():
-            await self.engine.wait_idle(group.id, 30)
+            await self.engine.wait_idle(group.id, bound(30))
 
 
 @pytest.fixture

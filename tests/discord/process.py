@@ -26,6 +26,7 @@ from storage import open_store
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.databases import Place, SqlitePlace
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply
+from tests.support import eventually, quiet_period
 
 ROUNDTABLE = str(Path(sys.executable).parent / "roundtable")
 
@@ -167,16 +168,14 @@ class BotProcess:
         (drafts,) = self.query("SELECT COUNT(*) FROM drafts")[0]  # provisional messages not finished or taken back
         return running == unshown == behind == unrouted == drafts == 0
 
-    async def wait_settled(self, timeout: float = 60) -> None:
-        async def stable() -> None:
-            while True:
-                if self.settled():
-                    await asyncio.sleep(0.5)  # and stays so (a late catch-up would add rows)
-                    if self.settled():
-                        return
-                await asyncio.sleep(0.1)
+    async def wait_settled(self, timeout: float = 90) -> None:
+        async def stable() -> bool:
+            if not self.settled():
+                return False
+            await quiet_period(0.5)  # and stays so (a late catch-up would add rows)
+            return self.settled()
         try:
-            await asyncio.wait_for(stable(), timeout)
+            await eventually(stable, "the bot to settle", timeout=timeout, interval=0.1)
         except TimeoutError:
             raise AssertionError(f"the bot did not settle; its log ends:\n{self.tail()}") from None
 

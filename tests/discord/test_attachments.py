@@ -3,7 +3,6 @@ made, the expired URL refreshed first, also after a restart), text files inlined
 max_text), and a model that takes no images gets a line naming the file instead."""
 from __future__ import annotations
 
-import asyncio
 import base64
 import logging
 import struct
@@ -13,6 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from bot.core.rules.attachments import image_format
 from tests.fakes.openai_server import GroupChatScript, Reply, ReplyLike, image_urls, message_text
+from tests.support import eventually
 
 
 def png(width: int, height: int) -> bytes:
@@ -22,14 +22,6 @@ def png(width: int, height: int) -> bytes:
     rows = b"".join(b"\x00" + b"\x80" * width for _ in range(height))
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
             + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
-
-
-async def until(condition, timeout: float = 10.0) -> None:
-    """Wait for an async condition, with a generous bound."""
-    deadline = time.monotonic() + timeout
-    while not await condition():
-        assert time.monotonic() < deadline, "timed out waiting"
-        await asyncio.sleep(0.02)
 
 
 def participant_requests(harness, name: str) -> list[dict]:
@@ -66,7 +58,7 @@ async def test_an_image_reaches_the_model_as_an_image_part_also_after_a_restart_
 
     async def stored() -> bool:
         return any(r.text == "@planner and this one?" for r in await harness.store.messages(1))
-    await until(stored)
+    await eventually(stored, "the message stored")
     await harness.idle()
     await harness.stop()
     url = posted["attachments"][0]["url"]

@@ -1,12 +1,12 @@
 """End to end: a person writes in the channel, agents answer there under their own names."""
 from __future__ import annotations
 
-import asyncio
 import re
 
 import pytest
 
 from tests.fakes.openai_server import GroupChatScript, message_text
+from tests.support import bound, eventually
 
 TOKYO = "@planner draft a 3-day Tokyo trip under $1,500"
 
@@ -202,8 +202,12 @@ async def test_messages_posted_while_stopped_are_ingested_once_in_order(harness,
     assert script.participant_order == ["planner"]  # one coalesced run
     # a reconnect's catch-up finds nothing new
     await harness.bot.ingest.resync()
-    await asyncio.sleep(0.3)
-    assert len(await harness.store.messages(1)) == 3
+    await emu.user_post(emu.channel_id, emu.alice_id, "thanks")  # taken after the catch-up: it had its chance
+
+    async def thanks_stored() -> bool:
+        return (await harness.store.messages(1))[-1].text == "thanks"
+    await eventually(thanks_stored, "the message after the catch-up")
+    assert len(await harness.store.messages(1)) == 4
 
 
 async def test_a_reply_discord_did_not_confirm_before_a_stop_is_sent_on_restart(harness, script):
@@ -237,11 +241,9 @@ async def test_reaction_moves_the_read_cursor(harness, script):
     agent_msg = next(m for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id"))
     assert await harness.store.get_seen(1, str(emu.bob_id)) is None
     await emu.user_react(emu.channel_id, agent_msg["id"], emu.bob_id, "👍")
-    for _ in range(100):  # (a sleep, not wait_for(lambda: True): that returns at once)
-        if await harness.store.get_seen(1, str(emu.bob_id)) == 2:
-            break
-        await asyncio.sleep(0.05)
-    assert await harness.store.get_seen(1, str(emu.bob_id)) == 2
+    async def seen() -> bool:
+        return await harness.store.get_seen(1, str(emu.bob_id)) == 2
+    await eventually(seen, "bob's read cursor at row 2")
 
 
 async def test_setup_without_manage_webhooks_says_so(harness):
@@ -267,7 +269,7 @@ async def test_a_thread_posts_through_the_parents_webhook(harness, script):
     await rec.wait_response(5)
     await emu.user_post(thread_id, emu.alice_id, "@planner hi")
     await emu.wait_for(lambda: harness.webhook_posts(), timeout=10)
-    await harness.engine.wait_idle(group.id, 10)
+    await harness.engine.wait_idle(group.id, bound(10))
     execute = emu.requests_matching("POST", r"^/webhooks/\d+/[\w.\-]{60,}")[-1]
     assert execute.query.get("thread_id") == thread_id
     assert emu.requests_matching("POST", rf"^/channels/{emu.channel_id}/webhooks$")  # the parent's webhook

@@ -2,11 +2,10 @@
 stored once, in Discord's order, whatever happens in other channels or to the bot's own posts."""
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from tests.fakes.openai_server import GroupChatScript, Reply
+from tests.support import eventually, quiet_period
 
 WEBHOOK = r"^/webhooks/\d+/[\w.\-]{60,}"
 
@@ -25,16 +24,15 @@ async def stored_people(harness, group_id: int) -> list[str]:
     return [m.external_ids[0] for m in await harness.store.messages(group_id) if m.author_type == "user"]
 
 
-async def wait_all_stored(harness, channels: dict[int, str], timeout: float = 20) -> None:
+async def wait_all_stored(harness, channels: dict[int, str]) -> None:
     async def done() -> bool:
         return all([await stored_people(harness, g) == people(harness.emu, c) for g, c in channels.items()])
-    for _ in range(int(timeout / 0.05)):
-        if await done():
-            await harness.idle()
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError({g: (len(await stored_people(harness, g)), len(people(harness.emu, c)))
-                          for g, c in channels.items()})
+    try:
+        await eventually(done, "every person's message stored", interval=0.05)
+    except TimeoutError:
+        raise AssertionError({g: (len(await stored_people(harness, g)), len(people(harness.emu, c)))
+                              for g, c in channels.items()}) from None
+    await harness.idle()
 
 
 async def test_offline_messages_in_two_channels_survive_live_messages_and_a_republished_reply(harness, script):
@@ -62,7 +60,7 @@ async def test_offline_messages_in_two_channels_survive_live_messages_and_a_repu
     for i in range(2):  # live messages arrive in both channels before the catch-up has read anything
         await emu.user_post(other, emu.bob_id, f"@planner live {i} there")
         await emu.user_post(emu.channel_id, emu.alice_id, f"@planner live {i} here")
-    await asyncio.sleep(0.3)
+    await quiet_period()  # the bot takes them in (held behind the catch-up: nothing shows it outside)
     reading.release()
     await wait_all_stored(harness, groups)
     for group_id, channel in groups.items():
@@ -121,7 +119,7 @@ async def test_a_message_posted_while_setup_is_still_running_is_not_lost(harness
     setup = await emu.invoke_command(emu.guild_id, emu.channel_id, emu.alice_id, "roundtable setup", {"mode": "tags"})
     await creating.wait_arrived()
     early = await emu.user_post(emu.channel_id, emu.bob_id, "hello, is it on yet?")  # seen before the group exists
-    await asyncio.sleep(0.2)
+    await quiet_period(0.2)  # the bot sees it before the group exists (nothing stored shows it)
     creating.release()
     assert "Roundtable is on" in (await setup.wait_response(5))["data"]["content"]
     later = await emu.user_post(emu.channel_id, emu.alice_id, "now it is")

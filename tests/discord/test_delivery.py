@@ -2,10 +2,8 @@
 database, a failing typing endpoint. Everything arrives without a restart, once, in order."""
 from __future__ import annotations
 
-import asyncio
 import logging
 import sqlite3
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -13,6 +11,7 @@ import pytest
 import bot.adapters.discord.webhooks as webhooks
 from tests.discord_emulator import DiscordEmulator, Hold
 from tests.fakes.openai_server import GroupChatScript
+from tests.support import eventually, quiet_period
 
 WEBHOOK = r"^/webhooks/\d+/[\w.\-]{60,}"
 CHANNEL_MESSAGES = r"^/channels/\d+/messages$"
@@ -91,10 +90,9 @@ async def test_a_lasting_refusal_is_told_once_shown_in_status_and_cleared_when_f
     assert "Manage Webhooks" in harness.embed_fields(status)["delivery problem"]
     assert status["data"]["embeds"][0]["color"] == 0xE74C3C  # red
     await emu.user_post(emu.channel_id, emu.alice_id, "@planner two")  # waits behind the first reply
-    for _ in range(3000):  # 30 s at the most
-        if "@planner two" in [m.text for m in await harness.store.messages(1)]:
-            break
-        await asyncio.sleep(0.01)
+    async def two_stored() -> bool:
+        return "@planner two" in [m.text for m in await harness.store.messages(1)]
+    await eventually(two_stored, "'two' stored")
     tried = len(emu.requests_matching("POST", WEBHOOK))
     await emu.wait_for(lambda: len(emu.requests_matching("POST", WEBHOOK)) >= tried + 2, timeout=30,
                        what="two more tries of the first reply, with 'two' stored")
@@ -123,15 +121,13 @@ async def test_a_long_reply_cut_off_between_chunks_resumes_with_the_missing_chun
     assert "".join(posted).replace("\n", "").replace(" ", "") == long_reply.replace("\n", "").replace(" ", "")
 
 
-async def wait_confirmed(harness, seq: int, timeout: float = 15):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+async def wait_confirmed(harness, seq: int):
+    async def confirmed():
         rows = await harness.store.messages(1)
-        if len(rows) >= seq and rows[seq - 1].confirmed:
-            await harness.idle()
-            return rows[seq - 1]
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"row {seq} was never confirmed")
+        return rows[seq - 1] if len(rows) >= seq and rows[seq - 1].confirmed else None
+    row = await eventually(confirmed, f"row {seq} confirmed")
+    await harness.idle()
+    return row
 
 
 async def test_a_failing_typing_endpoint_never_delays_the_model_call(harness, script):
@@ -154,7 +150,7 @@ async def test_a_message_is_stored_after_the_database_was_locked_longer_than_the
     try:
         other.execute("BEGIN IMMEDIATE")  # another process writes for longer than the busy timeout
         await emu.user_post(emu.channel_id, emu.alice_id, "@planner one")
-        await asyncio.sleep(1.5)
+        await quiet_period(1.5)  # longer than the busy timeout: the store gave up at least once meanwhile
         assert len(await harness.store.messages(1)) == 0
     finally:
         other.execute("ROLLBACK")

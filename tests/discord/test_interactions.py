@@ -4,7 +4,6 @@ database is slow, with one webhook however many setups run at once, and with a p
 an option value Discord should not have let through."""
 from __future__ import annotations
 
-import asyncio
 import logging
 import sqlite3
 
@@ -14,6 +13,7 @@ from tests.discord.process import BotProcess, UniqueReplies
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.databases import Place
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript
+from tests.support import quiet_period
 
 CALLBACK = r"^/interactions/\d+/[\w.\-]+/callback$"
 CREATE_WEBHOOK = r"^/channels/\d+/webhooks$"
@@ -118,7 +118,8 @@ async def test_two_setups_at_once_make_one_webhook(harness):
     records = [await emu.invoke_command(emu.guild_id, emu.channel_id, emu.alice_id, "roundtable setup", {})
                for _ in range(2)]
     await creating.wait_arrived()
-    await asyncio.sleep(0.3)  # the second setup is in flight too
+    # the second setup is in flight too (it waits for the first's webhook: nothing shows that outside)
+    await quiet_period()
     creating.release()
     for record in records:
         assert "Roundtable is on" in (await record.wait_response(5))["data"]["content"]

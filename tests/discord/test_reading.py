@@ -1,11 +1,10 @@
 """What did I miss? /unread, /inbox, /read, /catchup through the emulator with the real client."""
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from tests.fakes.openai_server import GroupChatScript, message_text
+from tests.support import eventually, quiet_period
 
 
 @pytest.fixture
@@ -62,14 +61,13 @@ async def test_unread_counts_every_row_for_someone_who_never_acted_then_after_a_
     assert link(emu, messages[0]) in card["fields"][0]["value"]
     assert await harness.store.get_seen(1, str(emu.bob_id)) is None  # reading the answer moves nothing
     await emu.user_react(emu.channel_id, messages[2]["id"], emu.bob_id, "👍")  # row 3
-    for _ in range(200):
-        if await harness.store.get_seen(1, str(emu.bob_id)) == 3:
-            break
-        await asyncio.sleep(0.02)
+    async def at_row_3() -> bool:
+        return await harness.store.get_seen(1, str(emu.bob_id)) == 3
+    await eventually(at_row_3, "bob's read cursor at row 3")
     after = embed(await ask(harness, "unread", emu.bob_id))
     assert after["title"] == "3 unread messages in #general" and link(emu, messages[3]) in after["fields"][0]["value"]
     await emu.user_react(emu.channel_id, messages[0]["id"], emu.bob_id, "👀")  # an older one: never backwards
-    await asyncio.sleep(0.3)
+    await quiet_period()  # an older reaction moves nothing, so no event follows it
     assert await harness.store.get_seen(1, str(emu.bob_id)) == 3
 
 
@@ -85,10 +83,9 @@ async def test_inbox_finds_tags_by_name_mention_and_user_across_groups_and_marks
     await emu.user_post(emu.channel_id, carol, "@user please approve the budget")
     await emu.user_post(emu.channel_id, carol, "@bob can you check the hotel?")
     await emu.user_post(other, carol, f"<@{emu.bob_id}> and the trains too")
-    for _ in range(200):  # until all four are stored
-        if len(await harness.store.messages(1)) == 3 and len(await harness.store.messages(2)) == 1:
-            break
-        await asyncio.sleep(0.02)
+    async def all_four() -> bool:
+        return len(await harness.store.messages(1)) == 3 and len(await harness.store.messages(2)) == 1
+    await eventually(all_four, "all four stored")
     await harness.idle()
     alice = embed(await ask(harness, "inbox", emu.alice_id))
     assert [f["name"] for f in alice["fields"]] == ["Carol in #general (#2)"]  # @user: alice runs the server
@@ -146,10 +143,9 @@ async def test_a_long_inbox_is_paged_and_mark_read_covers_what_it_lists(harness,
     await harness.setup_group(mode="tags")
     for i in range(11):
         await emu.user_post(emu.channel_id, emu.alice_id, f"<@{emu.bob_id}> question {i}")
-    for _ in range(200):
-        if len(await harness.store.messages(1)) == 11:
-            break
-        await asyncio.sleep(0.02)
+    async def eleven() -> bool:
+        return len(await harness.store.messages(1)) == 11
+    await eventually(eleven, "the 11 messages stored")
     inbox = await ask(harness, "inbox", emu.bob_id)
     first = embed(inbox)
     assert first["title"] == "11 messages tag you" and len(first["fields"]) == 8

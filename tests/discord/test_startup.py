@@ -38,6 +38,7 @@ async def run(tmp_path: Path, **env_overrides: str) -> tuple[int, list[str]]:
     finally:
         if proc.returncode is None:
             proc.kill()
+            await proc.wait()  # reaped here, not left to the garbage collector
     lines = [line for line in (out + err).decode().splitlines()
              if line.startswith("roundtable:") or "Traceback" in line]
     return proc.returncode or 0, lines
@@ -119,6 +120,7 @@ async def test_run_logs_at_roundtable_log_level_without_voice_warnings(tmp_path,
         finally:
             if proc.returncode is None:
                 proc.kill()
+                await proc.wait()  # reaped here, not left to the garbage collector
     log = out.decode()
     assert proc.returncode == 0, log
     assert "voice will NOT be supported" not in log and "PyNaCl" not in log and "davey" not in log

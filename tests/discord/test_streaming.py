@@ -21,6 +21,7 @@ from bot.core.rules.secrets import SECRETS
 from tests.discord.conftest import BotHarness
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply
+from tests.support import eventually
 
 HOOK = r"^/webhooks/\d+/[\w.\-]{60,}"
 NO_MENTIONS = {"parse": [], "users": [], "replied_user": False}
@@ -57,10 +58,7 @@ async def settled(harness: BotHarness, replies: int) -> list[Message]:
     async def done() -> bool:
         rows = await agent_rows(harness)
         return len(rows) >= replies and all(r.confirmed for r in rows)
-    for _ in range(1500):
-        if await done():
-            break
-        await asyncio.sleep(0.01)
+    await eventually(done, f"{replies} agent row(s) confirmed")
     await harness.idle()
     assert harness.store is not None
     assert await harness.store.orphan_drafts(1) == []

@@ -15,6 +15,8 @@ from typing import Any
 
 from aiohttp import BodyPartReader, web
 
+from tests.support import WAIT, eventually
+
 from . import _util as u
 from ._gateway import GatewayMixin
 from ._interactions import InteractionsMixin
@@ -27,10 +29,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TOKEN = "MTIzNDU2Nzg5MDEyMzQ1Njc4.emulat.or-fake-bot-token-for-tests_0123456789"
 RATE_LIMIT_BODY = {"message": "You are being rate limited.", "retry_after": 0.3, "global": False}
-# Every wait here gives up only after this long at the least, however short a test asked: a bound is a
-# guard against a hang, never a claim about speed (a loaded machine is slow, and a wait that gives up
-# early is a flaky test; one that gives up late only a slower failure).
-MIN_WAIT = 30.0
+# Every wait here gives up only after tests.support.WAIT at the least, however short a test asked: a
+# bound is a guard against a hang, never a claim about speed (a loaded machine is slow, and a wait that
+# gives up early is a flaky test; one that gives up late only a slower failure).
+MIN_WAIT = WAIT
 _NO_AUTH = re.compile(r"^/(webhooks/\d+/[^/]+|interactions/|gateway$)")
 
 
@@ -98,12 +100,7 @@ class Hold:
 
     async def wait_arrived(self, count: int = 1, timeout: float = 10.0) -> list[RequestRecord]:
         """Wait until at least `count` requests have been caught; return their records."""
-        timeout = max(timeout, MIN_WAIT)
-        deadline = time.monotonic() + timeout
-        while self.count < count:
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"{self.count} of {count} request(s) held after {timeout}s")
-            await asyncio.sleep(0.005)
+        await eventually(lambda: self.count >= count, f"{count} request(s) held", timeout=timeout, interval=0.005)
         return list(self.records)
 
     def _catch(self, rec: RequestRecord) -> None:
@@ -277,16 +274,8 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
     async def wait_for(self, predicate: Callable[[], Any], timeout: float = 10.0,
                        interval: float = 0.01, what: str = "condition") -> Any:
         """Poll predicate() until truthy; return its value or raise asyncio.TimeoutError (after
-        `timeout` seconds, MIN_WAIT at the least)."""
-        timeout = max(timeout, MIN_WAIT)
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-            await asyncio.sleep(interval)
+        `timeout` seconds, MIN_WAIT at the least): tests.support.eventually."""
+        return await eventually(predicate, what, timeout=timeout, interval=interval)
 
     async def wait_for_messages(self, channel_id: str, predicate: Callable[[dict], bool] | None = None,
                                 count: int = 1, timeout: float = 10.0) -> list[dict]:

@@ -3,7 +3,6 @@
 a scripted LLM, a recording surface."""
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from storage import SqlStore
 from tests.fakes.databases import Place, SqlitePlace
 from tests.fakes.scripted_llm import ScriptedLLM
 from tests.fakes.surface import RecordingSurface
+from tests.support import bound, eventually
 
 FAST_RETRY = RetryPolicy(first=0.02, factor=2.0, cap=0.2)  # the default waits seconds
 
@@ -62,16 +62,12 @@ class Harness:
         group = await self.store.get_group(self.group.id)
         await self.engine.post_user_message(group, author_name=who, user_id=who, text=text)
 
-    async def idle(self, timeout: float = 10) -> None:
-        await self.engine.wait_idle(self.group.id, timeout)
+    async def idle(self, timeout: float | None = None) -> None:
+        await self.engine.wait_idle(self.group.id, bound(timeout))
 
     async def until_called(self, count: int = 1) -> None:
         """Wait (bounded) until the scripted LLM has had `count` participant calls."""
-        for _ in range(500):
-            if len(self.llm.participant_order) >= count:
-                return
-            await asyncio.sleep(0.01)
-        raise AssertionError(f"only {len(self.llm.participant_order)} participant call(s) happened")
+        await eventually(lambda: len(self.llm.participant_order) >= count, f"{count} participant call(s)")
 
     async def fetch(self, sql: str) -> list[tuple[Any, ...]]:
         """Rows of raw SQL on the database, as another process reads it."""

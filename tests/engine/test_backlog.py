@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -17,6 +16,7 @@ from tests.engine.conftest import FAST_RETRY
 from tests.fakes.databases import Place
 from tests.fakes.scripted_llm import ScriptedLLM
 from tests.fakes.surface import RecordingSurface
+from tests.support import eventually
 
 BACKLOG = 3 * ROUTE_CHUNK + 17  # rows: several chunks
 
@@ -34,16 +34,6 @@ async def add_backlog(place: Place, group_id: int, rows: int) -> None:
                             + insert + "s", (rows, group_id))
     await place.execute("UPDATE groups SET latest_seq = ?, tokens_total = ? WHERE id = ?", (rows, rows * 6, group_id))
     await place.execute("UPDATE agents SET delivered_through = ? WHERE group_id = ?", (rows, group_id))
-
-
-async def until(condition: Callable[[], Awaitable[bool]], what: str, timeout: float = 60) -> None:
-    async def wait() -> None:
-        while not await condition():
-            await asyncio.sleep(0.02)
-    try:
-        await asyncio.wait_for(wait(), timeout)
-    except TimeoutError:
-        raise AssertionError(f"never: {what}") from None
 
 
 async def test_a_fresh_message_is_answered_while_another_groups_backlog_is_routed(
@@ -71,13 +61,13 @@ async def test_a_fresh_message_is_answered_while_another_groups_backlog_is_route
             async def big_routed() -> bool:
                 return await place.fetch("SELECT routed_through FROM groups WHERE id = ?", (big.id,)) == [(BACKLOG,)]
 
-            await until(fresh_answered, "the fresh message was answered")
+            await eventually(fresh_answered, "the fresh message was answered")
             assert not await big_routed()  # the backlog is still being routed (its last decision waits)
             lines = [r.getMessage() for r in caplog.records]
             assert f"group={big.id}: routing a backlog of {BACKLOG} row(s) (seq 1-{BACKLOG}) in the background" in lines
             assert not any(f"group={fresh.id}:" in line for line in lines)  # a fresh message is no backlog
             held.set()
-            await until(big_routed, "the backlog was routed")
+            await eventually(big_routed, "the backlog was routed")
             decisions = await store.decisions(big.id, after=0, through=BACKLOG)
             assert len(decisions) == BACKLOG
             assert {d.source for seq, d in decisions.items() if seq < BACKLOG} == {"superseded"}

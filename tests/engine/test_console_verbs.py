@@ -11,6 +11,7 @@ from bot.core.models import Agent, GroupSettings
 from bot.core.runtime.engine import Engine
 from storage.store import SqliteStore
 from tests.fakes.scripted_llm import ScriptedLLM
+from tests.support import bound
 
 
 @pytest.fixture
@@ -32,7 +33,7 @@ async def console(tmp_path):
         start = len(out.getvalue())
         for line in inputs:
             await con.handle(line, read_line)
-        await engine.wait_idle(con.group.id, 10)
+        await engine.wait_idle(con.group.id, bound(10))
         return out.getvalue()[start:].splitlines()
 
     async def store_agent(name: str) -> Agent | None:

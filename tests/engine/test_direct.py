@@ -7,6 +7,7 @@ import pytest
 
 from bot.core.errors import Busy, LLMTimeout, UserFacingError
 from tests.fakes.scripted_llm import ScriptedLLM
+from tests.support import eventually
 
 
 async def runs(harness) -> list[tuple]:
@@ -69,11 +70,9 @@ async def test_a_group_delivery_waits_for_a_direct_run_then_runs_once(harness):
     async with harness.running(llm, mode="tags"):
         planner = await agent(harness, "planner")
         asking = asyncio.create_task(harness.engine.ask(harness.group, planner, "can you?", asker="bob"))
-        while not any(kind == "direct" for kind, _, _ in llm.history):
-            await asyncio.sleep(0.01)
+        await eventually(lambda: any(kind == "direct" for kind, _, _ in llm.history), "the direct run's call")
         await harness.say("@planner and @budget: go")
-        for _ in range(50):  # budget runs; the planner waits for its lock
-            await asyncio.sleep(0.01)
+        await eventually(lambda: llm.participant_order, "budget's run")  # budget runs; the planner waits for its lock
         assert llm.participant_order == ["budget"]
         with pytest.raises(Busy, match="planner is busy with a direct run"):
             await harness.engine.ask(harness.group, planner, "again?", asker="carol")

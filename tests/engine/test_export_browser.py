@@ -39,6 +39,7 @@ async def render(page: Path, profile: Path) -> tuple[str, list[str]]:
     finally:
         if proc.returncode is None:
             proc.kill()
+            await proc.wait()  # reaped here, not left to the garbage collector
     assert proc.returncode == 0, err.decode(errors="replace")[-2000:]
     return out.decode(), CONSOLE.findall(err.decode(errors="replace"))
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 
 import asyncpg
 import pytest
@@ -21,21 +20,9 @@ from tests.fakes.databases import PostgresPlace
 from tests.fakes.scripted_llm import ScriptedLLM
 from tests.fakes.surface import RecordingSurface
 from tests.fakes.tcp_proxy import TcpProxy
+from tests.support import bound, eventually
 
 RELISTENED = "listening for other processes' messages again"
-
-
-async def until(condition: Callable[[], bool | Awaitable[bool]], what: str, timeout: float = 30) -> None:
-    async def wait() -> None:
-        while True:
-            done = condition()
-            if done if isinstance(done, bool) else await done:
-                return
-            await asyncio.sleep(0.02)
-    try:
-        await asyncio.wait_for(wait(), timeout)
-    except TimeoutError:
-        raise AssertionError(f"never: {what}") from None
 
 
 async def test_a_restart_of_the_server_is_two_warnings_and_the_engine_listens_again(
@@ -55,23 +42,23 @@ async def test_a_restart_of_the_server_is_two_warnings_and_the_engine_listens_ag
                 await engine.post_user_message(group, author_name="alice", user_id="alice", text=text)
 
             await say("@planner first")
-            await until(lambda: len(llm.participant_order) == 1, "the first answer")
-            await engine.wait_idle(group.id, 30)
+            await eventually(lambda: len(llm.participant_order) == 1, "the first answer")
+            await engine.wait_idle(group.id, bound(30))
 
             await proxy.down(admin)  # the server ends every connection, and takes none for now
             during = asyncio.create_task(say("@planner while the server restarts"))
-            await until(lambda: any("lost the connection to PostgreSQL" in r.getMessage() for r in caplog.records),
+            await eventually(lambda: any("lost the connection to PostgreSQL" in r.getMessage() for r in caplog.records),
                         "the outage was noticed")
             await proxy.up()
             await during
-            await until(lambda: len(llm.participant_order) == 2, "the answer to the message of the outage")
-            await until(lambda: any(RELISTENED in r.getMessage() for r in caplog.records), "listening again")
-            await engine.wait_idle(group.id, 30)
+            await eventually(lambda: len(llm.participant_order) == 2, "the answer to the message of the outage")
+            await eventually(lambda: any(RELISTENED in r.getMessage() for r in caplog.records), "listening again")
+            await engine.wait_idle(group.id, bound(30))
 
             await other.append_user_message(group.id, NewMessage(
                 "user", "bob", "@planner from another process", author_user_id="bob",
                 tags=Tags(agent_ids=(planner.id,), agent_names=("planner",))))
-            await until(lambda: len(llm.participant_order) == 3, "woken by the other process's row")
+            await eventually(lambda: len(llm.participant_order) == 3, "woken by the other process's row")
         finally:
             await engine.close()
             await store.close()

@@ -14,6 +14,7 @@ import pytest
 
 from bot.core.models import GroupSettings
 from tests.fakes.databases import Place
+from tests.support import bound
 
 pytestmark = pytest.mark.slow  # kill -9 of an engine process beside another: CI runs it, the default run leaves it out
 
@@ -52,7 +53,7 @@ async def test_kill_9_of_the_owner_mid_run_and_the_other_process_finishes_exactl
         owner.send_signal(signal.SIGKILL)
         await owner.wait()
         await line(other, "all answered")
-        assert await asyncio.wait_for(other.wait(), 30) == 0
+        assert await asyncio.wait_for(other.wait(), bound(30)) == 0
     finally:
         for proc in (owner, other):
             if proc is not None and proc.returncode is None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from tests.fakes.databases import Place
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.scripted_llm import ScriptedLLM
 from tests.fakes.surface import RecordingSurface
+from tests.support import bound, eventually, quiet_period
 
 
 async def test_a_person_posting_during_a_run_keeps_its_tokens_and_terminate_in_the_first_task(harness):
@@ -58,13 +58,10 @@ async def test_a_persons_message_waits_out_a_locked_database_and_is_stored_once(
         async with harness.place.hold_write_lock():  # another process writes for far longer than 50 ms
             posting = asyncio.create_task(harness.engine.post_user_message(
                 group, author_name="alice", user_id="alice", text="kept through the lock", waiting=told.append))
-            for _ in range(500):
-                if told:
-                    break
-                await asyncio.sleep(0.01)
-            await asyncio.sleep(0.3)  # several more tries, all refused
+            await eventually(lambda: told, "the first wait told")
+            await quiet_period()  # several more tries, all refused (they leave no trace to wait for)
             assert not posting.done()
-        message = await asyncio.wait_for(posting, 10)
+        message = await asyncio.wait_for(posting, bound())
         assert told == [LOCKED_MESSAGE]  # once, at the first wait
         rows = [(m.seq, m.text) for m in await harness.store.messages(group.id)]
         assert rows == [(message.seq, "kept through the lock")]
@@ -207,13 +204,13 @@ async def test_two_processes_on_one_group_never_run_it_together_and_the_second_t
             await engine.post_user_message(await store_a.get_group(group.id), author_name="you", user_id="you",
                                            text=f"@planner question {i}")
             await asyncio.sleep(0.03)
-        await wait_for(lambda: all_answered(store_a, group.id))
+        await eventually(lambda: all_answered(store_a, group.id), "every question answered")
         assert surface_b.published == [m for m in surface_b.published if m.author_type == "user"]
         await a.close()  # the owner stops: the other takes the group over
-        await wait_for(lambda: asyncio.sleep(0, b.owns(group.id)))
+        await eventually(lambda: b.owns(group.id), "the other process taking the group over")
         await b.post_user_message(await store_b.get_group(group.id), author_name="you", user_id="you",
                                   text="@planner still there?")
-        await b.wait_idle(group.id, 10)
+        await b.wait_idle(group.id, bound())
         assert [m.text for m in surface_b.published if m.author_type == "agent"][-1].startswith("planner says")
         assert llm.most["planner"] == 1
         # every question answered exactly once: each call posted one reply, over a later snapshot than the last
@@ -237,13 +234,6 @@ async def all_answered(store: SqlStore, group_id: int) -> bool:
         await store.unconfirmed_messages(group_id)
 
 
-async def wait_for(check: Callable[[], Awaitable[bool]], timeout: float = 10) -> None:
-    async def poll() -> None:
-        while not await check():
-            await asyncio.sleep(0.02)
-    await asyncio.wait_for(poll(), timeout)
-
-
 async def test_a_console_never_touches_a_discord_groups_rows(place: Place):
     bot_store = await place.open()
     discord = await bot_store.create_group("discord:42", "#general", GroupSettings(mode="tags"))
@@ -260,7 +250,7 @@ async def test_a_console_never_touches_a_discord_groups_rows(place: Place):
         await console.start()
         assert console.owns(group.id) and not console.owns(discord.id)
         console.wake(discord.id)  # even asked directly
-        await asyncio.sleep(0.3)
+        await quiet_period()  # it had its chance (a wake that does nothing leaves nothing to wait for)
         assert (await store.get_run(run.id)).status == "running"  # the bot's run is not marked interrupted
         assert [m.confirmed for m in await store.messages(discord.id)] == [True, False]  # not shown here
         assert surface.published == [] and llm.history == []

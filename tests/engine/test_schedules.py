@@ -14,6 +14,7 @@ from bot.core.record.replay import replay_message
 from bot.core.rules.schedule import When
 from bot.core.runtime.scheduler import task_text
 from tests.engine.conftest import Harness
+from tests.support import eventually
 
 HOUR = 3600.0
 T0 = 1_800_000_000.0  # 2027-01-15, a fixed point for the fake clock
@@ -251,8 +252,6 @@ async def test_a_group_run_elsewhere_is_not_fired_here(harness: Harness) -> None
 
 
 async def until_fired(h: Harness, count: int) -> None:
-    for _ in range(500):
-        if len(await tasks(h)) >= count:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"no schedule fired ({len(await tasks(h))} of {count})")
+    async def fired() -> bool:
+        return len(await tasks(h)) >= count
+    await eventually(fired, f"{count} schedule(s) fired")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Collection
 
 from bot.adapters.console import Console, ConsoleSurface
 from bot.adapters.tokens import make_token_counter
@@ -18,6 +18,7 @@ from storage.store import SqliteStore
 from tests.engine.conftest import FAST_RETRY, Harness
 from tests.fakes.faults import pg_disk_full, read_only
 from tests.fakes.scripted_llm import ScriptedLLM
+from tests.support import bound, eventually
 
 AFTER = 0.3  # seconds of failing writes before people are told (10 s in production)
 NOTICE = "I can't save anything to my database: "
@@ -33,12 +34,6 @@ async def no_writes(harness: Harness) -> AsyncIterator[str]:
     else:
         async with pg_disk_full(harness.place):
             yield "the database server's disk is full"
-
-
-async def until(condition: Callable[[], bool], what: str, timeout: float = 10) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.01)
 
 
 def counting_failures(health: StoreHealth) -> list[int]:
@@ -63,17 +58,17 @@ async def test_a_message_waits_out_an_outage_people_told_once_each_way_and_statu
         async with no_writes(harness) as reason:
             posting = asyncio.create_task(harness.engine.post_user_message(
                 group, author_name="alice", user_id="alice", text="@planner kept", waiting=waited.append))
-            await until(lambda: alerts, "the notice")
+            await eventually(lambda: alerts, "the notice")
             seen = failures[0]
-            await until(lambda: failures[0] >= seen + 5, "more failed writes")  # still refused, told once
+            await eventually(lambda: failures[0] >= seen + 5, "more failed writes")  # still refused, told once
             assert not posting.done() and len(alerts) == 1
             assert alerts[0].startswith(NOTICE + reason + ". Messages posted now are not lost")
             card = await Admin(harness.engine).status(group)
             assert card.tone == "bad"
             assert next(f.value for f in card.fields if f.name == "database problem").endswith(
                 f"now: {reason}; messages posted meanwhile are saved and answered once it works again")
-        message = await asyncio.wait_for(posting, 10)
-        await until(lambda: len(alerts) == 2, "the recovery")
+        message = await asyncio.wait_for(posting, bound(10))
+        await eventually(lambda: len(alerts) == 2, "the recovery")
         await harness.idle()
         assert alerts[1].startswith(FIXED) and waited == [reason]
         assert await harness.thread() == ["[alice] @planner kept", "[planner] Saved at last."]
@@ -99,16 +94,16 @@ async def test_the_console_says_it_in_one_line_then_the_recovery_in_one_line(tmp
     running = asyncio.create_task(con.run(read_line))
     try:
         lines.put_nowait('/agent add name:planner role:plans prompt:"You plan."\n')
-        await until(lambda: "Added planner" in out.getvalue(), "the agent")
+        await eventually(lambda: "Added planner" in out.getvalue(), "the agent")
         with read_only(store):
             lines.put_nowait("@planner hello\n")
-            await until(lambda: "[roundtable] I can't save" in out.getvalue(), "the notice")
+            await eventually(lambda: "[roundtable] I can't save" in out.getvalue(), "the notice")
             shown, seen = out.getvalue(), failures[0]
-            await until(lambda: failures[0] >= seen + 5, "more failed writes")
+            await eventually(lambda: failures[0] >= seen + 5, "more failed writes")
             assert out.getvalue() == shown  # still one line
-        await until(lambda: "[planner] Here." in out.getvalue(), "the answer")
+        await eventually(lambda: "[planner] Here." in out.getvalue(), "the answer")
         lines.put_nowait("")
-        await asyncio.wait_for(running, 10)
+        await asyncio.wait_for(running, bound(10))
     finally:
         running.cancel()
         await engine.close()

@@ -2,8 +2,6 @@
 PostgreSQL at once (LISTEN/NOTIFY); on SQLite by the lease keeper's poll."""
 from __future__ import annotations
 
-import asyncio
-
 from bot.adapters.tokens import make_token_counter
 from bot.core.models import GroupSettings, NewMessage, Tags
 from bot.core.runtime.engine import Engine
@@ -11,6 +9,7 @@ from tests.engine.conftest import FAST_RETRY
 from tests.fakes.databases import Place, PostgresPlace
 from tests.fakes.scripted_llm import ScriptedLLM
 from tests.fakes.surface import RecordingSurface
+from tests.support import bound, eventually, quiet_period
 
 
 async def answered_after_a_foreign_post(place: Place, keeper_tick: float) -> None:
@@ -24,17 +23,14 @@ async def answered_after_a_foreign_post(place: Place, keeper_tick: float) -> Non
         await engine.start()
         try:
             assert engine.owns(group.id)
-            await engine.wait_idle(group.id, 10)  # its dispatcher rests: only a wake-up can start it
-            await asyncio.sleep(0.2)
+            await engine.wait_idle(group.id, bound())  # its dispatcher rests: only a wake-up can start it
+            await quiet_period(0.2)  # and has rested a while (the keeper's poll, if any, came and went)
             await other_store.append_user_message(group.id, NewMessage(
                 "user", "bob", "@planner plan it", author_user_id="bob",
                 tags=Tags(agent_ids=(planner.id,), agent_names=("planner",))))
-            for _ in range(3000):  # 30 s at most, however loaded the machine
-                if llm.participant_order:
-                    break
-                await asyncio.sleep(0.01)
+            await eventually(lambda: llm.participant_order, "the owner woken")
             assert llm.participant_order == ["planner"], "the owner never woke"
-            await engine.wait_idle(group.id, 10)
+            await engine.wait_idle(group.id, bound())
         finally:
             await engine.close()
 
@@ -51,11 +47,8 @@ async def test_a_store_hears_other_stores_appends_not_its_own(pg: PostgresPlace)
         group = await store.create_group("console:main", "main", GroupSettings())
         await store.append_user_message(group.id, NewMessage("user", "alice", "mine"))
         await other.append_user_message(group.id, NewMessage("user", "bob", "theirs"))
-        for _ in range(200):
-            if calls:
-                break
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.1)
+        await eventually(lambda: calls, "bob's row heard")
+        await quiet_period(0.1)  # and nothing more: no later notification to wait for
         assert calls == [group.id]  # bob's row only, once
 
 
@@ -71,5 +64,5 @@ async def test_closing_a_watching_store_warns_of_nothing(pg: PostgresPlace, capl
     with caplog.at_level(logging.WARNING, logger="storage.pg"):
         async with await pg.open() as store:
             await store.watch(lambda group_id: None)
-        await asyncio.sleep(0.1)
+        await quiet_period(0.1)  # a warning would come after the close, if at all
     assert [r.getMessage() for r in caplog.records] == []

@@ -12,6 +12,7 @@ from bot.adapters.openai_llm import OpenAILLM
 from bot.core.errors import LLMUnavailable
 from bot.core.models import ChatMessage
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply
+from tests.support import bound
 
 SELECTOR = "You are coordinating a group chat. Choose who speaks next.\n\n<roles>\n...</roles>"
 
@@ -66,7 +67,7 @@ async def test_close_does_not_wait_for_a_hanging_reply() -> None:
                                                json={"model": "m", "messages": []}))
         while not srv.requests:
             await asyncio.sleep(0.01)
-        await asyncio.wait_for(srv.close(), 30)  # the reply would come in an hour
+        await asyncio.wait_for(srv.close(), bound(30))  # the reply would come in an hour
         (await call).close()
 
 

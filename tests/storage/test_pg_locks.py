@@ -15,6 +15,7 @@ from storage import MIGRATIONS, SqlStore
 from storage.pg_locks import WriteGate
 from storage.pg_migrations import apply_pg_migrations
 from tests.fakes.databases import PostgresPlace
+from tests.support import bound, eventually, quiet_period
 
 WAIT = 0.3  # long enough for a write that is not blocked to finish
 
@@ -39,12 +40,12 @@ async def test_a_write_of_another_group_goes_on_while_one_of_the_same_group_wait
         a = await holder.create_group("a", "a", GroupSettings())
         b = await holder.create_group("b", "b", GroupSettings())
         async with holder._write(a.id):  # a long write of group A (e.g. in the middle of a turn)
-            stored, _ = await asyncio.wait_for(writer.append_user_message(b.id, ask("in B")), 5)
+            stored, _ = await asyncio.wait_for(writer.append_user_message(b.id, ask("in B")), bound(5))
             assert stored.seq == 1
             same_group = asyncio.create_task(writer.append_user_message(a.id, ask("in A")))
-            await asyncio.sleep(WAIT)
+            await quiet_period(WAIT)
             assert not same_group.done()  # behind the open write of A
-        stored, _ = await asyncio.wait_for(same_group, 5)
+        stored, _ = await asyncio.wait_for(same_group, bound(5))
         assert stored.seq == 1
 
 
@@ -55,9 +56,9 @@ async def test_a_schema_wide_write_waits_for_a_group_write(pg: PostgresPlace, sa
         a = await holder.create_group("a", "a", GroupSettings())
         async with holder._write(a.id):
             creating = asyncio.create_task(writer.create_group("c", "c", GroupSettings()))
-            await asyncio.sleep(WAIT)
+            await quiet_period(WAIT)
             assert not creating.done()
-        assert (await asyncio.wait_for(creating, 5)).key == "c"
+        assert (await asyncio.wait_for(creating, bound(5))).key == "c"
 
 
 @pytest.mark.parametrize("same", [True, False], ids=["one-process", "two-processes"])
@@ -67,9 +68,9 @@ async def test_a_group_write_waits_for_a_schema_wide_write(pg: PostgresPlace, sa
         a = await holder.create_group("a", "a", GroupSettings())
         async with holder._write():
             appending = asyncio.create_task(writer.append_user_message(a.id, ask("x")))
-            await asyncio.sleep(WAIT)
+            await quiet_period(WAIT)
             assert not appending.done()
-        assert (await asyncio.wait_for(appending, 5))[0].seq == 1
+        assert (await asyncio.wait_for(appending, bound(5)))[0].seq == 1
 
 
 async def test_two_processes_appending_to_one_group_allocate_every_seq_once(pg: PostgresPlace) -> None:
@@ -103,10 +104,10 @@ async def test_one_external_id_posted_in_two_groups_at_once_is_refused_in_the_se
         async with one._write(a.id) as db:  # group A maps the id and has not committed yet
             await one._access.map_external_ids(db, a.id, 1, ["555"])
             other = asyncio.create_task(two.record_posted(b.id, 1, "555"))
-            await asyncio.sleep(WAIT)
+            await quiet_period(WAIT)
             assert not other.done()  # its insert waits for A's
         with pytest.raises(AlreadyStored):
-            await asyncio.wait_for(other, 5)
+            await asyncio.wait_for(other, bound(5))
         mapped = await pg.fetch("SELECT group_id, seq FROM message_external_ids WHERE external_id = '555'")
         assert mapped == [(a.id, 1)]
         assert (await one.get_message(b.id, 1)).external_ids == ()
@@ -132,11 +133,12 @@ async def test_writers_waiting_for_their_group_hold_no_connection(pg: PostgresPl
         b = await store.create_group("b", "b", GroupSettings())
         async with store._write(a.id):
             waiting = [asyncio.create_task(store.append_user_message(a.id, ask(f"{i}"))) for i in range(20)]
-            await asyncio.sleep(WAIT)
-            assert (await asyncio.wait_for(store.get_group(a.id), 5)).latest_seq == 0  # a read still gets a connection
-            assert (await asyncio.wait_for(store.append_user_message(b.id, ask("b")), 5))[0].seq == 1
+            await quiet_period(WAIT)
+            # a read still gets a connection
+            assert (await asyncio.wait_for(store.get_group(a.id), bound(5))).latest_seq == 0
+            assert (await asyncio.wait_for(store.append_user_message(b.id, ask("b")), bound(5)))[0].seq == 1
             assert not any(task.done() for task in waiting)
-        seqs = [stored.seq for stored, _ in await asyncio.wait_for(asyncio.gather(*waiting), 10)]
+        seqs = [stored.seq for stored, _ in await asyncio.wait_for(asyncio.gather(*waiting), bound(10))]
         assert seqs == list(range(1, 21))  # in the order they asked
 
 
@@ -150,7 +152,7 @@ async def test_the_gate_orders_one_process_s_writes() -> None:
             log.append(f"-{name}")
 
     first = asyncio.create_task(write("a1", 1, 0.1))
-    await asyncio.sleep(0.01)
+    await eventually(lambda: log, "a1 holding its group")
     others = [asyncio.create_task(w) for w in (write("a2", 1), write("b", 2), write("all", None), write("c", 3))]
     await asyncio.gather(first, *others)
     assert log.index("-a1") < log.index("+a2")  # one group: one at a time
@@ -173,9 +175,9 @@ async def test_a_migration_waits_for_writes_and_the_next_write_runs_after_it(pg:
         try:
             async with store._write(group.id):
                 migrating = asyncio.create_task(apply_pg_migrations(conn, [*MIGRATIONS, newer]))
-                await asyncio.sleep(WAIT)
+                await quiet_period(WAIT)
                 assert not migrating.done()  # no table changes under a write
-            assert await asyncio.wait_for(migrating, 5) == [newer[0]]
+            assert await asyncio.wait_for(migrating, bound(5)) == [newer[0]]
         finally:
             await conn.close()
         await store.confirm_message(group.id, 1)

@@ -11,6 +11,7 @@ from bot.core.errors import StoreError
 from bot.core.models import GroupSettings, NewMessage
 from storage import LOCKED_MESSAGE
 from tests.fakes.databases import PostgresPlace, postgres_place
+from tests.support import eventually
 
 
 async def test_a_connection_the_server_ended_is_replaced(pg: PostgresPlace) -> None:
@@ -20,7 +21,10 @@ async def test_a_connection_the_server_ended_is_replaced(pg: PostgresPlace) -> N
             row = await db.one("SELECT pg_backend_pid()")
         assert row is not None
         await pg.execute("SELECT pg_terminate_backend(?)", (row[0],))  # e.g. the server restarted
-        await asyncio.sleep(0.1)
+
+        async def ended() -> bool:
+            return (await pg.fetch("SELECT COUNT(*) FROM pg_stat_activity WHERE pid = ?", (row[0],)))[0][0] == 0
+        await eventually(ended, "the server ending the connection")
         assert (await store.get_group(group.id)).id == group.id
         stored, _ = await store.append_user_message(group.id, NewMessage("user", "u", "after", author_user_id="u"))
         assert stored.seq == 1

@@ -14,6 +14,7 @@ import pytest
 from bot.core.errors import StoreError
 from bot.core.models import GroupSettings, NewMessage
 from storage.store import SqliteStore
+from tests.support import bound, eventually
 
 
 def _person(text: str) -> NewMessage:
@@ -38,7 +39,7 @@ async def test_a_read_sees_committed_rows_and_never_waits_for_an_open_write(tmp_
         try:
             await inside.wait()
             # The write connection's lock is held: a read through it would wait for the release.
-            seen = await asyncio.wait_for(store.get_group(group.id), 1.0)
+            seen = await asyncio.wait_for(store.get_group(group.id), bound(1.0))
             assert seen.name == "g"  # the open transaction's change is not visible yet
             assert [m.text for m in await store.messages(group.id)] == ["first"]
         finally:
@@ -104,13 +105,11 @@ async def test_a_write_waits_for_another_process_without_blocking_the_loop(tmp_p
 
         ticker = asyncio.create_task(tick())
         append = asyncio.create_task(store.append_user_message(group.id, _person("waits")))
-        for _ in range(1000):  # the loop runs meanwhile: ten ticks (a generous bound, in case it never does)
-            if ticks >= 10 or append.done():
-                break
-            await asyncio.sleep(0.01)
+        # the loop runs meanwhile: ten ticks
+        await eventually(lambda: ticks >= 10 or append.done(), "ten ticks of the loop")
         assert not append.done() and ticks >= 10  # still waiting for the lock after them
         other.execute("COMMIT")
-        message, _ = await asyncio.wait_for(append, 2.0)
+        message, _ = await asyncio.wait_for(append, bound())
         ticker.cancel()
         assert message.seq == 1
         other.execute("BEGIN IMMEDIATE")
