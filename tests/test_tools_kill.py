@@ -11,13 +11,13 @@ import os
 import signal
 import sqlite3
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from bot.core.features.tools import UNKNOWN
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply, tool_call
+from tests.support import eventually
 from tests.test_console import ROUNDTABLE, clean_env, run_console
 
 SERVER = str(Path(__file__).resolve().parent / "fakes" / "mcp_server.py")
@@ -41,15 +41,6 @@ def journal(tmp_path: Path) -> list[tuple[str, str]]:
             return []
 
 
-async def until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    try:
-        async with asyncio.timeout(timeout):
-            while not condition():
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"waited {timeout:g} s for {what}") from None
-
-
 @pytest.mark.parametrize("cut", ["in flight", "after its result"])
 async def test_kill_9_then_restart_never_runs_a_call_twice(tmp_path, cut):
     in_flight = cut == "in flight"
@@ -68,10 +59,10 @@ async def test_kill_9_then_restart_never_runs_a_call_twice(tmp_path, cut):
             assert proc.stdin is not None
             proc.stdin.write(SESSION)
             await proc.stdin.drain()  # the input stays open
-            await until(lambda: count.exists() and count.read_text() == "add 2\n", "the call reached the server")
+            await eventually(lambda: count.exists() and count.read_text() == "add 2\n", "the call reached the server")
             if not in_flight:
-                await until(lambda: journal(tmp_path) == [("counter__add", "done")], "the result journaled")
-                await until(lambda: len(script.participant_order) == 2, "the model asked again")
+                await eventually(lambda: journal(tmp_path) == [("counter__add", "done")], "the result journaled")
+                await eventually(lambda: len(script.participant_order) == 2, "the model asked again")
             else:
                 assert journal(tmp_path) == [("counter__add", "running")]
             server = int((tmp_path / "pid").read_text())
@@ -81,7 +72,7 @@ async def test_kill_9_then_restart_never_runs_a_call_twice(tmp_path, cut):
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
-        await until(lambda: not Path(f"/proc/{server}").exists() or "zombie" in Path(
+        await eventually(lambda: not Path(f"/proc/{server}").exists() or "zombie" in Path(
             f"/proc/{server}/status").read_text(), "the MCP server to die with its console")
         mcp_json(tmp_path, 0)
         code, out, err = await run_console(tmp_path, srv.base_url, "")

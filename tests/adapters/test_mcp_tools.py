@@ -10,7 +10,6 @@ import os
 import signal
 import sys
 import textwrap
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from bot.core.errors import ConfigError
 from bot.core.features.tools import RunContext
 from bot.core.rules.secrets import SECRETS
 from tests.fakes.mcp_server import serve_http
+from tests.support import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = str(ROOT / "tests" / "fakes" / "mcp_server.py")
@@ -39,13 +39,6 @@ def alive(pid: int) -> bool:
     except (FileNotFoundError, IndexError):
         return False
     return state not in ("Z", "X")
-
-
-async def until(condition: Callable[[], bool], what: str, timeout: float = 30) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.05)
-    assert condition(), what
 
 
 async def test_a_stdio_server_lists_its_tools_with_their_hints_and_runs_them(tmp_path):
@@ -110,7 +103,7 @@ async def test_a_server_down_at_start_is_tried_again_and_its_tools_come_back(tmp
             assert not await server.start(wait=20)
             assert server.tools() == []
             up.touch()
-            await until(lambda: server.up, "the server to come back (back-off: 1 s, 2 s, ...)")
+            await eventually(lambda: server.up, "the server to come back (back-off: 1 s, 2 s, ...)")
         assert [s.name for s in server.tools()][:2] == ["add", "delete"]
         assert (await server.call("add", {"n": 1}, CONTEXT)).text == "counter is 1"
         messages = [r.getMessage() for r in caplog.records if r.name == "bot.adapters.mcp_tools"]
@@ -127,7 +120,7 @@ async def test_a_changed_tool_list_is_read_again(tmp_path):
         assert await server.start()
         assert "extra" not in [s.name for s in server.tools()]
         assert (await server.call("grow", {}, CONTEXT)).text == "grown"
-        await until(lambda: "extra" in [s.name for s in server.tools()], "the list read again")
+        await eventually(lambda: "extra" in [s.name for s in server.tools()], "the list read again")
         assert (await server.call("extra", {}, CONTEXT)).text == "extra here"
     finally:
         await server.close()
@@ -207,12 +200,12 @@ async def test_a_stdio_server_never_outlives_the_process_that_started_it_kill_9_
         async with asyncio.timeout(60):
             assert await holder.stdout.readline() == b"up\n"
         count = tmp_path / "count"
-        await until(lambda: count.exists() and count.read_text() == "add 1\n", "the call reached the server")
+        await eventually(lambda: count.exists() and count.read_text() == "add 1\n", "the call reached the server")
         pid = int((tmp_path / "pid").read_text())
         assert alive(pid)
         holder.send_signal(signal.SIGKILL)
         await holder.wait()
-        await until(lambda: not alive(pid), f"the MCP server (pid {pid}) outlived its process")
+        await eventually(lambda: not alive(pid), f"the MCP server (pid {pid}) outlived its process")
     finally:
         if holder.returncode is None:
             holder.kill()
@@ -225,5 +218,5 @@ async def test_closing_stops_a_stdio_server(tmp_path):
     assert await server.start()
     pid = int((tmp_path / "pid").read_text())
     await server.close()
-    await until(lambda: not alive(pid), "the server ran on after close")
+    await eventually(lambda: not alive(pid), "the server ran on after close")
     assert os.path.exists(tmp_path / "pid")

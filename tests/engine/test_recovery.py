@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 
 import asyncpg
 import pytest
@@ -24,23 +23,11 @@ from tests.fakes.databases import PostgresPlace
 from tests.fakes.scripted_llm import ScriptedLLM
 from tests.fakes.surface import RecordingSurface
 from tests.fakes.tcp_proxy import TcpProxy
+from tests.support import eventually
 
 HOUR = RetryPolicy(first=3600.0, factor=2.0, cap=3600.0, unreachable=3600.0)  # every back-off step: an hour
 NOTICE = "I can't save anything to my database: the database server cannot be reached"
 FIXED = "My database works again"
-
-
-async def until(condition: Callable[[], bool | Awaitable[bool]], what: str, timeout: float = 30) -> None:
-    async def wait() -> None:
-        while True:
-            done = condition()
-            if done if isinstance(done, bool) else await done:
-                return
-            await asyncio.sleep(0.02)
-    try:
-        await asyncio.wait_for(wait(), timeout)
-    except TimeoutError:
-        raise AssertionError(f"never: {what}") from None
 
 
 class OneGroupDown(RecordingSurface):
@@ -71,11 +58,11 @@ async def test_a_row_held_by_a_passing_fault_goes_as_soon_as_another_post_goes_t
         try:
             main = await store.get_group(harness.group.id)
             await engine.post_user_message(main, author_name="alice", user_id="alice", text="@planner one")
-            await until(lambda: surface.times == 0, "the first reply refused")
+            await eventually(lambda: surface.times == 0, "the first reply refused")
             assert not [m for m in surface.published if m.author_type == "agent"]
             await engine.post_user_message(await store.get_group(other.id), author_name="bob", user_id="bob",
                                            text="@planner two")
-            await until(lambda: len([m for m in surface.published if m.author_type == "agent"]) == 2,
+            await eventually(lambda: len([m for m in surface.published if m.author_type == "agent"]) == 2,
                         "both replies shown (the held one once the other went through)")
             await engine.wait_idle(main.id, 30)
         finally:
@@ -98,10 +85,10 @@ async def test_a_run_the_restarting_server_failed_midway_is_not_left_running_and
         await engine.start()
         try:
             await engine.post_user_message(group, author_name="alice", user_id="alice", text="@planner go")
-            await until(lambda: llm.participant_order == ["planner"], "the model asked for the answer")
+            await eventually(lambda: llm.participant_order == ["planner"], "the model asked for the answer")
             await proxy.down(admin)  # the server restarts while the model writes the answer
             llm.gate.set()  # the answer is in: settling the run fails, the server being away
-            await until(lambda: any("lost the connection to PostgreSQL" in r.getMessage() for r in caplog.records),
+            await eventually(lambda: any("lost the connection to PostgreSQL" in r.getMessage() for r in caplog.records),
                         "the outage was noticed")
             await proxy.up()
             await engine.wait_idle(group.id, 30)
