@@ -65,6 +65,7 @@ async def open_engine(
     `ROUNDTABLE_MCP_CONFIG` (`bot.adapters.mcp_tools`) start with the engine (a malformed file is
     a `ConfigError`; a server that does not start, one ERROR line) and stop after it."""
     from bot.adapters.endpoints import endpoint_checks
+    from bot.adapters.fetch_url import FetchTools
     from bot.adapters.mcp_tools import McpServers
     from bot.adapters.tokens import make_token_counter  # here, not at the top (see make_providers)
     from bot.core.features.tools import ToolRegistry
@@ -88,7 +89,8 @@ async def open_engine(
                             prices=settings.prices, shards=settings.shards if scope == "discord:" else None,
                             summary_model=settings.summary_model,
                             endpoint_checks=functools.partial(endpoint_checks, settings),
-                            tools=ToolRegistry(servers.servers))
+                            tools=ToolRegistry([FetchTools(allow_private=settings.fetch_private),
+                                                *servers.servers]))
             try:
                 yield engine
             finally:

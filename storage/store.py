@@ -167,6 +167,7 @@ class SqlStore:
     find_message_by_external_id = delegate("_thread", Thread.find_message_by_external_id)
     messages = delegate("_thread", Thread.messages)
     thread_tokens = delegate("_thread", Thread.thread_tokens)
+    search_messages = delegate("_thread", Thread.search_messages)
     first_seq_at = delegate("_thread", Thread.first_seq_at)
     last_agent_author = delegate("_thread", Thread.last_agent_author)
     last_external_id = delegate("_thread", Thread.last_external_id)

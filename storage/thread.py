@@ -102,6 +102,18 @@ class Thread:
             "group_id = ? AND seq > ? AND seq <= ?", (group_id, after, through)
         )
 
+    async def search_messages(self, group_id: int, query: str, *, limit: int) -> list[Message]:
+        """Rows whose text or author contains `query` (case-insensitive; `%` and `_` taken literally),
+        deleted rows excluded, the newest `limit` of them, newest first."""
+        escaped = query.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        like = f"%{escaped}%"
+        async with self._access.read() as db:
+            rows = await db.all(
+                "SELECT * FROM messages WHERE group_id = ? AND deleted_at IS NULL"
+                " AND (LOWER(text) LIKE ? ESCAPE '\\' OR LOWER(author_name) LIKE ? ESCAPE '\\')"
+                " ORDER BY seq DESC LIMIT ?", (group_id, like, like, int(limit)))
+        return [to_message(row) for row in rows]
+
     async def thread_tokens(self, group_id: int, *, through: int) -> int:
         async with self._access.read() as db:
             row = await db.one(

@@ -274,3 +274,11 @@ def test_a_malformed_roundtable_followup_window_is_one_line(value):
     with pytest.raises(ConfigError, match=rf"^ROUNDTABLE_FOLLOWUP_WINDOW='{value}' is malformed: use a whole number "
                                           r"of minutes from 0 \(never\) to 10,080\.$"):
         load_settings(dict(BASE, ROUNDTABLE_FOLLOWUP_WINDOW=value), need_discord=True)
+
+
+@pytest.mark.parametrize("value, private", [("on", True), ("off", False), ("", False), (None, False)])
+def test_roundtable_fetch_private_is_off_by_default(value, private):
+    env = dict(BASE) if value is None else dict(BASE, ROUNDTABLE_FETCH_PRIVATE=value)
+    assert load_settings(env, need_discord=True).fetch_private is private
+    with pytest.raises(ConfigError, match=r"^ROUNDTABLE_FETCH_PRIVATE='maybe' is malformed: use true"):
+        load_settings(dict(BASE, ROUNDTABLE_FETCH_PRIVATE="maybe"), need_discord=True)

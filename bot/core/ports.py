@@ -365,6 +365,11 @@ class ThreadStore(Protocol):
         """Rows with after < seq <= through (through=None: latest), oldest first."""
         ...
 
+    async def search_messages(self, group_id: int, query: str, *, limit: int) -> list[Message]:
+        """Rows whose text or author contains `query` (case-insensitive, literally), deleted ones
+        excluded: the newest `limit`, newest first (history_search)."""
+        ...
+
     async def thread_tokens(self, group_id: int, *, through: int) -> int:
         """The thread cost of rows 1..`through` (the running sum of `token_cost`); 0 for none.
 

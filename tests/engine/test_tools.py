@@ -220,3 +220,39 @@ async def test_a_result_journaled_before_a_restart_is_reused(harness):
     assert counter.calls == {"add": 1} and counter.value == 7
     resumed = participant_calls(srv)[-1]
     assert resumed["messages"][-1]["content"] == "counter is 7"
+
+
+async def test_history_search_finds_what_the_window_dropped(harness):
+    """An agent granted history_search and history_read looks back past its context window: the
+    needle is in no prompt, yet the tools find and read it; a deleted row shows as (deleted), a
+    secret is masked; the rows are the group's own, bounded."""
+    SECRETS.register(SECRET)
+    filler = " ".join(["the weather in the mountains stays cold and windy through the week"] * 4)
+    script = GroupChatScript(agents={"planner": [
+        Reply(tool_calls=[tool_call("history_search", query="ZEBRA_code"), tool_call("history_read", from_seq=1,
+                                                                                       to_seq=3)]),
+        "The code word was zebra."]})
+    async with FakeOpenAI(script) as srv, running(harness, srv, Counter(), context_budget=500) as h:
+        agents = {a.name: a for a in await h.store.list_agents(h.group.id)}
+        for agent in agents.values():  # the thread is written while nobody answers
+            await h.store.update_agent(agent.id, enabled=False)
+        await h.say(f"the code word is zebra_code_42, the key {SECRET}")
+        await h.say("a message someone deletes: zebra_code_gone")
+        await h.say("zebra 100% literal")
+        await h.store.delete_message(h.group.id, 2)
+        for i in range(40):
+            await h.say(f"note {i}: {filler}")
+        await h.idle()
+        await h.store.update_agent(agents["planner"].id, enabled=True)
+        await grant(h, "history_search", "history_read")
+        await h.say("@planner what was the code word?")
+        await h.idle(30)
+    first, second = participant_calls(srv)
+    assert "zebra_code_42" not in json.dumps(first["messages"])  # the window no longer holds it
+    assert [t["function"]["name"] for t in first["tools"]] == ["history_read", "history_search"]
+    found, read = (m["content"] for m in second["messages"] if m["role"] == "tool")
+    assert found == "1 message(s) containing 'ZEBRA_code', newest first:\n#1 [alice] the code word is zebra_code_42, " \
+                    "the key ***"
+    assert read == ("#1 [alice] the code word is zebra_code_42, the key ***\n#2 [alice] (deleted)\n"
+                    "#3 [alice] zebra 100% literal")
+    assert SECRET not in json.dumps(second)

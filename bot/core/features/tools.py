@@ -108,7 +108,9 @@ class ToolRegistry:
             self.add(source)
 
     def add(self, source: ToolSource) -> None:
-        self._sources[source.name] = source
+        """Add `source` (one of the same name replaced; the built-in sources, named '', are kept side by side)."""
+        key = source.name or f"builtin:{type(source).__qualname__}"
+        self._sources[key] = source
 
     @property
     def sources(self) -> list[ToolSource]:

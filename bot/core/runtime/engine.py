@@ -27,6 +27,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import TypeVar
 
 from bot.core.errors import DeliveryError, NotFound, StoreBusy, StoreError, StoreUnavailable, StoreUnwritable
+from bot.core.features.history import HistoryTools
 from bot.core.features.memory import MemoryTools
 from bot.core.features.spending import budget_reached_notice, month_cost
 from bot.core.features.summary import Summaries
@@ -111,6 +112,7 @@ class Engine:
         self._backlog_turn = asyncio.Lock()  # one group's backlog chunk at a time (FIFO: groups take turns)
         self.tools = tools or ToolRegistry()  # bot.core.features.tools
         self.tools.add(MemoryTools(store))
+        self.tools.add(HistoryTools(store))  # history_search, history_read (granted)
         self._turn = AgentTurn(TurnDeps(
             store=store, llm=llm, surface=surface, counter=counter, tasks=self.tasks, summaries=self.summaries,
             notice=self.notice, images=self.images, withheld_images=self.withheld_images,

@@ -343,7 +343,7 @@ class AgentTurn:
     async def _tools(self, agent: Agent) -> ToolBox:
         """The tools the agent's run offers: memory_write when memory is on, and what it was granted."""
         registry = self.deps.tools or ToolRegistry()
-        if not any(source.name == "" for source in registry.sources):
+        if not any(isinstance(source, memory.MemoryTools) for source in registry.sources):
             registry.add(memory.MemoryTools(self.deps.store))
         grants = await self.deps.store.tool_grants(agent.id)
         return registry.offered(grants, (memory.TOOL_NAME,) if agent.memory else ())
