@@ -19,7 +19,8 @@ from storage.sql import Row
 STATUSES: tuple[ToolCallStatus, ...] = ("pending", "running", "done", "unknown")
 # The journal of a run a crash or restart cut, of the episode of run ? (bound), is the agent's next run's.
 _ADOPTABLE = ("group_id = ? AND agent_id = ? AND run_id <> ? AND run_id IN (SELECT id FROM runs WHERE"
-              " status = 'interrupted' AND episode_id = (SELECT episode_id FROM runs WHERE id = ?))")
+              " status = 'interrupted' AND kind <> 'direct'"  # (a direct run's asker is gone after a restart)
+              " AND episode_id = (SELECT episode_id FROM runs WHERE id = ?))")
 
 
 def to_call(row: Row) -> JournaledCall:

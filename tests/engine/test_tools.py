@@ -256,3 +256,36 @@ async def test_history_search_finds_what_the_window_dropped(harness):
     assert read == ("#1 [alice] the code word is zebra_code_42, the key ***\n#2 [alice] (deleted)\n"
                     "#3 [alice] zebra 100% literal")
     assert SECRET not in json.dumps(second)
+
+
+async def test_ask_and_a_schedule_use_the_agents_grants(harness):
+    """SPEC §6b: direct runs (/ask) and schedules use the agent's grants: the direct run offers the
+    granted tools, runs the call and answers with what it returned (journaled in the direct run);
+    the scheduled run does the same in the group."""
+    from bot.core.rules.schedule import When
+
+    counter = Counter()
+    script = GroupChatScript(agents={"planner": [Reply(tool_calls=[tool_call("counter__get")]), "Still 5."]})
+    script.set_direct("planner", [Reply(tool_calls=[tool_call("counter__add", n=5)]), "Added: the counter is 5."])
+    harness.engine_options["clock"] = lambda: 1_800_000_000.0
+    async with FakeOpenAI(script) as srv, running(harness, srv, counter) as h:
+        await grant(h, "counter.*")
+        planner = await h.store.find_agent(h.group.id, "planner")
+        answer = await h.engine.ask(h.group, planner, "add five", asker="alice")
+        assert answer.text == "Added: the counter is 5." and counter.value == 5
+        await h.store.add_schedule(planner.id, When(every_seconds=3600), "read the counter",
+                                   next_run_at=1_800_000_000.0 - 1)
+        await h.engine.scheduler.tick()
+        await h.idle(30)
+        rows = await journal(h)
+        runs = await h.fetch("SELECT kind, status, calls FROM runs ORDER BY id")
+        thread = await h.thread()
+    direct = [r for r in srv.requests if GroupChatScript.classify(r) == ("direct", "planner")]
+    scheduled = participant_calls(srv)
+    assert [t["function"]["name"] for t in direct[0]["tools"]][:2] == ["counter__add", "counter__big"]
+    assert [m["content"] for m in direct[1]["messages"] if m["role"] == "tool"] == ["counter is 5"]
+    assert [t["function"]["name"] for t in scheduled[0]["tools"]][:2] == ["counter__add", "counter__big"]
+    assert [m["content"] for m in scheduled[1]["messages"] if m["role"] == "tool"] == ["counter is 5"]
+    assert [r[:2] for r in rows] == [("counter__add", "done"), ("counter__get", "done")]
+    assert runs[0] == ("direct", "answered", 2)
+    assert thread[-1] == "[planner] Still 5."

@@ -112,7 +112,8 @@ class GroupChatScript:
             match = PARTICIPANT_LINE.search(t)
             if match:
                 return "participant", match.group("name").strip()
-        direct = DIRECT_LINE.search(texts[-1]) if texts else None
+        asks = [message_text(m) for m in body.get("messages", []) if m.get("role") == "user"]
+        direct = DIRECT_LINE.search(asks[-1]) if asks else None  # (the last user message: tool results follow it)
         if direct:
             return "direct", direct.group("name")
         return "other", None

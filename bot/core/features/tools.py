@@ -205,8 +205,9 @@ class ToolLoop:
                  cache_key: str | None = None, max_steps: int = MAX_TOOL_STEPS,
                  result_max: int = TOOL_RESULT_MAX, final_call: bool = True,
                  on_text: Callable[[str], None] | None = None, on_step: Callable[[], None] | None = None,
-                 notify: Notify | None = None) -> None:
+                 notify: Notify | None = None, resume: bool = True) -> None:
         self.llm, self.store, self.box, self.agent, self.context = llm, store, box, agent, context
+        self.resume = resume  # take over an interrupted run's journal (group runs; not a direct run)
         self.cache_key, self.max_steps, self.result_max = cache_key, max_steps, result_max
         self.final_call, self.on_text, self.on_step, self.notify = final_call, on_text, on_step, notify
 
@@ -214,7 +215,8 @@ class ToolLoop:
         """Call the model until it answers without tool calls (see the module docstring), after
         taking over the journal an interrupted run of the agent left."""
         result = LoopResult(None, list(messages))
-        await self._resume(result)
+        if self.resume:
+            await self._resume(result)
         while result.steps < self.max_steps or (self.final_call and result.steps == self.max_steps):
             offer = result.steps < self.max_steps
             if not offer:

@@ -24,6 +24,7 @@ from typing import Protocol
 from bot.core.errors import LeaseLost, LLMError, UserFacingError
 from bot.core.features.memory import load_memory
 from bot.core.features.spending import budget_refusal, month_cost
+from bot.core.features.tools import MAX_TOOL_STEPS, RunContext, ToolLoop, ToolRegistry
 from bot.core.models import Agent, ChatMessage, Completion, Group, Message, NewMessage, RunResult, Usage
 from bot.core.ports import (
     LLM,
@@ -35,6 +36,7 @@ from bot.core.ports import (
     RunStore,
     ThreadStore,
     TokenCounter,
+    ToolStore,
 )
 from bot.core.rules.attachments import brief_text
 from bot.core.rules.pricing import Price
@@ -75,9 +77,10 @@ def direct_messages(group: Group, agent: Agent, recent: Sequence[Message], asker
     ]
 
 
-class DirectStore(GroupStore, RosterStore, ThreadStore, RunStore, NoteStore, ReadingStore, RecordStore, Protocol):
+class DirectStore(GroupStore, RosterStore, ThreadStore, RunStore, NoteStore, ReadingStore, RecordStore, ToolStore,
+                  Protocol):
     """What a direct run reads and writes: the group's recent rows and roster, the run, the agent's
-    notes, the names that tag people, this month's spending."""
+    notes, the names that tag people, this month's spending, its tools' grants and journal."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,7 @@ class DirectDeps:
     after_turn: Callable[[TurnOutcome], Awaitable[None]]  # the stop rules after a posted answer (the dispatcher's)
     wake: Callable[[int], None]  # something changed in the group: route and deliver
     all_shown: Callable[[int], Awaitable[None]]  # until every committed row of the group is shown
+    tools: ToolRegistry | None = None  # the tool sources: a direct run offers what the agent was granted
 
 
 class DirectRuns:
@@ -119,8 +123,7 @@ class DirectRuns:
             messages = direct_messages(group, agent, recent, asker, prompt, post=post, memory=memory)
             run = await store.start_run(group.id, agent.id, "direct", snapshot)
             try:
-                completion = await deps.llm.complete(messages, model=agent.model,
-                                                       cache_key=cache_key(group, agent.id) + "-direct")
+                completion, calls = await self._answer(group, agent, run.id, messages)
             except LLMError as exc:
                 log.warning("group=%s agent=%s direct run=%s failed: %s", group.id, agent.name, run.id, exc)
                 await store.finish_run(run.id, RunResult("failed", error=str(exc), calls=1), cap=0)
@@ -133,19 +136,36 @@ class DirectRuns:
             text = strip_terminate(cleaned)
             if not text:
                 await store.finish_run(run.id, RunResult("empty", completion.usage, model=completion.model,
-                                                         provider=completion.provider, calls=1), cap=0)
+                                                         provider=completion.provider, calls=calls), cap=0)
                 return DirectAnswer(agent, "", completion.usage,
                                     not_posted=why_nothing_shown(completion.text) if post else None)
             if not post:
                 await store.finish_run(run.id, RunResult("answered", completion.usage, model=completion.model,
-                                                 provider=completion.provider, calls=1),
+                                                 provider=completion.provider, calls=calls),
                                        cap=0)
                 log.info("group=%s agent=%s direct run=%s answered %s privately", group.id, agent.name, run.id, asker)
                 return DirectAnswer(agent, text, completion.usage)
-            return await self._post(group, agent, run.id, cleaned, text, completion, roster)
+            return await self._post(group, agent, run.id, cleaned, text, completion, roster, calls)
+
+    async def _answer(self, group: Group, agent: Agent, run_id: int, messages: list[ChatMessage]
+                      ) -> tuple[Completion, int]:
+        """The model's answer and the model calls it took: one call, or with tools the agent was
+        granted (SPEC §6b: direct runs use the agent's grants) the tool loop, journaled in the run."""
+        deps = self.deps
+        key = cache_key(group, agent.id) + "-direct"
+        box = deps.tools.offered(await deps.store.tool_grants(agent.id)) if deps.tools is not None else None
+        if not box:
+            return await deps.llm.complete(messages, model=agent.model, cache_key=key), 1
+        loop = ToolLoop(deps.llm, deps.store, box, agent, RunContext(group.id, agent.id, run_id), cache_key=key,
+                        max_steps=MAX_TOOL_STEPS, resume=False)
+        result = await loop.run(messages)
+        if result.error is not None:
+            raise result.error
+        log.info("group=%s agent=%s direct run=%s: %d tool call(s)", group.id, agent.name, run_id, len(result.done))
+        return Completion(result.reply or "", result.usage, result.model, provider=result.provider), result.calls
 
     async def _post(self, group: Group, agent: Agent, run_id: int, cleaned: str, text: str, completion: Completion,
-                    roster: Sequence[Agent]) -> DirectAnswer:
+                    roster: Sequence[Agent], calls: int = 1) -> DirectAnswer:
         """Settle the run with its answer as a group reply, under the rules of any reply."""
         usage, model, provider = completion.usage, completion.model, completion.provider
         deps = self.deps
@@ -159,10 +179,10 @@ class DirectRuns:
         fresh = await store.get_group(group.id)
         try:
             finished = await store.finish_run(
-                run_id, RunResult("posted", usage, reply=reply, model=model, provider=provider, calls=1),
+                run_id, RunResult("posted", usage, reply=reply, model=model, provider=provider, calls=calls),
                 cap=fresh.settings.max_agent_turns)
         except LeaseLost:
-            await store.finish_run(run_id, RunResult("answered", usage, model=model, provider=provider, calls=1,
+            await store.finish_run(run_id, RunResult("answered", usage, model=model, provider=provider, calls=calls,
                                                      error="another process runs the group"), cap=0)
             return DirectAnswer(agent, text, usage, not_posted="another process runs this group right now")
         if finished.reply is None:

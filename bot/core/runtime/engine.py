@@ -119,7 +119,7 @@ class Engine:
             tell_unused=self.tell_unused, tools=self.tools, retry=self.retry))
         self._direct = DirectRuns(DirectDeps(
             store=store, llm=llm, counter=counter, prices=self.prices, locks=self.locks, after_turn=self.after_turn,
-            wake=self.wake, all_shown=self.all_shown))
+            wake=self.wake, all_shown=self.all_shown, tools=self.tools))
         self._dispatching = DispatcherDeps(
             store=store, llm=llm, selector_model=selector_model, tasks=self.tasks, summaries=self.summaries,
             retry=self.retry, locks=self.locks, connected=self.surface_connected, backlog_turn=self._backlog_turn,
