@@ -80,3 +80,21 @@ def test_offered_tools_by_the_models_name_in_a_stable_order():
     assert [t.name for t in registry.offered([ToolGrant("counter.add")]).tools] == ["counter__add"]
     assert box.missing("web") == ("error: there is no tool named 'web'; the tools are counter__add, counter__get, "
                                   "memory_write.")
+
+
+@pytest.mark.parametrize("typed, offered", [
+    ("", ["counter.*", "counter.add", "counter.get", "fetch_url", "history_read", "search.*", "search.web"]),
+    ("fe", ["fetch_url"]),
+    ("COUNTER", ["counter.*", "counter.add", "counter.get"]),
+    ("counter.add, hist", ["counter.add, history_read"]),
+    ("counter.add,c", ["counter.add,counter.*", "counter.add,counter.get", "counter.add,fetch_url",
+                       "counter.add,search.*", "counter.add,search.web"]),
+    ("fetch_url history", ["fetch_url history_read"]),
+    ("web", ["search.web"]),
+    ("nothing", []),
+])
+def test_tool_choices_complete_the_last_name_of_a_grant(typed, offered):
+    from bot.core.verbs.commands import tool_choices
+
+    names = ["counter.add", "counter.get", "fetch_url", "history_read", "search.web"]
+    assert tool_choices(names, typed) == offered

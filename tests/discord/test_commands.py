@@ -11,9 +11,10 @@ from bot.core.verbs.commands import check_options
 from tests.fakes.openai_server import GroupChatScript
 
 DISCORD_TYPES = {"text": 3, "long_text": 3, "message": 3, "agent": 3, "choice": 3, "integer": 4, "boolean": 5,
-                 "role": 8, "number": 10, "image": 11, "model": 3}
+                 "role": 8, "number": 10, "image": 11, "model": 3, "tool": 3}
 SAMPLES = {"text": "x", "long_text": "some text", "message": "1", "agent": "planner", "choice": None,
-           "integer": None, "boolean": "true", "role": "123", "number": None, "model": "gpt-4o-mini"}
+           "integer": None, "boolean": "true", "role": "123", "number": None, "model": "gpt-4o-mini",
+           "tool": "fetch_url"}
 PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000") + b"\x00" * 40
 
 
@@ -61,7 +62,7 @@ async def test_every_declared_command_is_on_discord_and_in_the_console_with_the_
             assert [c["value"] for c in shown["choices"]] == list(option.choices)
         if option.kind in ("integer", "number"):
             assert (shown["min_value"], shown["max_value"]) == (option.low, option.high)
-        assert shown.get("autocomplete", False) == (option.kind in ("agent", "model"))
+        assert shown.get("autocomplete", False) == (option.kind in ("agent", "model", "tool"))
     console = {o.name: sample(o) for o in command.options_for("console")}
     assert set(check_options(command, console, "console")) == set(console)  # the console takes the same options
     assert {o.name for o in command.options_for("console")} == set(on_discord) - {"avatar_image"}

@@ -41,13 +41,13 @@ async def test_an_operator_grants_a_tool_and_the_agent_calls_it(harness, script)
     await harness.setup_group(("planner", "plans"), mode="tags")
     listed = await command(harness, {"name": "planner"})
     assert listed["data"]["content"] == ("planner has no tool granted. Available: counter.add, counter.get "
-                                         "(read-only).")
+                                         "(read-only), history_read (read-only), history_search (read-only).")
     refused = await command(harness, {"name": "planner", "grant": "counter.*"}, user=emu.bob_id)
     assert "Only people with Manage Server" in refused["data"]["content"]
     granted = await command(harness, {"name": "planner", "grant": "counter.*"})
     assert granted["data"]["content"].splitlines() == [
         "Granted counter.*.", "planner may call: counter.* (counter.add, counter.get). Available: counter.add, "
-        "counter.get (read-only)."]
+        "counter.get (read-only), history_read (read-only), history_search (read-only)."]
     await emu.user_post(emu.channel_id, emu.alice_id, "@planner count")
     await emu.wait_for(lambda: len(harness.webhook_posts()) >= 1, timeout=15)
     await harness.idle()
@@ -55,3 +55,18 @@ async def test_an_operator_grants_a_tool_and_the_agent_calls_it(harness, script)
     assert counter.calls == 1
     revoked = await command(harness, {"name": "planner", "revoke": "counter.*"})
     assert revoked["data"]["content"].startswith("Revoked 1 of 1 (counter.*).\nplanner has no tool granted.")
+
+
+async def test_the_grant_option_autocompletes_the_available_tools(harness, script):
+    emu = harness.emu
+    harness.engine.tools.add(Counter())
+    await harness.setup_group(("planner", "plans"), mode="tags")
+
+    async def offered(typed: str) -> list[str]:
+        auto = await emu.invoke_autocomplete(emu.guild_id, emu.channel_id, emu.alice_id, "agent tools",
+                                             {"name": "planner", "grant": typed}, "grant")
+        return [c["value"] for c in (await auto.wait_response(5))["data"]["choices"]]
+
+    assert await offered("") == ["counter.*", "counter.add", "counter.get", "history_read", "history_search"]
+    assert await offered("cou") == ["counter.*", "counter.add", "counter.get"]
+    assert await offered("counter.add, hist") == ["counter.add, history_read", "counter.add, history_search"]

@@ -44,7 +44,7 @@ from bot.core.rules.secrets import mask
 from bot.core.runtime.engine import Engine
 from bot.core.verbs import commands as declared
 from bot.core.verbs.admin import Admin
-from bot.core.verbs.commands import Command, Option, model_choices
+from bot.core.verbs.commands import Command, Option, model_choices, tool_choices
 
 log = logging.getLogger(__name__)
 
@@ -456,6 +456,12 @@ class SlashCommands:
         return [app_commands.Choice(name=m, value=m)
                 for m in model_choices(await self.engine.llm.model_names(), current)]
 
+    async def autocomplete_tool(
+        self, interaction: discord.Interaction, current: str
+    ) -> list[app_commands.Choice[str]]:
+        """The tools an agent may be granted (`server.tool`, `server.*`, a built-in) completing what is typed."""
+        return [app_commands.Choice(name=t, value=t) for t in tool_choices(self.engine.tools.names(), current)]
+
     async def why_this_reply(self, interaction: discord.Interaction, message: discord.Message) -> None:
         """The message menu: `/roundtable why` for the message it was opened on."""
         await self.invoke(interaction, declared.find(("roundtable", "why")), {"message": str(message.id)})
@@ -477,6 +483,8 @@ class SlashCommands:
                     app.autocomplete(option.name)(self.autocomplete_agent)
                 elif option.kind == "model":
                     app.autocomplete(option.name)(self.autocomplete_model)
+                elif option.kind == "tool":
+                    app.autocomplete(option.name)(self.autocomplete_tool)
             if parent is None:
                 tree.add_command(app)
             else:

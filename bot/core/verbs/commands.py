@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from bot.core.verbs.admin import Admin
 from bot.core.verbs.tool_verbs import ToolVerbs
 
 Kind = Literal["text", "long_text", "integer", "number", "boolean", "choice", "role", "message", "agent", "image",
-               "model"]  # model: text, completed from the providers' model lists
+               "model", "tool"]  # model: text, completed from the providers' model lists; tool: from the tools
 Who = Literal["everyone", "operators", "operators_to_change"]
 
 NOT_SET_UP = "Roundtable is not set up here: an admin can run /roundtable setup."
@@ -202,6 +203,19 @@ def model_choices(lists: Mapping[str, Sequence[str] | None], typed: str, limit: 
     matches = [m for m in found if key in m.casefold()]
     matches.sort(key=lambda m: (not m.casefold().startswith(key), m.casefold()))
     return matches[:limit]
+
+
+def tool_choices(names: Sequence[str], typed: str, limit: int = 25) -> list[str]:
+    """What a `grant` being typed may become: its last name (after a comma or a blank) completed from
+    the tools available (`server.tool`, a built-in) and each server's `server.*`, those starting
+    with it first; the names written before it kept, and none of them offered again."""
+    cut = max(typed.rfind(","), typed.rfind(" ")) + 1
+    head, last = typed[:cut], typed[cut:].strip().casefold()
+    written = {w for w in re.split(r"[,\s]+", typed[:cut]) if w}
+    servers = dict.fromkeys(f"{n.split('.', 1)[0]}.*" for n in names if "." in n)
+    offered = [n for n in dict.fromkeys([*servers, *names]) if n not in written and last in n.casefold()]
+    offered.sort(key=lambda n: (not n.casefold().startswith(last), n.casefold()))
+    return [f"{head}{n}" for n in offered if len(head) + len(n) <= 100][:limit]
 
 
 def check_options(command: Command, given: Mapping[str, object], surface: str) -> dict[str, object]:
@@ -523,7 +537,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(("agent", "tools"), "An agent's tools: what it may call (server.tool, server.*); grant, revoke",
             _agent_tools, (
                 AGENT,
-                Option("grant", "tools to grant: server.tool or server.* (commas between)", max_length=400),
+                Option("grant", "tools to grant: server.tool or server.* (commas between)", "tool", max_length=400),
                 Option("revoke", "tools to take back (commas between)", max_length=400),
                 Option("confirm", "on: its calls of what is granted wait for approval (recorded)", "boolean"),
             ), who="operators"),
