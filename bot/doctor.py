@@ -13,8 +13,9 @@
 In order: the settings, Discord (the token, the Message Content intent, the server
 of DISCORD_GUILD_ID, then each enabled Discord group's webhook, the bot's
 permissions in its channel and its delivery problem), the database (schema
-version, the outbox, the leases), each model endpoint, and the agents' own models
-(each enabled agent with a model of its own: its endpoint lists it). Nothing is
+version, the outbox, the leases), each model endpoint, the agents' own models
+(each enabled agent with a model of its own: its endpoint lists it), and each MCP
+server of ROUNDTABLE_MCP_CONFIG (started, its tools listed, stopped). Nothing is
 changed: the database is read without opening it as a store (no file created, no
 migration), Discord is asked over REST without connecting to the gateway, the
 model servers are asked for their model lists.
@@ -128,6 +129,9 @@ async def run_doctor(env_file: str | None, db: str | None, say: Say) -> list[Che
         agents = inspection.agents if inspection else ()
         if agents:
             tell([await agent_models_check(settings, agents)])
+    from bot.adapters.mcp_tools import doctor_checks
+
+    tell(await doctor_checks({"ROUNDTABLE_MCP_CONFIG": settings.mcp_config or ""}))
     return checks
 
 

@@ -333,3 +333,26 @@ async def test_each_provider_is_an_endpoint_of_its_own(setup):
     assert found["model endpoint local"] == (f"✗ model endpoint local: ROUNDTABLE_PROVIDER_LOCAL_BASE_URL={down} did "
                                              "not answer (connection refused); fix: check that the server runs")
     assert found["model endpoint"].startswith("✓")
+
+
+async def test_each_mcp_server_is_started_and_its_tools_counted(setup):
+    """The servers of ROUNDTABLE_MCP_CONFIG: a real stdio server ✓ with its tools, a broken command ✗
+    with the fix; the doctor fails, and the server it started is stopped again."""
+    import json
+    import sys
+
+    server = Path(__file__).resolve().parent / "fakes" / "mcp_server.py"
+    config = setup.dir / "tools.json"
+    config.write_text(json.dumps({"mcpServers": {
+        "counter": {"command": sys.executable, "args": [str(server)],
+                    "env": {"MCP_COUNT_FILE": str(setup.dir / "count")}},
+        "broken": {"command": "no-such-mcp-server-xyz"}}}))
+    setup.env_file(ROUNDTABLE_MCP_CONFIG=str(config))
+    result = await setup.doctor()
+    found = lines(result)
+    assert result.code == 1
+    assert found["MCP server counter"] == "✓ MCP server counter: started; 7 tools listed"
+    assert found["MCP server broken"].startswith(
+        "✗ MCP server broken: did not start (FileNotFoundError: command 'no-such-mcp-server-xyz' not found); "
+        "fix: install the program")
+    assert result.out.splitlines()[-1] == "1 of 16 checks failed."

@@ -47,6 +47,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from bot.core.errors import ConfigError
 from bot.core.models import ToolOutput, ToolSpec
 from bot.core.ports import ToolContext
+from bot.core.rules.doctor import Check, mcp_server_check
 from bot.core.rules.secrets import SECRETS, mask_error
 
 log = logging.getLogger(__name__)
@@ -189,8 +190,9 @@ class McpServer:
     def up(self) -> bool:
         return self._session is not None
 
-    async def start(self, wait: float = START_WAIT) -> bool:
-        """Start holding the connection; wait (at most `wait` seconds) for the first attempt. True when up."""
+    async def start(self, wait: float = START_WAIT, *, quiet: bool = False) -> bool:
+        """Start holding the connection; wait (at most `wait` seconds) for the first attempt. True when
+        up. Down: one ERROR line, unless `quiet` (the doctor, which says it its own way)."""
         if self._task is None:
             self._task = asyncio.create_task(self._hold(), name=f"mcp server {self.name}")
         with contextlib.suppress(TimeoutError):
@@ -198,7 +200,7 @@ class McpServer:
                 await self._tried.wait()
         if not self.up and self.problem is None:
             self.problem = f"did not answer within {wait:g} s"
-        if not self.up:
+        if not self.up and not quiet:
             log.error("MCP server %s is down: %s; its tools are not offered until it starts (tried again "
                       "with back-off)", self.name, self.problem)
         return self.up
@@ -316,6 +318,30 @@ def _why(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     text = mask_error(str(exc)).strip()
     return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+
+
+async def doctor_checks(environ: Mapping[str, str], cwd: Path | None = None, wait: float = START_WAIT
+                        ) -> list[Check]:
+    """`roundtable doctor`'s checks of the MCP servers (none without a config file): a malformed
+    file is one ✗; else each server is started, its tools listed, and stopped again."""
+    try:
+        path = config_path(environ, cwd)
+        configs = load_config(path) if path is not None else []
+    except ConfigError as exc:
+        return [Check("MCP servers", False, str(exc).rstrip("."), f"correct the file, or unset {CONFIG_SETTING}")]
+    where = f"{path}"
+
+    async def check(config: ServerConfig) -> Check:
+        server = McpServer(config)
+        try:
+            up = await server.start(wait, quiet=True)
+            count = len(server.tools()) if up else None
+            return mcp_server_check(config.name, count, server.problem, url=config.url, where=where,
+                                    command=" ".join([config.command or "", *config.args]).strip() or None)
+        finally:
+            await server.close()
+
+    return list(await asyncio.gather(*(check(c) for c in configs)))
 
 
 class McpServers:

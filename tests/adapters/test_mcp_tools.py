@@ -220,3 +220,27 @@ async def test_closing_stops_a_stdio_server(tmp_path):
     await server.close()
     await eventually(lambda: not alive(pid), "the server ran on after close")
     assert os.path.exists(tmp_path / "pid")
+
+
+async def test_the_doctor_starts_each_server_and_names_the_fix(tmp_path):
+    """`roundtable doctor`'s MCP checks: a real stdio server ✓ with its tools counted, a command
+    that does not exist and one that exits at once ✗ with why and the fix; a malformed file one ✗."""
+    from bot.adapters.mcp_tools import doctor_checks
+
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {
+        "counter": {"command": sys.executable, "args": [SERVER], "env": {"MCP_COUNT_FILE": str(tmp_path / "n")}},
+        "missing": {"command": "no-such-mcp-server-xyz"},
+        "exits": {"command": sys.executable, "args": ["-c", "raise SystemExit(3)"]}}}))
+    checks = await doctor_checks({"ROUNDTABLE_MCP_CONFIG": str(path)}, wait=20)
+    counter, missing, exits = (c.line() for c in checks)
+    assert counter == "✓ MCP server counter: started; 7 tools listed"
+    assert missing == (f"✗ MCP server missing: did not start (FileNotFoundError: command 'no-such-mcp-server-xyz' "
+                       f"not found); fix: install the program, or correct the server's \"command\" in {path} (a "
+                       "name on PATH, or a full path)")
+    assert exits.startswith("✗ MCP server exits: did not start (") and (
+        f"fix: run its command by hand to see why ({sys.executable} -c raise SystemExit(3)), then correct") in exits
+    assert await doctor_checks({"ROUNDTABLE_MCP_CONFIG": ""}, cwd=tmp_path / "nowhere") == []
+    path.write_text("{not json")
+    [bad] = await doctor_checks({"ROUNDTABLE_MCP_CONFIG": str(path)})
+    assert bad.line().startswith(f"✗ MCP servers: ROUNDTABLE_MCP_CONFIG: {path} is not JSON (line 1)")

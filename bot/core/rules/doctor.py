@@ -50,6 +50,25 @@ class Check:
 Probe = Callable[[], Awaitable[list[Check]]]
 
 
+def mcp_server_check(name: str, tools: int | None, problem: str | None, *, command: str | None = None,
+                     url: str | None = None, where: str = "ROUNDTABLE_MCP_CONFIG") -> Check:
+    """One MCP server of the config file (SPEC §6b): ✓ started with its tools counted, or ✗ with
+    why it did not start and what to fix (`command`: a stdio server's command line; `url`: an
+    HTTP server's address)."""
+    label = f"MCP server {name}"
+    if tools is not None:
+        return Check(label, True, f"started; {tools} tool{'' if tools == 1 else 's'} listed")
+    why = problem or "it did not start"
+    if url is not None:
+        fix = f"start the server at {url} (or correct its \"url\" and \"headers\" in {where})"
+    elif "not found" in why:
+        fix = f"install the program, or correct the server's \"command\" in {where} (a name on PATH, or a full path)"
+    else:
+        fix = (f"run its command by hand to see why ({command}), then correct \"command\", \"args\" or "
+               f"\"env\" in {where}" if command else f"correct the server's entry in {where}")
+    return Check(label, False, f"did not start ({why})", fix)
+
+
 @dataclass(frozen=True)
 class Waiting:
     """Rows of one group that no surface has confirmed yet (the outbox)."""
