@@ -19,8 +19,8 @@ PAGE = ("<html><head><title>The  page</title><style>body{color:red}</style>"
 
 @pytest.mark.parametrize("address, is_refused", [
     ("127.0.0.1", True), ("127.9.9.9", True), ("10.1.2.3", True), ("172.16.0.1", True), ("192.168.1.1", True),
-    ("169.254.169.254", True), ("0.0.0.0", True)  # noqa: S104 (an address checked, not bound)
-    , ("224.0.0.1", True), ("240.0.0.1", True),
+    ("169.254.169.254", True), ("224.0.0.1", True), ("240.0.0.1", True),
+    ("0.0.0.0", True),  # noqa: S104 (an address checked, not bound)
     ("100.64.0.1", True), ("::1", True), ("::", True), ("fc00::1", True), ("fd12::1", True), ("fe80::1", True),
     ("::ffff:127.0.0.1", True), ("::ffff:10.0.0.1", True), ("ff02::1", True),
     ("93.184.216.34", False), ("8.8.8.8", False), ("1.1.1.1", False), ("2606:4700:4700::1111", False),
