@@ -29,7 +29,8 @@ async def test_a_granted_mcp_tool_is_called_and_a_server_down_is_one_line(tmp_pa
         code, out, err = await run_console(tmp_path, srv.base_url, session)
     lines = out.splitlines()
     assert "planner has no tool granted. Available: counter.add, counter.delete (destructive), counter.fail, " \
-           "counter.get (read-only), counter.grow, counter.slow, counter.token (read-only)." in lines
+           "counter.get (read-only), counter.grow, counter.slow, counter.token (read-only), fetch_url (read-only), " \
+           "history_read (read-only), history_search (read-only)." in lines  # (the built-ins are granted too)
     assert "error: memory_write comes with its feature and is not granted (memory_write: /agent edit memory:on)." \
         in lines
     assert "Granted counter.*." in lines
