@@ -231,7 +231,10 @@ class FetchTools:
                 break
             data += more
         over = len(data) > self.max_bytes
-        body = data[:self.max_bytes].decode(response.charset or "utf-8", errors="replace")
+        try:
+            body = data[:self.max_bytes].decode(response.charset or "utf-8", errors="replace")
+        except LookupError:  # a charset Python does not know
+            body = data[:self.max_bytes].decode("utf-8", errors="replace")
         text = html_text(body) if kind in ("text/html", "application/xhtml+xml") else body
         head = f"{url}\n\n"
         note = f"\n[cut: only the first {self.max_bytes:,} bytes of the page were read]" if over else ""
