@@ -82,6 +82,7 @@ class Settings:
     max_images: int = DEFAULT_MAX_IMAGES
     max_text: int = DEFAULT_MAX_TEXT
     stream: bool = True  # ROUNDTABLE_STREAM: new groups show replies as they are written
+    show_tools: bool = True  # ROUNDTABLE_SHOW_TOOLS: new groups' replies keep a compact line of their tool calls
     followup_window: int = DEFAULT_FOLLOWUP_WINDOW  # ROUNDTABLE_FOLLOWUP_WINDOW: minutes (new groups)
 
     @property
@@ -297,6 +298,7 @@ def load_settings(env: Mapping[str, str], *, need_discord: bool, missing_note: s
         discord_guild_id=r.parsed("DISCORD_GUILD_ID", None, _in_range(1, 2**64, int),
                                   "use the numeric id of your server (Developer Mode > Copy Server ID)"),
         stream=r.parsed("ROUNDTABLE_STREAM", True, _switch, SWITCH_FIX),
+        show_tools=r.parsed("ROUNDTABLE_SHOW_TOOLS", True, _switch, SWITCH_FIX),
         price_overrides=r.parsed("ROUNDTABLE_PRICES", {}, _prices,
                                  "use model=input/cached/output;... in dollars per million tokens, "
                                  "e.g. gpt-4o=2.50/1.25/10;llama3=0/0/0", secret=True),

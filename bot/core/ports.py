@@ -174,6 +174,10 @@ class ToolStore(Protocol):
         crash or a restart cut them); return the run's calls, in order."""
         ...
 
+    async def run_tool_calls(self, run_id: int) -> list[JournaledCall]:
+        """The journal of a run, in order (steps, then each step's calls)."""
+        ...
+
 
 Recorder = Callable[[str], Awaitable[None]]
 

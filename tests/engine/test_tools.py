@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,6 +19,7 @@ from bot.core.features.tools import UNKNOWN, ToolRegistry
 from bot.core.models import ToolOutput, ToolSpec
 from bot.core.ports import ToolContext
 from bot.core.rules.secrets import SECRETS
+from tests.support import eventually
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, RecordedRequest, Reply, tool_call
 
 SECRET = "sk-live-tool-secret-0a1b2c3d4e5f6a7b"
@@ -127,7 +129,11 @@ async def test_no_tool_until_granted_then_the_loop_streams_and_runs_them(harness
         "shell__run")]
     assert SECRET not in repr(rows)
     shown = [d.shown for d in harness.surface.drafts]
-    assert shown[1][:2] == ["Counting", "The"], shown  # the tool step's text was streamed
+    assert shown[1][0] == "Counting", shown  # the tool step's text was streamed, then the next step's
+    assert any(s.endswith("\n\nThe") for s in shown[1]), shown
+    assert shown[1][-1].startswith("🔧 counter.add · n=2 … ✓ "), shown  # then a line per call
+    assert "\n🔧 counter.leak … ✓ " in shown[1][-1] and "🔧 counter.slow … ✗ counter.slow did not answer" in shown[1][-1]
+    assert shown[1][-1].endswith("\n\nThe counter is 2") and SECRET not in repr(shown)
 
 
 async def test_the_steps_are_bounded_and_a_last_call_without_tools_answers(harness):
@@ -220,3 +226,43 @@ async def test_a_result_journaled_before_a_restart_is_reused(harness):
     assert counter.calls == {"add": 1} and counter.value == 7
     resumed = participant_calls(srv)[-1]
     assert resumed["messages"][-1]["content"] == "counter is 7"
+
+
+async def test_the_draft_shows_each_call_and_the_reply_keeps_a_compact_line(harness):
+    """SPEC §6b "Visible": while the run uses tools its draft shows a line per call (running, then
+    ✓ with its seconds or ✗ with why), then the reply's text; the published reply ends with a compact
+    line of the calls (show_tools on), which the stored row (what later prompts read) does not hold;
+    with show_tools off only the reply is published."""
+    harness.surface.streams = True
+    counter = Counter()
+    counter.hold = True
+    script = GroupChatScript(agents={"planner": [
+        Reply(text="", tool_calls=[tool_call("counter__add", n=2), tool_call("counter__broken")]),
+        "The counter is 2.",
+        Reply(text="", tool_calls=[tool_call("counter__get")]),
+        "Still 2."]})
+    async with FakeOpenAI(script) as srv, running(harness, srv, counter, stream=True) as h:
+        await grant(h, "counter.*")
+        await h.say("@planner count")
+        await eventually(lambda: counter.entered.is_set(), "the call of counter.add to start")
+        draft = harness.surface.drafts[-1]
+        await eventually(lambda: draft.shown and draft.shown[-1] == "🔧 counter.add · n=2 …",
+                         "the draft to show the running call")
+        counter.release.set()
+        await h.idle(30)
+        published = [m.text for m in harness.surface.published if m.author_type == "agent"]
+        thread = await h.thread()
+        group = await h.store.get_group(h.group.id)
+        await h.store.update_group(group.id, settings=group.settings.with_changes(show_tools=False))
+        await h.say("@planner again")
+        await h.idle(30)
+        published_off = [m.text for m in harness.surface.published if m.author_type == "agent"]
+    last = draft.shown[-1]
+    add, broken, text = last.split("\n", 2)
+    assert re.fullmatch(r"🔧 counter\.add · n=2 … ✓ \d+\.\d s", add), last
+    assert broken.startswith("🔧 counter.broken … ✗ counter.broken failed (RuntimeError:"), last
+    assert text == "\nThe counter is 2", last  # (a closing "." may still become TERMINATE: held back)
+    assert published == ["The counter is 2.\n\n🔧 counter.add ✓ · counter.broken ✗"]
+    assert thread[-1] == "[planner] The counter is 2."  # the row (and so later prompts) holds the reply only
+    assert published_off[-1] == "Still 2."
+    assert "counter.get" in harness.surface.drafts[-1].shown[-1]  # the draft shows the call all the same

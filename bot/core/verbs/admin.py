@@ -38,6 +38,7 @@ CONFIG_FIELDS = {  # option name -> GroupSettings field
     "selector_model": "selector_model",
     "operator_role": "operator_role", "allow_bots": "allow_bots", "brief": "brief", "min_confidence": "min_confidence",
     "monthly_budget": "monthly_budget", "max_images": "max_images", "max_text": "max_text", "stream": "stream",
+    "show_tools": "show_tools",
     "followup_window": "followup_window",
 }
 
@@ -76,6 +77,7 @@ def settings_fields(settings: GroupSettings) -> tuple[Field, ...]:
         "monthly_budget": exact_dollars(settings.monthly_budget) if settings.monthly_budget else "off",
         "max_images": settings.max_images, "max_text": f"{settings.max_text:,}",
         "stream": "on" if settings.stream else "off",
+        "show_tools": "on" if settings.show_tools else "off",
         "followup_window": f"{settings.followup_window} min" if settings.followup_window else "off",
     }
     return tuple(Field(k, str(val)) for k, val in shown.items())
