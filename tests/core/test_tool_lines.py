@@ -12,7 +12,7 @@ from bot.core.rules.tool_lines import call_line, compact_line, is_error, shown_n
 SECRET = "sk-live-lines-secret-9f8e7d6c5b4a3210"
 
 
-@pytest.mark.parametrize(("name", "shown"), [
+@pytest.mark.parametrize("name, shown", [
     ("counter__add", "counter.add"), ("memory_write", "memory_write"), ("fetch_url", "fetch_url"),
     ("web__fetch__url", "web.fetch__url"), ("__x", "__x"),
 ])
@@ -20,7 +20,7 @@ def test_shown_name(name, shown):
     assert shown_name(name) == shown
 
 
-@pytest.mark.parametrize(("arguments", "expected"), [
+@pytest.mark.parametrize("arguments, expected", [
     ({"url": "https://en.wikipedia.org/wiki/Rome"}, "en.wikipedia.org"),
     ({"n": 2}, "n=2"),
     ({"query": "a" * 100}, "query=" + "a" * 33 + "…"),
@@ -39,7 +39,7 @@ def test_summary_of_arguments_that_are_not_an_object():
     assert summary("{x") == "{x" and summary("[1]") == ""
 
 
-@pytest.mark.parametrize(("kwargs", "line"), [
+@pytest.mark.parametrize("kwargs, line", [
     ({}, "🔧 counter.add · n=2 …"),
     ({"done": True, "seconds": 0.84}, "🔧 counter.add · n=2 … ✓ 0.8 s"),
     ({"done": True, "error": True, "result": "error: counter.add did not answer within 30 s."},
@@ -54,7 +54,7 @@ def test_compact_line():
     assert compact_line([]) == ""
 
 
-@pytest.mark.parametrize(("status", "result", "error"), [
+@pytest.mark.parametrize("status, result, error", [
     ("done", "ok", False), ("done", "error: no", True), ("unknown", "error: cut", True), ("running", None, True),
 ])
 def test_is_error(status, result, error):

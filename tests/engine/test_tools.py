@@ -19,8 +19,17 @@ from bot.core.features.tools import UNKNOWN, ToolRegistry
 from bot.core.models import ToolOutput, ToolSpec
 from bot.core.ports import ToolContext
 from bot.core.rules.secrets import SECRETS
+from bot.core.verbs.admin import Admin
+from tests.fakes.openai_server import (
+    FakeOpenAI,
+    GroupChatScript,
+    RecordedRequest,
+    Reply,
+    message_text,
+    rough_tokens,
+    tool_call,
+)
 from tests.support import eventually
-from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, RecordedRequest, Reply, tool_call
 
 SECRET = "sk-live-tool-secret-0a1b2c3d4e5f6a7b"
 ADD = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
@@ -132,7 +141,8 @@ async def test_no_tool_until_granted_then_the_loop_streams_and_runs_them(harness
     assert shown[1][0] == "Counting", shown  # the tool step's text was streamed, then the next step's
     assert any(s.endswith("\n\nThe") for s in shown[1]), shown
     assert shown[1][-1].startswith("🔧 counter.add · n=2 … ✓ "), shown  # then a line per call
-    assert "\n🔧 counter.leak … ✓ " in shown[1][-1] and "🔧 counter.slow … ✗ counter.slow did not answer" in shown[1][-1]
+    lines = shown[1][-1]
+    assert "\n🔧 counter.leak … ✓ " in lines and "🔧 counter.slow … ✗ counter.slow did not answer" in lines
     assert shown[1][-1].endswith("\n\nThe counter is 2") and SECRET not in repr(shown)
 
 
@@ -252,6 +262,10 @@ async def test_the_draft_shows_each_call_and_the_reply_keeps_a_compact_line(harn
         await h.idle(30)
         published = [m.text for m in harness.surface.published if m.author_type == "agent"]
         thread = await h.thread()
+        reply = [m for m in await h.store.messages(h.group.id) if m.author_type == "agent"][-1]
+        why = (await Admin(h.engine).why(h.group, str(reply.seq))).lines()
+        usage = {f.name: f.value for f in (await Admin(h.engine).usage(h.group, 1)).fields}  # type: ignore[union-attr]
+        requests = list(srv.requests)
         group = await h.store.get_group(h.group.id)
         await h.store.update_group(group.id, settings=group.settings.with_changes(show_tools=False))
         await h.say("@planner again")
@@ -265,4 +279,12 @@ async def test_the_draft_shows_each_call_and_the_reply_keeps_a_compact_line(harn
     assert published == ["The counter is 2.\n\n🔧 counter.add ✓ · counter.broken ✗"]
     assert thread[-1] == "[planner] The counter is 2."  # the row (and so later prompts) holds the reply only
     assert published_off[-1] == "Still 2."
+    assert why[why.index("  🔧 counter.add ✓: arguments: {\"n\": 2}"):][:2] == [
+        "  🔧 counter.add ✓: arguments: {\"n\": 2}", "    result: counter is 2"], why
+    broken_at = why.index("  🔧 counter.broken ✗: arguments: {}")
+    assert why[broken_at + 1].startswith("    result: error: counter.broken failed") and SECRET not in repr(why)
+    # usage counts every step: both model calls of the run, and the tokens of each
+    steps = [r for r in requests if GroupChatScript.classify(r) == ("participant", "planner")]
+    prompt = sum(rough_tokens("\n".join(message_text(m) for m in r["messages"])) for r in steps)
+    assert len(steps) == 2 and usage["planner"].startswith(f"2 calls · {prompt:,} prompt / 0 cached / "), usage
     assert "counter.get" in harness.surface.drafts[-1].shown[-1]  # the draft shows the call all the same

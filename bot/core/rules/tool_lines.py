@@ -77,3 +77,21 @@ def compact_line(calls: Iterable[tuple[str, bool]]) -> str:
 def is_error(status: str, result: str | None) -> bool:
     """Whether a journaled call failed: an error result, an unknown outcome, or no result yet."""
     return status != "done" or (result or "").startswith("error:")
+
+
+ARGUMENTS_MAX = 200  # characters of a call's arguments where a reply is explained
+RESULT_MAX = 300  # characters of its result there
+CALLS_SHOWN = 15  # calls listed one by one where a reply is explained (a card has room for so many)
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` masked, at most `limit` characters (cut with `…`)."""
+    text = mask(text)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def call_detail(tool: str, arguments: str, status: str, result: str | None) -> tuple[str, str]:
+    """A call where a reply is explained: (`🔧 counter.add ✓`, its arguments and result, cut and masked)."""
+    mark = "✗" if is_error(status, result) else "✓"
+    outcome = clip(result, RESULT_MAX) if result is not None else f"(none: {status})"
+    return f"{ICON} {shown_name(tool)} {mark}", f"arguments: {clip(arguments, ARGUMENTS_MAX)}\nresult: {outcome}"

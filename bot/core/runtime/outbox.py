@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from bot.core.errors import AlreadyStored, DeliveryError, LeaseLost, NotFound, StoreError
+from bot.core.features import memory
 from bot.core.models import Agent, Episode, Group, Message
 from bot.core.ports import (
     GroupStore,
@@ -44,7 +45,6 @@ from bot.core.ports import (
     ThreadStore,
     ToolStore,
 )
-from bot.core.features import memory
 from bot.core.rules.secrets import mask_error
 from bot.core.rules.tool_lines import compact_line, is_error
 from bot.core.runtime.worker import GroupWorker, Pulse, RetryPolicy
