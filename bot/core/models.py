@@ -442,6 +442,13 @@ class JournaledCall:
     status: ToolCallStatus
     result: str | None = None
     assistant_text: str = ""
+    started_at: float = 0.0  # when it was journaled, then when it started running
+    finished_at: float | None = None  # when its result was recorded
+
+    @property
+    def seconds(self) -> float | None:
+        """How long it ran (None before its result)."""
+        return None if self.finished_at is None else max(0.0, self.finished_at - self.started_at)
 
 
 @dataclass(frozen=True)

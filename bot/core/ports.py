@@ -178,6 +178,10 @@ class ToolStore(Protocol):
         """The journal of a run, in order (steps, then each step's calls)."""
         ...
 
+    async def tool_calls_by_run(self, run_ids: Iterable[int]) -> dict[int, list[JournaledCall]]:
+        """The journals of these runs (a run without calls has no key), each in order."""
+        ...
+
 
 Recorder = Callable[[str], Awaitable[None]]
 

@@ -90,8 +90,21 @@ def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+def call_head(tool: str, status: str, result: str | None, seconds: float | None = None) -> str:
+    """`🔧 counter.add ✓` (with `0.8 s` when its duration is given), `🔧 fetch_url ✗`."""
+    mark = "✗" if is_error(status, result) else "✓"
+    took = f" {seconds:.1f} s" if seconds is not None else ""
+    return f"{ICON} {shown_name(tool)} {mark}{took}"
+
+
+def call_parts(arguments: str, status: str, result: str | None, *, arguments_max: int = ARGUMENTS_MAX,
+               result_max: int = RESULT_MAX) -> tuple[str, str]:
+    """A call's arguments and result (or why there is none), cut and masked."""
+    outcome = clip(result, result_max) if result is not None else f"(none: {status})"
+    return clip(arguments, arguments_max), outcome
+
+
 def call_detail(tool: str, arguments: str, status: str, result: str | None) -> tuple[str, str]:
     """A call where a reply is explained: (`🔧 counter.add ✓`, its arguments and result, cut and masked)."""
-    mark = "✗" if is_error(status, result) else "✓"
-    outcome = clip(result, RESULT_MAX) if result is not None else f"(none: {status})"
-    return f"{ICON} {shown_name(tool)} {mark}", f"arguments: {clip(arguments, ARGUMENTS_MAX)}\nresult: {outcome}"
+    args, outcome = call_parts(arguments, status, result)
+    return call_head(tool, status, result), f"arguments: {args}\nresult: {outcome}"
