@@ -65,6 +65,8 @@ async def test_an_operator_grants_a_tool_and_the_agent_calls_it(harness, script)
     await harness.idle()
     assert [p["content"] for p in harness.webhook_posts()] == ["Counted: 1.\n\n🔧 counter.add ✓"]
     assert counter.calls == 1
+    why = harness.embed_fields(await harness.command("roundtable why"))  # the newest message: the reply
+    assert why["🔧 counter.add ✓"] == "arguments: {}\nresult: counter is 1", why
     revoked = await command(harness, {"name": "planner", "revoke": "counter.*"})
     assert revoked["data"]["content"].startswith("Revoked 1 of 1 (counter.*).\nplanner has no tool granted.")
 
