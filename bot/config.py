@@ -83,6 +83,7 @@ class Settings:
     max_text: int = DEFAULT_MAX_TEXT
     stream: bool = True  # ROUNDTABLE_STREAM: new groups show replies as they are written
     fetch_private: bool = False  # ROUNDTABLE_FETCH_PRIVATE: fetch_url may read private/loopback addresses
+    show_tools: bool = True  # ROUNDTABLE_SHOW_TOOLS: new groups' replies keep a compact line of their tool calls
     followup_window: int = DEFAULT_FOLLOWUP_WINDOW  # ROUNDTABLE_FOLLOWUP_WINDOW: minutes (new groups)
 
     @property
@@ -299,6 +300,7 @@ def load_settings(env: Mapping[str, str], *, need_discord: bool, missing_note: s
                                   "use the numeric id of your server (Developer Mode > Copy Server ID)"),
         stream=r.parsed("ROUNDTABLE_STREAM", True, _switch, SWITCH_FIX),
         fetch_private=r.parsed("ROUNDTABLE_FETCH_PRIVATE", False, _switch, SWITCH_FIX),
+        show_tools=r.parsed("ROUNDTABLE_SHOW_TOOLS", True, _switch, SWITCH_FIX),
         price_overrides=r.parsed("ROUNDTABLE_PRICES", {}, _prices,
                                  "use model=input/cached/output;... in dollars per million tokens, "
                                  "e.g. gpt-4o=2.50/1.25/10;llama3=0/0/0", secret=True),

@@ -27,6 +27,7 @@ def group_defaults(settings: Settings) -> GroupSettings:
     return GroupSettings(max_agent_turns=settings.max_agent_turns, context_budget=settings.context_budget,
                          selector_budget=settings.selector_budget, max_images=settings.max_images,
                          max_text=settings.max_text, stream=settings.stream,
+                         show_tools=settings.show_tools,
                          followup_window=settings.followup_window)
 
 

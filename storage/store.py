@@ -213,6 +213,7 @@ class SqlStore:
     journal_result = delegate("_tools", Tools.journal_result)
     adopt_tool_calls = delegate("_tools", Tools.adopt_tool_calls)
     run_tool_calls = delegate("_tools", Tools.run_tool_calls)
+    tool_calls_by_run = delegate("_tools", Tools.tool_calls_by_run)
     # Notes
     add_note = delegate("_notes", Notes.add_note)
     notes = delegate("_notes", Notes.notes)

@@ -8,7 +8,7 @@ Arguments and results are masked before they are stored.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from bot.core.errors import NotFound
 from bot.core.models import JournaledCall, ToolCall, ToolCallStatus, ToolGrant
@@ -30,7 +30,8 @@ def to_call(row: Row) -> JournaledCall:
     return JournaledCall(id=int(row["id"]), run_id=int(row["run_id"]), step=int(row["step"]),
                          position=int(row["position"]), call_id=row["call_id"], tool=row["tool"],
                          arguments=row["arguments"], status=status, result=row["result"],
-                         assistant_text=row["assistant_text"])
+                         assistant_text=row["assistant_text"], started_at=float(row["started_at"]),
+                         finished_at=None if row["finished_at"] is None else float(row["finished_at"]))
 
 
 class Tools:
@@ -113,3 +114,17 @@ class Tools:
         async with self._access.read() as db:
             rows = await db.all("SELECT * FROM tool_calls WHERE run_id = ? ORDER BY step, position, id", (run_id,))
         return [to_call(row) for row in rows]
+
+    async def tool_calls_by_run(self, run_ids: Iterable[int]) -> dict[int, list[JournaledCall]]:
+        """The journals of these runs (a run without calls has no key), each in order."""
+        ids = sorted(set(run_ids))
+        if not ids:
+            return {}
+        async with self._access.read() as db:
+            rows = await db.all(f"SELECT * FROM tool_calls WHERE run_id IN ({','.join('?' * len(ids))})"  # noqa: S608 (placeholders only)
+                                " ORDER BY run_id, step, position, id", ids)
+        found: dict[int, list[JournaledCall]] = {}
+        for row in rows:
+            call = to_call(row)
+            found.setdefault(call.run_id, []).append(call)
+        return found

@@ -255,6 +255,20 @@ def test_roundtable_stream_is_the_default_of_new_groups(value, stream):
     assert settings.stream is stream and group_defaults(settings).stream is stream
 
 
+@pytest.mark.parametrize("value, shown", [("on", True), ("off", False), ("no", False), ("", True)])
+def test_roundtable_show_tools_is_the_default_of_new_groups(value, shown):
+    from bot.wiring import group_defaults
+
+    settings = load_settings(dict(BASE, ROUNDTABLE_SHOW_TOOLS=value), need_discord=True)
+    assert settings.show_tools is shown and group_defaults(settings).show_tools is shown
+
+
+def test_a_malformed_roundtable_show_tools_is_one_line():
+    with pytest.raises(ConfigError, match=r"^ROUNDTABLE_SHOW_TOOLS='maybe' is malformed: use true/yes/on/1 or "
+                                          r"false/no/off/0\.$"):
+        load_settings(dict(BASE, ROUNDTABLE_SHOW_TOOLS="maybe"), need_discord=True)
+
+
 def test_a_malformed_roundtable_stream_is_one_line():
     with pytest.raises(ConfigError,
                        match=r"^ROUNDTABLE_STREAM='sometimes' is malformed: use true/yes/on/1 or false/no/off/0\.$"):

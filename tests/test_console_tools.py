@@ -35,7 +35,8 @@ async def test_a_granted_mcp_tool_is_called_and_a_server_down_is_one_line(tmp_pa
         in lines
     assert "Granted counter.*." in lines
     assert any(line.startswith("planner may call: counter.* (counter.add, counter.delete,") for line in lines)
-    assert "[planner] Added: the counter is 2." in lines
+    at = lines.index("[planner] Added: the counter is 2.")
+    assert lines[at + 1:at + 3] == ["", "🔧 counter.add ✓ · counter.token ✓"]  # show_tools: the compact line
     assert (tmp_path / "count").read_text() == "add 2\n"
     down = [line for line in err.splitlines() if "MCP server" in line]
     assert len(down) == 1 and "MCP server broken is down: " in down[0] and "not found" in down[0], err

@@ -464,3 +464,33 @@ async def test_help_fits_a_24_row_terminal_and_help_topic_shows_one_group(tmp_pa
         await tty.expect("Unknown command /agnet list; did you mean /agent list? /help lists the commands.")
         tty.type(CTRL_D)
         assert await tty.ended() == 0
+
+
+async def test_a_reply_that_calls_a_tool_shows_the_call_while_it_runs(tmp_path, ttys):
+    """SPEC §6b "Visible": the live reply shows the call running (a real MCP server over stdio), then done,
+    then the reply; the printed reply ends with the compact line."""
+    import json
+
+    from tests.fakes.openai_server import tool_call
+    from tests.test_console_tools import SERVER
+
+    (tmp_path / "mcp.json").write_text(json.dumps({"mcpServers": {"counter": {
+        "command": sys.executable, "args": [SERVER], "env": {"MCP_COUNT_FILE": str(tmp_path / "count"),
+                                                              "MCP_ADD_SECONDS": "6"}}}}))
+    script = GroupChatScript(agents={"planner": [Reply(tool_calls=[tool_call("counter__add", n=2)]),
+                                                 Reply("The counter is 2 now.", every=0.5)]})
+    async with FakeOpenAI(script) as srv:
+        tty = ttys(tmp_path, srv.base_url)
+        await tty.expect("you> ")
+        tty.type(ADD_PLANNER + "\r")
+        await tty.expect("you> ")
+        tty.type("/agent tools name:planner grant:counter.*\r")
+        await tty.expect("Granted counter.*.")
+        tty.type("@planner add 2\r")
+        await tty.shows("[planner] 🔧 counter.add · n=2 …")  # running (the server takes 6 s)
+        await tty.shows(lambda rows: any("🔧 counter.add · n=2 … ✓" in row for row in rows))
+        await tty.shows("🔧 counter.add ✓")  # the printed reply's compact line
+        rows = [row for row in tty.rows() if row]
+        assert "[planner] The counter is 2 now." in rows and rows.count("🔧 counter.add ✓") == 1, rows
+        tty.type(CTRL_D)
+        assert await tty.ended() == 0

@@ -62,6 +62,7 @@ class GroupSettings:
     max_images: int = DEFAULT_MAX_IMAGES  # images sent from one message, and in one prompt
     max_text: int = DEFAULT_MAX_TEXT  # characters of a message's text files inlined in prompts
     stream: bool = True  # replies appear as they are written (provisional messages, then the committed text)
+    show_tools: bool = True  # a reply that used tools ends with a compact line of its calls (SPEC §6b)
     followup_window: int = DEFAULT_FOLLOWUP_WINDOW  # minutes: a person's message this soon after an episode's
     # end continues its work (its task stays in the prompts, SPEC §6); 0: never
 
@@ -441,6 +442,13 @@ class JournaledCall:
     status: ToolCallStatus
     result: str | None = None
     assistant_text: str = ""
+    started_at: float = 0.0  # when it was journaled, then when it started running
+    finished_at: float | None = None  # when its result was recorded
+
+    @property
+    def seconds(self) -> float | None:
+        """How long it ran (None before its result)."""
+        return None if self.finished_at is None else max(0.0, self.finished_at - self.started_at)
 
 
 @dataclass(frozen=True)

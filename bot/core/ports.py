@@ -174,6 +174,14 @@ class ToolStore(Protocol):
         crash or a restart cut them); return the run's calls, in order."""
         ...
 
+    async def run_tool_calls(self, run_id: int) -> list[JournaledCall]:
+        """The journal of a run, in order (steps, then each step's calls)."""
+        ...
+
+    async def tool_calls_by_run(self, run_ids: Iterable[int]) -> dict[int, list[JournaledCall]]:
+        """The journals of these runs (a run without calls has no key), each in order."""
+        ...
+
 
 Recorder = Callable[[str], Awaitable[None]]
 

@@ -139,6 +139,8 @@ async def test_roundtable_verbs(console):
         "error: mode must be one of selector, round_robin, tags (got 'chaos').")
     assert (await console.send("/roundtable config pace:-1"))[0].startswith("error: pace must be a number")
     assert "  mode: tags" in await console.send("/roundtable config mode:tags")
+    assert "  show_tools: on" in status
+    assert "  show_tools: off" in await console.send("/roundtable config show_tools:off")
     assert await console.send("/roundtable stop") == ["No episode is running."]  # the selector said TERMINATE
     assert "\u200b" not in "".join(await console.send("/agent list"))
     assert (await console.send("/roundtable disable"))[0].startswith("Roundtable is off")

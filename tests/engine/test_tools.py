@@ -8,19 +8,37 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
+import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
+
+import jsonschema
 
 from bot.adapters.openai_llm import OpenAILLM
 from bot.adapters.tokens import make_token_counter
 from bot.core.features.tools import UNKNOWN, ToolRegistry
 from bot.core.models import ToolOutput, ToolSpec
 from bot.core.ports import ToolContext
+from bot.core.record.export import write_export
+from bot.core.record.replay import episode_report, replay_message, side_by_side
 from bot.core.rules.secrets import SECRETS
-from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, RecordedRequest, Reply, tool_call
+from bot.core.verbs.admin import Admin
+from tests.fakes.openai_server import (
+    FakeOpenAI,
+    GroupChatScript,
+    RecordedRequest,
+    Reply,
+    message_text,
+    rough_tokens,
+    tool_call,
+)
+from tests.support import eventually
 
 SECRET = "sk-live-tool-secret-0a1b2c3d4e5f6a7b"
+SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "docs" / "export-schema.json").read_text())
 ADD = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 
 
@@ -127,7 +145,12 @@ async def test_no_tool_until_granted_then_the_loop_streams_and_runs_them(harness
         "shell__run")]
     assert SECRET not in repr(rows)
     shown = [d.shown for d in harness.surface.drafts]
-    assert shown[1][:2] == ["Counting", "The"], shown  # the tool step's text was streamed
+    assert shown[1][0] == "Counting", shown  # the tool step's text was streamed, then the next step's
+    assert any(s.endswith("\n\nThe") for s in shown[1]), shown
+    assert shown[1][-1].startswith("🔧 counter.add · n=2 … ✓ "), shown  # then a line per call
+    lines = shown[1][-1]
+    assert "\n🔧 counter.leak … ✓ " in lines and "🔧 counter.slow … ✗ counter.slow did not answer" in lines
+    assert shown[1][-1].endswith("\n\nThe counter is 2") and SECRET not in repr(shown)
 
 
 async def test_the_steps_are_bounded_and_a_last_call_without_tools_answers(harness):
@@ -289,3 +312,95 @@ async def test_ask_and_a_schedule_use_the_agents_grants(harness):
     assert [r[:2] for r in rows] == [("counter__add", "done"), ("counter__get", "done")]
     assert runs[0] == ("direct", "answered", 2)
     assert thread[-1] == "[planner] Still 5."
+
+
+async def test_the_draft_shows_each_call_and_the_reply_keeps_a_compact_line(harness):
+    """SPEC §6b "Visible": while the run uses tools its draft shows a line per call (running, then
+    ✓ with its seconds or ✗ with why), then the reply's text; the published reply ends with a compact
+    line of the calls (show_tools on), which the stored row (what later prompts read) does not hold;
+    with show_tools off only the reply is published."""
+    harness.surface.streams = True
+    counter = Counter()
+    counter.hold = True
+    script = GroupChatScript(agents={"planner": [
+        Reply(text="", tool_calls=[tool_call("counter__add", n=2), tool_call("counter__broken")]),
+        "The counter is 2.",
+        Reply(text="", tool_calls=[tool_call("counter__get")]),
+        "Still 2."]})
+    async with FakeOpenAI(script) as srv, running(harness, srv, counter, stream=True) as h:
+        await grant(h, "counter.*")
+        await h.say("@planner count")
+        await eventually(lambda: counter.entered.is_set(), "the call of counter.add to start")
+        draft = harness.surface.drafts[-1]
+        await eventually(lambda: draft.shown and draft.shown[-1] == "🔧 counter.add · n=2 …",
+                         "the draft to show the running call")
+        counter.release.set()
+        await h.idle(30)
+        published = [m.text for m in harness.surface.published if m.author_type == "agent"]
+        thread = await h.thread()
+        reply = [m for m in await h.store.messages(h.group.id) if m.author_type == "agent"][-1]
+        why = (await Admin(h.engine).why(h.group, str(reply.seq))).lines()
+        usage = {f.name: f.value for f in (await Admin(h.engine).usage(h.group, 1)).fields}
+        requests = list(srv.requests)
+        group = await h.store.get_group(h.group.id)
+        await h.store.update_group(group.id, settings=group.settings.with_changes(show_tools=False))
+        await h.say("@planner again")
+        await h.idle(30)
+        published_off = [m.text for m in harness.surface.published if m.author_type == "agent"]
+    last = draft.shown[-1]
+    add, broken, text = last.split("\n", 2)
+    assert re.fullmatch(r"🔧 counter\.add · n=2 … ✓ \d+\.\d s", add), last
+    assert broken.startswith("🔧 counter.broken … ✗ counter.broken failed (RuntimeError:"), last
+    assert text == "\nThe counter is 2", last  # (a closing "." may still become TERMINATE: held back)
+    assert published == ["The counter is 2.\n\n🔧 counter.add ✓ · counter.broken ✗"]
+    assert thread[-1] == "[planner] The counter is 2."  # the row (and so later prompts) holds the reply only
+    assert published_off[-1] == "Still 2."
+    assert why[why.index("  🔧 counter.add ✓: arguments: {\"n\": 2}"):][:2] == [
+        "  🔧 counter.add ✓: arguments: {\"n\": 2}", "    result: counter is 2"], why
+    broken_at = why.index("  🔧 counter.broken ✗: arguments: {}")
+    assert why[broken_at + 1].startswith("    result: error: counter.broken failed") and SECRET not in repr(why)
+    # usage counts every step: both model calls of the run, and the tokens of each
+    steps = [r for r in requests if GroupChatScript.classify(r) == ("participant", "planner")]
+    prompt = sum(rough_tokens("\n".join(message_text(m) for m in r["messages"])) for r in steps)
+    assert len(steps) == 2 and usage["planner"].startswith(f"2 calls · {prompt:,} prompt / 0 cached / "), usage
+    assert "counter.get" in harness.surface.drafts[-1].shown[-1]  # the draft shows the call all the same
+
+
+async def test_the_exports_and_replay_show_each_call_with_its_arguments_and_result(harness):
+    """SPEC §6b "Visible": the JSON export (version 3) lists each run's calls, valid against its
+    schema; HTML and Markdown show each under the reply it led to; `roundtable replay` of the reply
+    lists them; no secret anywhere."""
+    SECRETS.register(SECRET)
+    counter = Counter()
+    script = GroupChatScript(agents={"planner": [
+        Reply(text="", tool_calls=[tool_call("counter__add", n=2), tool_call("counter__broken")]),
+        "The counter is 2."]})
+    async with FakeOpenAI(script) as srv, running(harness, srv, counter) as h:
+        await grant(h, "counter.*")
+        await h.say("@planner count")
+        await h.idle(30)
+        outputs = {}
+        for fmt in ("json", "html", "md"):
+            out = io.StringIO()
+            await write_export(h.store, h.group, fmt, out.write)
+            outputs[fmt] = out.getvalue()
+        reply = [m for m in await h.store.messages(h.group.id) if m.author_type == "agent"][-1]
+        replayed = await replay_message(h.store, h.llm, h.group, reply.seq, model=None)
+    data = json.loads(outputs["json"])
+    jsonschema.Draft202012Validator(SCHEMA).validate(data)
+    assert data["version"] == 3
+    (run,) = [r for r in data["runs"] if r["tool_calls"]]
+    add, broken = run["tool_calls"]
+    assert (add["name"], add["model_name"], add["arguments"], add["status"], add["result"], add["error"]) == (
+        "counter.add", "counter__add", '{"n": 2}', "done", "counter is 2", False)
+    assert broken["name"] == "counter.broken" and broken["error"] and broken["result"].startswith("error:")
+    assert add["started_at"] and add["finished_at"] and run["calls"] == 2
+    html, md = outputs["html"], outputs["md"]
+    assert '<details class="tool"><summary>🔧 counter.add ✓ ' in html
+    assert "<pre>arguments: {&quot;n&quot;: 2}</pre><pre>result: counter is 2</pre>" in html
+    assert "> 🔧 counter.add ✓ " in md and '· arguments `{"n": 2}` · result `counter is 2`' in md
+    assert "> 🔧 counter.broken ✗ " in md
+    lines = side_by_side(replayed, h.group)
+    assert '  🔧 counter.add ✓ arguments: {"n": 2}' in lines and "    result: counter is 2" in lines, lines
+    assert "(🔧 counter.add ✓ · counter.broken ✗)" in episode_report([replayed], 1)[1]
+    assert SECRET not in repr(outputs) + repr(lines)

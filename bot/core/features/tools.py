@@ -28,6 +28,7 @@ import asyncio
 import json
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -196,6 +197,8 @@ class LoopResult:
 
 
 Notify = Callable[[str], Awaitable[None]]
+# A call starts (output None) or returns (its output, the seconds it took): for what the draft shows.
+OnCall = Callable[[JournaledCall, ToolOutput | None, float], None]
 
 
 class ToolLoop:
@@ -205,11 +208,12 @@ class ToolLoop:
                  cache_key: str | None = None, max_steps: int = MAX_TOOL_STEPS,
                  result_max: int = TOOL_RESULT_MAX, final_call: bool = True,
                  on_text: Callable[[str], None] | None = None, on_step: Callable[[], None] | None = None,
-                 notify: Notify | None = None, resume: bool = True) -> None:
+                 notify: Notify | None = None, on_call: OnCall | None = None, resume: bool = True) -> None:
         self.llm, self.store, self.box, self.agent, self.context = llm, store, box, agent, context
         self.resume = resume  # take over an interrupted run's journal (group runs; not a direct run)
         self.cache_key, self.max_steps, self.result_max = cache_key, max_steps, result_max
         self.final_call, self.on_text, self.on_step, self.notify = final_call, on_text, on_step, notify
+        self.on_call = on_call
 
     async def run(self, messages: Sequence[ChatMessage]) -> LoopResult:
         """Call the model until it answers without tool calls (see the module docstring), after
@@ -263,7 +267,12 @@ class ToolLoop:
 
     async def _run_entry(self, result: LoopResult, entry: JournaledCall) -> None:
         await self.store.journal_running(entry.id)
+        started = time.monotonic()
+        if self.on_call is not None:
+            self.on_call(entry, None, 0.0)
         output = await self.execute(ToolCall(entry.call_id, entry.tool, entry.arguments))
+        if self.on_call is not None:
+            self.on_call(entry, output, time.monotonic() - started)
         await self.store.journal_result(entry.id, output.text)
         self._answered(result, entry, output.text, output.error)
 

@@ -37,6 +37,7 @@ from bot.core.record.transcript import (
 from bot.core.rules.attachments import said
 from bot.core.rules.markdown import escape_html_in_prose
 from bot.core.rules.secrets import mask
+from bot.core.rules.tool_lines import call_head, call_parts
 
 FORMATS = ("html", "json", "md")
 
@@ -71,6 +72,10 @@ async def write_markdown(record: Record, write: Write, now: float) -> Totals:
                            escape_html_in_prose(said(m), record.people).split("\n"))
         for file in m.attachments:
             quoted += f"\n>\n> 📎 {_md_file(file)}"
+        for call in entry.calls:
+            arguments, result = call_parts(call.arguments, call.status, call.result)
+            quoted += (f"\n>\n> {_md_name(call_head(call.tool, call.status, call.result, call.seconds))} · "
+                       f"arguments `{_md_code(arguments)}` · result `{_md_code(result)}`")
         write(f"\n{head}\n{quoted}\n")
     await count_runs(record, totals)
     rolling = await summaries_line(record, totals)
@@ -83,6 +88,11 @@ def _md_file(file: SharedFile) -> str:
     if file.url.startswith(("https://", "http://")):
         name = f"[{name}](<{file.url}>)"
     return f"{name} {file_facts(file)}"
+
+
+def _md_code(text: str) -> str:
+    """Text for an inline code span on one line (a backtick would end it)."""
+    return " ".join(text.split()).replace("`", "'")
 
 
 def _md_name(name: str) -> str:

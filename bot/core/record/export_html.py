@@ -33,6 +33,10 @@ from bot.core.record.transcript import (
 )
 from bot.core.rules.attachments import said
 from bot.core.rules.markdown import escape, to_html
+from bot.core.rules.tool_lines import call_head, call_parts
+
+EXPORT_ARGUMENTS_MAX = 2_000  # characters of a tool call's arguments the page shows
+EXPORT_RESULT_MAX = 4_000  # and of its result (the JSON export has all that was kept)
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'none'; base-uri 'none'"
 
@@ -95,6 +99,9 @@ details.why[open] summary::before{content:"\\25BE\\00a0";}
 details.why dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;margin:6px 0 0;
 padding:8px 10px;background:var(--code);border-radius:8px}
 details.why dt{font-weight:600}details.why dd{margin:0;overflow-wrap:anywhere}
+.tools{margin:.3em 0;font-size:.85rem}details.tool summary{cursor:pointer;color:var(--muted)}
+details.tool pre{background:var(--code);border-radius:8px;padding:8px 12px;overflow-x:auto;max-height:30em;
+white-space:pre-wrap;margin:4px 0}
 footer.end{margin-top:32px;color:var(--muted);font-size:.85rem;text-align:center}
 """
 
@@ -180,7 +187,20 @@ def message_html(entry: Entry, people: dict[str, str]) -> str:
             f"{avatar(m.author_name)}<div class=\"body\"><div class=\"who\"><span class=\"name\">"
             f"{escape(m.author_name)}</span>{badge}<a class=\"seq\" href=\"#m{m.seq}\">#{m.seq}</a>"
             f"<time datetime=\"{iso(m.created_at)}\">{escape(when(m.created_at))}</time></div>"
-            f"<div class=\"text\">{to_html(said(m), people)}</div>{files_html(m)}{why(entry)}</div></article>\n")
+            f"<div class=\"text\">{to_html(said(m), people)}</div>{files_html(m)}{tools_html(entry)}{why(entry)}"
+            f"</div></article>\n")
+
+
+def tools_html(entry: Entry) -> str:
+    """The tool calls of the run behind a reply: a line each, its arguments and result folded under it."""
+    lines = []
+    for call in entry.calls:
+        arguments, result = call_parts(call.arguments, call.status, call.result,
+                                       arguments_max=EXPORT_ARGUMENTS_MAX, result_max=EXPORT_RESULT_MAX)
+        head = call_head(call.tool, call.status, call.result, call.seconds)
+        lines.append(f'<details class="tool"><summary>{escape(head)}</summary><pre>arguments: {escape(arguments)}'
+                     f"</pre><pre>result: {escape(result)}</pre></details>")
+    return f'<div class="tools">{"".join(lines)}</div>' if lines else ""
 
 
 def files_html(message: Message) -> str:

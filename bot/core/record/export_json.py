@@ -5,19 +5,21 @@ episodes, the messages (each with its routing decision) and the runs of the
 range, each list written a page at a time, the rolling summaries of the range
 (what context windows cut, and what writing them cost), and `totals` last. Times are ISO
 8601 in UTC; token counts are those the provider reported (`estimated` when
-they were counted locally). Version 2 (1 had no `attachments` of messages and no
-`provider` of runs and decisions); a change that breaks a reader bumps it.
+they were counted locally). Version 3 (2 had no `tool_calls` of runs; 1 had no `attachments`
+of messages and no `provider` of runs and decisions); a change that breaks a reader bumps it.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 
-from bot.core.models import Agent, ContextSummary, Decision, Episode, Message, Run, SharedFile, Usage
+from bot.core.models import Agent, ContextSummary, Decision, Episode, JournaledCall, Message, Run, SharedFile, Usage
 from bot.core.record.transcript import Record, Totals, Write, iso
+from bot.core.rules.tool_lines import is_error, shown_name
 
 FORMAT = "roundtable-export"
-VERSION = 2
+VERSION = 3
 
 
 def _dump(value: object) -> str:
@@ -80,13 +82,21 @@ def message_json(message: Message, decision: Decision | None) -> dict[str, objec
     }
 
 
-def run_json(run: Run, agent_name: str) -> dict[str, object]:
+def tool_call_json(call: JournaledCall) -> dict[str, object]:
+    return {"step": call.step, "position": call.position, "call_id": call.call_id, "name": shown_name(call.tool),
+            "model_name": call.tool, "arguments": call.arguments, "status": call.status, "result": call.result,
+            "error": is_error(call.status, call.result), "started_at": iso(call.started_at),
+            "finished_at": iso(call.finished_at)}
+
+
+def run_json(run: Run, agent_name: str, calls: Sequence[JournaledCall] = ()) -> dict[str, object]:
     return {"id": run.id, "agent_id": run.agent_id, "agent_name": agent_name, "kind": run.kind,
             "snapshot_seq": run.snapshot_seq, "episode_id": run.episode_id, "status": run.status,
             "model": run.model or None, "provider": run.provider or None, "usage": usage_json(run.usage),
             "selector_usage": usage_json(run.selector_usage), "posted_seq": run.posted_seq, "error": run.error,
             "started_at": iso(run.started_at), "finished_at": iso(run.finished_at),
-            "memory_skipped": run.memory_skipped, "calls": run.calls}
+            "memory_skipped": run.memory_skipped, "calls": run.calls,
+            "tool_calls": [tool_call_json(c) for c in calls]}
 
 
 def summary_json(summary: ContextSummary, usage: Usage, calls: int) -> dict[str, object]:
@@ -138,8 +148,9 @@ async def write_json(record: Record, write: Write, now: float) -> Totals:
     messages.close()
     runs = _List(write, "runs")
     async for run_page in store.run_pages(group.id, after=rows.after, through=rows.through, size=record.page):
+        journals = await store.tool_calls_by_run(run.id for run in run_page)
         for run in run_page:
-            runs.add(run_json(run, record.agent_name(run.agent_id)))
+            runs.add(run_json(run, record.agent_name(run.agent_id), journals.get(run.id, ())))
             totals.usage = totals.usage + run.usage
     runs.close()
     summaries = _List(write, "summaries")

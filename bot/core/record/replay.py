@@ -10,7 +10,9 @@ so a renamed agent is the same agent) and TERMINATE. Nothing is stored: the
 store is only read.
 
 `replay_episode` does this for every stored selector decision of an episode.
-The report functions lay the stored and the new decision side by side.
+The report functions lay the stored and the new decision side by side; for an agent's
+reply they also list the tool calls of the run that wrote it (SPEC §6b "Visible"), each with
+its arguments and result, cut and masked.
 """
 from __future__ import annotations
 
@@ -20,8 +22,9 @@ from dataclasses import dataclass
 from bot.core.errors import InvalidInput, NotFound
 from bot.core.features.selector import selector_decision
 from bot.core.features.summary import Summaries
-from bot.core.models import Decision, Group, Message
+from bot.core.models import Decision, Group, JournaledCall, Message
 from bot.core.ports import LLM, Store
+from bot.core.rules.tool_lines import call_detail, compact_line, is_error
 
 SELECTOR_SOURCES = ("selector", "fallback", "low_confidence")  # decisions a selector call made
 
@@ -31,6 +34,7 @@ class Replayed:
     message: Message
     stored: Decision | None
     now: Decision
+    calls: tuple[JournaledCall, ...] = ()  # the tool calls of the run that wrote it (an agent's reply)
 
     @property
     def changed(self) -> bool:
@@ -53,7 +57,9 @@ async def replay_message(store: Store, llm: LLM, group: Group, seq: int, *, mode
         raise InvalidInput(f"#{seq} is a notice from the bot; notices are never routed, so there is nothing to replay.")
     roster = await store.list_agents(group.id)
     now = await selector_decision(store, llm, group, roster, message, model=model, summaries=Summaries.stored(store))
-    return Replayed(message, await store.get_decision(group.id, seq), now)
+    calls = (tuple(await store.run_tool_calls(message.source_run_id))
+             if message.author_type == "agent" and message.source_run_id is not None else ())
+    return Replayed(message, await store.get_decision(group.id, seq), now, calls)
 
 
 async def replay_episode(store: Store, llm: LLM, group: Group, episode_id: int, *,
@@ -107,8 +113,12 @@ def side_by_side(result: Replayed, group: Group) -> list[str]:
     preview = preview if len(preview) <= 60 else preview[:59] + "…"
     stored, now = _facts(result.stored), dict(_facts(result.now))
     width = max(len(v) for _, v in stored) + 2
-    lines = [f"#{m.seq} by {m.author_name} in {group.name}: {preview}",
-             f"  {'':<14}{'stored':<{width}}now"]
+    lines = [f"#{m.seq} by {m.author_name} in {group.name}: {preview}"]
+    for call in result.calls:
+        head, detail = call_detail(call.tool, call.arguments, call.status, call.result)
+        arguments, outcome = detail.split("\n", 1)
+        lines += [f"  {head} {' '.join(arguments.split())}", f"    {' '.join(outcome.split())}"]
+    lines.append(f"  {'':<14}{'stored':<{width}}now")
     lines += [f"  {name:<14}{value:<{width}}{now.get(name, '')}" for name, value in stored if name in now]
     if result.stored is not None and result.stored.source not in SELECTOR_SOURCES:
         lines.append(f"  (the stored decision came from {result.stored.source}, not from a selector call)")
@@ -122,7 +132,9 @@ def episode_report(results: Sequence[Replayed], episode_id: int) -> list[str]:
     lines = [f"Episode {episode_id}: {len(results)} selector decision{'' if len(results) == 1 else 's'} replayed"]
     for r in results:
         mark = "CHANGED" if r.changed else "same"
-        lines.append(f"  #{r.message.seq} {r.message.author_name}: {_chosen(r.stored)} -> {_chosen(r.now)}  {mark}")
+        tools = compact_line((c.tool, is_error(c.status, c.result)) for c in r.calls)
+        lines.append(f"  #{r.message.seq} {r.message.author_name}: {_chosen(r.stored)} -> {_chosen(r.now)}  {mark}"
+                     + (f"  ({tools})" if tools else ""))
     changed = sum(r.changed for r in results)
     lines.append(f"{changed} of {len(results)} would change.")
     return lines

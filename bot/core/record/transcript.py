@@ -16,16 +16,17 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from bot.core.errors import InvalidInput
-from bot.core.models import Agent, Decision, Episode, Group, Message, Run, SharedFile, Usage
-from bot.core.ports import GroupStore, ReadingStore, RecordStore, RoutingStore
+from bot.core.models import Agent, Decision, Episode, Group, JournaledCall, Message, Run, SharedFile, Usage
+from bot.core.ports import GroupStore, ReadingStore, RecordStore, RoutingStore, ToolStore
 from bot.core.rules.attachments import size_text
 
 PAGE = 500
 PICKS_KEPT = 8  # per agent: recent decisions that selected it, to name the one behind each reply
 
 
-class TranscriptStore(RecordStore, RoutingStore, ReadingStore, GroupStore, Protocol):
-    """What an export reads: the record in pages, the routing decisions, people's names, the group."""
+class TranscriptStore(RecordStore, RoutingStore, ReadingStore, GroupStore, ToolStore, Protocol):
+    """What an export reads: the record in pages, the routing decisions, people's names, the group,
+    the tool calls of the runs."""
 
 
 Write = Callable[[str], object]
@@ -55,6 +56,7 @@ class Entry:
     episode: Episode | None  # set on the first row of each episode in the export
     picked_by: Decision | None  # for agent rows: the decision that selected its author
     earlier_task: int | None = None  # a reply to an older episode's task (a person posted during the run)
+    calls: tuple[JournaledCall, ...] = ()  # the tool calls of the run that wrote it, in order (SPEC §6b)
 
 
 @dataclass
@@ -126,6 +128,8 @@ class Record:
             decisions = await store.decisions(gid, after=page[0].seq - 1, through=page[-1].seq)
             runs = await store.runs_by_id(m.source_run_id for m in page if m.source_run_id is not None)
             episodes = await store.episodes_by_id(m.episode_id for m in page if m.episode_id is not None)
+            calls = await store.tool_calls_by_run(m.source_run_id for m in page
+                                                  if m.source_run_id is not None and m.author_type == "agent")
             for message in page:
                 run = runs.get(message.source_run_id) if message.source_run_id is not None else None
                 opens = None
@@ -141,7 +145,8 @@ class Record:
                 if message.episode_id is not None and message.episode_id < current:
                     older = episodes.get(message.episode_id)
                     earlier = older.task_seq if older is not None else None
-                yield Entry(message, decision, run, opens, picked, earlier)
+                ran = tuple(calls.get(message.source_run_id, ())) if message.source_run_id is not None else ()
+                yield Entry(message, decision, run, opens, picked, earlier, ran)
 
 
 def _picked_by(picks: dict[int, deque[tuple[int, Decision]]], message: Message, run: Run | None) -> Decision | None:

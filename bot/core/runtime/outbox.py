@@ -29,13 +29,24 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from bot.core.errors import AlreadyStored, DeliveryError, LeaseLost, NotFound, StoreError
+from bot.core.features import memory
 from bot.core.models import Agent, Episode, Group, Message
-from bot.core.ports import GroupStore, HealthStore, LeaseStore, PostingStore, RosterStore, Surface, ThreadStore
+from bot.core.ports import (
+    GroupStore,
+    HealthStore,
+    LeaseStore,
+    PostingStore,
+    RosterStore,
+    Surface,
+    ThreadStore,
+    ToolStore,
+)
 from bot.core.rules.secrets import mask_error
+from bot.core.rules.tool_lines import compact_line, is_error
 from bot.core.runtime.worker import GroupWorker, Pulse, RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -44,7 +55,7 @@ GIVE_UP_AFTER = 5  # unexpected failures (a bug, not Discord or the database) sh
 LASTING_AFTER = 10.0  # seconds after a refusal when a row still not shown makes it a lasting one
 
 
-class OutboxStore(GroupStore, RosterStore, ThreadStore, PostingStore, LeaseStore, HealthStore, Protocol):
+class OutboxStore(GroupStore, RosterStore, ThreadStore, PostingStore, LeaseStore, HealthStore, ToolStore, Protocol):
     """What an outbox reads and writes: the rows to show, their parts, the group's lease."""
 
 
@@ -171,8 +182,20 @@ class Outbox(GroupWorker):
             except AlreadyStored:
                 await self._take_back(group, row, external_id)
 
-        await self.deps.surface.publish(group, row, await self._author(row), resume=row.seq in self.unsure,
+        shown = await self._with_tools(group, row)
+        await self.deps.surface.publish(group, shown, await self._author(row), resume=row.seq in self.unsure,
                                           record=record)
+
+    async def _with_tools(self, group: Group, row: Message) -> Message:
+        """An agent's reply as shown: with the group's `show_tools` on, a compact line of its run's
+        tool calls at its end (SPEC §6b "Visible"; rendered here, never stored in the row's text, so
+        later prompts do not read it as something the agent said). The built-in memory_write, a
+        note the agent keeps, is not listed."""
+        if row.author_type != "agent" or row.source_run_id is None or not group.settings.show_tools:
+            return row
+        calls = await self.deps.store.run_tool_calls(row.source_run_id)
+        line = compact_line((c.tool, is_error(c.status, c.result)) for c in calls if c.tool != memory.TOOL_NAME)
+        return replace(row, text=f"{row.text}\n\n{line}") if line else row
 
     async def _take_back(self, group: Group, row: Message, external_id: str) -> None:
         """A part the surface posted for `row` is stored as another row already: most likely a

@@ -11,7 +11,8 @@ surface, and stops before the run is settled, so the committed row's publish has
 last word. The run first takes over the provisional messages an interrupted run of
 the agent left (its reply replaces them); a run that posts nothing takes its own back.
 An agent with tools (granted ones, or memory_write with memory on) runs the tool loop
-(`bot.core.features.tools`), streamed too: the draft shows the text of the current step.
+(`bot.core.features.tools`), streamed too: the draft shows a line per tool call
+(`bot.core.rules.tool_lines`: running, then ✓ or ✗), then the text of the current step.
 """
 from __future__ import annotations
 
@@ -35,10 +36,12 @@ from bot.core.models import (
     DraftPart,
     FinishedRun,
     Group,
+    JournaledCall,
     Message,
     NewMessage,
     Run,
     RunResult,
+    ToolOutput,
     Usage,
 )
 from bot.core.ports import (
@@ -68,6 +71,7 @@ from bot.core.rules.stop import (
     why_nothing_shown,
 )
 from bot.core.rules.tags import parse_tags
+from bot.core.rules.tool_lines import call_line
 from bot.core.runtime.worker import RetryPolicy, wait_for_store
 
 log = logging.getLogger(__name__)
@@ -354,8 +358,21 @@ class AgentTurn:
         """The tool loop; with the group streaming, each step's text shown as it is written."""
         deps = self.deps
         shown = [ReplyStream(agent.name, others)]
-        draft = (deps.surface.draft(group, agent, run.id, parts, lambda: shown[0].visible())
-                 if group.settings.stream else None)
+        lines: dict[int, str] = {}  # journal id -> the call's line (SPEC §6b "Visible"), in the order they ran
+
+        def visible() -> str:
+            text = shown[0].visible()
+            calls = "\n".join(lines.values())
+            return f"{calls}\n\n{text}" if calls and text else calls or text
+
+        draft = deps.surface.draft(group, agent, run.id, parts, visible) if group.settings.stream else None
+
+        def call(entry: JournaledCall, output: ToolOutput | None, seconds: float) -> None:
+            lines[entry.id] = call_line(entry.tool, entry.arguments, done=output is not None,
+                                        error=output is not None and output.error, seconds=seconds,
+                                        result=output.text if output is not None else "")
+            if draft is not None:
+                draft.grew()
 
         def piece(text: str) -> None:
             shown[0].add(text)
@@ -372,7 +389,8 @@ class AgentTurn:
         loop = ToolLoop(deps.llm, deps.store, box, agent, RunContext(group.id, agent.id, run.id),
                         cache_key=cache_key(group, agent.id),
                         max_steps=MAX_TOOL_STEPS if granted else memory.MAX_TOOL_STEPS, final_call=granted,
-                        on_text=piece if draft is not None else None, on_step=step, notify=notify)
+                        on_text=piece if draft is not None else None, on_step=step, notify=notify,
+                        on_call=call)
         try:
             answer = await run_agent_tools(loop, messages, memory=agent.memory)
         except asyncio.CancelledError:

@@ -17,7 +17,7 @@ from bot.core.features.context import find_window, participant_step
 from bot.core.features.reading import Reader, Reading
 from bot.core.features.spending import budget_refusal, month_cost, usage_card
 from bot.core.features.summary import MIN_WINDOW, Summaries
-from bot.core.models import DEFAULT_PROVIDER, Agent, Completion, Decision, Group, GroupSettings
+from bot.core.models import DEFAULT_PROVIDER, Agent, Completion, Decision, Group, GroupSettings, Message
 from bot.core.record.export import file_name, write_export
 from bot.core.record.transcript import plural, when
 from bot.core.rules import validation as v
@@ -25,6 +25,7 @@ from bot.core.rules.card import Attachment, Card, Field, Tone
 from bot.core.rules.doctor import Check, database_checks, delivery_check
 from bot.core.rules.pricing import dollars, exact_dollars
 from bot.core.rules.store_health import outage_status
+from bot.core.rules.tool_lines import CALLS_SHOWN, call_detail
 from bot.core.runtime.engine import Engine
 from bot.core.verbs.schedule_verbs import ScheduleVerbs
 
@@ -38,6 +39,7 @@ CONFIG_FIELDS = {  # option name -> GroupSettings field
     "selector_model": "selector_model",
     "operator_role": "operator_role", "allow_bots": "allow_bots", "brief": "brief", "min_confidence": "min_confidence",
     "monthly_budget": "monthly_budget", "max_images": "max_images", "max_text": "max_text", "stream": "stream",
+    "show_tools": "show_tools",
     "followup_window": "followup_window",
 }
 
@@ -76,6 +78,7 @@ def settings_fields(settings: GroupSettings) -> tuple[Field, ...]:
         "monthly_budget": exact_dollars(settings.monthly_budget) if settings.monthly_budget else "off",
         "max_images": settings.max_images, "max_text": f"{settings.max_text:,}",
         "stream": "on" if settings.stream else "off",
+        "show_tools": "on" if settings.show_tools else "off",
         "followup_window": f"{settings.followup_window} min" if settings.followup_window else "off",
     }
     return tuple(Field(k, str(val)) for k, val in shown.items())
@@ -248,8 +251,9 @@ class Admin:
         decision = await self.store.get_decision(group.id, seq)
         message = await self.store.get_message(group.id, seq)
         title = f"#{seq} by {message.author_name}"
+        calls = await self._tool_fields(message)
         if decision is None:
-            return Card(title, "Not routed yet.")
+            return Card(title, "Not routed yet.", calls)
         fields = [Field("source", decision.source), Field("chosen", chosen(decision))]
         if decision.selector_raw:
             fields.append(Field("selector replies", " | ".join(decision.selector_raw), inline=False))
@@ -260,7 +264,20 @@ class Admin:
             u = decision.usage
             fields.append(Field("selector tokens", f"{u.prompt_tokens} prompt, {u.completion_tokens} completion, "
                                                    f"{u.cached_tokens} cached"))
+        fields.extend(calls)
         return Card(title, decision.note, tuple(fields), footer=await self._context_footer(group, seq))
+
+    async def _tool_fields(self, message: Message) -> tuple[Field, ...]:
+        """Each tool call of the run behind an agent's reply, with its arguments and result (cut, masked)."""
+        if message.author_type != "agent" or message.source_run_id is None:
+            return ()
+        calls = await self.store.run_tool_calls(message.source_run_id)
+        fields = [Field(*call_detail(c.tool, c.arguments, c.status, c.result), inline=False)
+                  for c in calls[:CALLS_SHOWN]]
+        if len(calls) > CALLS_SHOWN:
+            fields.append(Field("more calls", f"{len(calls) - CALLS_SHOWN} more (the exports show every call)",
+                                inline=False))
+        return tuple(fields)
 
     async def newest_spoken(self, group: Group) -> int:
         """The newest row a person or an agent wrote (the bot's own notices select nobody, so `why` without a

@@ -474,6 +474,8 @@ COMMANDS: tuple[Command, ...] = (
                 Option("max_text", "characters of a message's text files put in prompts (the rest is cut)",
                        "integer", low=MAX_TEXT_RANGE[0], high=MAX_TEXT_RANGE[1]),
                 Option("stream", "show replies as they are written (off: whole messages)", "boolean"),
+                Option("show_tools", "a reply that used tools keeps a line of its calls (off: the reply only)",
+                       "boolean"),
                 Option("followup_window", "minutes after an episode's end in which a message continues its task "
                        "(0: never)", "integer", low=FOLLOWUP_WINDOW_RANGE[0], high=FOLLOWUP_WINDOW_RANGE[1]),
             ), who="operators_to_change"),
