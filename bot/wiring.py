@@ -27,7 +27,8 @@ def group_defaults(settings: Settings) -> GroupSettings:
     return GroupSettings(max_agent_turns=settings.max_agent_turns, context_budget=settings.context_budget,
                          selector_budget=settings.selector_budget, max_images=settings.max_images,
                          max_text=settings.max_text, stream=settings.stream,
-                         followup_window=settings.followup_window)
+                         followup_window=settings.followup_window, approval_timeout=settings.approval_timeout,
+                         max_tool_steps=settings.max_tool_steps)
 
 
 def make_providers(settings: Settings, counter: TokenCounter) -> Providers:

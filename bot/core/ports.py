@@ -13,6 +13,8 @@ from typing import Protocol
 
 from bot.core.models import (
     Agent,
+    Approval,
+    ApprovalAsk,
     ChatMessage,
     Completion,
     ContextSummary,
@@ -228,6 +230,13 @@ class Surface(Protocol):
 
     async def remove_drafts(self, group: Group, parts: Sequence[DraftPart]) -> list[int]:
         """Take back provisional messages no row will own; the ids of the parts that are gone."""
+        ...
+
+    async def approve(self, group: Group, agent: Agent, ask: ApprovalAsk) -> Approval:
+        """Hold a tool call until a person decides (SPEC §6b "Approval"): ask the starter of the
+        episode or an operator (Discord: Approve / Deny buttons; a console on a terminal: [y/N]),
+        and return their decision, or a denial (`by` "") after `ask.timeout` seconds or when
+        nobody can be asked. What was shown to ask is taken back or settled before it returns."""
         ...
 
     async def episode_updated(self, group: Group, episode: Episode) -> None:

@@ -38,7 +38,8 @@ CONFIG_FIELDS = {  # option name -> GroupSettings field
     "selector_model": "selector_model",
     "operator_role": "operator_role", "allow_bots": "allow_bots", "brief": "brief", "min_confidence": "min_confidence",
     "monthly_budget": "monthly_budget", "max_images": "max_images", "max_text": "max_text", "stream": "stream",
-    "followup_window": "followup_window",
+    "followup_window": "followup_window", "approval_timeout": "approval_timeout",
+    "max_tool_steps": "max_tool_steps",
 }
 
 
@@ -77,6 +78,7 @@ def settings_fields(settings: GroupSettings) -> tuple[Field, ...]:
         "max_images": settings.max_images, "max_text": f"{settings.max_text:,}",
         "stream": "on" if settings.stream else "off",
         "followup_window": f"{settings.followup_window} min" if settings.followup_window else "off",
+        "approval_timeout": f"{settings.approval_timeout} s", "max_tool_steps": settings.max_tool_steps,
     }
     return tuple(Field(k, str(val)) for k, val in shown.items())
 
