@@ -56,6 +56,7 @@ class RecordingSurface:
         self.removed: list[DraftPart] = []
         self.asked: list[ApprovalAsk] = []  # approvals asked for, in order
         self.decide: Callable[[ApprovalAsk], Approval] = lambda ask: Approval(False)  # default: timed out
+        self.hold_approvals = False  # approve() waits (until cancelled): a run held for approval
 
     async def publish(self, group: Group, message: Message, agent: Agent | None, *,
                       resume: bool = False, record: Recorder) -> None:
@@ -100,6 +101,8 @@ class RecordingSurface:
 
     async def approve(self, group: Group, agent: Agent, ask: ApprovalAsk) -> Approval:
         self.asked.append(ask)
+        if self.hold_approvals:
+            await asyncio.Event().wait()
         return self.decide(ask)
 
     def lines(self) -> list[str]:
