@@ -171,6 +171,10 @@ class ToolStore(Protocol):
         """The call returned (`done`) with `result`, or (`unknown`) a resumed run did not repeat it."""
         ...
 
+    async def run_tool_calls(self, run_id: int) -> list[JournaledCall]:
+        """The journal of run `run_id`, in order."""
+        ...
+
     async def adopt_tool_calls(self, group_id: int, agent_id: int, run_id: int) -> list[JournaledCall]:
         """Move to run `run_id` the journal of the agent's interrupted runs of the same episode (a
         crash or a restart cut them); return the run's calls, in order."""

@@ -122,6 +122,19 @@ def approved(text: str, approval: Approval) -> str:
     return f"[approved by {approval.by}]\n{text}"
 
 
+def decision_of(tool: str, result: str | None) -> str | None:
+    """What a journaled call's result says of its approval (for "Why this reply?"), else None."""
+    name = tool.replace("__", ".", 1)
+    text = result or ""
+    if text.startswith("[approved by ") and "]" in text:
+        return f"{name}: approved by {text[len('[approved by '):text.index(']')]}"
+    if text.startswith("error: denied by "):
+        return f"{name}: denied by {text[len('error: denied by '):].split(':', 1)[0]}"
+    if text.startswith("error: denied: nobody approved"):
+        return f"{name}: denied (nobody approved it in time)"
+    return None
+
+
 def cut(text: str, limit: int = TOOL_RESULT_MAX) -> str:
     """`text`, or its first `limit` characters and a note saying how long it was."""
     if len(text) <= limit:

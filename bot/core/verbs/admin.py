@@ -17,6 +17,7 @@ from bot.core.features.context import find_window, participant_step
 from bot.core.features.reading import Reader, Reading
 from bot.core.features.spending import budget_refusal, month_cost, usage_card
 from bot.core.features.summary import MIN_WINDOW, Summaries
+from bot.core.features.tools import decision_of
 from bot.core.models import DEFAULT_PROVIDER, Agent, Completion, Decision, Group, GroupSettings
 from bot.core.record.export import file_name, write_export
 from bot.core.record.transcript import plural, when
@@ -262,6 +263,11 @@ class Admin:
             u = decision.usage
             fields.append(Field("selector tokens", f"{u.prompt_tokens} prompt, {u.completion_tokens} completion, "
                                                    f"{u.cached_tokens} cached"))
+        if message.source_run_id is not None:
+            held = [said for call in await self.store.run_tool_calls(message.source_run_id)
+                    if (said := decision_of(call.tool, call.result)) is not None]
+            if held:
+                fields.append(Field("tool approvals", "; ".join(held), inline=False))
         return Card(title, decision.note, tuple(fields), footer=await self._context_footer(group, seq))
 
     async def newest_spoken(self, group: Group) -> int:
