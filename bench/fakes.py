@@ -67,7 +67,7 @@ class RecordingSurface:
         return [p.id for p in parts]
 
     async def approve(self, group: Group, agent: Agent, ask: ApprovalAsk) -> Approval:
-        return Approval(False)  # nobody to ask
+        return Approval(False, why="nobody can be asked")
 
     def agent_posts(self) -> list[tuple[float, Message]]:
         return [(t, m) for t, m in self.published if m.author_type == "agent"]

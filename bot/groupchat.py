@@ -76,7 +76,7 @@ class _Quiet:
         return [p.id for p in parts]
 
     async def approve(self, group: Group, agent: Agent, ask: ApprovalAsk) -> Approval:
-        return Approval(False)  # nobody to ask: a held tool call is denied
+        return Approval(False, why="nobody can be asked to approve it here")  # a held tool call is denied
 
 
 async def run_group_chat(

@@ -150,20 +150,26 @@ class ConsoleSurface:
         what = f"{agent.name} wants to run {ask.tool} with {arguments}"
         if not self.asking or self._answer is not None:
             await self.alert(group, f"{what}: denied (approving a call needs the console's input to be a terminal).")
-            return Approval(False)
+            return Approval(False, why="the console's input is not a terminal, so nobody could be asked")
         self._answer = asyncio.get_running_loop().create_future()
         await self.alert(group, f"{what}. Run it? [y/N] (denied after {ask.timeout:g} s)")
-        line: str | None = None  # None: no answer (the timeout, or the end of input)
+        line: str | None = None  # None: the input ended
+        timed_out = False
         try:
             async with asyncio.timeout(ask.timeout):
                 line = await self._answer
         except TimeoutError:
-            pass
+            timed_out = True
         finally:
             self._answer = None
-        decision = Approval(False) if line is None else Approval(line.strip().lower() in ("y", "yes"), self.person)
-        said = ("approved" if decision.approved else "denied") + (f" by {decision.by}" if decision.by else
-                                                                   ": no answer in time")
+        if timed_out:
+            decision = Approval(False)
+        elif line is None:
+            decision = Approval(False, why="the console's input ended before an answer")
+        else:
+            decision = Approval(line.strip().lower() in ("y", "yes"), self.person)
+        said = ("approved" if decision.approved else "denied") + (
+            f" by {decision.by}" if decision.by else f": {decision.why or 'no answer in time'}")
         await self.alert(group, f"{agent.name}'s call of {ask.tool}: {said}.")
         return decision
 

@@ -438,14 +438,16 @@ class ApprovalAsk:
 
 @dataclass(frozen=True)
 class Approval:
-    """A person's decision on an `ApprovalAsk` (`by`: their name), or its timeout (`by` "")."""
+    """A person's decision on an `ApprovalAsk` (`by`: their name), or a denial without one: its
+    timeout, or `why` nobody could be asked."""
 
     approved: bool
     by: str = ""
+    why: str = ""  # a denial without a person: why nobody could be asked ("": the timeout)
 
     @property
     def timed_out(self) -> bool:
-        return not self.approved and not self.by
+        return not self.approved and not self.by and not self.why
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,8 @@ def test_the_offered_box_holds_the_tools_that_need_approval():
 @pytest.mark.parametrize("decision, told", [
     (Approval(False, "bob"), "error: denied by bob: this call of files.delete did not run."),
     (Approval(False), "error: denied: nobody approved this call of files.delete in time; it did not run."),
+    (Approval(False, why="nobody can be asked"), "error: denied: nobody can be asked; this call of files.delete did "
+                                                 "not run."),
 ])
 def test_denied(decision, told):
     assert denied("files.delete", decision) == told

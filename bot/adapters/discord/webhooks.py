@@ -584,11 +584,11 @@ class DiscordSurface:
         except DeliveryError as exc:
             self.approvals.release(ask.key)
             log.warning("group=%s: could not ask for approval of %s (%s); denied", group.id, ask.tool, exc)
-            return Approval(False)
+            return Approval(False, why="the request for approval could not be posted")
         if not (200 <= status < 300 and isinstance(body, dict) and "id" in body):
             self.approvals.release(ask.key)
             log.warning("group=%s: could not ask for approval of %s (HTTP %s); denied", group.id, ask.tool, status)
-            return Approval(False)
+            return Approval(False, why="the request for approval could not be posted")
         decision = await self.approvals.wait(held)
         try:
             await self._hook_call(group, "PATCH", str(body["id"]), {

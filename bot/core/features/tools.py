@@ -115,6 +115,8 @@ def denied(name: str, approval: Approval) -> str:
     """The result the model reads for a call a person denied, or that timed out waiting."""
     if approval.timed_out:
         return f"error: denied: nobody approved this call of {name} in time; it did not run."
+    if not approval.by:
+        return f"error: denied: {approval.why}; this call of {name} did not run."
     return f"error: denied by {approval.by}: this call of {name} did not run."
 
 
@@ -132,6 +134,8 @@ def decision_of(tool: str, result: str | None) -> str | None:
         return f"{name}: denied by {text[len('error: denied by '):].split(':', 1)[0]}"
     if text.startswith("error: denied: nobody approved"):
         return f"{name}: denied (nobody approved it in time)"
+    if text.startswith("error: denied: "):
+        return f"{name}: denied ({text[len('error: denied: '):].split(';', 1)[0]})"
     return None
 
 
@@ -325,13 +329,14 @@ class ToolLoop:
             return None
         name = self.box.entries[entry.tool][2]
         if self.approve is None:
-            decision = Approval(False)
+            decision = Approval(False, why="nobody can be asked to approve it here")
         else:
             log.info("agent=%s run=%s: %s waits for approval", self.agent.name, self.context.run_id, name)
             decision = await self.approve(name, entry.arguments, f"{self.context.run_id}.{entry.id}")
         log.info("agent=%s run=%s: %s %s", self.agent.name, self.context.run_id, name,
                  f"approved by {decision.by}" if decision.approved else
-                 f"denied by {decision.by}" if decision.by else "denied (nobody approved it in time)")
+                 f"denied by {decision.by}" if decision.by else
+                 f"denied ({decision.why or 'nobody approved it in time'})")
         return decision
 
     def _answered(self, result: LoopResult, entry: JournaledCall, text: str, error: bool) -> None:
