@@ -8,6 +8,7 @@ from bot.core.features.tools import (
     ToolRegistry,
     check_pattern,
     cut,
+    decision_of,
     denied,
     granted,
     matches,
@@ -119,3 +120,17 @@ def test_the_offered_box_holds_the_tools_that_need_approval():
 ])
 def test_denied(decision, told):
     assert denied("files.delete", decision) == told
+
+
+@pytest.mark.parametrize("result, said", [
+    ("[approved by Bob]\ndeleted old", "files.delete: approved by Bob"),
+    ("error: denied by Alice: this call of files.delete did not run.", "files.delete: denied by Alice"),
+    ("error: denied: nobody approved this call of files.delete in time; it did not run.",
+     "files.delete: denied (nobody approved it in time)"),
+    ("error: denied: nobody can be asked; this call of files.delete did not run.",
+     "files.delete: denied (nobody can be asked)"),
+    ("deleted old", None),
+    (None, None),
+])
+def test_decision_of_a_journaled_call(result, said):
+    assert decision_of("files__delete", result) == said

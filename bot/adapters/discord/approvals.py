@@ -14,7 +14,6 @@ process stopped asks again when it resumes (its journal row is still `pending`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass, field
 
@@ -97,7 +96,3 @@ class Waiting:
                  "approved" if approved else "denied", by)
         return True
 
-    def cancel_all(self) -> None:
-        for held in list(self._held.values()):
-            with contextlib.suppress(asyncio.InvalidStateError):
-                held.decided.cancel()

@@ -26,8 +26,8 @@ the tool does not run and its result tells the model so (`denied`); approved, it
 with who approved it. The journal row keeps either. A run cut while it waited asks again when
 it resumes (the row is still `pending`).
 
-The pure parts (`model_name`, `granted`, `cut`, `offered`) are table-tested; the loop runs over the
-LLM and ToolStore ports.
+The pure parts (`model_name`, `granted`, `cut`, `offered`, `needs_approval`, `denied`, `decision_of`)
+are table-tested; the loop runs over the LLM and ToolStore ports.
 """
 from __future__ import annotations
 
