@@ -12,7 +12,19 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from bench.scenario import Script, classify
-from bot.core.models import Agent, ChatMessage, Completion, DraftPart, Episode, Group, Message, SharedFile, Usage
+from bot.core.models import (
+    Agent,
+    Approval,
+    ApprovalAsk,
+    ChatMessage,
+    Completion,
+    DraftPart,
+    Episode,
+    Group,
+    Message,
+    SharedFile,
+    Usage,
+)
 from bot.core.ports import Draft, Recorder
 from bot.core.rules.attachments import FileUnavailable
 
@@ -53,6 +65,9 @@ class RecordingSurface:
 
     async def remove_drafts(self, group: Group, parts: Sequence[DraftPart]) -> list[int]:
         return [p.id for p in parts]
+
+    async def approve(self, group: Group, agent: Agent, ask: ApprovalAsk) -> Approval:
+        return Approval(False, why="nobody can be asked")
 
     def agent_posts(self) -> list[tuple[float, Message]]:
         return [(t, m) for t, m in self.published if m.author_type == "agent"]

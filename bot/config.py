@@ -21,16 +21,20 @@ from urllib.parse import urlsplit
 
 from bot.core.errors import ConfigError, InvalidInput
 from bot.core.models import (
+    APPROVAL_TIMEOUT_RANGE,
+    DEFAULT_APPROVAL_TIMEOUT,
     DEFAULT_CONTEXT_BUDGET,
     DEFAULT_FOLLOWUP_WINDOW,
     DEFAULT_MAX_IMAGES,
     DEFAULT_MAX_TEXT,
+    DEFAULT_MAX_TOOL_STEPS,
     DEFAULT_MAX_TURNS,
     DEFAULT_PROVIDER,
     DEFAULT_SELECTOR_BUDGET,
     FOLLOWUP_WINDOW_RANGE,
     MAX_IMAGES_RANGE,
     MAX_TEXT_RANGE,
+    MAX_TOOL_STEPS_RANGE,
     MAX_TURNS_RANGE,
 )
 from bot.core.rules.pricing import Price, merged_prices, parse_prices
@@ -85,6 +89,8 @@ class Settings:
     fetch_private: bool = False  # ROUNDTABLE_FETCH_PRIVATE: fetch_url may read private/loopback addresses
     show_tools: bool = True  # ROUNDTABLE_SHOW_TOOLS: new groups' replies keep a compact line of their tool calls
     followup_window: int = DEFAULT_FOLLOWUP_WINDOW  # ROUNDTABLE_FOLLOWUP_WINDOW: minutes (new groups)
+    approval_timeout: int = DEFAULT_APPROVAL_TIMEOUT  # ROUNDTABLE_APPROVAL_TIMEOUT: seconds (new groups)
+    max_tool_steps: int = DEFAULT_MAX_TOOL_STEPS  # ROUNDTABLE_MAX_TOOL_STEPS (new groups)
 
     @property
     def prices(self) -> dict[str, Price]:
@@ -313,6 +319,14 @@ def load_settings(env: Mapping[str, str], *, need_discord: bool, missing_note: s
                                  _in_range(*FOLLOWUP_WINDOW_RANGE, int),
                                  f"use a whole number of minutes from {FOLLOWUP_WINDOW_RANGE[0]} (never) to "
                                  f"{FOLLOWUP_WINDOW_RANGE[1]:,}"),
+        approval_timeout=r.parsed("ROUNDTABLE_APPROVAL_TIMEOUT", DEFAULT_APPROVAL_TIMEOUT,
+                                  _in_range(*APPROVAL_TIMEOUT_RANGE, int),
+                                  f"use a whole number of seconds from {APPROVAL_TIMEOUT_RANGE[0]} to "
+                                  f"{APPROVAL_TIMEOUT_RANGE[1]:,}"),
+        max_tool_steps=r.parsed("ROUNDTABLE_MAX_TOOL_STEPS", DEFAULT_MAX_TOOL_STEPS,
+                                _in_range(*MAX_TOOL_STEPS_RANGE, int),
+                                f"use a whole number of model calls from {MAX_TOOL_STEPS_RANGE[0]} to "
+                                f"{MAX_TOOL_STEPS_RANGE[1]}"),
     )
     try:
         shards = parse_shards(env.get("ROUNDTABLE_SHARDS"), env.get("ROUNDTABLE_SHARD_COUNT") or None)

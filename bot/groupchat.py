@@ -22,7 +22,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bot.core.errors import InvalidInput, RoundtableError
-from bot.core.models import Agent, DraftPart, Episode, EpisodeResult, Group, GroupSettings, Message, SharedFile
+from bot.core.models import (
+    Agent,
+    Approval,
+    ApprovalAsk,
+    DraftPart,
+    Episode,
+    EpisodeResult,
+    Group,
+    GroupSettings,
+    Message,
+    SharedFile,
+)
 from bot.core.ports import LLM, Draft, Recorder, TokenCounter
 from bot.core.rules.attachments import FileUnavailable
 from bot.core.runtime.engine import Engine
@@ -63,6 +74,9 @@ class _Quiet:
 
     async def remove_drafts(self, group: Group, parts: Sequence[DraftPart]) -> list[int]:
         return [p.id for p in parts]
+
+    async def approve(self, group: Group, agent: Agent, ask: ApprovalAsk) -> Approval:
+        return Approval(False, why="nobody can be asked to approve it here")  # a held tool call is denied
 
 
 async def run_group_chat(

@@ -28,7 +28,8 @@ def group_defaults(settings: Settings) -> GroupSettings:
                          selector_budget=settings.selector_budget, max_images=settings.max_images,
                          max_text=settings.max_text, stream=settings.stream,
                          show_tools=settings.show_tools,
-                         followup_window=settings.followup_window)
+                         followup_window=settings.followup_window, approval_timeout=settings.approval_timeout,
+                         max_tool_steps=settings.max_tool_steps)
 
 
 def make_providers(settings: Settings, counter: TokenCounter) -> Providers:

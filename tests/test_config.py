@@ -296,3 +296,27 @@ def test_roundtable_fetch_private_is_off_by_default(value, private):
     assert load_settings(env, need_discord=True).fetch_private is private
     with pytest.raises(ConfigError, match=r"^ROUNDTABLE_FETCH_PRIVATE='maybe' is malformed: use true"):
         load_settings(dict(BASE, ROUNDTABLE_FETCH_PRIVATE="maybe"), need_discord=True)
+
+
+@pytest.mark.parametrize("name, value, field, expected", [
+    ("ROUNDTABLE_APPROVAL_TIMEOUT", "", "approval_timeout", 600),
+    ("ROUNDTABLE_APPROVAL_TIMEOUT", "1", "approval_timeout", 1),
+    ("ROUNDTABLE_APPROVAL_TIMEOUT", "86400", "approval_timeout", 86_400),
+    ("ROUNDTABLE_MAX_TOOL_STEPS", "", "max_tool_steps", 8),
+    ("ROUNDTABLE_MAX_TOOL_STEPS", "3", "max_tool_steps", 3),
+])
+def test_approval_timeout_and_max_tool_steps_are_the_defaults_of_new_groups(name, value, field, expected):
+    from bot.wiring import group_defaults
+
+    settings = load_settings(dict(BASE, **{name: value}), need_discord=True)
+    assert getattr(settings, field) == expected and getattr(group_defaults(settings), field) == expected
+
+
+@pytest.mark.parametrize("name, value, told", [
+    ("ROUNDTABLE_APPROVAL_TIMEOUT", "0", r"use a whole number of seconds from 1 to 86,400\."),
+    ("ROUNDTABLE_APPROVAL_TIMEOUT", "ten minutes", r"use a whole number of seconds from 1 to 86,400\."),
+    ("ROUNDTABLE_MAX_TOOL_STEPS", "51", r"use a whole number of model calls from 1 to 50\."),
+])
+def test_a_malformed_approval_timeout_or_max_tool_steps_is_one_line(name, value, told):
+    with pytest.raises(ConfigError, match=rf"^{name}='{value}' is malformed: {told}$"):
+        load_settings(dict(BASE, **{name: value}), need_discord=True)

@@ -46,3 +46,25 @@ async def test_a_granted_mcp_tool_is_called_and_a_server_down_is_one_line(tmp_pa
     results = [m["content"] for m in second["messages"] if m["role"] == "tool"]
     assert results == ["counter is 2", "token=***"]  # the server's env value is a secret
     assert "tok-console-1234567890" not in out + err + json.dumps(srv.requests)
+
+
+async def test_a_destructive_call_in_a_piped_console_is_denied_with_a_line_saying_so(tmp_path):
+    (tmp_path / "mcp.json").write_text(json.dumps({"mcpServers": {
+        "counter": {"command": sys.executable, "args": [SERVER], "env": {"MCP_COUNT_FILE": str(tmp_path / "count")}}}}))
+    script = GroupChatScript(agents={"planner": [Reply(tool_calls=[tool_call("counter__delete", item="old")]),
+                                                 "It was not allowed."]})
+    session = ('/agent add name:planner role:counts prompt:"You count."\n'
+               "/agent tools name:planner grant:counter.delete\n"
+               "@planner delete old\n")
+    async with FakeOpenAI(script) as srv:
+        code, out, err = await run_console(tmp_path, srv.base_url, session)
+    lines = out.splitlines()
+    assert ('[roundtable] planner wants to run counter.delete with {"item": "old"}: denied (approving a call needs '
+            "the console's input to be a terminal).") in lines, out
+    assert "[planner] It was not allowed." in lines
+    assert not (tmp_path / "count").exists()  # never ran
+    second = [r for r in srv.requests if GroupChatScript.classify(r) == ("participant", "planner")][-1]
+    assert second["messages"][-1]["content"] == (
+        "error: denied: the console's input is not a terminal, so nobody could be asked; this call of counter.delete "
+        "did not run.")
+    assert "Traceback" not in err and code == 0

@@ -6,6 +6,7 @@ Timeouts are generous (a slow shared machine); no assertion is tighter than seve
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sqlite3
 import sys
@@ -17,7 +18,7 @@ import pexpect
 import pyte
 import pytest
 
-from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply
+from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply, tool_call
 from tests.support import bound
 from tests.test_console import ROUNDTABLE, clean_env
 
@@ -494,3 +495,28 @@ async def test_a_reply_that_calls_a_tool_shows_the_call_while_it_runs(tmp_path, 
         assert "[planner] The counter is 2 now." in rows and rows.count("🔧 counter.add ✓") == 1, rows
         tty.type(CTRL_D)
         assert await tty.ended() == 0
+
+
+async def test_a_destructive_tool_call_asks_y_n_and_runs_once_approved(tmp_path, ttys):
+    server = str(Path(__file__).resolve().parent / "fakes" / "mcp_server.py")
+    (tmp_path / "mcp.json").write_text(json.dumps({"mcpServers": {
+        "counter": {"command": sys.executable, "args": [server], "env": {"MCP_COUNT_FILE": str(tmp_path / "count")}}}}))
+    script = GroupChatScript(agents={"planner": [Reply(tool_calls=[tool_call("counter__delete", item="old")]),
+                                                 "Deleted it."]})
+    async with FakeOpenAI(script) as srv:
+        tty = ttys(tmp_path, srv.base_url)
+        await tty.expect("you> ")
+        tty.type(ADD_PLANNER + "\r")
+        await tty.expect("you> ")
+        tty.type("/agent tools name:planner grant:counter.delete\r")
+        await tty.expect("Granted counter.delete.")
+        tty.type("@planner delete old\r")
+        await tty.expect("Run it? [y/N]")
+        assert not (tmp_path / "count").exists()
+        tty.type("y\r")
+        await tty.expect("planner's call of counter.delete: approved by")
+        await tty.shows("[planner] Deleted it.")
+        tty.type(CTRL_D)
+        assert await tty.ended() == 0
+    assert (tmp_path / "count").read_text() == "delete old\n"  # once
+    assert messages(tmp_path) == ["@planner delete old"]  # the answer is not a message

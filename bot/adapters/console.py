@@ -37,7 +37,17 @@ from bot.adapters.commandline import parse_command
 from bot.adapters.terminal import ERROR_STYLE, Screen, and_list
 from bot.core.errors import Busy, InvalidInput, StoreError, UserFacingError
 from bot.core.features.reading import Reader
-from bot.core.models import Agent, DraftPart, Episode, Group, GroupSettings, Message, SharedFile
+from bot.core.models import (
+    Agent,
+    Approval,
+    ApprovalAsk,
+    DraftPart,
+    Episode,
+    Group,
+    GroupSettings,
+    Message,
+    SharedFile,
+)
 from bot.core.ports import Draft, Recorder
 from bot.core.rules.attachments import FileUnavailable, brief_text, image_size, size_text, take_in
 from bot.core.rules.card import Attachment, reply_lines
@@ -104,6 +114,9 @@ class ConsoleSurface:
         self.screen = out if isinstance(out, Screen) else Screen(out)
         self.working_names: list[str] = []  # agents in a model call now, in the order they started
         self.printed: dict[int, int] = {}  # group id -> the newest seq printed: the person has read it
+        self.asking = False  # a person at a terminal answers [y/N] (set by `Console` while it reads a terminal)
+        self.person = ""  # who types (the starter of every episode: they may approve)
+        self._answer: asyncio.Future[str | None] | None = None  # a [y/N] question waiting for the next line
 
     def write(self, line: str) -> None:
         self.screen.print(self.screen.clean(line))
@@ -129,6 +142,43 @@ class ConsoleSurface:
 
     async def remove_drafts(self, group: Group, parts: Sequence[DraftPart]) -> list[int]:
         return [p.id for p in parts]  # a terminal's lines cannot be taken back; none are recorded
+
+    async def approve(self, group: Group, agent: Agent, ask: ApprovalAsk) -> Approval:
+        """On a terminal: ask `[y/N]`, the next line typed answers (denied after the timeout, or at
+        the end of input). Piped input cannot be asked: the call is denied, with a line saying so."""
+        arguments = ask.arguments if len(ask.arguments) <= 300 else ask.arguments[:300] + "…"
+        what = f"{agent.name} wants to run {ask.tool} with {arguments}"
+        if not self.asking or self._answer is not None:
+            await self.alert(group, f"{what}: denied (approving a call needs the console's input to be a terminal).")
+            return Approval(False, why="the console's input is not a terminal, so nobody could be asked")
+        self._answer = asyncio.get_running_loop().create_future()
+        await self.alert(group, f"{what}. Run it? [y/N] (denied after {ask.timeout:g} s)")
+        line: str | None = None  # None: the input ended
+        timed_out = False
+        try:
+            async with asyncio.timeout(ask.timeout):
+                line = await self._answer
+        except TimeoutError:
+            timed_out = True
+        finally:
+            self._answer = None
+        if timed_out:
+            decision = Approval(False)
+        elif line is None:
+            decision = Approval(False, why="the console's input ended before an answer")
+        else:
+            decision = Approval(line.strip().lower() in ("y", "yes"), self.person)
+        said = ("approved" if decision.approved else "denied") + (
+            f" by {decision.by}" if decision.by else f": {decision.why or 'no answer in time'}")
+        await self.alert(group, f"{agent.name}'s call of {ask.tool}: {said}.")
+        return decision
+
+    def answer(self, line: str) -> bool:
+        """Whether `line` (as read, "" at the end of input) answered a waiting [y/N] question."""
+        if self._answer is None or self._answer.done():
+            return False
+        self._answer.set_result(line.rstrip("\n") if line else None)
+        return True
 
     async def alert(self, group: Group, text: str) -> None:
         self.screen.print(f"{self.screen.author(SYSTEM_AUTHOR, 'system')} {self.screen.clean(text)}")
@@ -254,6 +304,7 @@ class Console:
         self.group_name = group_name
         self.defaults = defaults
         self.interactive = interactive  # input is a terminal: the console may ask for what is missing
+        surface.asking, surface.person = interactive, person  # [y/N] for a tool call held for approval
         self.group: Group | None = None
         self._hinted_for: tuple[tuple[str, bool], ...] | None = None  # the roster the no-agents hint was for
         self._told_taken = False  # said that another process runs this group now
@@ -299,8 +350,12 @@ class Console:
             while True:
                 line = await read_line()
                 if not line:
+                    self.surface.asking = False  # nobody types any more: a held call is denied
+                    self.surface.answer(line)
                     break
                 self.lines_read += 1
+                if self.surface.answer(line):
+                    continue  # it answered [y/N]
                 await self.handle(line.rstrip("\n"), read_line)
             await self.finish()
         except asyncio.CancelledError:

@@ -140,14 +140,17 @@ def _server(where: str, name: str, entry: object) -> ServerConfig:
                         confirm=confirm if isinstance(confirm, bool) else tuple(confirm))
 
 
-def tool_spec(tool: Any, timeout: float) -> ToolSpec:
-    """An MCP `Tool` as the core's `ToolSpec` (its annotations read)."""
+def tool_spec(tool: Any, timeout: float, confirm: bool | tuple[str, ...] = False) -> ToolSpec:
+    """An MCP `Tool` as the core's `ToolSpec` (its annotations read). Its calls wait for approval
+    by default when it is destructive or the server's "confirm" (true, or a list) names it."""
     hints = getattr(tool, "annotations", None)
     schema = getattr(tool, "input_schema", None) or {"type": "object", "properties": {}}
+    destructive = bool(getattr(hints, "destructive_hint", None))
+    listed = confirm if isinstance(confirm, bool) else str(tool.name) in confirm
     return ToolSpec(str(tool.name), str(getattr(tool, "description", None) or ""), dict(schema),
                     read_only=bool(getattr(hints, "read_only_hint", None)),
                     idempotent=bool(getattr(hints, "idempotent_hint", None)),
-                    destructive=bool(getattr(hints, "destructive_hint", None)), timeout=timeout)
+                    destructive=destructive, timeout=timeout, confirm=destructive or listed)
 
 
 def result_text(result: Any) -> str:
@@ -276,7 +279,7 @@ class McpServer:
         cursor: str | None = None
         while True:
             page = await session.list_tools(params=None if cursor is None else _page(cursor))
-            found += [tool_spec(t, self.config.timeout) for t in page.tools]
+            found += [tool_spec(t, self.config.timeout, self.config.confirm) for t in page.tools]
             cursor = getattr(page, "next_cursor", None)
             if not cursor:
                 break

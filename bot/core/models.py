@@ -34,6 +34,10 @@ MAX_IMAGES_RANGE = (0, 20)
 MAX_TEXT_RANGE = (0, 1_000_000)
 DEFAULT_FOLLOWUP_WINDOW = 120  # minutes after an episode's end in which a person's message continues its work
 FOLLOWUP_WINDOW_RANGE = (0, 10_080)  # 0: never; at most a week
+DEFAULT_APPROVAL_TIMEOUT = 600  # seconds a tool call that needs approval waits for a person; then it is denied
+APPROVAL_TIMEOUT_RANGE = (1, 86_400)  # at most a day
+DEFAULT_MAX_TOOL_STEPS = 8  # model calls of a run that offer granted tools (then one last call without them)
+MAX_TOOL_STEPS_RANGE = (1, 50)
 DEFAULT_PROVIDER = "default"  # the provider of OPENAI_BASE_URL / OPENAI_API_KEY
 FileKind = Literal["image", "text", "other"]
 
@@ -65,6 +69,8 @@ class GroupSettings:
     show_tools: bool = True  # a reply that used tools ends with a compact line of its calls (SPEC §6b)
     followup_window: int = DEFAULT_FOLLOWUP_WINDOW  # minutes: a person's message this soon after an episode's
     # end continues its work (its task stays in the prompts, SPEC §6); 0: never
+    approval_timeout: int = DEFAULT_APPROVAL_TIMEOUT  # seconds a tool call held for approval waits (then denied)
+    max_tool_steps: int = DEFAULT_MAX_TOOL_STEPS  # model calls of a run that offer granted tools
 
     def with_changes(self, **changes: Any) -> GroupSettings:
         return replace(self, **changes)
@@ -403,6 +409,8 @@ class ToolSpec:
     idempotent: bool = False
     destructive: bool = False
     timeout: float = 30.0  # seconds a call may take before its result is a timeout error
+    confirm: bool = False  # its calls wait for a person's approval unless a grant says otherwise (MCP: destructive,
+    # or the server's "confirm" in mcp.json)
     builtin: bool = False  # always offered when its feature is on (memory_write), never granted
 
 
@@ -412,6 +420,35 @@ class ToolOutput:
 
     text: str
     error: bool = False
+
+
+@dataclass(frozen=True)
+class ApprovalAsk:
+    """A tool call held until a person approves it (SPEC §6b "Approval"): who may (the person whose
+    message started the episode, `starter_user_id`, or an operator), for how long (`timeout` seconds;
+    then it is denied), and what it is (`tool` as in commands, its masked `arguments`)."""
+
+    key: str  # unique among the process's waiting calls: "<run id>.<journal id>"
+    agent_name: str
+    tool: str
+    arguments: str
+    timeout: float
+    starter_user_id: str | None = None
+    starter_name: str = ""
+
+
+@dataclass(frozen=True)
+class Approval:
+    """A person's decision on an `ApprovalAsk` (`by`: their name), or a denial without one: its
+    timeout, or `why` nobody could be asked."""
+
+    approved: bool
+    by: str = ""
+    why: str = ""  # a denial without a person: why nobody could be asked ("": the timeout)
+
+    @property
+    def timed_out(self) -> bool:
+        return not self.approved and not self.by and not self.why
 
 
 @dataclass(frozen=True)

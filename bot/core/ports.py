@@ -13,6 +13,8 @@ from typing import Protocol
 
 from bot.core.models import (
     Agent,
+    Approval,
+    ApprovalAsk,
     ChatMessage,
     Completion,
     ContextSummary,
@@ -169,13 +171,13 @@ class ToolStore(Protocol):
         """The call returned (`done`) with `result`, or (`unknown`) a resumed run did not repeat it."""
         ...
 
+    async def run_tool_calls(self, run_id: int) -> list[JournaledCall]:
+        """The journal of run `run_id`, in order."""
+        ...
+
     async def adopt_tool_calls(self, group_id: int, agent_id: int, run_id: int) -> list[JournaledCall]:
         """Move to run `run_id` the journal of the agent's interrupted runs of the same episode (a
         crash or a restart cut them); return the run's calls, in order."""
-        ...
-
-    async def run_tool_calls(self, run_id: int) -> list[JournaledCall]:
-        """The journal of a run, in order (steps, then each step's calls)."""
         ...
 
     async def tool_calls_by_run(self, run_ids: Iterable[int]) -> dict[int, list[JournaledCall]]:
@@ -236,6 +238,13 @@ class Surface(Protocol):
 
     async def remove_drafts(self, group: Group, parts: Sequence[DraftPart]) -> list[int]:
         """Take back provisional messages no row will own; the ids of the parts that are gone."""
+        ...
+
+    async def approve(self, group: Group, agent: Agent, ask: ApprovalAsk) -> Approval:
+        """Hold a tool call until a person decides (SPEC §6b "Approval"): ask the starter of the
+        episode or an operator (Discord: Approve / Deny buttons; a console on a terminal: [y/N]),
+        and return their decision, or a denial (`by` "") after `ask.timeout` seconds or when
+        nobody can be asked. What was shown to ask is taken back or settled before it returns."""
         ...
 
     async def episode_updated(self, group: Group, episode: Episode) -> None:

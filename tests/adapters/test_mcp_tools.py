@@ -11,10 +11,12 @@ import signal
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from mcp.types import ToolAnnotations
 
-from bot.adapters.mcp_tools import McpServer, McpServers, ServerConfig, config_path, load_config
+from bot.adapters.mcp_tools import McpServer, McpServers, ServerConfig, config_path, load_config, tool_spec
 from bot.core.errors import ConfigError
 from bot.core.features.tools import RunContext
 from bot.core.rules.secrets import SECRETS
@@ -244,3 +246,15 @@ async def test_the_doctor_starts_each_server_and_names_the_fix(tmp_path):
     path.write_text("{not json")
     [bad] = await doctor_checks({"ROUNDTABLE_MCP_CONFIG": str(path)})
     assert bad.line().startswith(f"✗ MCP servers: ROUNDTABLE_MCP_CONFIG: {path} is not JSON (line 1)")
+
+
+@pytest.mark.parametrize("name, hints, confirm, held", [
+    ("delete", ToolAnnotations(destructive_hint=True), False, True),  # destructiveHint: held by default
+    ("add", ToolAnnotations(destructive_hint=False), False, False),
+    ("add", None, True, True),  # "confirm": true holds every tool of the server
+    ("add", None, ("add",), True),  # "confirm": [names]
+    ("get", None, ("add",), False),
+])
+def test_which_tools_wait_for_approval_by_default(name, hints, confirm, held):
+    tool = SimpleNamespace(name=name, description="", input_schema=None, annotations=hints)
+    assert tool_spec(tool, 30.0, confirm).confirm is held

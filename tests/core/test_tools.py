@@ -4,8 +4,18 @@ from __future__ import annotations
 import pytest
 
 from bot.core.errors import InvalidInput
-from bot.core.features.tools import ToolRegistry, check_pattern, cut, granted, matches, model_name
-from bot.core.models import ToolGrant, ToolOutput, ToolSpec
+from bot.core.features.tools import (
+    ToolRegistry,
+    check_pattern,
+    cut,
+    decision_of,
+    denied,
+    granted,
+    matches,
+    model_name,
+    needs_approval,
+)
+from bot.core.models import Approval, ToolGrant, ToolOutput, ToolSpec
 
 
 @pytest.mark.parametrize("name, seen", [
@@ -98,3 +108,47 @@ def test_tool_choices_complete_the_last_name_of_a_grant(typed, offered):
 
     names = ["counter.add", "counter.get", "fetch_url", "history_read", "search.web"]
     assert tool_choices(names, typed) == offered
+
+
+@pytest.mark.parametrize("spec, grants, held", [
+    (ToolSpec("add", "a"), [ToolGrant("counter.*")], False),  # nothing says confirm
+    (ToolSpec("add", "a", confirm=True), [ToolGrant("counter.*")], True),  # the tool's default (MCP: destructive)
+    (ToolSpec("add", "a", confirm=True), [ToolGrant("counter.add", confirm=False)], False),  # confirm:off
+    (ToolSpec("add", "a"), [ToolGrant("counter.*", confirm=True)], True),  # confirm:on for the server's tools
+    (ToolSpec("add", "a"), [ToolGrant("counter.*", confirm=True), ToolGrant("counter.add", confirm=False)],
+     False),  # the tool's own grant over server.*
+    (ToolSpec("add", "a"), [ToolGrant("counter.get", confirm=True)], False),  # another tool's grant
+    (ToolSpec("add", "a", builtin=True, confirm=True), [], False),  # built-ins never wait
+])
+def test_needs_approval(spec, grants, held):
+    assert needs_approval(spec, "counter.add", grants) is held
+
+
+def test_the_offered_box_holds_the_tools_that_need_approval():
+    registry = ToolRegistry([Source("files", [ToolSpec("read", "r"), ToolSpec("delete", "d", confirm=True)])])
+    assert registry.offered([ToolGrant("files.*")]).held == {"files__delete"}
+    assert registry.offered([ToolGrant("files.*", confirm=True)]).held == {"files__delete", "files__read"}
+
+
+@pytest.mark.parametrize("decision, told", [
+    (Approval(False, "bob"), "error: denied by bob: this call of files.delete did not run."),
+    (Approval(False), "error: denied: nobody approved this call of files.delete in time; it did not run."),
+    (Approval(False, why="nobody can be asked"), "error: denied: nobody can be asked; this call of files.delete did "
+                                                 "not run."),
+])
+def test_denied(decision, told):
+    assert denied("files.delete", decision) == told
+
+
+@pytest.mark.parametrize("result, said", [
+    ("[approved by Bob]\ndeleted old", "files.delete: approved by Bob"),
+    ("error: denied by Alice: this call of files.delete did not run.", "files.delete: denied by Alice"),
+    ("error: denied: nobody approved this call of files.delete in time; it did not run.",
+     "files.delete: denied (nobody approved it in time)"),
+    ("error: denied: nobody can be asked; this call of files.delete did not run.",
+     "files.delete: denied (nobody can be asked)"),
+    ("deleted old", None),
+    (None, None),
+])
+def test_decision_of_a_journaled_call(result, said):
+    assert decision_of("files__delete", result) == said

@@ -55,6 +55,10 @@ def build() -> MCPServer:
     @server.tool(annotations=ToolAnnotations(destructive_hint=True))
     def delete(item: str) -> str:
         """Delete an item."""
+        count = os.environ.get("MCP_COUNT_FILE")
+        if count:
+            with open(count, "a", encoding="utf-8") as file:
+                file.write(f"delete {item}\n")
         return f"deleted {item}"
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))

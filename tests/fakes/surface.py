@@ -9,7 +9,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from bot.core.errors import DeliveryError
-from bot.core.models import Agent, DraftPart, Episode, Group, Message, SharedFile
+from bot.core.models import Agent, Approval, ApprovalAsk, DraftPart, Episode, Group, Message, SharedFile
 from bot.core.ports import Draft, Recorder
 from bot.core.rules.attachments import FileUnavailable
 
@@ -54,6 +54,9 @@ class RecordingSurface:
         self.streams = False  # give drafts
         self.drafts: list[RecordingDraft] = []
         self.removed: list[DraftPart] = []
+        self.asked: list[ApprovalAsk] = []  # approvals asked for, in order
+        self.decide: Callable[[ApprovalAsk], Approval] = lambda ask: Approval(False)  # default: timed out
+        self.hold_approvals = False  # approve() waits (until cancelled): a run held for approval
 
     async def publish(self, group: Group, message: Message, agent: Agent | None, *,
                       resume: bool = False, record: Recorder) -> None:
@@ -95,6 +98,12 @@ class RecordingSurface:
     async def remove_drafts(self, group: Group, parts: Sequence[DraftPart]) -> list[int]:
         self.removed.extend(parts)
         return [p.id for p in parts]
+
+    async def approve(self, group: Group, agent: Agent, ask: ApprovalAsk) -> Approval:
+        self.asked.append(ask)
+        if self.hold_approvals:
+            await asyncio.Event().wait()
+        return self.decide(ask)
 
     def lines(self) -> list[str]:
         return [f"[{m.author_name}] {m.text}" for m in self.published]

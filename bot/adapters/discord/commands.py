@@ -29,6 +29,7 @@ from typing import Any
 import discord
 from discord import app_commands
 
+from bot.adapters.discord.approvals import APPROVE_ID, custom_id
 from bot.adapters.discord.doctor import channel_checks, permission_check
 from bot.adapters.discord.events import Ingest
 from bot.adapters.discord.interactions import Interactions, defer, finish, first_answer, send
@@ -123,6 +124,40 @@ class MarkReadButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"
         marks = [(int(g), int(q)) for g, q in (pair.split(".") for pair in self.marks.split(",") if pair)]
         await slash_of(interaction).admin.reading.mark(marks, reader_of(interaction))
         await interaction.response.edit_message(content="✅ Marked read.", embeds=[], view=None)
+
+
+class ApprovalButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=APPROVE_ID):
+    """Approve or Deny on a tool call held for approval (`bot.adapters.discord.approvals`): only
+    the person who started the episode or an operator decides; anyone else is told privately."""
+
+    def __init__(self, key: str, approve: bool) -> None:
+        super().__init__(discord.ui.Button(label="Approve" if approve else "Deny", custom_id=custom_id(key, approve)))
+        self.key, self.approve = key, approve
+
+    @classmethod
+    async def from_custom_id(cls, interaction: discord.Interaction, item: discord.ui.Item[Any],
+                             match: re.Match[str]) -> ApprovalButton:
+        return cls(match["key"], match["choice"] == "yes")
+
+    async def interaction_check(self, interaction: discord.Interaction) -> bool:
+        return await taken(interaction)
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        slash = slash_of(interaction)
+        held = slash.surface.approvals.get(self.key)
+        if held is None:
+            await send(interaction, {"content": "This request is no longer waiting for a decision."})
+            return
+        group = await slash.store.get_group(held.group_id)
+        starter = held.ask.starter_user_id
+        if str(interaction.user.id) != starter and not is_operator(interaction.user, group):
+            who = f"<@{starter}>" if starter else "the person who started this"
+            await send(interaction, {"content": f"Only {who} or an operator can approve this.",
+                                     "allowed_mentions": discord.AllowedMentions.none()})
+            return
+        await interaction.response.defer()  # the message's edit (the decision, no buttons) follows from the run
+        if not slash.surface.approvals.decide(self.key, self.approve, interaction.user.display_name):
+            await interaction.followup.send("This request is no longer waiting for a decision.", ephemeral=True)
 
 
 class Pager(discord.ui.View):
@@ -468,7 +503,7 @@ class SlashCommands:
 
     # building the tree ----------------------------------------------------------
     def register(self, tree: app_commands.CommandTree) -> None:
-        self.client.add_dynamic_items(MarkReadButton)
+        self.client.add_dynamic_items(MarkReadButton, ApprovalButton)
         groups: dict[tuple[str, ...], app_commands.Group] = {
             (name,): app_commands.Group(name=name, description=text, guild_only=True)
             for name, text in GROUP_DESCRIPTIONS.items()}

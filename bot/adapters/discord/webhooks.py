@@ -45,10 +45,11 @@ import aiohttp
 import discord
 from discord.http import Route
 
+from bot.adapters.discord.approvals import Waiting, buttons, outcome_text, request_text
 from bot.adapters.discord.drafts import DRAFT_TIMEOUT, DiscordDraft, HookPace, publish_over, remove_parts
 from bot.adapters.discord.render import mention_policy, neutralize_mass_mentions, split_message
 from bot.core.errors import DeliveryError, UserFacingError
-from bot.core.models import Agent, DraftPart, Episode, Group, Message, SharedFile
+from bot.core.models import Agent, Approval, ApprovalAsk, DraftPart, Episode, Group, Message, SharedFile
 from bot.core.ports import Draft, Recorder, Store
 from bot.core.rules.attachments import FileUnavailable
 from bot.core.rules.secrets import MASK
@@ -128,6 +129,7 @@ class DiscordSurface:
         self._late: dict[tuple[int, int], tuple[str, str]] = {}  # (group, seq) -> the hook of a post that may land late
         self._paces: dict[str, HookPace] = {}  # webhook channel -> its rate limit as drafts see it
         self._shown: dict[str, str] = {}  # message id -> the content Discord last accepted for it
+        self.approvals = Waiting()  # tool calls held for a press of Approve or Deny
 
     @property
     def bot(self) -> discord.Client:
@@ -565,6 +567,36 @@ class DiscordSurface:
             return str(body["id"])
         code = body.get("code") if isinstance(body, dict) else None
         raise self._refusal(group, status, code, body, need="Manage Webhooks and Send Messages")
+
+    async def approve(self, group: Group, agent: Agent, ask: ApprovalAsk) -> Approval:
+        """Post the request with Approve / Deny (`bot.adapters.discord.approvals`) as the agent and
+        wait for a press (or the timeout); then show the decision without the buttons. A request
+        that cannot be posted is denied (nobody could have approved it)."""
+        held = self.approvals.hold(group.id, ask)
+        payload: dict[str, Any] = {"content": request_text(agent, ask), "username": agent.name,
+                                   "components": buttons(ask.key),
+                                   "allowed_mentions": {"parse": [], "users": [ask.starter_user_id]
+                                                        if ask.starter_user_id else [], "replied_user": False}}
+        if agent.avatar_url:
+            payload["avatar_url"] = await self.fresh_url(agent.avatar_url)
+        try:
+            status, body = await self._hook_call(group, "POST", None, payload, timeout=POST_TIMEOUT)
+        except DeliveryError as exc:
+            self.approvals.release(ask.key)
+            log.warning("group=%s: could not ask for approval of %s (%s); denied", group.id, ask.tool, exc)
+            return Approval(False, why="the request for approval could not be posted")
+        if not (200 <= status < 300 and isinstance(body, dict) and "id" in body):
+            self.approvals.release(ask.key)
+            log.warning("group=%s: could not ask for approval of %s (HTTP %s); denied", group.id, ask.tool, status)
+            return Approval(False, why="the request for approval could not be posted")
+        decision = await self.approvals.wait(held)
+        try:
+            await self._hook_call(group, "PATCH", str(body["id"]), {
+                "content": outcome_text(agent, ask, decision), "components": [], "allowed_mentions": NO_MENTIONS},
+                timeout=POST_TIMEOUT)
+        except DeliveryError as exc:
+            log.warning("group=%s: could not show the decision on %s's request (%s)", group.id, agent.name, exc)
+        return decision
 
     async def draft_edit(self, group: Group, message_id: str, chunk: str, *, tagged: Sequence[str] = (),
                          final: bool = False) -> bool:

@@ -19,8 +19,15 @@ not granted and arguments that are not a JSON object are results the model reads
 run. Arguments and results are masked (`bot.core.rules.secrets`) before they are stored or sent;
 results over `result_max` characters are cut with a note.
 
-The pure parts (`model_name`, `granted`, `cut`, `offered`) are table-tested; the loop runs over the
-LLM and ToolStore ports.
+Approval (SPEC §6b): a call of a tool whose grant says `confirm` (else the tool's own default,
+`ToolSpec.confirm`: MCP's destructiveHint or mcp.json's "confirm") waits in its journal row
+(`pending`) until `approve` returns a person's decision. Denied (by a person, or by the timeout),
+the tool does not run and its result tells the model so (`denied`); approved, its result starts
+with who approved it. The journal row keeps either. A run cut while it waited asks again when
+it resumes (the row is still `pending`).
+
+The pure parts (`model_name`, `granted`, `cut`, `offered`, `needs_approval`, `denied`, `decision_of`)
+are table-tested; the loop runs over the LLM and ToolStore ports.
 """
 from __future__ import annotations
 
@@ -35,6 +42,7 @@ from dataclasses import dataclass, field
 from bot.core.errors import InvalidInput, LLMError
 from bot.core.models import (
     Agent,
+    Approval,
     ChatMessage,
     Completion,
     JournaledCall,
@@ -92,6 +100,46 @@ def granted(specs: Iterable[ToolSpec], grants: Sequence[ToolGrant]) -> list[Tool
     return sorted((s for s in specs if any(matches(g.pattern, s.name) for g in grants)), key=lambda s: s.name)
 
 
+def needs_approval(spec: ToolSpec, name: str, grants: Sequence[ToolGrant]) -> bool:
+    """Whether a call of `spec` (full name `name`) waits for a person: the `confirm` of the most
+    specific grant covering it that sets one (a tool's own grant over `server.*`), else the
+    tool's default. Built-ins never wait."""
+    if spec.builtin:
+        return False
+    said = [g for g in grants if g.confirm is not None and matches(g.pattern, name)]
+    if said:
+        return bool(sorted(said, key=lambda g: g.pattern.endswith(".*"))[0].confirm)
+    return spec.confirm
+
+
+def denied(name: str, approval: Approval) -> str:
+    """The result the model reads for a call a person denied, or that timed out waiting."""
+    if approval.timed_out:
+        return f"error: denied: nobody approved this call of {name} in time; it did not run."
+    if not approval.by:
+        return f"error: denied: {approval.why}; this call of {name} did not run."
+    return f"error: denied by {approval.by}: this call of {name} did not run."
+
+
+def approved(text: str, approval: Approval) -> str:
+    return f"[approved by {approval.by}]\n{text}"
+
+
+def decision_of(tool: str, result: str | None) -> str | None:
+    """What a journaled call's result says of its approval (for "Why this reply?"), else None."""
+    name = tool.replace("__", ".", 1)
+    text = result or ""
+    if text.startswith("[approved by ") and "]" in text:
+        return f"{name}: approved by {text[len('[approved by '):text.index(']')]}"
+    if text.startswith("error: denied by "):
+        return f"{name}: denied by {text[len('error: denied by '):].split(':', 1)[0]}"
+    if text.startswith("error: denied: nobody approved"):
+        return f"{name}: denied (nobody approved it in time)"
+    if text.startswith("error: denied: "):
+        return f"{name}: denied ({text[len('error: denied: '):].split(';', 1)[0]})"
+    return None
+
+
 def cut(text: str, limit: int = TOOL_RESULT_MAX) -> str:
     """`text`, or its first `limit` characters and a note saying how long it was."""
     if len(text) <= limit:
@@ -135,7 +183,8 @@ class ToolRegistry:
             if (spec.builtin and name in wanted) or (not spec.builtin and any(matches(g.pattern, name)
                                                                               for g in grants)):
                 entries.setdefault(model_name(name), (source, spec, name))
-        return ToolBox(entries)
+        held = frozenset(shown for shown, (_, spec, name) in entries.items() if needs_approval(spec, name, grants))
+        return ToolBox(entries, held)
 
 
 @dataclass(frozen=True)
@@ -143,6 +192,7 @@ class ToolBox:
     """The tools one run offers, by the name the model sees: (source, spec, full name)."""
 
     entries: dict[str, tuple[ToolSource, ToolSpec, str]] = field(default_factory=dict)
+    held: frozenset[str] = frozenset()  # the tools whose calls wait for a person's approval
 
     def __bool__(self) -> bool:
         return bool(self.entries)
@@ -199,6 +249,7 @@ class LoopResult:
 Notify = Callable[[str], Awaitable[None]]
 # A call starts (output None) or returns (its output, the seconds it took): for what the draft shows.
 OnCall = Callable[[JournaledCall, ToolOutput | None, float], None]
+Approve = Callable[[str, str, str], Awaitable[Approval]]  # (full tool name, masked arguments, key) -> decision
 
 
 class ToolLoop:
@@ -208,12 +259,14 @@ class ToolLoop:
                  cache_key: str | None = None, max_steps: int = MAX_TOOL_STEPS,
                  result_max: int = TOOL_RESULT_MAX, final_call: bool = True,
                  on_text: Callable[[str], None] | None = None, on_step: Callable[[], None] | None = None,
-                 notify: Notify | None = None, on_call: OnCall | None = None, resume: bool = True) -> None:
+                 notify: Notify | None = None, on_call: OnCall | None = None, approve: Approve | None = None,
+                 resume: bool = True) -> None:
         self.llm, self.store, self.box, self.agent, self.context = llm, store, box, agent, context
         self.resume = resume  # take over an interrupted run's journal (group runs; not a direct run)
         self.cache_key, self.max_steps, self.result_max = cache_key, max_steps, result_max
         self.final_call, self.on_text, self.on_step, self.notify = final_call, on_text, on_step, notify
         self.on_call = on_call
+        self.approve = approve  # None: nobody can be asked, so held calls are denied
 
     async def run(self, messages: Sequence[ChatMessage]) -> LoopResult:
         """Call the model until it answers without tool calls (see the module docstring), after
@@ -266,6 +319,14 @@ class ToolLoop:
             await self._run_entry(result, entry)
 
     async def _run_entry(self, result: LoopResult, entry: JournaledCall) -> None:
+        decision = await self._decision(entry)
+        if decision is not None and not decision.approved:
+            text = denied(self.box.entries[entry.tool][2], decision)
+            await self.store.journal_result(entry.id, text)
+            if self.on_call is not None:  # shown as a call that failed, with why
+                self.on_call(entry, ToolOutput(text, error=True), 0.0)
+            self._answered(result, entry, text, True)
+            return
         await self.store.journal_running(entry.id)
         started = time.monotonic()
         if self.on_call is not None:
@@ -273,8 +334,26 @@ class ToolLoop:
         output = await self.execute(ToolCall(entry.call_id, entry.tool, entry.arguments))
         if self.on_call is not None:
             self.on_call(entry, output, time.monotonic() - started)
-        await self.store.journal_result(entry.id, output.text)
-        self._answered(result, entry, output.text, output.error)
+        text = output.text if decision is None else approved(output.text, decision)
+        await self.store.journal_result(entry.id, text)
+        self._answered(result, entry, text, output.error)
+
+    async def _decision(self, entry: JournaledCall) -> Approval | None:
+        """A person's decision on the call when its tool is held (the row stays `pending` meanwhile);
+        None when it is not."""
+        if entry.tool not in self.box.held:
+            return None
+        name = self.box.entries[entry.tool][2]
+        if self.approve is None:
+            decision = Approval(False, why="nobody can be asked to approve it here")
+        else:
+            log.info("agent=%s run=%s: %s waits for approval", self.agent.name, self.context.run_id, name)
+            decision = await self.approve(name, entry.arguments, f"{self.context.run_id}.{entry.id}")
+        log.info("agent=%s run=%s: %s %s", self.agent.name, self.context.run_id, name,
+                 f"approved by {decision.by}" if decision.approved else
+                 f"denied by {decision.by}" if decision.by else
+                 f"denied ({decision.why or 'nobody approved it in time'})")
+        return decision
 
     def _answered(self, result: LoopResult, entry: JournaledCall, text: str, error: bool) -> None:
         result.conversation.append(ChatMessage("tool", text, tool_call_id=entry.call_id))

@@ -28,9 +28,11 @@ from bot.core.features.context import Trimmed, load_thread, participant_step
 from bot.core.features.memory import Answer, load_memory, run_agent_tools
 from bot.core.features.summary import Summaries
 from bot.core.features.tasks import TaskChains, Tasks
-from bot.core.features.tools import MAX_TOOL_STEPS, RunContext, ToolBox, ToolLoop, ToolRegistry
+from bot.core.features.tools import RunContext, ToolBox, ToolLoop, ToolRegistry
 from bot.core.models import (
     Agent,
+    Approval,
+    ApprovalAsk,
     ChatMessage,
     Completion,
     DraftPart,
@@ -385,12 +387,18 @@ class AgentTurn:
         async def notify(text: str) -> None:
             await deps.store.append_system_message(group.id, deps.notice(text))
 
+        async def approve(tool: str, arguments: str, key: str) -> Approval:
+            starter = await self._starter(group, run)
+            ask = ApprovalAsk(key, agent.name, tool, arguments, float(group.settings.approval_timeout),
+                              starter.author_user_id if starter else None, starter.author_name if starter else "")
+            return await deps.surface.approve(group, agent, ask)
+
         granted = any(not spec.builtin for _, spec, _ in box.entries.values())
         loop = ToolLoop(deps.llm, deps.store, box, agent, RunContext(group.id, agent.id, run.id),
                         cache_key=cache_key(group, agent.id),
-                        max_steps=MAX_TOOL_STEPS if granted else memory.MAX_TOOL_STEPS, final_call=granted,
-                        on_text=piece if draft is not None else None, on_step=step, notify=notify,
-                        on_call=call)
+                        max_steps=group.settings.max_tool_steps if granted else memory.MAX_TOOL_STEPS,
+                        final_call=granted, on_text=piece if draft is not None else None, on_step=step,
+                        notify=notify, on_call=call, approve=approve)
         try:
             answer = await run_agent_tools(loop, messages, memory=agent.memory)
         except asyncio.CancelledError:
@@ -404,6 +412,14 @@ class AgentTurn:
         if draft is not None:
             await draft.stop()
         return answer, draft
+
+    async def _starter(self, group: Group, run: Run) -> Message | None:
+        """The person's message that started the run's episode (who may approve its held tool calls)."""
+        if run.episode_id is None:
+            return None
+        episode = await self.deps.store.get_episode(run.episode_id)
+        message = await self.deps.store.get_message(group.id, episode.task_seq)
+        return message if message.author_type == "user" else None
 
     async def _streamed(self, agent: Agent, messages: list[ChatMessage], key: str, reply: ReplyStream,
                         draft: Draft) -> Completion:

@@ -17,6 +17,7 @@ from bot.core.features.context import find_window, participant_step
 from bot.core.features.reading import Reader, Reading
 from bot.core.features.spending import budget_refusal, month_cost, usage_card
 from bot.core.features.summary import MIN_WINDOW, Summaries
+from bot.core.features.tools import decision_of
 from bot.core.models import DEFAULT_PROVIDER, Agent, Completion, Decision, Group, GroupSettings, Message
 from bot.core.record.export import file_name, write_export
 from bot.core.record.transcript import plural, when
@@ -40,7 +41,8 @@ CONFIG_FIELDS = {  # option name -> GroupSettings field
     "operator_role": "operator_role", "allow_bots": "allow_bots", "brief": "brief", "min_confidence": "min_confidence",
     "monthly_budget": "monthly_budget", "max_images": "max_images", "max_text": "max_text", "stream": "stream",
     "show_tools": "show_tools",
-    "followup_window": "followup_window",
+    "followup_window": "followup_window", "approval_timeout": "approval_timeout",
+    "max_tool_steps": "max_tool_steps",
 }
 
 
@@ -80,6 +82,7 @@ def settings_fields(settings: GroupSettings) -> tuple[Field, ...]:
         "stream": "on" if settings.stream else "off",
         "show_tools": "on" if settings.show_tools else "off",
         "followup_window": f"{settings.followup_window} min" if settings.followup_window else "off",
+        "approval_timeout": f"{settings.approval_timeout} s", "max_tool_steps": settings.max_tool_steps,
     }
     return tuple(Field(k, str(val)) for k, val in shown.items())
 
@@ -265,6 +268,11 @@ class Admin:
             fields.append(Field("selector tokens", f"{u.prompt_tokens} prompt, {u.completion_tokens} completion, "
                                                    f"{u.cached_tokens} cached"))
         fields.extend(calls)
+        if message.source_run_id is not None:
+            held = [said for call in await self.store.run_tool_calls(message.source_run_id)
+                    if (said := decision_of(call.tool, call.result)) is not None]
+            if held:
+                fields.append(Field("tool approvals", "; ".join(held), inline=False))
         return Card(title, decision.note, tuple(fields), footer=await self._context_footer(group, seq))
 
     async def _tool_fields(self, message: Message) -> tuple[Field, ...]:

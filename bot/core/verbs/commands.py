@@ -23,9 +23,11 @@ from typing import Literal, Protocol
 from bot.core.errors import Forbidden, InvalidInput, UserFacingError
 from bot.core.features.reading import Reader
 from bot.core.models import (
+    APPROVAL_TIMEOUT_RANGE,
     FOLLOWUP_WINDOW_RANGE,
     MAX_IMAGES_RANGE,
     MAX_TEXT_RANGE,
+    MAX_TOOL_STEPS_RANGE,
     MAX_TURNS_RANGE,
     MODES,
     Group,
@@ -478,6 +480,10 @@ COMMANDS: tuple[Command, ...] = (
                        "boolean"),
                 Option("followup_window", "minutes after an episode's end in which a message continues its task "
                        "(0: never)", "integer", low=FOLLOWUP_WINDOW_RANGE[0], high=FOLLOWUP_WINDOW_RANGE[1]),
+                Option("approval_timeout", "seconds a tool call held for approval waits; then it is denied",
+                       "integer", low=APPROVAL_TIMEOUT_RANGE[0], high=APPROVAL_TIMEOUT_RANGE[1]),
+                Option("max_tool_steps", "model calls of a run that offer its granted tools", "integer",
+                       low=MAX_TOOL_STEPS_RANGE[0], high=MAX_TOOL_STEPS_RANGE[1]),
             ), who="operators_to_change"),
     Command(("roundtable", "newtask"), "The next message starts a fresh task (no earlier requests carried)",
             lambda inv: inv.admin.newtask(inv.group)),

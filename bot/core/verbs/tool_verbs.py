@@ -57,7 +57,8 @@ class ToolVerbs:
             what = ", ".join(current) or "nothing (none granted)"
             said.append(f"confirm is {'on' if confirm else 'off'} for {what}.")
         if confirm:
-            said.append("(Calls are not held for approval yet: confirm is recorded for when they are.)")
+            said.append("Its calls of those tools wait for Approve by the person who started the episode or an "
+                        "operator (denied after approval_timeout).")
         said.append(self._listing(agent, await self.store.tool_grants(agent.id)))
         return "\n".join(said)
 
@@ -77,6 +78,7 @@ class ToolVerbs:
         if not available:
             return f"{granted} No tools are offered (ROUNDTABLE_MCP_CONFIG names the MCP servers)."
         names = [f"{n}{' (read-only)' if s.read_only else ' (destructive)' if s.destructive else ''}"
+                 f"{' (asks approval)' if s.confirm and not s.destructive else ''}"
                  for n, s in available]
         more = f" and {len(names) - SHOWN_MAX} more" if len(names) > SHOWN_MAX else ""
         return f"{granted} Available: {', '.join(names[:SHOWN_MAX])}{more}."

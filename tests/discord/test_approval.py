@@ -1,0 +1,124 @@
+"""Tool calls held for approval on Discord (issue 29 item 7, SPEC §6b "Approval"): the real discord.py
+client against the emulator (buttons on the agent's webhook message, component interactions), the
+real openai client against a local server that speaks tool calls. The tool is a destructive one, as an
+MCP server marks it (`destructiveHint`: `ToolSpec.confirm`, tests/adapters/test_mcp_tools.py)."""
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+
+import pytest
+
+from bot.core.models import ToolOutput, ToolSpec
+from bot.core.ports import ToolContext
+from tests.fakes.openai_server import GroupChatScript, Reply, tool_call
+from tests.support import eventually
+
+TOLD = "error: denied by Alice: this call of files.delete did not run."
+
+
+class Files:
+    name = "files"
+
+    def __init__(self) -> None:
+        self.deleted: list[object] = []
+
+    def tools(self) -> list[ToolSpec]:
+        return [ToolSpec("delete", "Delete a file", destructive=True, confirm=True)]
+
+    async def call(self, tool: str, arguments: dict[str, object], context: ToolContext) -> ToolOutput:
+        self.deleted.append(arguments["item"])
+        return ToolOutput(f"deleted {arguments['item']}")
+
+
+@pytest.fixture
+def script() -> GroupChatScript:
+    return GroupChatScript(agents={"planner": [Reply(tool_calls=[tool_call("files__delete", item="old.txt")]),
+                                               "Finished."]})
+
+
+def requests_of(harness) -> list[dict]:
+    """The webhook messages that ask for approval, as the emulator holds them now."""
+    found = [m for m in harness.emu.channel_messages(harness.emu.channel_id) if "wants to run" in (m["content"]
+             or "") or "files.delete**" in (m["content"] or "")]
+    return [harness.emu.get_message(m["id"]) or m for m in found]
+
+
+async def held(harness) -> dict:
+    """Set up the group, grant files.*, and let Bob start an episode whose call is held; the request."""
+    files = Files()
+    harness.engine.tools.add(files)
+    harness.files = files
+    await harness.setup_group(("planner", "plans"), mode="tags")
+    granted = await harness.command("agent tools", {"name": "planner", "grant": "files.*"})
+    assert "files.delete (destructive)" in granted["data"]["content"]
+    await harness.emu.user_post(harness.emu.channel_id, harness.emu.bob_id, "@planner delete old.txt")
+    await eventually(lambda: requests_of(harness), "the request for approval", timeout=30)
+    (request,) = requests_of(harness)
+    return request
+
+
+def labels(message: dict) -> list[tuple[str, str]]:
+    return [(c["label"], c["custom_id"]) for row in message["components"] for c in row["components"]]
+
+
+async def test_only_the_starter_or_an_operator_decides_and_approve_runs_it_once(harness):
+    emu = harness.emu
+    request = await held(harness)
+    assert request["content"].startswith(f"⏸️ planner wants to run **files.delete** with `{{\"item\": \"old.txt\"}}`.\n"
+                                         f"<@{emu.bob_id}> or an operator: Approve or Deny")
+    (approve, _), (deny, _) = labels(request)
+    assert (approve, deny) == ("Approve", "Deny")
+    approve_id = labels(request)[0][1]
+    carol = emu.add_member(emu.guild_id, "carol")
+    refused = await emu.click_button(request, approve_id, carol)
+    answer = await refused.wait_response(10)
+    assert answer["ephemeral"] and answer["data"]["content"] == f"Only <@{emu.bob_id}> or an operator can approve this."
+    assert harness.files.deleted == []
+    pressed = await emu.click_button(request, approve_id, emu.bob_id)
+    await pressed.wait_response(10)
+    await eventually(lambda: any(p["content"] == "Finished." for p in harness.webhook_posts()), "the reply",
+                     timeout=30)
+    await harness.idle()
+    assert harness.files.deleted == ["old.txt"]  # once
+    settled = emu.get_message(request["id"])
+    assert settled["components"] == []
+    assert settled["content"] == "✅ planner's call of **files.delete** was approved by Bob."
+    with contextlib.closing(sqlite3.connect(harness.db)) as db:
+        assert db.execute("SELECT status, result FROM tool_calls").fetchall() == [
+            ("done", "[approved by Bob]\ndeleted old.txt")]
+    why = await harness.command("roundtable why")  # the newest message: the agent's reply
+    assert harness.embed_fields(why)["tool approvals"] == "files.delete: approved by Bob"
+
+
+async def test_an_operators_deny_tells_the_model_who_denied_it(harness):
+    emu = harness.emu
+    request = await held(harness)
+    deny_id = labels(request)[1][1]
+    pressed = await emu.click_button(request, deny_id, emu.alice_id)  # alice: an operator, not the starter
+    await pressed.wait_response(10)
+    await eventually(lambda: any(p["content"] == "Finished." for p in harness.webhook_posts()), "the reply",
+                     timeout=30)
+    assert harness.files.deleted == []
+    last = [r for r in harness.llm_server.requests if GroupChatScript.classify(r) == ("participant", "planner")][-1]
+    assert last["messages"][-1]["content"] == TOLD
+    settled = emu.get_message(request["id"])
+    assert settled["components"] == [] and settled["content"] == (
+        "🚫 planner's call of **files.delete** was denied by Alice.")
+
+
+async def test_nobody_pressing_within_approval_timeout_denies(harness):
+    files = Files()
+    harness.engine.tools.add(files)
+    await harness.setup_group(("planner", "plans"), mode="tags", approval_timeout=1)
+    await harness.command("agent tools", {"name": "planner", "grant": "files.delete"})
+    await harness.emu.user_post(harness.emu.channel_id, harness.emu.bob_id, "@planner delete old.txt")
+    await eventually(lambda: any(p["content"] == "Finished." for p in harness.webhook_posts()), "the reply",
+                     timeout=30)
+    assert files.deleted == []
+    (request,) = requests_of(harness)
+    assert request["components"] == []
+    assert request["content"] == "🚫 planner's call of **files.delete** was denied: nobody approved it within 1 s."
+    last = [r for r in harness.llm_server.requests if GroupChatScript.classify(r) == ("participant", "planner")][-1]
+    assert last["messages"][-1]["content"] == ("error: denied: nobody approved this call of files.delete in time; "
+                                              "it did not run.")
