@@ -19,8 +19,8 @@ async def test_a_worker_in_the_console(tmp_path):
                 in lines)
         assert "[planner] Day 1: Kyoto." in lines
         assert not any("Private: posted day 1." in line for line in lines)
-        code, out, err = await run_console(tmp_path, srv.base_url,
-                                           "/agent show name:planner\n/agent list\n/agent edit name:planner mode:talk\n")
+        later = "/agent show name:planner\n/agent list\n/agent edit name:planner mode:talk\n"
+        code, out, err = await run_console(tmp_path, srv.base_url, later)
     assert code == 0, err
     lines = out.splitlines()
     assert "  mode: worker (speaks only through group_post)" in lines

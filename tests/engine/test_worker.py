@@ -14,6 +14,7 @@ from bot.adapters.openai_llm import OpenAILLM
 from bot.adapters.tokens import make_token_counter
 from bot.core.features.worker import POSTED, waiting_for_a_person
 from bot.core.record.export import write_export
+from bot.core.verbs.admin import Admin
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply, tool_call
 
 
@@ -48,8 +49,13 @@ async def test_a_worker_speaks_only_through_group_post_and_keeps_its_final_text(
         runs = await h.fetch("SELECT status, private_text, posted_seq FROM runs ORDER BY id")
         posts = await h.fetch("SELECT source_run_id, author_name FROM messages WHERE author_type = 'agent'"
                               " ORDER BY seq")
-        out = io.StringIO()
-        await write_export(h.store, await h.store.get_group(h.group.id), "json", out.write)
+        group = await h.store.get_group(h.group.id)
+        exports = {}
+        for fmt in ("json", "html", "md"):
+            out = io.StringIO()
+            await write_export(h.store, group, fmt, out.write)
+            exports[fmt] = out.getvalue()
+        why = await Admin(h.engine).why(group, "3")
     assert thread[:3] == ["[alice] @planner plan two days", "[planner] Day 1: Asakusa.",
                           "[planner] Day 2: @budget please check the costs."]
     assert thread[3] == "[budget] Costs look fine."  # the post's tag routed it, as a reply's would
@@ -60,9 +66,13 @@ async def test_a_worker_speaks_only_through_group_post_and_keeps_its_final_text(
     assert "group_post" in [t["function"]["name"] for t in first["tools"]]  # offered without a grant
     assert tool_results(third) == [POSTED, POSTED]
     assert all(d.agent != "planner" for d in harness.surface.drafts)  # a worker's run is not shown
-    data = json.loads(out.getvalue())
+    data = json.loads(exports["json"])
     worked = data["runs"][0]
     assert (worked["status"], worked["private_text"]) == ("worked", "Private notes: both days posted.")
+    assert exports["md"].count("Private notes: both days posted.") == 1  # on the run's first post
+    assert "<dd>Private notes: both days posted.</dd>" in exports["html"]
+    assert [f.value for f in why.fields if f.name == "worker's final text (private)"] == [
+        "Private notes: both days posted."]
 
 
 async def test_a_post_over_the_cap_is_told_waiting_for_a_person(harness):

@@ -98,6 +98,9 @@ def agent_card(agent: Agent, notes: int = 0) -> Card:
     )
 
 
+WHY_PRIVATE = 900  # characters of a worker's final text shown by "Why this reply?"
+
+
 class Admin:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -261,6 +264,12 @@ class Admin:
             u = decision.usage
             fields.append(Field("selector tokens", f"{u.prompt_tokens} prompt, {u.completion_tokens} completion, "
                                                    f"{u.cached_tokens} cached"))
+        if message.source_run_id is not None:  # a worker's post: the run's final text, never posted
+            run = (await self.store.runs_by_id([message.source_run_id])).get(message.source_run_id)
+            if run is not None and run.private_text is not None:
+                private = run.private_text if len(run.private_text) <= WHY_PRIVATE else (
+                    run.private_text[:WHY_PRIVATE] + " [...]")
+                fields.append(Field("worker's final text (private)", private or "(empty)", inline=False))
         return Card(title, decision.note, tuple(fields), footer=await self._context_footer(group, seq))
 
     async def newest_spoken(self, group: Group) -> int:
