@@ -145,6 +145,7 @@ def to_agent(row: Row) -> Agent:
         delivered_through=int(row["delivered_through"]),
         created_at=float(row["created_at"]),
         memory=bool(row["memory"]),
+        mode=row["mode"] or "talk",
     )
 
 
@@ -229,4 +230,5 @@ def to_run(row: Row) -> Run:
         memory_skipped=None if row["memory_skipped"] is None else bool(row["memory_skipped"]),
         provider=row["provider"] or "",
         calls=int(row["calls"]),
+        private_text=row["private_text"],
     )

@@ -534,6 +534,13 @@ CREATE TABLE tool_calls (
 CREATE INDEX tool_calls_run ON tool_calls(run_id);
 CREATE INDEX tool_calls_group_agent ON tool_calls(group_id, agent_id);
 """),
+    Migration(18, "worker mode: an agent's mode, a worker run's private text", """
+-- An agent's mode (SPEC §8): 'talk' posts its reply; 'worker' runs privately and speaks only
+-- through its group_post calls.
+ALTER TABLE agents ADD COLUMN mode {text_c} NOT NULL DEFAULT 'talk';
+-- A worker run's final text (masked): never posted, shown by "Why this reply?" and the exports.
+ALTER TABLE runs ADD COLUMN private_text TEXT;
+"""),
 ]
 
 # The ledger of applied migrations (both databases; not itself a migration).

@@ -11,7 +11,8 @@ from storage.access import Access
 from storage.codec import to_agent
 from storage.sql import Db
 
-AGENT_FIELDS = ("name", "role", "system_prompt", "model", "avatar_url", "enabled", "position", "memory")
+AGENT_FIELDS = ("name", "role", "system_prompt", "model", "avatar_url", "enabled", "position", "memory", "mode")
+AGENT_MODES = ("talk", "worker")
 
 
 class Roster:
@@ -49,7 +50,7 @@ class Roster:
             return to_agent(await self._access.agent_row(db, agent_id))
 
     async def update_agent(self, agent_id: int, **fields: object) -> Agent:
-        """Change any of name, role, system_prompt, model, avatar_url, enabled, position, memory."""
+        """Change any of name, role, system_prompt, model, avatar_url, enabled, position, memory, mode."""
         unknown = sorted(set(fields) - set(AGENT_FIELDS))
         if unknown:
             raise InvalidInput(f"an agent has no field {unknown[0]!r}; use {', '.join(AGENT_FIELDS)}")
@@ -59,6 +60,8 @@ class Roster:
         for flag in ("enabled", "memory"):
             if flag in changes:
                 changes[flag] = int(bool(changes[flag]))
+        if "mode" in changes and changes["mode"] not in AGENT_MODES:
+            raise InvalidInput(f"mode must be talk or worker, not {changes['mode']!r}")
         if "position" in changes and not isinstance(changes["position"], int):
             raise InvalidInput(f"position must be a whole number, not {changes['position']!r}")
         async with self._access.write(await self._access.group_of("agents", agent_id)) as db:

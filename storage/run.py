@@ -14,7 +14,7 @@ from typing import get_args
 
 from bot.core.errors import CapReached, InvalidInput, NotFound
 from bot.core.models import FinishedRun, Message, NewMessage, Run, RunKind, RunResult, RunStatus, Usage
-from bot.core.rules.secrets import mask_error
+from bot.core.rules.secrets import mask, mask_error
 from storage.access import Access
 from storage.codec import to_run
 from storage.lease import Leases
@@ -101,6 +101,7 @@ class Runs:
             if status != "interrupted" and run.kind == "group":  # a direct run leaves the group's queue alone
                 # Through the reply too when nothing else arrived after the snapshot: its own words are not news.
                 through = reply.seq if reply is not None and reply.seq == run.snapshot_seq + 1 else run.snapshot_seq
+                through = await self._own_posts_through(db, run, through)
                 await db.exec(
                     f"UPDATE agents SET delivered_through = {self._access.sql.greatest}(delivered_through, ?)"  # noqa: S608 (the dialect's function)
                         " WHERE id = ?",
@@ -120,7 +121,35 @@ class Runs:
             await self._settle(db, run.id, status, result.usage, result.selector_usage,
                                reply.seq if reply else None, error, result.model, result.memory_skipped,
                                result.provider, result.calls)
+            if result.private_text is not None:
+                await db.exec("UPDATE runs SET private_text = ? WHERE id = ?", (mask(result.private_text), run.id))
             return FinishedRun(await self._run_row(db, run.id), reply, notice)
+
+    async def post_from_run(self, run_id: int, message: NewMessage, *, cap: int) -> Message:
+        """A worker's `group_post`, posted now (see `bot.core.ports.RunStore.post_from_run`)."""
+        async with self._access.write(await self._access.group_of("runs", run_id)) as db:
+            run = await self._run_row(db, run_id)
+            if run.status != "running":
+                raise InvalidInput(f"run {run_id} is {run.status}, not running")
+            await self._leases.require_lease(db, run.group_id)
+            group = await self._access.group_row(db, run.group_id)
+            status, error, posted = await self._post_reply(db, run, group, message, None, cap)
+            if posted is None:
+                if status == "refused":
+                    raise CapReached(cap)
+                raise InvalidInput(error or status)
+            return posted
+
+    async def _own_posts_through(self, db: Db, run: Run, through: int) -> int:
+        """`through`, or past the run's own posts (a worker's group_post rows) that follow it with
+        nothing between: its own words are not news to it."""
+        rows = await db.all("SELECT seq, source_run_id FROM messages WHERE group_id = ? AND seq > ? ORDER BY seq"
+                            " LIMIT 100", (run.group_id, through))
+        for row in rows:
+            if row["source_run_id"] != run.id or int(row["seq"]) != through + 1:
+                break
+            through = int(row["seq"])
+        return through
 
     async def _post_reply(
         self, db: Db, run: Run, group: Row, posts: NewMessage, error: str | None, cap: int

@@ -193,6 +193,7 @@ class SqlStore:
     start_run = delegate("_runs", Runs.start_run)
     finish_run = delegate("_runs", Runs.finish_run)
     interrupt_running_runs = delegate("_runs", Runs.interrupt_running_runs)
+    post_from_run = delegate("_runs", Runs.post_from_run)
     # Summaries
     context_summary = delegate("_summaries", Summaries.context_summary)
     save_context_summary = delegate("_summaries", Summaries.save_context_summary)

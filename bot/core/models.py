@@ -19,7 +19,8 @@ DecisionSource = Literal[
 RunKind = Literal["group", "direct"]
 SpendKind = Literal["agent", "selector", "catch-up", "summary"]
 SUMMARY_SPENDER = "rolling summary"  # who spent kind 'summary' (the usage report's line)
-RunStatus = Literal["running", "posted", "answered", "empty", "failed", "refused", "discarded", "interrupted"]
+RunStatus = Literal["running", "posted", "answered", "worked", "empty", "failed", "refused", "discarded",
+                   "interrupted"]
 
 DEFAULT_MAX_TURNS = 12
 MAX_TURNS_RANGE = (1, 100)
@@ -120,6 +121,7 @@ class Agent:
     delivered_through: int = 0
     created_at: float = 0.0
     memory: bool = False  # it gets the memory_write tool and its notes in its system prompt
+    mode: str = "talk"  # 'worker': its run is private, it speaks through group_post (SPEC §8)
 
 
 @dataclass(frozen=True)
@@ -321,6 +323,7 @@ class Run:
     memory_skipped: bool | None = None  # memory on: whether the run ended without a note; None: memory off
     provider: str = ""  # the provider the model ran on ("" when not recorded)
     calls: int = 1  # model calls the run made (runs recorded before this was kept count one)
+    private_text: str | None = None  # a worker run's final text: kept in the run, never posted
 
 
 @dataclass(frozen=True)
@@ -341,6 +344,7 @@ class RunResult:
     memory_skipped: bool | None = None  # None when memory was off for the run
     provider: str = ""
     calls: int = 0  # model calls made, failed ones too (a memory run: one per step, its reminder too)
+    private_text: str | None = None  # a worker run's final text (status 'worked'): stored, not posted
 
 
 @dataclass(frozen=True)

@@ -496,6 +496,13 @@ class RunStore(Protocol):
         is returned unchanged."""
         ...
 
+    async def post_from_run(self, run_id: int, message: NewMessage, *, cap: int) -> Message:
+        """Post `message` now from a running worker run (its `group_post`), as `finish_run` posts a
+        reply: in the run's episode, counted toward the streak. Raises CapReached when the group's
+        consecutive agent messages reached `cap`, InvalidInput when the run is not running, its
+        episode was stopped or its agent removed or disabled."""
+        ...
+
     async def interrupt_running_runs(self, group_id: int) -> int:
         """After taking a group's lease: mark its runs left 'running' as 'interrupted'."""
         ...

@@ -164,7 +164,7 @@ async def test_a_picture_by_attachment_is_kept_and_its_url_refreshed(harness, sc
 @pytest.mark.parametrize("option,value,field", [
     ("role", "costs everything", "role"), ("model", "other-model", "model"),
     ("avatar", "https://example.org/p.png", "avatar_url"), ("avatar_image", None, "avatar_url"),
-    ("memory", False, "memory"), ("prompt", "You plan carefully.", "system_prompt"),
+    ("memory", False, "memory"), ("prompt", "You plan carefully.", "system_prompt"), ("mode", "worker", "mode"),
 ])
 async def test_agent_edit_with_any_option_applies_it_at_once_and_alone_opens_the_prompt(harness, option, value,
                                                                                          field):
@@ -191,5 +191,5 @@ async def test_agent_edit_with_any_option_applies_it_at_once_and_alone_opens_the
 
 def test_every_option_of_agent_edit_is_in_the_table_above():
     edit = next(c for c in declared.COMMANDS if c.path == ("agent", "edit"))
-    tested = {"name", "role", "model", "avatar", "avatar_image", "memory", "prompt"}
+    tested = {"name", "role", "model", "avatar", "avatar_image", "memory", "prompt", "mode"}
     assert {o.name for o in edit.options_for("discord")} <= tested

@@ -46,6 +46,7 @@ FORMATS = ("html", "json", "md")
 async def write_markdown(record: Record, write: Write, now: float) -> Totals:
     group, rows = record.group, record.span
     totals = Totals()
+    private_told: set[int] = set()  # worker runs whose final text was shown (on their first post)
     write(f"# {group.name}: Roundtable transcript\n\n")
     roster = ", ".join(f"{a.name} ({a.role})" for a in record.agents.values() if record.removed[a.id] is None)
     write(f"Messages #{rows.first}-#{rows.through} of {group.latest_seq}, exported {when(now)}. "
@@ -76,6 +77,11 @@ async def write_markdown(record: Record, write: Write, now: float) -> Totals:
             arguments, result = call_parts(call.arguments, call.status, call.result)
             quoted += (f"\n>\n> {_md_name(call_head(call.tool, call.status, call.result, call.seconds))} · "
                        f"arguments `{_md_code(arguments)}` · result `{_md_code(result)}`")
+        run = entry.run
+        if run is not None and run.private_text is not None and run.id not in private_told:  # a worker's run
+            private_told.add(run.id)
+            quoted += "\n>\n> *worker's final text (private):* " + " ".join(
+                escape_html_in_prose(run.private_text, record.people).split("\n"))
         write(f"\n{head}\n{quoted}\n")
     await count_runs(record, totals)
     rolling = await summaries_line(record, totals)

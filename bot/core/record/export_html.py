@@ -160,6 +160,8 @@ def why(entry: Entry) -> str:
         facts.append(("run", f"#{run.id}{kind} {run.status} · {run.model or 'model not recorded'}"
                       + (f" on {run.provider}" if run.provider else "")))
         facts.append(("tokens", tokens(run.usage)))
+        if run.private_text is not None:  # a worker's run: its final text was never posted
+            facts.append(("worker's final text (private)", run.private_text or "(empty)"))
         if run.kind == "direct":
             summary.append("answers an /ask")
     if entry.earlier_task is not None:

@@ -95,7 +95,7 @@ def run_json(run: Run, agent_name: str, calls: Sequence[JournaledCall] = ()) -> 
             "model": run.model or None, "provider": run.provider or None, "usage": usage_json(run.usage),
             "selector_usage": usage_json(run.selector_usage), "posted_seq": run.posted_seq, "error": run.error,
             "started_at": iso(run.started_at), "finished_at": iso(run.finished_at),
-            "memory_skipped": run.memory_skipped, "calls": run.calls,
+            "memory_skipped": run.memory_skipped, "calls": run.calls, "private_text": run.private_text,
             "tool_calls": [tool_call_json(c) for c in calls]}
 
 

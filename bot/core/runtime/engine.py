@@ -116,7 +116,7 @@ class Engine:
         self._turn = AgentTurn(TurnDeps(
             store=store, llm=llm, surface=surface, counter=counter, tasks=self.tasks, summaries=self.summaries,
             notice=self.notice, images=self.images, withheld_images=self.withheld_images,
-            tell_unused=self.tell_unused, tools=self.tools, retry=self.retry))
+            tell_unused=self.tell_unused, tools=self.tools, retry=self.retry, shown=self.shown))
         self._direct = DirectRuns(DirectDeps(
             store=store, llm=llm, counter=counter, prices=self.prices, locks=self.locks, after_turn=self.after_turn,
             wake=self.wake, all_shown=self.all_shown, tools=self.tools))

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from bot.core.errors import AlreadyStored, DeliveryError, LeaseLost, NotFound, StoreError
-from bot.core.features import memory
+from bot.core.features import memory, worker
 from bot.core.models import Agent, Episode, Group, Message
 from bot.core.ports import (
     GroupStore,
@@ -190,10 +190,13 @@ class Outbox(GroupWorker):
         """An agent's reply as shown: with the group's `show_tools` on, a compact line of its run's
         tool calls at its end (SPEC §6b "Visible"; rendered here, never stored in the row's text, so
         later prompts do not read it as something the agent said). The built-in memory_write, a
-        note the agent keeps, is not listed."""
+        note the agent keeps, is not listed; nor is a worker's post given one (its `group_post` call is
+        how it speaks: the post is its message, not a reply that used tools)."""
         if row.author_type != "agent" or row.source_run_id is None or not group.settings.show_tools:
             return row
         calls = await self.deps.store.run_tool_calls(row.source_run_id)
+        if any(c.tool == worker.TOOL_NAME for c in calls):
+            return row
         line = compact_line((c.tool, is_error(c.status, c.result)) for c in calls if c.tool != memory.TOOL_NAME)
         return replace(row, text=f"{row.text}\n\n{line}") if line else row
 

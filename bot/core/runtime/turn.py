@@ -29,6 +29,8 @@ from bot.core.features.memory import Answer, load_memory, run_agent_tools
 from bot.core.features.summary import Summaries
 from bot.core.features.tasks import TaskChains, Tasks
 from bot.core.features.tools import RunContext, ToolBox, ToolLoop, ToolRegistry
+from bot.core.features.worker import TOOL_NAME as GROUP_POST
+from bot.core.features.worker import GroupPost, Posts
 from bot.core.models import (
     Agent,
     Approval,
@@ -156,6 +158,7 @@ class TurnDeps:
     # images a run could not send, (seq, index) -> (name, why): told to their person once
     tell_unused: Callable[[Group, Mapping[tuple[int, int], tuple[str, str]]], Awaitable[None]]
     tools: ToolRegistry | None = None  # the tool sources (bot.core.features.tools); None: memory_write only
+    shown: Callable[[int], None] | None = None  # a worker posted mid-run: show the group's new rows
     retry: RetryPolicy = field(default_factory=RetryPolicy)  # waits between tries to settle a run
 
 
@@ -172,6 +175,7 @@ class AgentTurn:
         store = deps.store
         run = await store.start_run(group.id, agent.id, "group", snapshot)
         draft: Draft | None = None
+        posts = Posts() if agent.mode == "worker" else None  # a worker speaks through group_post only
         unused: dict[tuple[int, int], tuple[str, str]] = {}  # images the run could not send
         try:
             fresh = await store.get_group(group.id)
@@ -182,7 +186,7 @@ class AgentTurn:
                 result, terminated = RunResult("refused", selector_usage=selector_usage, error=str(CapReached(cap)),
                                                notice=await self._refusal_notice(run, agent, cap)), False
             else:
-                result, terminated, draft = await self._call(fresh, agent, run, selector_usage, unused)
+                result, terminated, draft = await self._call(fresh, agent, run, selector_usage, unused, posts)
         except asyncio.CancelledError:
             # Shutting down: the run stays undone (its agent runs again on the next start).
             await self._interrupt(run, selector_usage)
@@ -213,6 +217,8 @@ class AgentTurn:
                 usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
                 " (estimated)" if usage.estimated else "", reply.text[:300],
             )
+        if reply is None and posts is not None:
+            reply = posts.last  # the stop rules judge a worker's last post
         return TurnOutcome(run, reply, terminated, notice)
 
     async def _finish(self, run: Run, result: RunResult, cap: int) -> FinishedRun:
@@ -245,7 +251,8 @@ class AgentTurn:
         return self.deps.notice(cap_refusal_notice(agent.name, cap))
 
     async def _call(self, group: Group, agent: Agent, run: Run, selector_usage: Usage,
-                    unused: dict[tuple[int, int], tuple[str, str]]) -> tuple[RunResult, bool, Draft | None]:
+                    unused: dict[tuple[int, int], tuple[str, str]], posts: Posts | None = None,
+                    ) -> tuple[RunResult, bool, Draft | None]:
         """Prompt the agent and turn its answer into the run's result (whether it said TERMINATE,
         and the draft that showed it while it was written); `unused` gets the images it could not send."""
         deps = self.deps
@@ -266,24 +273,32 @@ class AgentTurn:
             images = deps.images(group)
             messages = await files.fill_images(messages, images)
             unused.update(images.unused)
-            answer, draft = await self._complete(group, agent, run, messages, others)
-        result, terminated = await self._result(group, agent, run, answer, roster, others, selector_usage)
+            answer, draft = await self._complete(group, agent, run, messages, others, posts, roster)
+        result, terminated = await self._result(group, agent, run, answer, roster, others, selector_usage, posts)
         return result, terminated, draft
 
     async def _result(self, group: Group, agent: Agent, run: Run, answer: Answer, roster: Sequence[Agent],
-                      others: Sequence[str], selector_usage: Usage) -> tuple[RunResult, bool]:
-        """The run's result from the agent's answer, cleaned (and whether it said TERMINATE)."""
+                      others: Sequence[str], selector_usage: Usage, posts: Posts | None = None,
+                      ) -> tuple[RunResult, bool]:
+        """The run's result from the agent's answer, cleaned (and whether it said TERMINATE). A worker's
+        answer is kept private (status 'worked'); it said TERMINATE when one of its posts did."""
         deps, store = self.deps, self.deps.store
         if answer.error is not None:
             exc = answer.error
             log.warning("group=%s agent=%s run=%s failed: %s", group.id, agent.name, run.id, exc)
             failure = self._failure_notice(group, agent, exc)
             return RunResult("failed", answer.usage, selector_usage, error=str(exc), notice=failure,
-                             model=answer.model, provider=answer.provider, calls=answer.calls), False
+                             model=answer.model, provider=answer.provider, calls=answer.calls), \
+                bool(posts and posts.terminated)
         usage, skipped = answer.usage, (answer.skipped if agent.memory else None)
         if skipped:
             log.info("group=%s agent=%s run=%s: memory_skipped (no note after the reminder)",
                      group.id, agent.name, run.id)
+        if posts is not None:
+            log.info("group=%s agent=%s run=%s: worker run ended after %d post(s); its final text is private",
+                     group.id, agent.name, run.id, len(posts.messages))
+            return RunResult("worked", usage, selector_usage, model=answer.model, memory_skipped=skipped,
+                             provider=answer.provider, calls=answer.calls, private_text=answer.text), posts.terminated
         cleaned = guard_impersonation(answer.text, agent.name, others)
         terminated = terminates(answer.text, cleaned)
         if not strip_terminate(cleaned):
@@ -323,7 +338,8 @@ class AgentTurn:
                                        "skipped without another notice.")
 
     async def _complete(self, group: Group, agent: Agent, run: Run, messages: list[ChatMessage],
-                        others: Sequence[str]) -> tuple[Answer, Draft | None]:
+                        others: Sequence[str], posts: Posts | None = None, roster: Sequence[Agent] = (),
+                        ) -> tuple[Answer, Draft | None]:
         """The agent's answer: one call (streamed to the surface's draft when the group streams),
         or with tools (granted, or memory_write with memory on) the tool loop
         (`bot.core.features.tools`), streamed too. The run takes over the provisional messages an
@@ -332,6 +348,9 @@ class AgentTurn:
         llm, key = deps.llm, cache_key(group, agent.id)
         parts = await deps.store.adopt_drafts(group.id, agent.id, run.id)
         box = await self._tools(agent)
+        if posts is not None:  # a worker: group_post offered, the run not shown while it is written
+            box = self._group_post(group, agent, run, others, roster, posts, box)
+            return await self._with_tools(group, agent, run, messages, others, box, parts, private=True)
         if box:
             return await self._with_tools(group, agent, run, messages, others, box, parts)
         reply = ReplyStream(agent.name, others)
@@ -354,10 +373,30 @@ class AgentTurn:
         grants = await self.deps.store.tool_grants(agent.id)
         return registry.offered(grants, (memory.TOOL_NAME,) if agent.memory else ())
 
+    def _group_post(self, group: Group, agent: Agent, run: Run, others: Sequence[str], roster: Sequence[Agent],
+                    posts: Posts, box: ToolBox) -> ToolBox:
+        """`box` with a worker's `group_post` (`bot.core.features.worker`), a source of this run's own."""
+        store, shown = self.deps.store, self.deps.shown
+
+        async def post(cap: int, message: NewMessage) -> Message:
+            posted = await store.post_from_run(run.id, message, cap=cap)
+            if shown is not None:
+                shown(group.id)
+            return posted
+
+        async def cap() -> int:
+            return (await store.get_group(group.id)).settings.max_agent_turns
+
+        source = GroupPost(agent, others, posts, post=post, roster=roster,
+                           people=lambda: store.people(group.people_scope), count=self.deps.counter.count, cap=cap)
+        spec = source.tools()[0]
+        return ToolBox({**box.entries, GROUP_POST: (source, spec, GROUP_POST)})
+
     async def _with_tools(self, group: Group, agent: Agent, run: Run, messages: list[ChatMessage],
-                          others: Sequence[str], box: ToolBox, parts: Sequence[DraftPart]
+                          others: Sequence[str], box: ToolBox, parts: Sequence[DraftPart], *, private: bool = False,
                           ) -> tuple[Answer, Draft | None]:
-        """The tool loop; with the group streaming, each step's text shown as it is written."""
+        """The tool loop; with the group streaming, each step's text shown as it is written (not a
+        worker's: `private`)."""
         deps = self.deps
         shown = [ReplyStream(agent.name, others)]
         lines: dict[int, str] = {}  # journal id -> the call's line (SPEC §6b "Visible"), in the order they ran
@@ -367,7 +406,8 @@ class AgentTurn:
             calls = "\n".join(lines.values())
             return f"{calls}\n\n{text}" if calls and text else calls or text
 
-        draft = deps.surface.draft(group, agent, run.id, parts, visible) if group.settings.stream else None
+        draft = (deps.surface.draft(group, agent, run.id, parts, visible)
+                 if group.settings.stream and not private else None)
 
         def call(entry: JournaledCall, output: ToolOutput | None, seconds: float) -> None:
             lines[entry.id] = call_line(entry.tool, entry.arguments, done=output is not None,
@@ -393,7 +433,7 @@ class AgentTurn:
                               starter.author_user_id if starter else None, starter.author_name if starter else "")
             return await deps.surface.approve(group, agent, ask)
 
-        granted = any(not spec.builtin for _, spec, _ in box.entries.values())
+        granted = private or any(not spec.builtin for _, spec, _ in box.entries.values())
         loop = ToolLoop(deps.llm, deps.store, box, agent, RunContext(group.id, agent.id, run.id),
                         cache_key=cache_key(group, agent.id),
                         max_steps=group.settings.max_tool_steps if granted else memory.MAX_TOOL_STEPS,

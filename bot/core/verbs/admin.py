@@ -96,11 +96,15 @@ def agent_card(agent: Agent, notes: int = 0) -> Card:
             Field("avatar", agent.avatar_url or "(none)"),
             Field("delivered through", f"#{agent.delivered_through}"),
             Field("memory", f"{'on' if agent.memory else 'off'}, {plural(notes, 'note')}"),
+            Field("mode", "worker (speaks only through group_post)" if agent.mode == "worker" else "talk"),
             Field("system prompt", agent.system_prompt, inline=False),
         ),
         tone="neutral" if agent.enabled else "warning",
         thumbnail_url=agent.avatar_url,
     )
+
+
+WHY_PRIVATE = 900  # characters of a worker's final text shown by "Why this reply?"
 
 
 class Admin:
@@ -273,6 +277,12 @@ class Admin:
                     if (said := decision_of(call.tool, call.result)) is not None]
             if held:
                 fields.append(Field("tool approvals", "; ".join(held), inline=False))
+        if message.source_run_id is not None:  # a worker's post: the run's final text, never posted
+            run = (await self.store.runs_by_id([message.source_run_id])).get(message.source_run_id)
+            if run is not None and run.private_text is not None:
+                private = run.private_text if len(run.private_text) <= WHY_PRIVATE else (
+                    run.private_text[:WHY_PRIVATE] + " [...]")
+                fields.append(Field("worker's final text (private)", private or "(empty)", inline=False))
         return Card(title, decision.note, tuple(fields), footer=await self._context_footer(group, seq))
 
     async def _tool_fields(self, message: Message) -> tuple[Field, ...]:
@@ -385,7 +395,8 @@ class Admin:
         )
         return f"Added {agent.name}: {agent.role}. Tag it with @{agent.name}."
 
-    async def edit_agent(self, group: Group, name: str, *, memory: bool | None = None, **changes: str | None) -> str:
+    async def edit_agent(self, group: Group, name: str, *, memory: bool | None = None, mode: str | None = None,
+                         **changes: str | None) -> str:
         agent = await self.agent(group, name)
         update: dict[str, object] = {}
         if changes.get("role") is not None:
@@ -399,21 +410,31 @@ class Admin:
             update["avatar_url"] = v.avatar_url(changes["avatar"])
         if memory is not None and memory != agent.memory:
             update["memory"] = memory
+        if mode is not None and mode != agent.mode:
+            update["mode"] = mode
         if not update:
             if memory is not None:
                 return f"Memory is already {'on' if memory else 'off'} for {agent.name}."
-            return f"Nothing to change for {agent.name}: give role, prompt, model, avatar or memory."
+            if mode is not None:
+                return f"{agent.name} is already in {mode} mode."
+            return f"Nothing to change for {agent.name}: give role, prompt, model, avatar, memory or mode."
         await self._check_tools(agent, update)
         async with self._still_there(group, name):
             agent = await self.store.update_agent(agent.id, **update)
+        if "mode" in update:
+            if agent.mode == "worker":
+                return f"Updated {agent.name}: worker mode: its runs are private and it speaks only through group_post."
+            return f"Updated {agent.name}: talk mode: it posts its replies."
         if "memory" in update:
             return f"Updated {agent.name}: memory is {'on' if agent.memory else 'off'}."
         return f"Updated {agent.name}."
 
     async def _check_tools(self, agent: Agent, update: Mapping[str, object]) -> None:
-        """Memory needs tool calls: refuse (changing nothing) to turn it on, or to change the model
-        of an agent that has it on, when the model does not take them or that cannot be checked."""
-        if not update.get("memory", agent.memory) or not ("memory" in update or "model" in update):
+        """Memory and worker mode need tool calls: refuse (changing nothing) to turn either on, or to
+        change the model of an agent that has one on, when the model does not take them or that
+        cannot be checked."""
+        worker = update.get("mode", agent.mode) == "worker"
+        if not (update.get("memory", agent.memory) or worker) or not ({"memory", "mode", "model"} & set(update)):
             return
         model = update.get("model", agent.model)
         spent: list[Completion] = []
@@ -421,8 +442,11 @@ class Admin:
         for call in spent:  # a model call like any other: /roundtable usage counts it with the agent's
             await self.store.record_call(agent.group_id, agent.id, "memory check", call)
         if reason is not None:
+            if "mode" in update and worker:
+                raise UserFacingError(f"{agent.name} stays in talk mode: {reason}.")
             raise UserFacingError(f"Memory stays off for {agent.name}: {reason}." if "memory" in update else
-                                  f"{agent.name} keeps its model: memory is on for it, and {reason}.")
+                                  f"{agent.name} keeps its model: {'worker mode' if worker else 'memory'} is on "
+                                  f"for it, and {reason}.")
 
     async def rename_agent(self, group: Group, name: str, new_name: str) -> str:
         agent = await self.agent(group, name)
@@ -449,7 +473,9 @@ class Admin:
         agents = await self.store.list_agents(group.id)
         if not agents:
             return "No agents yet: add one with /agent add."
-        fields = tuple(Field(a.name + ("" if a.enabled else " (disabled)"), a.role, inline=False) for a in agents)
+        fields = tuple(Field(a.name + ("" if a.enabled else " (disabled)") + (" (worker)" if a.mode == "worker"
+                                                                               else ""), a.role, inline=False)
+                       for a in agents)
         return Card(f"Agents of {group.name}", fields=fields)
 
     async def show_agent(self, group: Group, name: str) -> Card:

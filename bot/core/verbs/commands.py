@@ -314,9 +314,9 @@ async def _edit(inv: Invocation) -> Reply | None:
         v.role(changes["role"])  # checked before a form opens for the prompt
     v.model(changes["model"])
     v.avatar_url(changes["avatar"])
-    memory = inv.get("memory")
+    memory, mode = inv.get("memory"), inv.text("mode")
     prompt = inv.text("prompt")
-    others = (*changes.values(), memory, inv.get("avatar_image"))
+    others = (*changes.values(), memory, mode, inv.get("avatar_image"))
     if prompt is None and all(o is None for o in others):  # with any other option, they apply at once
         prompt = await inv.caller.ask_text(f"System prompt for {agent.name}", agent.system_prompt)
         if prompt is None:
@@ -324,7 +324,7 @@ async def _edit(inv: Invocation) -> Reply | None:
     if changes["avatar"] is None and inv.get("avatar_image") is not None:
         changes["avatar"] = await inv.caller.keep_image(inv.get("avatar_image"), f"{agent.name}'s picture")
     return await inv.admin.edit_agent(inv.group, agent.name, prompt=prompt,
-                                      memory=None if memory is None else bool(memory), **changes)
+                                      memory=None if memory is None else bool(memory), mode=mode, **changes)
 
 
 async def _agent_tools(inv: Invocation) -> Reply:
@@ -525,6 +525,8 @@ COMMANDS: tuple[Command, ...] = (
         AVATAR_IMAGE,
         Option("memory", "on: it saves notes with memory_write and sees them in later runs", "boolean",
                slow=True),  # turning it on asks the model whether it takes tool calls
+        Option("mode", "worker: its runs are private, it speaks only through group_post; talk: it posts replies",
+               "choice", choices=("talk", "worker"), slow=True),  # worker: asks the model too
     ), who="operators"),
     Command(("agent", "rename"), "Give an agent a new name (its old messages keep the old one)",
             lambda inv: inv.admin.rename_agent(inv.group, inv.text("name") or "", inv.text("new_name") or ""),
