@@ -128,7 +128,7 @@ async def test_rename_and_refusals_say_why(harness, script):
     assert harness.webhook_posts()[0]["username"] == "chef"
     helped = await harness.command("help", user=emu.bob_id)  # by topic, as in the console
     assert helped["data"]["content"].splitlines()[2] == (
-        "/help agent      add, edit, rename, remove, enable, disable, show, list")
+        "/help agent      add, edit, rename, remove, enable, disable, show, list, tools")
     topic = await harness.command("help", {"topic": "agent"}, user=emu.bob_id)
     assert "/agent rename name new_name" in topic["data"]["content"]
     assert "/roundtable" not in topic["data"]["content"]
