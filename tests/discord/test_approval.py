@@ -77,7 +77,8 @@ async def test_only_the_starter_or_an_operator_decides_and_approve_runs_it_once(
     assert harness.files.deleted == []
     pressed = await emu.click_button(request, approve_id, emu.bob_id)
     await pressed.wait_response(10)
-    await eventually(lambda: any(p["content"] == "Finished." for p in harness.webhook_posts()), "the reply",
+    await eventually(lambda: any(p["content"] == "Finished.\n\n🔧 files.delete ✓" for p in harness.webhook_posts()),
+                     "the reply (its compact line of the call)",
                      timeout=30)
     await harness.idle()
     assert harness.files.deleted == ["old.txt"]  # once
@@ -97,7 +98,8 @@ async def test_an_operators_deny_tells_the_model_who_denied_it(harness):
     deny_id = labels(request)[1][1]
     pressed = await emu.click_button(request, deny_id, emu.alice_id)  # alice: an operator, not the starter
     await pressed.wait_response(10)
-    await eventually(lambda: any(p["content"] == "Finished." for p in harness.webhook_posts()), "the reply",
+    await eventually(lambda: any(p["content"] == "Finished.\n\n🔧 files.delete ✗" for p in harness.webhook_posts()),
+                     "the reply (its compact line of the call)",
                      timeout=30)
     assert harness.files.deleted == []
     last = [r for r in harness.llm_server.requests if GroupChatScript.classify(r) == ("participant", "planner")][-1]
@@ -113,7 +115,8 @@ async def test_nobody_pressing_within_approval_timeout_denies(harness):
     await harness.setup_group(("planner", "plans"), mode="tags", approval_timeout=1)
     await harness.command("agent tools", {"name": "planner", "grant": "files.delete"})
     await harness.emu.user_post(harness.emu.channel_id, harness.emu.bob_id, "@planner delete old.txt")
-    await eventually(lambda: any(p["content"] == "Finished." for p in harness.webhook_posts()), "the reply",
+    await eventually(lambda: any(p["content"] == "Finished.\n\n🔧 files.delete ✗" for p in harness.webhook_posts()),
+                     "the reply (its compact line of the call)",
                      timeout=30)
     assert files.deleted == []
     (request,) = requests_of(harness)
