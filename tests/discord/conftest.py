@@ -137,3 +137,15 @@ async def harness(tmp_path, script, original_discord_endpoints) -> AsyncIterator
             yield h
         finally:
             await h.stop()
+
+
+@pytest.fixture
+async def streaming(tmp_path, script, original_discord_endpoints) -> AsyncIterator[BotHarness]:
+    """A bot whose groups stream their replies (provisional messages grown by edits)."""
+    async with DiscordEmulator() as emu, FakeOpenAI(script) as llm_server:
+        harness = BotHarness(emu, llm_server, tmp_path / "roundtable.db", stream=True)
+        await harness.start()
+        try:
+            yield harness
+        finally:
+            await harness.stop()

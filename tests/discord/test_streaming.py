@@ -9,7 +9,6 @@ import itertools
 import logging
 import random
 import re
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -25,17 +24,6 @@ from tests.support import eventually
 
 HOOK = r"^/webhooks/\d+/[\w.\-]{60,}"
 NO_MENTIONS = {"parse": [], "users": [], "replied_user": False}
-
-
-@pytest.fixture
-async def streaming(tmp_path, script, original_discord_endpoints) -> AsyncIterator[BotHarness]:
-    async with DiscordEmulator() as emu, FakeOpenAI(script) as llm_server:
-        harness = BotHarness(emu, llm_server, tmp_path / "roundtable.db", stream=True)
-        await harness.start()
-        try:
-            yield harness
-        finally:
-            await harness.stop()
 
 
 def hook_requests(emu: DiscordEmulator, method: str | None = None) -> list:

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
 
 import pytest
 
 from bot.core.models import ToolOutput, ToolSpec
 from bot.core.ports import ToolContext
-from tests.discord.conftest import BotHarness
 from tests.discord_emulator import DiscordEmulator
-from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply, tool_call
+from tests.fakes.openai_server import GroupChatScript, Reply, tool_call
 from tests.support import eventually
 
 HOOK = r"^/webhooks/\d+/[\w.\-]{60,}"
@@ -84,17 +82,6 @@ async def test_the_grant_option_autocompletes_the_available_tools(harness, scrip
     assert await offered("") == ["counter.*", "counter.add", "counter.get", "history_read", "history_search"]
     assert await offered("cou") == ["counter.*", "counter.add", "counter.get"]
     assert await offered("counter.add, hist") == ["counter.add, history_read", "counter.add, history_search"]
-
-
-@pytest.fixture
-async def streaming(tmp_path, script, original_discord_endpoints) -> AsyncIterator[BotHarness]:
-    async with DiscordEmulator() as emu, FakeOpenAI(script) as llm_server:
-        harness = BotHarness(emu, llm_server, tmp_path / "roundtable.db", stream=True)
-        await harness.start()
-        try:
-            yield harness
-        finally:
-            await harness.stop()
 
 
 def provisional(emu: DiscordEmulator) -> list[str]:
