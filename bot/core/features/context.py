@@ -144,12 +144,13 @@ class Window:
 
 async def find_window(
     store: ThreadStore, group_id: int, *, through: int, budget: int, task_seq: int | None, task_apart: bool = False,
-    step: int | None = None, tasks: Sequence[Message] = (), reserve: int = 0,
+    step: int | None = None, tasks: Sequence[Message] = (), reserve: int = 0, quoted: int = 0,
 ) -> Window:
     """Where the window over rows 1..`through` starts: two indexed lookups (three with a task to load).
 
     `tasks`: every task the prompt keeps (`bot.core.features.tasks`), loaded; `task_seq` (the episode's
-    task) is loaded when it is not among them. `reserve`: room for a summary line."""
+    task) is loaded when it is not among them. `reserve`: room for a summary line; `quoted`: the tokens
+    of the replied-to block the prompt adds (`bot.core.features.replies`), counted against the budget."""
     total = await store.thread_tokens(group_id, through=through)
     chain = [t for t in tasks if t.seq <= through]
     if task_seq is not None and task_seq <= through and all(t.seq != task_seq for t in chain):
@@ -158,7 +159,7 @@ async def find_window(
         else:
             chain.append(await store.get_message(group_id, task_seq))
     shown_first = [] if task_apart else chain
-    extra = max(MARKER_TOKENS, reserve) + sum(token_cost(t.token_count) for t in shown_first)
+    extra = max(MARKER_TOKENS, reserve) + quoted + sum(token_cost(t.token_count) for t in shown_first)
     cut = cut_point(total, budget, extra, step)
     start = 1 if cut == 0 else min(through, await store.first_seq_at(group_id, tokens=cut) or through)
     cut_tasks = tuple(sorted((t for t in chain if t.seq < start), key=lambda t: t.seq))
@@ -168,16 +169,17 @@ async def find_window(
 async def load_thread(
     store: ThreadStore, group_id: int, *, through: int, budget: int, task_seq: int | None, task_apart: bool = False,
     step: int | None = None, tasks: Sequence[Message] = (), summaries: SummarySource | None = None,
+    quoted: int = 0,
 ) -> Trimmed:
     """The trimmed thread through `through`, loading only the rows that are kept; with `summaries`,
-    the cut rows' rolling summary in their place."""
+    the cut rows' rolling summary in their place. `quoted`: tokens kept free for the replied-to block."""
     if through <= 0:
         return Trimmed((), 0)
     if summaries is not None and budget < summaries.min_budget:
         summaries = None
     window = await find_window(store, group_id, through=through, budget=budget, task_seq=task_seq,
                                task_apart=task_apart, step=step, tasks=tasks,
-                               reserve=summaries.reserve if summaries is not None else 0)
+                               reserve=summaries.reserve if summaries is not None else 0, quoted=quoted)
     kept = tuple(await store.messages(group_id, after=window.start - 1, through=through))
     references: frozenset[int] = frozenset()
     if task_apart:

@@ -26,6 +26,7 @@ from bot.core.errors import CapReached, LLMError, ProviderMissing, StoreBusy, St
 from bot.core.features import memory
 from bot.core.features.context import Trimmed, load_thread, participant_step
 from bot.core.features.memory import Answer, load_memory, run_agent_tools
+from bot.core.features.replies import quoted_thread
 from bot.core.features.summary import Summaries
 from bot.core.features.tasks import TaskChains, Tasks
 from bot.core.features.tools import RunContext, ToolBox, ToolLoop, ToolRegistry
@@ -259,15 +260,19 @@ class AgentTurn:
         store = deps.store
         roster = await store.list_agents(group.id)
         tasks = await deps.tasks.of(group.id, run.episode_id)
-        trimmed = await load_thread(store, group.id, through=run.snapshot_seq, budget=group.settings.context_budget,
-                                    task_seq=tasks.current.seq if tasks.current else None,
-                                    task_apart=tasks.current is not None,
-                                    step=participant_step(group.settings.context_budget), tasks=tasks.all,
-                                    summaries=deps.summaries.source(group))
+        budget = group.settings.context_budget
+        trimmed, replied_to = await quoted_thread(
+            store, deps.counter, group.id, budget=budget, tasks=tasks.all,
+            load=lambda quoted: load_thread(store, group.id, through=run.snapshot_seq, budget=budget,
+                                            task_seq=tasks.current.seq if tasks.current else None,
+                                            task_apart=tasks.current is not None, step=participant_step(budget),
+                                            tasks=tasks.all, summaries=deps.summaries.source(group), quoted=quoted))
         memory = await load_memory(store, agent, deps.counter)
         files = PromptFiles(group.settings, images=deps.llm.takes_images(agent.model),
                             task_seq=tasks.current.seq if tasks.current else None)
         messages, others = build_messages(group, agent, roster, trimmed, tasks, memory, files)
+        if replied_to:  # last, so the prompt's prefix stays cached (bot.core.features.replies)
+            messages.append(ChatMessage("user", replied_to))
         deps.withheld_images(agent.model, files.withheld)
         async with deps.surface.working(group, agent):
             images = deps.images(group)
