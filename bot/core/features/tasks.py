@@ -21,7 +21,9 @@ characters. An episode opened by a schedule continues nothing.
 
 The chain is fixed when the episode opens (the earlier episodes have all ended), so a
 prompt's task part stays the same for the whole episode and the provider's cache keeps
-hitting. It is read once per episode (a few indexed queries) and kept in memory.
+hitting. Which rows it holds is found once per episode (a few indexed queries) and kept in memory;
+the rows are read again for each prompt (one lookup each), so a person's edit of a task reaches the
+next run of the episode (marked edited) and a deleted task shows as deleted, never its text (SPEC §1).
 """
 from __future__ import annotations
 
@@ -82,25 +84,29 @@ class TaskStore(EpisodeStore, ThreadStore, GroupStore, Protocol):
 
 
 class TaskChains:
-    """The tasks of each episode, read once and kept (a small LRU)."""
+    """The tasks of each episode: which rows they are is found once and kept (a small LRU); the rows
+    themselves are read on each call (a few indexed lookups), so an edit or a deletion reaches the
+    episode's next prompt."""
 
     def __init__(self, store: TaskStore) -> None:
         self.store = store
-        self._chains: OrderedDict[int, Tasks] = OrderedDict()
+        self._chains: OrderedDict[int, tuple[int, ...]] = OrderedDict()  # episode -> its tasks' seqs, oldest first
 
     async def of(self, group_id: int, episode_id: int | None) -> Tasks:
         if episode_id is None:
             return Tasks(None)
-        chain = self._chains.get(episode_id)
-        if chain is not None:
+        seqs = self._chains.get(episode_id)
+        if seqs is not None:  # the rows are read again: a person may have edited or deleted one since
             self._chains.move_to_end(episode_id)
-            return chain
+            rows = [await self.store.get_message(group_id, seq) for seq in seqs]
+            return Tasks(rows[-1], tuple(rows[:-1]))
         episode = await self.store.get_episode(episode_id)
         current = await self.store.get_message(group_id, episode.task_seq)
         earlier: list[Message] = []
         if current.author_type == "user":
             earlier = await self._walk(group_id, current)
-        chain = self._chains[episode_id] = Tasks(current, keep(earlier[::-1]))
+        chain = Tasks(current, keep(earlier[::-1]))
+        self._chains[episode_id] = tuple(m.seq for m in chain.all)
         if len(self._chains) > CACHED_CHAINS:
             self._chains.popitem(last=False)
         return chain
