@@ -58,3 +58,31 @@ async def test_a_reply_to_an_old_post_brings_it_into_the_prompt_quoted(harness):
     assert not any('reply "@planner and this?"' in m for m in latest)
     rows = await harness.store.messages(1)
     assert [r.reply_to_seq for r in rows if r.author_name == "Bob"] == [2, None]
+
+
+async def test_a_reply_across_channels_tags_nobody_and_quotes_nothing(harness):
+    """Bob replies, in another group's channel, to planner's post here: that group has no planner of its
+    own to tag and nothing of this group's to quote (on main the reply tagged this group's planner
+    there)."""
+    emu = harness.emu
+    other = emu.add_channel(emu.guild_id, "second")
+    await emu.wait_for(lambda: harness.bot.get_channel(int(other)) is not None, timeout=5)
+    await harness.setup_group(("planner", "drafts the itinerary"), mode="tags")
+    for command, options in (("roundtable setup", {"mode": "tags"}),
+                             ("agent add", {"name": "local", "role": "knows the city", "prompt": "You know."})):
+        await (await emu.invoke_command(emu.guild_id, other, emu.alice_id, command, options)).wait_response(5)
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner plan a 3-day Tokyo trip")
+    await emu.wait_for(lambda: len(harness.webhook_posts()) >= 1, timeout=30)
+    await harness.idle()
+    plan_post = next(m for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id"))
+
+    await emu.user_post(other, emu.bob_id, "what do you think of this?", reference_message_id=plan_post["id"])
+    await emu.user_post(other, emu.bob_id, "@local and you?")
+    await emu.wait_for(lambda: len(harness.webhook_posts()) >= 2, timeout=30)
+    await harness.idle()
+    there = [m for m in emu.channel_messages(other) if m.get("webhook_id")]
+    assert [m["author"]["username"] for m in there] == ["local"]  # planner was not tagged there
+    rows = await harness.store.messages(2)
+    assert [(r.author_name, r.reply_to_seq, r.tags.agent_names) for r in rows] == [
+        ("Bob", None, ()), ("Bob", None, ("local",)), ("local", None, ())]
+    assert len(harness.webhook_posts()) == 2

@@ -402,10 +402,10 @@ class Ingest:
         reply_to: int | None = None
         if message.reference is not None and message.reference.message_id is not None:
             target = await self.store.find_message_by_external_id(str(message.reference.message_id))
-            if target is not None and target.group_id == group.id:
+            if target is not None and target.group_id == group.id:  # (another group's row: neither)
                 reply_to = target.seq  # a reply continues the work of the message it answers (SPEC §6)
-            if target is not None and target.author_type == "agent" and target.author_agent_id is not None:
-                replied.append(await self.store.get_agent(target.author_agent_id))
+                if target.author_type == "agent" and target.author_agent_id is not None:
+                    replied.append(await self.store.get_agent(target.author_agent_id))  # and tags its agent
         await self.engine.post_user_message(
             group, author_name=message.author.display_name, user_id=str(message.author.id),
             text=message_text(message)[:8000], extra_agents=replied, external_ids=[str(message.id)], wake=wake,
