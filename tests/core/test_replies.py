@@ -19,7 +19,7 @@ from bot.core.features.replies import (
 )
 from bot.core.models import Message
 from bot.core.rules.secrets import SECRETS
-from tests.core.test_context import Thread
+from tests.core.test_context import Notes, Thread
 
 
 def row(seq: int, reply_to: int | None = None, *, author: str = "alice", text: str = "",
@@ -106,7 +106,7 @@ async def test_the_quote_counts_against_the_budget():
             for i in range(1, 31)]
     store = Thread(rows)
 
-    def load(quoted: int):
+    def load(quoted: int, summaries=None):
         return load_thread(store, 1, through=30, budget=150, task_seq=None, step=1, quoted=quoted)
 
     plain = await load(0)
@@ -122,9 +122,31 @@ async def test_no_reply_out_of_view_no_block_and_one_load():
     store = Thread(rows)
     loads = []
 
-    def load(quoted: int):
+    def load(quoted: int, summaries=None):
         loads.append(quoted)
         return load_thread(store, 1, through=5, budget=1000, task_seq=None, quoted=quoted)
 
     trimmed, block = await quoted_thread(store, Words(), 1, budget=1000, tasks=(), load=load)
     assert block == "" and loads == [0] and len(trimmed.kept) == 5
+
+
+async def test_only_the_window_used_gets_its_summary_written():
+    """The first fitting (before the block's room is known) asks no summary of the model; the summary of
+    the window the prompt uses is written once. Without a reply to quote, the same prompt as load_thread's."""
+    rows = [Message(1, i, "agent", "a", f"m{i}", token_count=10, reply_to_seq=2 if i == 60 else None)
+            for i in range(1, 61)]
+    store = Thread(rows)
+
+    def load(quoted: int, summaries=None):
+        return load_thread(store, 1, through=60, budget=300, task_seq=None, step=1, quoted=quoted,
+                           summaries=summaries)
+
+    notes = Notes()
+    trimmed, block = await quoted_thread(store, Words(), 1, budget=300, tasks=(), summaries=notes, load=load)
+    assert block and notes.asked == [trimmed.kept[0].seq - 1] and trimmed.summary is not None
+
+    rows[59] = Message(1, 60, "agent", "a", "m60", token_count=10)  # no reply: no block
+    alone, plain = Notes(), Notes()
+    trimmed, block = await quoted_thread(store, Words(), 1, budget=300, tasks=(), summaries=alone, load=load)
+    expected = await load_thread(store, 1, through=60, budget=300, task_seq=None, step=1, summaries=plain)
+    assert block == "" and alone.asked == plain.asked and trimmed.render() == expected.render()

@@ -12,8 +12,9 @@ Where it goes: one more user message at the very end of the agent's messages (th
 after the thread. The prompt's prefix (system message, Participant prompt, the episode's newer rows)
 stays byte for byte what it was, so the provider's prompt cache keeps hitting; only the block is read
 uncached. Its cost counts against the context budget: the thread is fitted again with that much less
-room (`load_thread(..., quoted=...)`), and the block is kept under a quarter of the budget (the oldest
-replies' quotes go first). At most QUOTED_REPLIES replies (the newest) get their quote.
+room (`load_thread(..., quoted=...)`; the first fitting, made to find the replies, asks the model for no
+rolling summary), and the block is kept under a quarter of the budget (the oldest replies' quotes go
+first). At most QUOTED_REPLIES replies (the newest) get their quote.
 
 What a quoted row shows is what the thread would: a tombstone reads "(deleted)" (never its text), an
 edited row ends with "(edited)", a file is one short line; each row is cut at QUOTE_CHARS characters
@@ -23,11 +24,11 @@ bot's setup, another channel's) has no `reply_to_seq`: nothing is quoted for it.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bot.core.errors import NotFound
-from bot.core.features.context import Trimmed
-from bot.core.models import Message
+from bot.core.features.context import SummarySource, Trimmed
+from bot.core.models import ContextSummary, Message
 from bot.core.ports import ThreadStore, TokenCounter
 from bot.core.rules.attachments import brief_text
 from bot.core.rules.prompts import thread_line
@@ -131,18 +132,44 @@ def held_by(trimmed: Trimmed, tasks: Sequence[Message]) -> tuple[list[Message], 
     return shown, {m.seq for m in shown}
 
 
+class Deferred:
+    """A window's summary source that writes nothing: it notes which summary the window asked for, so
+    a first fitting that may be thrown away costs no summary call (`quoted_thread`)."""
+
+    def __init__(self, source: SummarySource) -> None:
+        self.source = source
+        self.asked: int | None = None
+
+    @property
+    def reserve(self) -> int:
+        return self.source.reserve
+
+    @property
+    def min_budget(self) -> int:
+        return self.source.min_budget
+
+    async def through(self, seq: int) -> ContextSummary | None:
+        self.asked = seq
+        return None
+
+
 async def quoted_thread(store: ThreadStore, counter: TokenCounter, group_id: int, *, budget: int,
-                        tasks: Sequence[Message], load: Callable[[int], Awaitable[Trimmed]]) -> tuple[Trimmed, str]:
-    """The thread (`load(quoted)`: `load_thread` with `quoted` tokens kept free) and its replied-to
-    block ("" when no reply needs one). The block's cost counts against `budget`: when there is one,
-    the thread is fitted again with that much less room, and the quotes are read over that window."""
-    trimmed = await load(0)
+                        tasks: Sequence[Message], summaries: SummarySource | None = None,
+                        load: Callable[[int, SummarySource | None], Awaitable[Trimmed]]) -> tuple[Trimmed, str]:
+    """The thread (`load(quoted, summaries)`: `load_thread` with `quoted` tokens kept free) and its
+    replied-to block ("" when no reply needs one). The block's cost counts against `budget`: when there
+    is one, the thread is fitted again with that much less room, and the quotes are read over that
+    window. The first fitting writes no summary (the second may need another one)."""
+    deferred = Deferred(summaries) if summaries is not None else None
+    trimmed = await load(0, deferred)
     shown, held = held_by(trimmed, tasks)
     quotes = await load_quotes(store, group_id, shown, held)
     if not quotes:
+        if summaries is not None and deferred is not None and deferred.asked is not None:
+            trimmed = replace(trimmed, summary=await summaries.through(deferred.asked))
         return trimmed, ""
     block = fitted(quotes, counter, budget)
-    trimmed = await load(counter.count(block) if block else 0)
+    trimmed = await load(counter.count(block) if block else 0, summaries)
     shown, held = held_by(trimmed, tasks)
     return trimmed, fitted(await load_quotes(store, group_id, shown, held), counter, budget)
 

@@ -262,11 +262,11 @@ class AgentTurn:
         tasks = await deps.tasks.of(group.id, run.episode_id)
         budget = group.settings.context_budget
         trimmed, replied_to = await quoted_thread(
-            store, deps.counter, group.id, budget=budget, tasks=tasks.all,
-            load=lambda quoted: load_thread(store, group.id, through=run.snapshot_seq, budget=budget,
-                                            task_seq=tasks.current.seq if tasks.current else None,
-                                            task_apart=tasks.current is not None, step=participant_step(budget),
-                                            tasks=tasks.all, summaries=deps.summaries.source(group), quoted=quoted))
+            store, deps.counter, group.id, budget=budget, tasks=tasks.all, summaries=deps.summaries.source(group),
+            load=lambda quoted, summaries: load_thread(
+                store, group.id, through=run.snapshot_seq, budget=budget,
+                task_seq=tasks.current.seq if tasks.current else None, task_apart=tasks.current is not None,
+                step=participant_step(budget), tasks=tasks.all, summaries=summaries, quoted=quoted))
         memory = await load_memory(store, agent, deps.counter)
         files = PromptFiles(group.settings, images=deps.llm.takes_images(agent.model),
                             task_seq=tasks.current.seq if tasks.current else None)
