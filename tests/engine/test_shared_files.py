@@ -2,7 +2,9 @@
 cannot be fetched named with a note (the run goes on), a model known to take no images never fetched."""
 from __future__ import annotations
 
+import base64
 import logging
+from dataclasses import replace
 
 from bot.core.models import ImagePart, SharedFile
 
@@ -91,3 +93,23 @@ async def test_exports_show_each_file_and_the_page_loads_none(sqlite_harness):
     assert message["attachments"][0]["discord"] == {"attachment_id": "9", "message_id": "8", "channel_id": "7"}
     assert message["attachments"][1]["text"] == "<b>boom</b>\n"
     assert "> 📎 [shot.png](<https://cdn.example/shot.png?ex=1>) (image, 640×480, 2 KB)" in pages["md"]
+
+
+async def test_an_image_an_edit_removed_is_not_sent_from_memory_in_its_place(sqlite_harness):
+    """An edit that drops the first of two images moves the second to the first place: the next run
+    sends the second image, never the dropped one remembered at that place (issue 30 item 6)."""
+    h = sqlite_harness
+    first_png, second_png = PNG + b"first", PNG + b"second"
+    h.surface.files["a.png"], h.surface.files["b.png"] = first_png, second_png
+    h.llm.default_agent_reply = lambda name, n: f"{name} {n}"
+    async with h.running(mode="tags"):
+        await post(h, "@planner look", replace(image("a.png"), attachment_id="a1"),
+                   replace(image("b.png"), attachment_id="b2"))
+        await h.until_called(1)
+        await h.idle()
+        assert await h.store.edit_message(h.group.id, 1, "@planner look at this one", attachment_ids=["b2"])
+        await post(h, "@planner again")
+        await h.until_called(2)
+        await h.idle()
+    sent = [base64.b64decode(i.url.split(",", 1)[1]) for i in images_sent(h, 1)]
+    assert sent == [second_png]

@@ -394,7 +394,7 @@ class PromptFiles:
                     slot = self._slots[int(part.url[5:])]
                     url = await images.data_url(slot.seq, slot.index, slot.file)
                     if url is None:
-                        parts.append(f" (not shown: {images.why_not(slot.seq, slot.index)})")
+                        parts.append(f" (not shown: {images.why_not(slot.seq, slot.index, slot.file)})")
                     else:
                         parts.append(ImagePart(url, f" (not shown: {NO_IMAGES})", part.tokens))
                 else:
@@ -421,24 +421,31 @@ def _joined(message: ChatMessage, parts: list[str | ImagePart]) -> ChatMessage:
     return replace(message, content=text, parts=tuple(merged))
 
 
+ImageKey = tuple[int, int, int, str]  # group, seq, the file's place, the file (its attachment id, else its URL)
+
+
 class ImageSource:
     """Images' bytes through the surface, as data URLs, kept in memory (up to `CACHED_IMAGE_BYTES`,
-    least recently used dropped first) so the runs of an episode fetch each image once."""
+    least recently used dropped first) so the runs of an episode fetch each image once. The key names
+    the file too: an edit that drops a file moves the next one to its place (SPEC §1)."""
 
     def __init__(self, fetch: Callable[[SharedFile], Awaitable[bytes]], group_id: int,
-                 cache: OrderedDict[tuple[int, int, int], str] | None = None) -> None:
+                 cache: OrderedDict[ImageKey, str] | None = None) -> None:
         self._fetch = fetch
         self._group_id = group_id
         self._cache = cache if cache is not None else OrderedDict()
-        self._refused: dict[tuple[int, int, int], str] = {}  # images fetched and not sent: why
+        self._refused: dict[ImageKey, str] = {}  # images fetched and not sent: why
         self.unused: dict[tuple[int, int], tuple[str, str]] = {}  # (seq, index) -> (name, why) of each not sent
 
-    def why_not(self, seq: int, index: int) -> str:
+    def why_not(self, seq: int, index: int, file: SharedFile) -> str:
         """Why `data_url` gave no URL for the image."""
-        return self._refused.get((self._group_id, seq, index), "it could not be fetched")
+        return self._refused.get(self._key(seq, index, file), "it could not be fetched")
+
+    def _key(self, seq: int, index: int, file: SharedFile) -> ImageKey:
+        return (self._group_id, seq, index, file.attachment_id or file.url)
 
     async def data_url(self, seq: int, index: int, file: SharedFile) -> str | None:
-        key = (self._group_id, seq, index)
+        key = self._key(seq, index, file)
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]

@@ -35,7 +35,7 @@ from bot.core.features.tasks import TaskChains
 from bot.core.features.tools import ToolRegistry
 from bot.core.models import Agent, Episode, EpisodeResult, Group, Message, NewMessage, SharedFile, Usage
 from bot.core.ports import LLM, Store, Surface, TokenCounter
-from bot.core.rules.attachments import ImageSource, counted_text, images_tokens, unused_files, unused_line
+from bot.core.rules.attachments import ImageKey, ImageSource, counted_text, images_tokens, unused_files, unused_line
 from bot.core.rules.doctor import Probe
 from bot.core.rules.pricing import DEFAULT_PRICES, Price, dollars, exact_dollars
 from bot.core.rules.prompts import SYSTEM_AUTHOR, thread_line
@@ -104,7 +104,7 @@ class Engine:
         self._told = asyncio.Lock()  # store outage notices go out one after the other, in order
         self._unsubscribe = store.health.subscribe(self._store_health_changed)
         self._groups_seen: dict[int, Group] = {}  # each group run here as last read (for the notices above)
-        self._images: OrderedDict[tuple[int, int, int], str] = OrderedDict()  # fetched images, as data URLs
+        self._images: OrderedDict[ImageKey, str] = OrderedDict()  # fetched images, as data URLs
         self._told_no_images: set[str | None] = set()  # models whose images were named only, logged once
         self._told_unused: set[tuple[int, int, int]] = set()  # (group, seq, file) a person was told agents lack
         self.endpoint_checks = endpoint_checks
