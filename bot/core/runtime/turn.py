@@ -259,10 +259,11 @@ class AgentTurn:
         store = deps.store
         roster = await store.list_agents(group.id)
         tasks = await deps.tasks.of(group.id, run.episode_id)
-        trimmed = await load_thread(store, group.id, through=run.snapshot_seq, budget=group.settings.context_budget,
+        budget = agent.context_budget or group.settings.context_budget  # the agent's own, when set (SPEC §6)
+        trimmed = await load_thread(store, group.id, through=run.snapshot_seq, budget=budget,
                                     task_seq=tasks.current.seq if tasks.current else None,
                                     task_apart=tasks.current is not None,
-                                    step=participant_step(group.settings.context_budget), tasks=tasks.all,
+                                    step=participant_step(budget), tasks=tasks.all,
                                     summaries=deps.summaries.source(group))
         memory = await load_memory(store, agent, deps.counter)
         files = PromptFiles(group.settings, images=deps.llm.takes_images(agent.model),
@@ -357,7 +358,8 @@ class AgentTurn:
         draft = deps.surface.draft(group, agent, run.id, parts, reply.visible) if group.settings.stream else None
         try:
             if draft is None:
-                completion = await llm.complete(messages, model=agent.model, cache_key=key)
+                completion = await llm.complete(messages, model=agent.model, cache_key=key,
+                                                max_tokens=agent.max_tokens, temperature=agent.temperature)
             else:
                 completion = await self._streamed(agent, messages, key, reply, draft)
         except LLMError as exc:
@@ -469,7 +471,8 @@ class AgentTurn:
             draft.grew()
 
         try:
-            completion = await self.deps.llm.stream(messages, on_text=piece, model=agent.model, cache_key=key)
+            completion = await self.deps.llm.stream(messages, on_text=piece, model=agent.model, cache_key=key,
+                                                    max_tokens=agent.max_tokens, temperature=agent.temperature)
         except asyncio.CancelledError:
             await draft.stop(wait=False)  # shutting down: what was shown is recorded for the next run
             raise
