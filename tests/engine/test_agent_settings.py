@@ -191,10 +191,10 @@ async def test_a_mute_ends_by_itself_when_its_time_is_up_also_after_a_restart(ha
             thread = await h.thread()
             relisted = await admin.list_agents(h.group)
             unmuted = await admin.unmute_agent(h.group, "local")
-    assert [f.name for f in listed.fields][2] == "local (muted until 08:30 UTC (10m left))"  # type: ignore[union-attr]
+    assert [f.name for f in listed.fields][2] == "local (muted until 08:30 UTC (10m left))"
     agents = {f.name: f.value for f in status.fields}["agents"]
     assert "local (muted until 08:30 UTC (10m left)): read through #" in agents
-    assert shown.title == "local" and [f.name for f in relisted.fields][2] == "local"  # type: ignore[union-attr]
+    assert shown.title == "local" and [f.name for f in relisted.fields][2] == "local"
     assert len(calls_of(srv, "local")) == 1 and thread[-1] == "[local] local reply 1"
     assert unmuted == "local is not muted."
 
