@@ -251,8 +251,8 @@ async def test_newtask_is_in_help_and_makes_the_next_message_start_fresh(console
                            "commands."),
     ("/hlep", "Unknown command /hlep; did you mean /help? /help lists the commands."),
     ("/zzzz", "Unknown command /zzzz; /help lists the commands."),
-    ("/agent", "/agent needs a subcommand: add, edit, rename, remove, enable, disable, show, list, memory, tools, "
-               "schedule "
+    ("/agent", "/agent needs a subcommand: add, edit, rename, remove, enable, disable, mute, unmute, show, list, "
+               "memory, tools, schedule "
                "(/help agent shows them with their options)."),
     ("/roundtable config stream:maybe",
      "stream must be true/yes/on/1 or false/no/off/0 (got 'maybe')."),

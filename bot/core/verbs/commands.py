@@ -543,13 +543,6 @@ COMMANDS: tuple[Command, ...] = (
         Option("context_budget", f"tokens of thread in its prompts: {low_budget}-{high_budget}, or default "
                "(the group's)", max_length=10),
     ), who="operators"),
-    Command(("agent", "mute"), "Keep an agent out of selection, rotation and @all (for:1h, 30m, 2d; "
-            "default: until unmuted)", _mute, (
-                AGENT,
-                Option("for", "how long: 30m, 1h, 2d, 1h30m (default: until /agent unmute)", max_length=16),
-            ), who="operators"),
-    Command(("agent", "unmute"), "Let a muted agent be selected and tagged again",
-            _agent_verb(Admin.unmute_agent), (AGENT,), who="operators"),
     Command(("agent", "rename"), "Give an agent a new name (its old messages keep the old one)",
             lambda inv: inv.admin.rename_agent(inv.group, inv.text("name") or "", inv.text("new_name") or ""),
             (AGENT, Option("new_name", "1-32 letters, digits, _ - .", required=True, max_length=v.NAME_MAX)),
@@ -560,6 +553,13 @@ COMMANDS: tuple[Command, ...] = (
             _agent_verb(lambda a, g, n: a.set_enabled(g, n, True)), (AGENT,), who="operators"),
     Command(("agent", "disable"), "Keep an agent on the roster but silent",
             _agent_verb(lambda a, g, n: a.set_enabled(g, n, False)), (AGENT,), who="operators"),
+    Command(("agent", "mute"), "Keep an agent out of selection, rotation and @all (for:1h, 30m, 2d; "
+            "default: until unmuted)", _mute, (
+                AGENT,
+                Option("for", "how long: 30m, 1h, 2d, 1h30m (default: until /agent unmute)", max_length=16),
+            ), who="operators"),
+    Command(("agent", "unmute"), "Let a muted agent be selected and tagged again",
+            _agent_verb(Admin.unmute_agent), (AGENT,), who="operators"),
     Command(("agent", "show"), "An agent's settings and system prompt", _agent_verb(Admin.show_agent), (AGENT,)),
     Command(("agent", "list"), "The roster", lambda inv: inv.admin.list_agents(inv.group)),
     Command(("agent", "memory", "show"), "An agent's memory notes, newest first",
