@@ -268,8 +268,12 @@ async def test_help_is_short_and_help_topic_lists_one_group(console):
     assert len(summary) <= 8 and summary[0].startswith("Commands by topic")
     assert [line.split()[1] for line in summary[1:5]] == ["roundtable", "agent", "extras", "chat"]
     agent = await console.send("/help agent")
-    assert agent[0] == "/help agent, the agents (options in brackets are optional):" and len(agent) <= 12
-    assert all(line.startswith(("/agent ", "e.g. /agent add")) for line in agent[1:])
+    assert agent[0] == "/help agent, the agents (options in brackets are optional):" and len(agent) <= 14
+    assert all(line.startswith(("/agent ", "e.g. /agent add", "e.g. /agent mute")) for line in agent[1:])
+    assert "/agent mute name [for]  Keep an agent out of selection, rotation and @all (for:1h, 30m, 2d; default: " \
+        "until unmuted)" in agent
+    assert "e.g. /agent mute name:planner for:1h (30m, 2d); /agent edit name:planner temperature:0.3 " \
+        "(temperature:default clears it)" in agent
     assert "/agent memory show name  An agent's memory notes, newest first" in await console.send("/help extras")
     assert await console.send("/help topic:agent") == agent
     assert "/attach PATH" in "\n".join(await console.send("/help chat"))

@@ -419,7 +419,9 @@ CONSOLE_LINES = {  # console-only commands and notes, by topic
 }
 OPTIONS_NOTE = 'Options are name:value; quote values with spaces: role:"trip planner who drafts the itinerary".'
 EXAMPLES = {"agent": ['e.g. /agent add name:planner role:"trip planner who drafts the itinerary" '
-                      'prompt:"You plan trips."']}
+                      'prompt:"You plan trips."',
+                      "e.g. /agent mute name:planner for:1h (30m, 2d); /agent edit name:planner temperature:0.3 "
+                      "(temperature:default clears it)"]}
 
 
 def help_text(surface: str, topic: str | None = None) -> str:
