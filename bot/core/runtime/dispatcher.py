@@ -202,8 +202,11 @@ class GroupDispatcher(GroupWorker):
         newest = await self._newest_routable(group, first, snapshot)
         decided: dict[int, Decision] = {}
         if newest is not None:
-            roster = unmuted(await store.list_agents(group.id), deps.clock())
-            [(_, plan)] = plan_batch([newest], {a.id for a in roster if a.enabled}, group.episode_id)
+            now = deps.clock()
+            listed = await store.list_agents(group.id)
+            roster = unmuted(listed, now)
+            [(_, plan)] = plan_batch([newest], {a.id for a in roster if a.enabled}, group.episode_id,
+                                     muted=[a for a in listed if a.enabled and a.muted(now)])
             if plan == "mode":
                 decided[newest.seq] = await self._route_by_mode(group, roster, newest)
         while True:
