@@ -105,7 +105,7 @@ def agent_flags(agent: Agent, now: float) -> str:
     return "".join(f" ({f})" for f in flags)
 
 
-def agent_card(agent: Agent, notes: int = 0, now: float = 0.0) -> Card:
+def agent_card(agent: Agent, notes: int, now: float) -> Card:
     muted = mute.state(agent, now)
     return Card(
         title=agent.name + ("" if agent.enabled else " (disabled)") + (f" ({muted})" if muted else ""),
