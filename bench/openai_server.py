@@ -20,7 +20,9 @@ A reply paces its pieces (`first`, `every`), can break the stream off (`break_af
 the connection is dropped after that many pieces) or hold its end (`hold_end`: an event
 the test sets). `FakeOpenAI(streams=False)` answers a stream request with a 400 (a server
 that does not stream), `streams="json"` with the whole completion as JSON (a server that
-ignores `stream`); `stream_options=False` refuses the `stream_options` field with a 400.
+ignores `stream`); `stream_options=False` refuses the `stream_options` field with a 400;
+`refuses=("temperature",)` refuses a request carrying one of those fields with OpenAI's 400 for a
+reasoning model's temperature ("Unsupported value: 'temperature' ...", `param` naming it).
 The times of a streamed request's first and last pieces are kept on its record.
 
 It lives in the package (bench ships, tests/ does not) so that `roundtable bench` runs from an
@@ -173,6 +175,7 @@ class FakeOpenAI:
         text_only: Sequence[str] = (),
         streams: bool | Literal["json"] = True,
         stream_options: bool = True,
+        refuses: Sequence[str] = (),
     ) -> None:
         if responder is None:
             responder = lambda body: Reply(text="ok")  # noqa: E731
@@ -183,6 +186,7 @@ class FakeOpenAI:
         self.text_only = set(text_only)  # models that refuse image parts with a 400
         self.streams = streams
         self.stream_options = stream_options
+        self.refuses = tuple(refuses)  # request fields answered with a 400 naming them
         self.requests: list[RecordedRequest] = []
         self.errors: list[BaseException] = []  # exceptions raised by the responder
         self.port = 0
@@ -242,6 +246,12 @@ class FakeOpenAI:
                                     "request")
         if "stream_options" in body and not self.stream_options:
             return self._error(400, "Unrecognized request argument supplied: stream_options")
+        refused = next((p for p in self.refuses if p in body), None)
+        if refused is not None:
+            return web.json_response({"error": {
+                "message": f"Unsupported value: '{refused}' does not support {body[refused]!r} with this model. "
+                           "Only the default value is supported.",
+                "type": "invalid_request_error", "param": refused, "code": "unsupported_value"}}, status=400)
         if not isinstance(body.get("messages"), list) or not body.get("model"):
             return self._error(400, "'model' and 'messages' are required")
         problem = _tool_sequence_problem(body["messages"])

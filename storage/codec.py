@@ -146,6 +146,10 @@ def to_agent(row: Row) -> Agent:
         created_at=float(row["created_at"]),
         memory=bool(row["memory"]),
         mode=row["mode"] or "talk",
+        muted_until=None if row["muted_until"] is None else float(row["muted_until"]),
+        temperature=None if row["temperature"] is None else float(row["temperature"]),
+        max_tokens=None if row["max_tokens"] is None else int(row["max_tokens"]),
+        context_budget=None if row["context_budget"] is None else int(row["context_budget"]),
     )
 
 

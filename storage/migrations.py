@@ -541,6 +541,16 @@ ALTER TABLE agents ADD COLUMN mode {text_c} NOT NULL DEFAULT 'talk';
 -- A worker run's final text (masked): never posted, shown by "Why this reply?" and the exports.
 ALTER TABLE runs ADD COLUMN private_text TEXT;
 """),
+    Migration(20, "muted agents; per-agent model settings", """
+-- /agent mute (SPEC §8): the time (epoch seconds) an agent is muted until; NULL: not muted.
+-- An agent muted until unmuted holds MUTED_FOREVER (bot.core.models: 9999-12-31). A mute whose
+-- time has passed is no mute: readers compare it with the clock, nothing clears it.
+ALTER TABLE agents ADD COLUMN muted_until {real};
+-- /agent edit's model settings (SPEC §6): sent (or applied) when set; NULL: the default.
+ALTER TABLE agents ADD COLUMN temperature {real};
+ALTER TABLE agents ADD COLUMN max_tokens {int};
+ALTER TABLE agents ADD COLUMN context_budget {int};
+"""),
 ]
 
 # The ledger of applied migrations (both databases; not itself a migration).

@@ -11,7 +11,8 @@ from storage.access import Access
 from storage.codec import to_agent
 from storage.sql import Db
 
-AGENT_FIELDS = ("name", "role", "system_prompt", "model", "avatar_url", "enabled", "position", "memory", "mode")
+AGENT_FIELDS = ("name", "role", "system_prompt", "model", "avatar_url", "enabled", "position", "memory", "mode",
+                "muted_until", "temperature", "max_tokens", "context_budget")
 AGENT_MODES = ("talk", "worker")
 
 
@@ -50,7 +51,7 @@ class Roster:
             return to_agent(await self._access.agent_row(db, agent_id))
 
     async def update_agent(self, agent_id: int, **fields: object) -> Agent:
-        """Change any of name, role, system_prompt, model, avatar_url, enabled, position, memory, mode."""
+        """Change any of `AGENT_FIELDS` (None clears muted_until and the model settings)."""
         unknown = sorted(set(fields) - set(AGENT_FIELDS))
         if unknown:
             raise InvalidInput(f"an agent has no field {unknown[0]!r}; use {', '.join(AGENT_FIELDS)}")

@@ -450,3 +450,42 @@ async def test_what_agents_could_not_use_is_told_in_the_console_too(tmp_path):
         "you, not used: blob.bin (agents see only its name: it is no image or text file).",
         "you, not used: fake.png (it is not a PNG, JPEG, GIF or WebP image)."], out
     assert "[planner] Seen." in out and "[critic] Seen too." in out
+
+
+async def test_mute_and_model_settings_in_the_console(tmp_path):
+    script = GroupChatScript(default_agent_reply=lambda name, n: f"{name} reply {n}")
+    session = """\
+/agent add name:planner role:plans prompt:"You plan."
+/agent add name:local role:"knows Tokyo" prompt:"You know the city."
+/roundtable config mode:tags
+/agent edit name:planner temperature:0.4 max_tokens:300
+/agent edit name:planner temperature:3
+/agent show name:planner
+/agent mute name:local for:soon
+/agent mute name:local for:1h
+/agent list
+@local hi
+@all hello
+"""
+    later = "/agent unmute name:local\n@local again\n"
+    async with FakeOpenAI(script) as srv:
+        code, out, err = await run_console(tmp_path, srv.base_url, session)
+        lines = out.splitlines()
+        assert code == 1 and "2 of 11 input lines were refused (lines 5, 7)" in err
+        code, out, err = await run_console(tmp_path, srv.base_url, later)
+    assert code == 0, err
+    assert "error: temperature must be a number from 0 to 2, or default (got '3')." in lines
+    assert "Updated planner: temperature 0.4, max_tokens 300, context_budget the group's." in lines
+    assert "  model settings: temperature 0.4, max_tokens 300, context_budget the group's" in lines
+    assert "error: for must be a duration such as 30m, 1h, 2d or 1h30m (got 'soon')." in lines
+    assert any(line.startswith("local is muted until ") and "(1h left): it is left out of selection" in line
+               for line in lines)
+    assert any(line.startswith("  local (muted until ") for line in lines)  # /agent list
+    told = [line for line in lines if "A muted agent does not answer tags" in line]
+    assert len(told) == 1 and told[0].startswith("[roundtable] local is muted until ")  # @local only: @all is silent
+    assert [line for line in lines if line.startswith(("[planner]", "[local]"))] == ["[planner] planner reply 1"]
+    later_lines = out.splitlines()
+    assert "local is unmuted: it can be selected and tagged again." in later_lines
+    assert "[local] local reply 1" in later_lines
+    planner = [r for r in srv.requests if GroupChatScript.classify(r) == ("participant", "planner")]
+    assert [(r.get("temperature"), r.get("max_tokens")) for r in planner] == [(0.4, 300)]

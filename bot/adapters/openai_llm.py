@@ -53,6 +53,10 @@ not a refusal of images: that call is repeated without its images, and nothing i
 and OpenAI's chat models all accept). OpenAI's reasoning models reject it with
 a 400 naming `max_completion_tokens`; then the call is repeated once with that
 parameter, and the model is remembered so later calls use it directly.
+An agent's `temperature` (and `max_tokens`) is sent when it has one; a model that
+refuses it (a 400 naming the parameter, as OpenAI's reasoning models answer a
+temperature) is asked again at once without it, the log says so once (WARNING),
+and that model is sent it no more: never a failed turn.
 """
 from __future__ import annotations
 
@@ -148,6 +152,7 @@ class OpenAILLM:
         self._models_at = 0.0
         self._models_lock = asyncio.Lock()
         self._completion_tokens_models: set[str] = set()
+        self._dropped_settings: dict[str, set[str]] = {}  # model -> agent settings it refused (sent no more)
         self._no_cache_key_models: set[str] = set()
         self._no_stream_options_models: set[str] = set()
         self._unstreamed_models: set[str] = set()  # models whose server does not stream: asked whole
@@ -223,6 +228,7 @@ class OpenAILLM:
         logprobs: bool = False,
         cache_key: str | None = None,
         tools: Sequence[Tool] | None = None,
+        temperature: float | None = None,
     ) -> Completion:
         """One chat completion. Raises `LLMError` subclasses; never other errors."""
         name = model or self.default_model
@@ -231,7 +237,7 @@ class OpenAILLM:
         started = time.monotonic()
         try:
             response = await self._create(messages, name, max_tokens, logprobs, cache_key,
-                                          tools=[_tool_json(t) for t in tools or ()])
+                                          tools=[_tool_json(t) for t in tools or ()], temperature=temperature)
         except openai.OpenAIError as exc:
             err = self._translate(exc, name)
         except Exception as exc:  # the port promises LLMError only; keep the type, drop the text
@@ -256,12 +262,13 @@ class OpenAILLM:
     async def _create(
         self, messages: Sequence[ChatMessage], model: str, max_tokens: int | None, logprobs: bool,
         cache_key: str | None = None, *, tools: list[dict[str, Any]] | None = None,
-        tool_choice: dict[str, Any] | None = None, stream: bool = False,
+        tool_choice: dict[str, Any] | None = None, stream: bool = False, temperature: float | None = None,
     ) -> Any:
         """One request; a 400 naming `max_completion_tokens`, `prompt_cache_key` or (`stream`)
         `stream_options` is repeated adapted (each at most once), and so is a refusal of images
-        (without them); the model is remembered so later calls are sent right. With `stream`,
-        the SDK's stream, its response begun."""
+        (without them); so is a 400 naming `temperature` or `max_tokens` (an agent's settings: sent
+        no more to that model, said once at WARNING). The model is remembered so later calls are
+        sent right. With `stream`, the SDK's stream, its response begun."""
         kwargs: dict[str, Any] = {
             "model": model,
             "messages": [_message_json(m) for m in messages],
@@ -279,9 +286,12 @@ class OpenAILLM:
             attempt = dict(kwargs)
             if cache_key and model not in self._no_cache_key_models:
                 attempt["prompt_cache_key"] = cache_key
-            if max_tokens is not None:
+            dropped = self._dropped_settings.get(model, set())
+            if max_tokens is not None and "max_tokens" not in dropped:
                 limit = "max_completion_tokens" if model in self._completion_tokens_models else "max_tokens"
                 attempt[limit] = max_tokens
+            if temperature is not None and "temperature" not in dropped:
+                attempt["temperature"] = temperature
             if stream and model not in self._no_stream_options_models:
                 attempt["stream_options"] = {"include_usage": True}
             try:
@@ -309,11 +319,19 @@ class OpenAILLM:
                 elif "max_tokens" in attempt and _names(exc, "max_completion_tokens"):
                     log.info("model %s rejects max_tokens; using max_completion_tokens from now on", model)
                     self._completion_tokens_models.add(model)
+                elif (refused := next((p for p in _SETTINGS if p in attempt and _names(exc, p)), None)) is not None:
+                    self._drop_setting(model, "max_tokens" if refused == "max_completion_tokens" else refused, exc)
                 elif "stream_options" in attempt and _names(exc, "stream_options"):
                     log.info("model %s rejects stream_options; its usage is estimated from now on", model)
                     self._no_stream_options_models.add(model)
                 else:
                     raise
+
+    def _drop_setting(self, model: str, setting: str, exc: openai.APIStatusError) -> None:
+        """A model refused an agent's setting (`temperature`, `max_tokens`): sent no more to it, said once."""
+        self._dropped_settings.setdefault(model, set()).add(setting)
+        log.warning("model %s at %s refuses %s (HTTP %s%s); it is sent without %s from now on", model, self.host,
+                    setting, exc.status_code, self._detail(exc), setting)
 
     def takes_images(self, model: str | None) -> bool:
         """False for OpenAI's text-only models and for a model that refused images before."""
@@ -367,6 +385,7 @@ class OpenAILLM:
         max_tokens: int | None = None,
         cache_key: str | None = None,
         tools: Sequence[Tool] | None = None,
+        temperature: float | None = None,
     ) -> Completion:
         """One chat completion, streamed (`bot.core.ports.LLM.stream`): `on_text(piece)` for each
         piece of text as it arrives; with `tools`, the tool calls' pieces (`delta.tool_calls`, by
@@ -378,20 +397,21 @@ class OpenAILLM:
         Raises `LLMError` subclasses (and what `on_text` raises)."""
         name = model or self.default_model
         if name in self._unstreamed_models:
-            return await self.complete(messages, model=name, max_tokens=max_tokens, cache_key=cache_key, tools=tools)
+            return await self.complete(messages, model=name, max_tokens=max_tokens, cache_key=cache_key, tools=tools,
+                                       temperature=temperature)
         if not self.takes_images(name):
             messages = [m.without_images() for m in messages]
         started = time.monotonic()
         try:
             completion = await self._streamed(messages, name, max_tokens, cache_key, on_text,
-                                              [_tool_json(t) for t in tools or ()])
+                                              [_tool_json(t) for t in tools or ()], temperature)
         except _Caller as wrapped:
             raise wrapped.error from None
         except openai.APIStatusError as exc:
             if exc.status_code not in _NOT_STREAMING:
                 raise self._translate(exc, name) from None
             completion = await self.complete(messages, model=name, max_tokens=max_tokens, cache_key=cache_key,
-                                             tools=tools)
+                                             tools=tools, temperature=temperature)
             self._unstreamed_models.add(name)  # the plain request worked: the refusal was about streaming
             log.warning("model %s at %s does not stream (HTTP %d to a streamed request); its replies are posted "
                         "whole", name, self.host, exc.status_code)
@@ -401,7 +421,8 @@ class OpenAILLM:
             self._broken_streams.add(name)
             log.log(level, "model %s at %s broke its stream off (%s); asked again without streaming, the reply is "
                            "posted whole", name, self.host, exc)
-            return await self.complete(messages, model=name, max_tokens=max_tokens, cache_key=cache_key, tools=tools)
+            return await self.complete(messages, model=name, max_tokens=max_tokens, cache_key=cache_key, tools=tools,
+                                       temperature=temperature)
         except openai.OpenAIError as exc:
             err = self._translate(exc, name)
             log.debug("llm %s stream failed after %.2fs: %s", name, time.monotonic() - started, err)
@@ -414,12 +435,12 @@ class OpenAILLM:
 
     async def _streamed(self, messages: Sequence[ChatMessage], model: str, max_tokens: int | None,
                         cache_key: str | None, on_text: Callable[[str], None],
-                        tools: list[dict[str, Any]]) -> Completion:
+                        tools: list[dict[str, Any]], temperature: float | None = None) -> Completion:
         """The streamed request and its chunks (`stream`'s body); the whole of it within the deadline."""
         try:
             async with asyncio.timeout(self.deadline):
                 response = await self._create(messages, model, max_tokens, False, cache_key, stream=True,
-                                              tools=tools)
+                                              tools=tools, temperature=temperature)
                 async with response:
                     if "text/event-stream" not in response.response.headers.get("content-type", ""):
                         return self._answered_whole(await response.response.aread(), messages, model)
@@ -661,6 +682,8 @@ def _names(exc: openai.BadRequestError, parameter: str) -> bool:
     return parameter in str(exc.body if exc.body is not None else exc)
 
 
+# An agent's settings a model may refuse (a reasoning model's temperature): dropped for it, not fatal.
+_SETTINGS = ("temperature", "max_tokens", "max_completion_tokens")
 _PROBE = "roundtable_probe"
 _TOOLISH = re.compile(r"(?i)tool|function")
 

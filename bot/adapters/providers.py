@@ -81,11 +81,11 @@ class Providers:
 
     async def complete(self, messages: Sequence[ChatMessage], *, model: str | None = None,
                        max_tokens: int | None = None, logprobs: bool = False, cache_key: str | None = None,
-                       tools: Sequence[Tool] | None = None) -> Completion:
+                       tools: Sequence[Tool] | None = None, temperature: float | None = None) -> Completion:
         provider, client, name = await self.routed(model)
         try:
             completion = await client.complete(messages, model=name, max_tokens=max_tokens, logprobs=logprobs,
-                                               cache_key=cache_key, tools=tools)
+                                               cache_key=cache_key, tools=tools, temperature=temperature)
         except LLMError as exc:
             raise self._outage(self._named(exc, provider), provider) from None
         self._down.pop(provider, None)
@@ -93,11 +93,12 @@ class Providers:
 
     async def stream(self, messages: Sequence[ChatMessage], *, on_text: Callable[[str], None],
                      model: str | None = None, max_tokens: int | None = None,
-                     cache_key: str | None = None, tools: Sequence[Tool] | None = None) -> Completion:
+                     cache_key: str | None = None, tools: Sequence[Tool] | None = None,
+                     temperature: float | None = None) -> Completion:
         provider, client, name = await self.routed(model)
         try:
             completion = await client.stream(messages, on_text=on_text, model=name, max_tokens=max_tokens,
-                                             cache_key=cache_key, tools=tools)
+                                             cache_key=cache_key, tools=tools, temperature=temperature)
         except LLMError as exc:
             raise self._outage(self._named(exc, provider), provider) from None
         self._down.pop(provider, None)

@@ -39,6 +39,7 @@ DEFAULT_APPROVAL_TIMEOUT = 600  # seconds a tool call that needs approval waits 
 APPROVAL_TIMEOUT_RANGE = (1, 86_400)  # at most a day
 DEFAULT_MAX_TOOL_STEPS = 8  # model calls of a run that offer granted tools (then one last call without them)
 MAX_TOOL_STEPS_RANGE = (1, 50)
+MUTED_FOREVER = 253_402_300_799.0  # 9999-12-31T23:59:59Z: an agent's muted_until when muted until /agent unmute
 DEFAULT_PROVIDER = "default"  # the provider of OPENAI_BASE_URL / OPENAI_API_KEY
 FileKind = Literal["image", "text", "other"]
 
@@ -122,6 +123,19 @@ class Agent:
     created_at: float = 0.0
     memory: bool = False  # it gets the memory_write tool and its notes in its system prompt
     mode: str = "talk"  # 'worker': its run is private, it speaks through group_post (SPEC §8)
+    muted_until: float | None = None  # /agent mute: epoch seconds (MUTED_FOREVER: until unmuted); None: not muted
+    temperature: float | None = None  # /agent edit's model settings (SPEC §6); None: the provider's default
+    max_tokens: int | None = None  # a reply's cap; None: none sent
+    context_budget: int | None = None  # tokens of thread in its prompts; None: the group's context_budget
+
+    def muted(self, now: float) -> bool:
+        """Muted at `now`: left out of selection, rotation and @all; a tag of it gets a notice, no run.
+        A mute whose time has passed is over by itself (nothing needs to clear it)."""
+        return self.muted_until is not None and self.muted_until > now
+
+    def available(self, now: float) -> bool:
+        """Routing may pick it at `now`: enabled and not muted."""
+        return self.enabled and not self.muted(now)
 
 
 @dataclass(frozen=True)

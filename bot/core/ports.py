@@ -61,6 +61,7 @@ class LLM(Protocol):
         logprobs: bool = False,
         cache_key: str | None = None,
         tools: Sequence[Tool] | None = None,
+        temperature: float | None = None,
     ) -> Completion:
         """One chat completion. Raises `LLMError` subclasses; never other errors.
 
@@ -68,6 +69,8 @@ class LLM(Protocol):
         caller whose prompts share prefixes (sent as `prompt_cache_key` where the
         endpoint takes it; ignored otherwise). With `tools`, the model may answer with
         `Completion.tool_calls` instead of (or besides) text; without, no tools are offered.
+        `temperature` and `max_tokens` (an agent's settings) are sent when given; a model that
+        refuses one is told once (a WARNING) and sent it no more, never a failed call.
         """
         ...
 
@@ -80,6 +83,7 @@ class LLM(Protocol):
         max_tokens: int | None = None,
         cache_key: str | None = None,
         tools: Sequence[Tool] | None = None,
+        temperature: float | None = None,
     ) -> Completion:
         """One chat completion, streamed: `on_text(piece)` for each piece of the reply's text as
         the model writes it, then the whole completion (usage from the server when it sends any,
@@ -325,7 +329,8 @@ class RosterStore(Protocol):
         ...
 
     async def update_agent(self, agent_id: int, **fields: object) -> Agent:
-        """Change any of name, role, system_prompt, model, avatar_url, enabled, position, memory."""
+        """Change any of name, role, system_prompt, model, avatar_url, enabled, position, memory, mode,
+        muted_until, temperature, max_tokens, context_budget (None clears the last four)."""
         ...
 
     async def remove_agent(self, agent_id: int) -> None:

@@ -184,6 +184,30 @@ async def test_falls_back_to_max_completion_tokens() -> None:
         (True, None), (False, 64), (False, 32)]
 
 
+@pytest.mark.parametrize("setting", ["temperature", "max_tokens"])
+async def test_a_refused_agent_setting_is_dropped_for_that_model_streamed_or_not(
+        setting: str, caplog: pytest.LogCaptureFixture) -> None:
+    """An agent's temperature (or reply cap) that a model refuses (HTTP 400 naming it): asked again at
+    once without it, said once at WARNING, and never sent to that model again; other models still get it."""
+    caplog.set_level(logging.WARNING, logger="bot.adapters.openai_llm")
+    given = {"temperature": 0.4} if setting == "temperature" else {"max_tokens": 300}
+
+    def responder(body: dict[str, Any]) -> Reply:
+        return Reply(text=f"{body['model']} fine")
+
+    async with FakeOpenAI(responder, refuses=(setting,)) as srv:
+        async with make_llm(srv) as llm:
+            assert (await llm.complete(MESSAGES, model="reasoner", **given)).text == "reasoner fine"
+            streamed = await llm.stream(MESSAGES, on_text=lambda piece: None, model="reasoner", **given)
+            assert streamed.text == "reasoner fine"
+            srv.refuses = ()
+            await llm.complete(MESSAGES, model="other", **given)
+    assert [(r["model"], setting in r) for r in srv.requests] == [
+        ("reasoner", True), ("reasoner", False), ("reasoner", False), ("other", True)]
+    said = [r.getMessage() for r in caplog.records if f"refuses {setting}" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("model reasoner at 127.0.0.1:") and KEY not in said[0]
+
+
 async def test_prompt_cache_key_is_sent_and_dropped_where_refused() -> None:
     error = {"error": {"message": "Unrecognized request argument supplied: prompt_cache_key",
                        "type": "invalid_request_error"}}

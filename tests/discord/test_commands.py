@@ -128,7 +128,7 @@ async def test_rename_and_refusals_say_why(harness, script):
     assert harness.webhook_posts()[0]["username"] == "chef"
     helped = await harness.command("help", user=emu.bob_id)  # by topic, as in the console
     assert helped["data"]["content"].splitlines()[2] == (
-        "/help agent      add, edit, rename, remove, enable, disable, show, list, tools")
+        "/help agent      add, edit, rename, remove, enable, disable, mute, unmute, show, list, tools")
     topic = await harness.command("help", {"topic": "agent"}, user=emu.bob_id)
     assert "/agent rename name new_name" in topic["data"]["content"]
     assert "/roundtable" not in topic["data"]["content"]
@@ -165,6 +165,8 @@ async def test_a_picture_by_attachment_is_kept_and_its_url_refreshed(harness, sc
     ("role", "costs everything", "role"), ("model", "other-model", "model"),
     ("avatar", "https://example.org/p.png", "avatar_url"), ("avatar_image", None, "avatar_url"),
     ("memory", False, "memory"), ("prompt", "You plan carefully.", "system_prompt"), ("mode", "worker", "mode"),
+    ("temperature", "0.5", "temperature"), ("max_tokens", "800", "max_tokens"),
+    ("context_budget", "1500", "context_budget"),
 ])
 async def test_agent_edit_with_any_option_applies_it_at_once_and_alone_opens_the_prompt(harness, option, value,
                                                                                          field):
@@ -183,6 +185,8 @@ async def test_agent_edit_with_any_option_applies_it_at_once_and_alone_opens_the
     agent = await harness.store.find_agent(1, "planner")
     if option == "avatar_image":
         assert agent.avatar_url
+    elif option in ("temperature", "max_tokens", "context_budget"):
+        assert str(getattr(agent, field)) == value
     elif option != "memory":
         assert getattr(agent, field) == value
     alone = await harness.command("agent edit", {"name": "planner"})
@@ -191,5 +195,38 @@ async def test_agent_edit_with_any_option_applies_it_at_once_and_alone_opens_the
 
 def test_every_option_of_agent_edit_is_in_the_table_above():
     edit = next(c for c in declared.COMMANDS if c.path == ("agent", "edit"))
-    tested = {"name", "role", "model", "avatar", "avatar_image", "memory", "prompt", "mode"}
+    tested = {"name", "role", "model", "avatar", "avatar_image", "memory", "prompt", "mode", "temperature",
+              "max_tokens", "context_budget"}
     assert {o.name for o in edit.options_for("discord")} <= tested
+
+
+async def test_mute_and_unmute_by_slash_command(harness, script):
+    """/agent mute name for (SPEC §12): a tag of the muted agent is told once, in one line, and gets no
+    reply; /agent list and /agent show say it; /agent unmute lets it answer again."""
+    emu = harness.emu
+    await harness.setup_group(("planner", "plans"), ("budget", "costs"), mode="tags")
+    bad = await harness.command("agent mute", {"name": "budget", "for": "a while"})
+    assert bad["data"]["content"] == "for must be a duration such as 30m, 1h, 2d or 1h30m (got 'a while')."
+    refused = await harness.command("agent mute", {"name": "budget"}, user=emu.bob_id)
+    assert refused["ephemeral"] and "Manage Server" in refused["data"]["content"]
+    muted = await harness.command("agent mute", {"name": "budget", "for": "2h"})
+    assert muted["data"]["content"].startswith("budget is muted until ")
+    listed = harness.embed_fields(await harness.command("agent list"))
+    assert [n for n in listed if n.startswith("budget (muted until ") and n.endswith(" (2h left))")]
+    show = (await harness.command("agent show", {"name": "budget"}))["data"]["embeds"][0]
+    assert show["title"].startswith("budget (muted until ")
+    await emu.user_post(emu.channel_id, emu.alice_id, "@budget and @planner, thoughts?")
+    await emu.wait_for(lambda: harness.webhook_posts(), timeout=10)
+    await harness.idle()
+
+    def told() -> list[dict]:
+        return [m for m in emu.channel_messages(emu.channel_id) if "A muted agent does not answer" in m["content"]]
+
+    await emu.wait_for(lambda: told(), timeout=10, what="the mute's notice")
+    assert len(told()) == 1 and told()[0]["content"].startswith("budget is muted until ")
+    assert [p["username"] for p in harness.webhook_posts()] == ["planner"]
+    unmuted = await harness.command("agent unmute", {"name": "budget"})
+    assert unmuted["data"]["content"] == "budget is unmuted: it can be selected and tagged again."
+    await emu.user_post(emu.channel_id, emu.alice_id, "@budget now?")
+    await emu.wait_for(lambda: len(harness.webhook_posts()) >= 2, timeout=10)
+    assert harness.webhook_posts()[-1]["username"] == "budget"

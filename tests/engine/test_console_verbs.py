@@ -251,8 +251,8 @@ async def test_newtask_is_in_help_and_makes_the_next_message_start_fresh(console
                            "commands."),
     ("/hlep", "Unknown command /hlep; did you mean /help? /help lists the commands."),
     ("/zzzz", "Unknown command /zzzz; /help lists the commands."),
-    ("/agent", "/agent needs a subcommand: add, edit, rename, remove, enable, disable, show, list, memory, tools, "
-               "schedule "
+    ("/agent", "/agent needs a subcommand: add, edit, rename, remove, enable, disable, mute, unmute, show, list, "
+               "memory, tools, schedule "
                "(/help agent shows them with their options)."),
     ("/roundtable config stream:maybe",
      "stream must be true/yes/on/1 or false/no/off/0 (got 'maybe')."),
@@ -268,8 +268,12 @@ async def test_help_is_short_and_help_topic_lists_one_group(console):
     assert len(summary) <= 8 and summary[0].startswith("Commands by topic")
     assert [line.split()[1] for line in summary[1:5]] == ["roundtable", "agent", "extras", "chat"]
     agent = await console.send("/help agent")
-    assert agent[0] == "/help agent, the agents (options in brackets are optional):" and len(agent) <= 12
-    assert all(line.startswith(("/agent ", "e.g. /agent add")) for line in agent[1:])
+    assert agent[0] == "/help agent, the agents (options in brackets are optional):" and len(agent) <= 14
+    assert all(line.startswith(("/agent ", "e.g. /agent add", "e.g. /agent mute")) for line in agent[1:])
+    assert "/agent mute name [for]  Keep an agent out of selection, rotation and @all (for:1h, 30m, 2d; default: " \
+        "until unmuted)" in agent
+    assert "e.g. /agent mute name:planner for:1h (30m, 2d); /agent edit name:planner temperature:0.3 " \
+        "(temperature:default clears it)" in agent
     assert "/agent memory show name  An agent's memory notes, newest first" in await console.send("/help extras")
     assert await console.send("/help topic:agent") == agent
     assert "/attach PATH" in "\n".join(await console.send("/help chat"))

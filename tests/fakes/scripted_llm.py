@@ -70,7 +70,8 @@ class ScriptedLLM:
 
     async def complete(self, messages: Sequence[ChatMessage], *, model: str | None = None,
                        max_tokens: int | None = None, logprobs: bool = False,
-                       cache_key: str | None = None, tools: Sequence[Tool] | None = None) -> Completion:
+                       cache_key: str | None = None, tools: Sequence[Tool] | None = None,
+                       temperature: float | None = None) -> Completion:
         kind, name = kind_of(messages)
         self.history.append((kind, name, list(messages)))
         if kind == "selector":
@@ -106,7 +107,8 @@ class ScriptedLLM:
 
     async def stream(self, messages: Sequence[ChatMessage], *, on_text: Callable[[str], None],
                      model: str | None = None, max_tokens: int | None = None,
-                     cache_key: str | None = None, tools: Sequence[Tool] | None = None) -> Completion:
+                     cache_key: str | None = None, tools: Sequence[Tool] | None = None,
+                     temperature: float | None = None) -> Completion:
         """`complete`, its text handed to `on_text` a few characters at a time first."""
         completion = await self.complete(messages, model=model, max_tokens=max_tokens, cache_key=cache_key,
                                          tools=tools)

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from bot.core.errors import AlreadyStored, InvalidInput, LeaseLost, NotFound, StoreBusy, StoreError
-from bot.core.models import Decision, GroupSettings, NewMessage, RunResult, Tags, Usage
+from bot.core.models import MUTED_FOREVER, Decision, GroupSettings, NewMessage, RunResult, Tags, Usage
 from storage import LOCKED_MESSAGE, SqlStore
 from tests.fakes.databases import Place
 from tests.fakes.rows import agent_reply, posted
@@ -352,6 +352,24 @@ async def test_update_agent_fields_and_collisions(store: SqlStore, group_id: int
         await store.add_agent(group_id, "  ", "r", "p")
     with pytest.raises(NotFound):
         await store.update_agent(999, role="x")
+
+
+async def test_mute_and_model_settings_round_trip_and_clear(store: SqlStore, group_id: int) -> None:
+    a = await store.add_agent(group_id, "alpha", "r", "p")
+    assert (a.muted_until, a.temperature, a.max_tokens, a.context_budget) == (None, None, None, None)
+    changed = await store.update_agent(a.id, muted_until=MUTED_FOREVER, temperature=0.25, max_tokens=128_000,
+                                       context_budget=1500)
+    again = await store.get_agent(a.id)
+    assert changed == again
+    assert (again.muted_until, again.temperature, again.max_tokens, again.context_budget) == (
+        MUTED_FOREVER, 0.25, 128_000, 1500)
+    assert again.muted(now=2e9) and not again.available(now=2e9)
+    timed = await store.update_agent(a.id, muted_until=1000.5, temperature=None)
+    assert (timed.muted_until, timed.temperature, timed.max_tokens) == (1000.5, None, 128_000)
+    assert timed.muted(now=1000.0) and not timed.muted(now=1000.5)  # over by itself when the time is up
+    cleared = await store.update_agent(a.id, muted_until=None, max_tokens=None, context_budget=None)
+    assert (cleared.muted_until, cleared.max_tokens, cleared.context_budget) == (None, None, None)
+    assert cleared.available(now=1000.0)
 
 
 async def test_delivered_through_only_moves_forward_and_stops_at_latest(store: SqlStore, group_id: int) -> None:

@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import inspect
 import io
+import keyword
 import logging
 import os
 import re
@@ -515,11 +516,11 @@ class SlashCommands:
             app.guild_only = True
             for option in command.options_for("discord"):
                 if option.kind == "agent":
-                    app.autocomplete(option.name)(self.autocomplete_agent)
+                    app.autocomplete(_param(option.name))(self.autocomplete_agent)
                 elif option.kind == "model":
-                    app.autocomplete(option.name)(self.autocomplete_model)
+                    app.autocomplete(_param(option.name))(self.autocomplete_model)
                 elif option.kind == "tool":
-                    app.autocomplete(option.name)(self.autocomplete_tool)
+                    app.autocomplete(_param(option.name))(self.autocomplete_tool)
             if parent is None:
                 tree.add_command(app)
             else:
@@ -547,7 +548,8 @@ class SlashCommands:
         """A callback whose signature is the command's options, for discord.py to read."""
         async def callback(interaction: discord.Interaction, **values: Any) -> None:
             try:
-                given = {name: _plain(kinds[name], name, value) for name, value in values.items() if value is not None}
+                given = {named[p]: _plain(kinds[named[p]], named[p], value) for p, value in values.items()
+                         if value is not None}
             except UserFacingError as exc:
                 try:
                     await answer(interaction, str(exc))
@@ -558,17 +560,27 @@ class SlashCommands:
 
         options = command.options_for("discord")
         kinds = {o.name: o.kind for o in options}
+        named = {_param(o.name): o.name for o in options}  # the callback's parameter -> the option
         parameters = [inspect.Parameter("interaction", inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                         annotation=discord.Interaction)]
-        parameters += [inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, annotation=_annotation(o),
+        parameters += [inspect.Parameter(_param(o.name), inspect.Parameter.KEYWORD_ONLY, annotation=_annotation(o),
                                          default=inspect.Parameter.empty if o.required else None) for o in options]
         callback.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]  # discord.py reads the signature we give it
         callback.__discord_app_commands_param_description__ = {  # type: ignore[attr-defined]  # what app_commands.describe would set
-            o.name: o.description[:100] for o in options}
-        choices = {o.name: [app_commands.Choice(name=c, value=c) for c in o.choices] for o in options if o.choices}
+            _param(o.name): o.description[:100] for o in options}
+        renamed = {p: name for p, name in named.items() if p != name}
+        if renamed:  # an option named like a Python keyword (`/agent mute ... for:1h`)
+            callback.__discord_app_commands_param_rename__ = renamed  # type: ignore[attr-defined]  # what app_commands.rename would set
+        choices = {_param(o.name): [app_commands.Choice(name=c, value=c) for c in o.choices]
+                   for o in options if o.choices}
         if choices:
             callback.__discord_app_commands_param_choices__ = choices  # type: ignore[attr-defined]  # what app_commands.choices would set
         return callback
+
+
+def _param(name: str) -> str:
+    """The callback's parameter for an option: its name, or `for_` for `for` (a Python keyword)."""
+    return f"{name}_" if keyword.iskeyword(name) else name
 
 
 def _annotation(option: Option) -> Any:

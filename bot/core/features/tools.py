@@ -297,10 +297,12 @@ class ToolLoop:
             self.on_step()
         if self.on_text is not None:
             completion = await self.llm.stream(result.conversation, on_text=self.on_text, model=self.agent.model,
-                                               cache_key=self.cache_key, tools=tools)
+                                               cache_key=self.cache_key, tools=tools,
+                                               max_tokens=self.agent.max_tokens, temperature=self.agent.temperature)
         else:
             completion = await self.llm.complete(result.conversation, model=self.agent.model,
-                                                 cache_key=self.cache_key, tools=tools)
+                                                 cache_key=self.cache_key, tools=tools,
+                                                 max_tokens=self.agent.max_tokens, temperature=self.agent.temperature)
         result.usage = result.usage + completion.usage
         result.model = completion.model or result.model
         result.provider = completion.provider or result.provider

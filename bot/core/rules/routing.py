@@ -6,9 +6,11 @@ dispatcher puts the two together.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Literal
 
 from bot.core.models import Agent, Message
+from bot.core.rules.tags import named_agents
 
 Plan = Literal["explicit", "superseded", "mode", "stale", "none", "deleted"]
 
@@ -22,6 +24,18 @@ def explicit_recipients(message: Message, enabled_ids: set[int]) -> tuple[int, .
     return tuple(i for i in ids if i in enabled_ids)
 
 
+def muted_tagged(message: Message, muted: Sequence[Agent]) -> list[Agent]:
+    """The agents of `muted` (enabled, muted now) that a message tags itself: by name, as the
+    author of the message it replies to, or as a schedule's agent; not through `@all`, which leaves
+    muted agents out. None of them runs; the message gets one notice naming them."""
+    if not muted:
+        return []
+    ids = set(message.tags.agent_ids) - {message.author_agent_id}
+    if message.tags.all_agents:  # @all tagged every agent: only those also named count
+        ids &= set(named_agents(message.text, muted))
+    return [a for a in muted if a.id in ids]
+
+
 def routable(message: Message, current_episode: int | None) -> bool:
     """Whether a message can be the one a batch routes by the mode (see `plan_batch`)."""
     return message.author_type == "user" or (message.author_type == "agent" and message.episode_id == current_episode)
@@ -29,7 +43,7 @@ def routable(message: Message, current_episode: int | None) -> bool:
 
 def plan_batch(
     messages: Sequence[Message], enabled_ids: set[int], current_episode: int | None = None, *,
-    newer_follows: bool = False,
+    newer_follows: bool = False, muted: Sequence[Agent] = (),
 ) -> list[tuple[Message, Plan]]:
     """How each not-yet-routed message is routed.
 
@@ -42,6 +56,8 @@ def plan_batch(
     one and a later chunk holds that newest message (every untagged one here is superseded).
     A message deleted before it was routed (a tombstone) selects nobody; as the newest, it still
     supersedes the ones before it (its episode is the running one: its task is gone).
+    `enabled_ids`: the agents routing may pick (enabled, not muted). A message that tags only
+    `muted` agents (`muted_tagged`) is 'explicit' too: it selects nobody (they were asked, not the group).
     """
     def stale(m: Message) -> bool:
         return m.author_type == "agent" and m.episode_id != current_episode
@@ -51,7 +67,7 @@ def plan_batch(
     for message in messages:
         if message.deleted:
             plans.append((message, "deleted"))
-        elif explicit_recipients(message, enabled_ids):
+        elif explicit_recipients(message, enabled_ids) or muted_tagged(message, muted):
             plans.append((message, "explicit"))
         elif message.author_type == "system":
             plans.append((message, "none"))
@@ -82,6 +98,12 @@ def next_in_rotation(
         if agent.enabled and agent.id not in exclude:
             return agent
     return None
+
+
+def unmuted(roster: Sequence[Agent], now: float) -> list[Agent]:
+    """The roster as the mode routes it at `now`: a muted agent is as a disabled one (left out of
+    selection, rotation, tags mode and @all), in its place."""
+    return [replace(a, enabled=False) if a.enabled and a.muted(now) else a for a in roster]
 
 
 def eligible_speakers(roster: Sequence[Agent], message: Message, allow_repeat: bool) -> list[Agent]:

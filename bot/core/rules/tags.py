@@ -117,6 +117,15 @@ def parse_tags(text: str, roster: Sequence[Agent], *, people: Mapping[str, str] 
     )
 
 
+def named_agents(text: str, roster: Sequence[Agent]) -> tuple[int, ...]:
+    """The agents of `roster` that `text` tags by name (`@all` names none of them), in order."""
+    names = {_name_key(a.name): a for a in roster}
+    plain = strip_links(strip_code(unicodedata.normalize("NFC", text)))
+    found = [agent for match in _AT_NAME.finditer(plain) if not _escaped(plain, match.start())
+             and (agent := _match_name(match.group(1), names)[1]) is not None]
+    return tuple(a.id for a in _unique(found))
+
+
 def with_agents(tags: Tags, agents: Iterable[Agent]) -> Tags:
     """`tags` plus more agents (e.g. the author of the message being replied to)."""
     merged = list(zip(tags.agent_ids, tags.agent_names))

@@ -25,6 +25,9 @@ WEBHOOK_FORBIDDEN = ("discord", "clyde")
 CONTEXT_BUDGET_RANGE = (500, 200_000)
 SELECTOR_BUDGET_RANGE = (300, 200_000)  # the selector reads the newest row or two (issue 22's measurements)
 PACE_RANGE = (0.0, 60.0)
+TEMPERATURE_RANGE = (0.0, 2.0)  # an agent's temperature, as OpenAI's API takes it
+AGENT_MAX_TOKENS_RANGE = (1, 128_000)  # an agent's reply cap (the largest output models offer)
+CLEAR_WORD = "default"  # /agent edit temperature:default (max_tokens, context_budget): back to the default
 
 # Scripts with letters that pass for each other (Latin a / Cyrillic а / Greek α ...): a name may
 # use one of them, never two. Other mixes (Latin + Han, Han + Katakana) cannot be mistaken.
@@ -233,3 +236,26 @@ def message_text(value: str) -> str:
     if len(value) > MESSAGE_MAX:
         raise InvalidInput(f"The message is {len(value)} characters long; the limit is {MESSAGE_MAX}.")
     return value
+
+
+def agent_setting(name: str, value: object) -> float | int | None:
+    """An agent's model setting as /agent edit takes it (temperature, max_tokens or context_budget): a
+    number in its range, or `CLEAR_WORD` (None: back to the default: the provider's, the group's)."""
+    if str(value).strip().lower() == CLEAR_WORD:
+        return None
+    if name == "temperature":
+        low, high = TEMPERATURE_RANGE
+        try:
+            return number(name, value, low, high)
+        except InvalidInput:
+            raise InvalidInput(f"temperature must be a number from {low:g} to {high:g}, or {CLEAR_WORD} "
+                               f"(got {value!r}).") from None
+    ranges = {"max_tokens": AGENT_MAX_TOKENS_RANGE, "context_budget": CONTEXT_BUDGET_RANGE}
+    if name not in ranges:
+        raise InvalidInput(f"An agent has no model setting {name!r} (temperature, max_tokens, context_budget).")
+    low_i, high_i = ranges[name]
+    try:
+        return integer(name, value, low_i, high_i)
+    except InvalidInput:
+        raise InvalidInput(f"{name} must be a whole number from {low_i:,} to {high_i:,}, or {CLEAR_WORD} "
+                           f"(got {value!r}).") from None

@@ -155,7 +155,8 @@ class DirectRuns:
         key = cache_key(group, agent.id) + "-direct"
         box = deps.tools.offered(await deps.store.tool_grants(agent.id)) if deps.tools is not None else None
         if not box:
-            return await deps.llm.complete(messages, model=agent.model, cache_key=key), 1
+            return await deps.llm.complete(messages, model=agent.model, cache_key=key, max_tokens=agent.max_tokens,
+                                           temperature=agent.temperature), 1
         loop = ToolLoop(deps.llm, deps.store, box, agent, RunContext(group.id, agent.id, run_id), cache_key=key,
                         max_steps=MAX_TOOL_STEPS, resume=False)
         result = await loop.run(messages)

@@ -27,9 +27,18 @@ from bot.core.errors import Busy
 from bot.core.features.selector import selector_decision
 from bot.core.features.summary import Summaries
 from bot.core.features.tasks import TaskChains
-from bot.core.models import Agent, Decision, Episode, Group, Message, Usage
+from bot.core.models import Agent, Decision, Episode, Group, Message, NewMessage, Usage
 from bot.core.ports import LLM, EpisodeStore, GroupStore, HealthStore, RosterStore, RoutingStore, ThreadStore
-from bot.core.rules.routing import eligible_speakers, explicit_recipients, next_in_rotation, plan_batch, routable
+from bot.core.rules.mute import tag_notice
+from bot.core.rules.routing import (
+    eligible_speakers,
+    explicit_recipients,
+    muted_tagged,
+    next_in_rotation,
+    plan_batch,
+    routable,
+    unmuted,
+)
 from bot.core.rules.stop import cap_notice, near_repeat
 from bot.core.runtime.locks import AgentLocks
 from bot.core.runtime.turn import TurnOutcome, cache_key
@@ -81,6 +90,8 @@ class DispatcherDeps:
     all_shown: Callable[[int], Awaitable[None]]  # until every committed row of the group is shown
     sweep_drafts: Callable[[Group], Awaitable[None]]  # take back provisional messages no run will use
     lost: Callable[[int], None]  # another process runs the group now
+    clock: Callable[[], float]  # now, for mutes (an agent muted until a time is routed again after it)
+    notice: Callable[[str], NewMessage]  # a notice from the bot, ready to append (`Engine.notice`)
 
 
 class GroupDispatcher(GroupWorker):
@@ -113,9 +124,10 @@ class GroupDispatcher(GroupWorker):
             low = min(a.delivered_through for a in pending)
             decisions = await store.decisions(group.id, after=low, through=snapshot)
             selected: list[tuple[Agent, Usage, str]] = []
+            now = self.deps.clock()
             for agent in pending:
                 chosen = self._selecting(agent, decisions, snapshot)
-                if agent.enabled and chosen is not None:
+                if agent.available(now) and chosen is not None:  # one muted since it was chosen does not run
                     selected.append((agent, *chosen))
                 else:
                     await store.set_delivered_through(agent.id, snapshot)
@@ -190,8 +202,11 @@ class GroupDispatcher(GroupWorker):
         newest = await self._newest_routable(group, first, snapshot)
         decided: dict[int, Decision] = {}
         if newest is not None:
-            roster = await store.list_agents(group.id)
-            [(_, plan)] = plan_batch([newest], {a.id for a in roster if a.enabled}, group.episode_id)
+            now = deps.clock()
+            listed = await store.list_agents(group.id)
+            roster = unmuted(listed, now)
+            [(_, plan)] = plan_batch([newest], {a.id for a in roster if a.enabled}, group.episode_id,
+                                     muted=[a for a in listed if a.enabled and a.muted(now)])
             if plan == "mode":
                 decided[newest.seq] = await self._route_by_mode(group, roster, newest)
         while True:
@@ -225,13 +240,22 @@ class GroupDispatcher(GroupWorker):
         first). Decisions are stored together, before and after the one that may call a model
         (unless `decided` holds it already)."""
         store = self.deps.store
-        roster = await store.list_agents(group.id)
+        now = self.deps.clock()
+        listed = await store.list_agents(group.id)
+        muted = [a for a in listed if a.enabled and a.muted(now)]
+        roster = unmuted(listed, now)  # muted agents as disabled ones: routing never picks them
         enabled_ids = {a.id for a in roster if a.enabled}
         routed: list[tuple[Message, Decision]] = []
-        for message, plan in plan_batch(batch, enabled_ids, group.episode_id, newer_follows=newer_follows):
+        told: list[tuple[Message, list[Agent]]] = []
+        for message, plan in plan_batch(batch, enabled_ids, group.episode_id, newer_follows=newer_follows,
+                                        muted=muted):
             if plan == "explicit":
                 ids = explicit_recipients(message, enabled_ids)
+                silent = muted_tagged(message, muted)
                 note = "a scheduled task" if message.author_type == "system" else ""
+                if silent:
+                    told.append((message, silent))
+                    note = "; ".join(filter(None, (note, "muted: " + ", ".join(a.name for a in silent))))
                 decision = Decision(message.seq, "tags", ids, self._names(roster, ids), note=note)
             elif plan == "superseded":
                 decision = Decision(message.seq, "superseded", note="a newer message arrived before routing")
@@ -249,6 +273,12 @@ class GroupDispatcher(GroupWorker):
                 decision = await self._route_by_mode(group, roster, message)
             routed.append((message, decision))
         await self._record(group, routed)
+        for message, silent in told:  # after the decisions: a message is told once, never again on a re-route
+            await store.append_system_message(group.id, self.deps.notice(tag_notice(silent, now)))
+            log.info("group=%s seq=%s tags muted agent(s) %s: told once", group.id, message.seq,
+                     ", ".join(a.name for a in silent))
+        if told:
+            self.deps.shown(group.id)
 
     async def _record(self, group: Group, routed: list[tuple[Message, Decision]]) -> None:
         if not routed:

@@ -124,7 +124,7 @@ class Engine:
             store=store, llm=llm, selector_model=selector_model, tasks=self.tasks, summaries=self.summaries,
             retry=self.retry, locks=self.locks, connected=self.surface_connected, backlog_turn=self._backlog_turn,
             deliver=self.deliver, end_episode=self.end_episode, shown=self.shown, all_shown=self.all_shown,
-            sweep_drafts=self.sweep_drafts, lost=self.drop)
+            sweep_drafts=self.sweep_drafts, lost=self.drop, clock=clock, notice=self.notice)
         self._showing = OutboxDeps(store=store, surface=surface, retry=self.retry, clock=clock,
                                    episode_changed=self.episode_changed, lost=self.drop)
 

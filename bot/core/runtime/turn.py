@@ -260,7 +260,7 @@ class AgentTurn:
         store = deps.store
         roster = await store.list_agents(group.id)
         tasks = await deps.tasks.of(group.id, run.episode_id)
-        budget = group.settings.context_budget
+        budget = agent.context_budget or group.settings.context_budget  # the agent's own, when set (SPEC §6)
         trimmed, replied_to = await quoted_thread(
             store, deps.counter, group.id, budget=budget, tasks=tasks.all, summaries=deps.summaries.source(group),
             load=lambda quoted, summaries: load_thread(
@@ -362,7 +362,8 @@ class AgentTurn:
         draft = deps.surface.draft(group, agent, run.id, parts, reply.visible) if group.settings.stream else None
         try:
             if draft is None:
-                completion = await llm.complete(messages, model=agent.model, cache_key=key)
+                completion = await llm.complete(messages, model=agent.model, cache_key=key,
+                                                max_tokens=agent.max_tokens, temperature=agent.temperature)
             else:
                 completion = await self._streamed(agent, messages, key, reply, draft)
         except LLMError as exc:
@@ -474,7 +475,8 @@ class AgentTurn:
             draft.grew()
 
         try:
-            completion = await self.deps.llm.stream(messages, on_text=piece, model=agent.model, cache_key=key)
+            completion = await self.deps.llm.stream(messages, on_text=piece, model=agent.model, cache_key=key,
+                                                    max_tokens=agent.max_tokens, temperature=agent.temperature)
         except asyncio.CancelledError:
             await draft.stop(wait=False)  # shutting down: what was shown is recorded for the next run
             raise

@@ -18,9 +18,10 @@ from bot.core.features.reading import Reader, Reading
 from bot.core.features.spending import budget_refusal, month_cost, usage_card
 from bot.core.features.summary import MIN_WINDOW, Summaries
 from bot.core.features.tools import decision_of
-from bot.core.models import DEFAULT_PROVIDER, Agent, Completion, Decision, Group, GroupSettings, Message
+from bot.core.models import DEFAULT_PROVIDER, MUTED_FOREVER, Agent, Completion, Decision, Group, GroupSettings, Message
 from bot.core.record.export import file_name, write_export
 from bot.core.record.transcript import plural, when
+from bot.core.rules import mute
 from bot.core.rules import validation as v
 from bot.core.rules.card import Attachment, Card, Field, Tone
 from bot.core.rules.doctor import Check, database_checks, delivery_check
@@ -87,19 +88,38 @@ def settings_fields(settings: GroupSettings) -> tuple[Field, ...]:
     return tuple(Field(k, str(val)) for k, val in shown.items())
 
 
-def agent_card(agent: Agent, notes: int = 0) -> Card:
+def model_settings(agent: Agent) -> str:
+    """An agent's model settings as /agent show gives them: 'temperature 0.3, max_tokens 800,
+    context_budget the group's' ('default' for one not set)."""
+    temperature = "default" if agent.temperature is None else f"{agent.temperature:g}"
+    cap = "default (no cap)" if agent.max_tokens is None else f"{agent.max_tokens:,}"
+    budget = "the group's" if agent.context_budget is None else f"{agent.context_budget:,}"
+    return f"temperature {temperature}, max_tokens {cap}, context_budget {budget}"
+
+
+def agent_flags(agent: Agent, now: float) -> str:
+    """What a roster line adds to an agent's name: ' (disabled)', ' (muted until 14:30 UTC (1h left))', ' (worker)'."""
+    flags = [] if agent.enabled else ["disabled"]
+    flags += [muted] if (muted := mute.state(agent, now)) else []
+    flags += ["worker"] if agent.mode == "worker" else []
+    return "".join(f" ({f})" for f in flags)
+
+
+def agent_card(agent: Agent, notes: int, now: float) -> Card:
+    muted = mute.state(agent, now)
     return Card(
-        title=agent.name + ("" if agent.enabled else " (disabled)"),
+        title=agent.name + ("" if agent.enabled else " (disabled)") + (f" ({muted})" if muted else ""),
         description=agent.role,
         fields=(
             Field("model", agent.model or "(default)"),
+            Field("model settings", model_settings(agent), inline=False),
             Field("avatar", agent.avatar_url or "(none)"),
             Field("delivered through", f"#{agent.delivered_through}"),
             Field("memory", f"{'on' if agent.memory else 'off'}, {plural(notes, 'note')}"),
             Field("mode", "worker (speaks only through group_post)" if agent.mode == "worker" else "talk"),
             Field("system prompt", agent.system_prompt, inline=False),
         ),
-        tone="neutral" if agent.enabled else "warning",
+        tone="neutral" if agent.enabled and not muted else "warning",
         thumbnail_url=agent.avatar_url,
     )
 
@@ -196,9 +216,9 @@ class Admin:
                                            f"{plural(ep.agent_turns, 'agent message')}, "
                                            f"{plural(ep.total_tokens, 'token')} ({ep.cached_tokens:,} cached)",
                                 inline=False))
-        agents = await self.store.list_agents(group.id)
+        agents, now = await self.store.list_agents(group.id), self.engine.clock()
         fields.append(Field("agents", "\n".join(
-            f"{a.name}{'' if a.enabled else ' (disabled)'}: read through #{a.delivered_through}" for a in agents)
+            f"{a.name}{agent_flags(a, now)}: read through #{a.delivered_through}" for a in agents)
             or "(none yet: /agent add)", inline=False))
         decision = await self.last_decision(group)
         if decision is not None:
@@ -396,9 +416,14 @@ class Admin:
         return f"Added {agent.name}: {agent.role}. Tag it with @{agent.name}."
 
     async def edit_agent(self, group: Group, name: str, *, memory: bool | None = None, mode: str | None = None,
-                         **changes: str | None) -> str:
+                         settings: Mapping[str, float | int | None] | None = None, **changes: str | None) -> str:
+        """`settings`: model settings to set (temperature, max_tokens, context_budget; None clears one)."""
         agent = await self.agent(group, name)
         update: dict[str, object] = {}
+        for key, value in (settings or {}).items():
+            value = v.agent_setting(key, "default" if value is None else value)
+            if value != getattr(agent, key):
+                update[key] = value
         if changes.get("role") is not None:
             update["role"] = v.role(changes["role"] or "")
         if changes.get("prompt") is not None and changes["prompt"] != agent.system_prompt:
@@ -413,11 +438,14 @@ class Admin:
         if mode is not None and mode != agent.mode:
             update["mode"] = mode
         if not update:
+            if settings:
+                return f"{agent.name} has these model settings already: {model_settings(agent)}."
             if memory is not None:
                 return f"Memory is already {'on' if memory else 'off'} for {agent.name}."
             if mode is not None:
                 return f"{agent.name} is already in {mode} mode."
-            return f"Nothing to change for {agent.name}: give role, prompt, model, avatar, memory or mode."
+            return (f"Nothing to change for {agent.name}: give role, prompt, model, avatar, memory, mode, "
+                    "temperature, max_tokens or context_budget.")
         await self._check_tools(agent, update)
         async with self._still_there(group, name):
             agent = await self.store.update_agent(agent.id, **update)
@@ -427,6 +455,8 @@ class Admin:
             return f"Updated {agent.name}: talk mode: it posts its replies."
         if "memory" in update:
             return f"Updated {agent.name}: memory is {'on' if agent.memory else 'off'}."
+        if set(update) & {"temperature", "max_tokens", "context_budget"}:
+            return f"Updated {agent.name}: {model_settings(agent)}."
         return f"Updated {agent.name}."
 
     async def _check_tools(self, agent: Agent, update: Mapping[str, object]) -> None:
@@ -473,14 +503,34 @@ class Admin:
         agents = await self.store.list_agents(group.id)
         if not agents:
             return "No agents yet: add one with /agent add."
-        fields = tuple(Field(a.name + ("" if a.enabled else " (disabled)") + (" (worker)" if a.mode == "worker"
-                                                                               else ""), a.role, inline=False)
-                       for a in agents)
+        now = self.engine.clock()
+        fields = tuple(Field(a.name + agent_flags(a, now), a.role, inline=False) for a in agents)
         return Card(f"Agents of {group.name}", fields=fields)
 
     async def show_agent(self, group: Group, name: str) -> Card:
         agent = await self.agent(group, name)
-        return agent_card(agent, await self.store.note_count(agent.id))
+        return agent_card(agent, await self.store.note_count(agent.id), self.engine.clock())
+
+    async def mute_agent(self, group: Group, name: str, duration: str | None = None) -> str:
+        """/agent mute: out of selection, rotation and @all until `duration` ('1h', '30m', '2d') has
+        passed, or until /agent unmute (no duration). Kept as a time, so it ends by itself, also
+        after a restart."""
+        seconds = None if duration is None or not duration.strip() else mute.parse_duration(duration)
+        agent = await self.agent(group, name)
+        now = self.engine.clock()
+        until = MUTED_FOREVER if seconds is None else now + seconds
+        async with self._still_there(group, name):
+            agent = await self.store.update_agent(agent.id, muted_until=until)
+        return (f"{agent.name} is muted {mute.until(until, now)}: it is left out of selection, rotation and @all, "
+                f"and a tag of it gets a notice instead of a reply. /agent unmute {agent.name} lifts it.")
+
+    async def unmute_agent(self, group: Group, name: str) -> str:
+        agent = await self.agent(group, name)
+        if not agent.muted(self.engine.clock()):
+            return f"{agent.name} is not muted."
+        async with self._still_there(group, name):
+            await self.store.update_agent(agent.id, muted_until=None)
+        return f"{agent.name} is unmuted: it can be selected and tagged again."
 
     async def show_memory(self, group: Group, name: str) -> Card | str:
         """The agent's notes, newest first, with when each was saved."""

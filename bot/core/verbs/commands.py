@@ -315,8 +315,9 @@ async def _edit(inv: Invocation) -> Reply | None:
     v.model(changes["model"])
     v.avatar_url(changes["avatar"])
     memory, mode = inv.get("memory"), inv.text("mode")
+    settings = {k: v.agent_setting(k, inv.get(k)) for k in MODEL_SETTINGS if inv.get(k) is not None}
     prompt = inv.text("prompt")
-    others = (*changes.values(), memory, mode, inv.get("avatar_image"))
+    others = (*changes.values(), memory, mode, inv.get("avatar_image"), *(inv.get(k) for k in MODEL_SETTINGS))
     if prompt is None and all(o is None for o in others):  # with any other option, they apply at once
         prompt = await inv.caller.ask_text(f"System prompt for {agent.name}", agent.system_prompt)
         if prompt is None:
@@ -324,7 +325,8 @@ async def _edit(inv: Invocation) -> Reply | None:
     if changes["avatar"] is None and inv.get("avatar_image") is not None:
         changes["avatar"] = await inv.caller.keep_image(inv.get("avatar_image"), f"{agent.name}'s picture")
     return await inv.admin.edit_agent(inv.group, agent.name, prompt=prompt,
-                                      memory=None if memory is None else bool(memory), mode=mode, **changes)
+                                      memory=None if memory is None else bool(memory), mode=mode,
+                                      settings=settings, **changes)
 
 
 async def _agent_tools(inv: Invocation) -> Reply:
@@ -332,6 +334,10 @@ async def _agent_tools(inv: Invocation) -> Reply:
     confirm = inv.get("confirm")
     return await ToolVerbs(inv.admin.store, inv.admin.engine.tools).agent_tools(
         agent, grant=inv.text("grant"), revoke=inv.text("revoke"), confirm=None if confirm is None else bool(confirm))
+
+
+async def _mute(inv: Invocation) -> Reply:
+    return await inv.admin.mute_agent(inv.group, inv.text("name") or "", inv.text("for"))
 
 
 def _agent_verb(verb: Callable[[Admin, Group, str], Awaitable[Reply]]) -> Handler:
@@ -413,7 +419,9 @@ CONSOLE_LINES = {  # console-only commands and notes, by topic
 }
 OPTIONS_NOTE = 'Options are name:value; quote values with spaces: role:"trip planner who drafts the itinerary".'
 EXAMPLES = {"agent": ['e.g. /agent add name:planner role:"trip planner who drafts the itinerary" '
-                      'prompt:"You plan trips."']}
+                      'prompt:"You plan trips."',
+                      "e.g. /agent mute name:planner for:1h (30m, 2d); /agent edit name:planner temperature:0.3 "
+                      "(temperature:default clears it)"]}
 
 
 def help_text(surface: str, topic: str | None = None) -> str:
@@ -444,6 +452,10 @@ MODE = Option("mode", "who speaks when nobody is tagged", "choice", choices=MODE
 AVATAR_IMAGE = Option("avatar_image", "an image to use as its picture (instead of a URL)", "image",
                       surfaces=frozenset({"discord"}))
 ROLE_HELP = "who it is, read as 'You are NAME, the ROLE': e.g. trip planner who drafts the itinerary"
+MODEL_SETTINGS = ("temperature", "max_tokens", "context_budget")  # an agent's; `default` clears one
+low_temp, high_temp = v.TEMPERATURE_RANGE
+low_cap, high_cap = v.AGENT_MAX_TOKENS_RANGE
+low_budget, high_budget = v.CONTEXT_BUDGET_RANGE
 low_turns, high_turns = MAX_TURNS_RANGE
 
 COMMANDS: tuple[Command, ...] = (
@@ -527,6 +539,11 @@ COMMANDS: tuple[Command, ...] = (
                slow=True),  # turning it on asks the model whether it takes tool calls
         Option("mode", "worker: its runs are private, it speaks only through group_post; talk: it posts replies",
                "choice", choices=("talk", "worker"), slow=True),  # worker: asks the model too
+        Option("temperature", f"sent to its model: {low_temp:g}-{high_temp:g}, or default (the model's own)",
+               max_length=10),
+        Option("max_tokens", f"cap on a reply's tokens: {low_cap}-{high_cap}, or default (no cap)", max_length=10),
+        Option("context_budget", f"tokens of thread in its prompts: {low_budget}-{high_budget}, or default "
+               "(the group's)", max_length=10),
     ), who="operators"),
     Command(("agent", "rename"), "Give an agent a new name (its old messages keep the old one)",
             lambda inv: inv.admin.rename_agent(inv.group, inv.text("name") or "", inv.text("new_name") or ""),
@@ -538,6 +555,13 @@ COMMANDS: tuple[Command, ...] = (
             _agent_verb(lambda a, g, n: a.set_enabled(g, n, True)), (AGENT,), who="operators"),
     Command(("agent", "disable"), "Keep an agent on the roster but silent",
             _agent_verb(lambda a, g, n: a.set_enabled(g, n, False)), (AGENT,), who="operators"),
+    Command(("agent", "mute"), "Keep an agent out of selection, rotation and @all (for:1h, 30m, 2d; "
+            "default: until unmuted)", _mute, (
+                AGENT,
+                Option("for", "how long: 30m, 1h, 2d, 1h30m (default: until /agent unmute)", max_length=16),
+            ), who="operators"),
+    Command(("agent", "unmute"), "Let a muted agent be selected and tagged again",
+            _agent_verb(Admin.unmute_agent), (AGENT,), who="operators"),
     Command(("agent", "show"), "An agent's settings and system prompt", _agent_verb(Admin.show_agent), (AGENT,)),
     Command(("agent", "list"), "The roster", lambda inv: inv.admin.list_agents(inv.group)),
     Command(("agent", "memory", "show"), "An agent's memory notes, newest first",
