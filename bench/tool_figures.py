@@ -150,17 +150,18 @@ def _last_person(body: dict[str, Any]) -> str:
 @contextlib.asynccontextmanager
 async def _product(base_url: str, settings: GroupSettings, *, grant: bool) -> AsyncIterator[
         tuple[Engine, SqlStore, int, _TimedServer]]:
-    """The engine over a fresh SQLite file, the openai client at `base_url`, the MCP server; a group
-    with the planner (granted the server's tools when `grant`)."""
+    """The engine over a fresh SQLite file, the openai client at `base_url`; a group with the planner.
+    With `grant`, the MCP server started and its tools granted to the planner; without, no tools at all."""
     with tempfile.TemporaryDirectory(prefix="roundtable-bench-tools-") as tmp:
         store = await open_store(str(Path(tmp) / "bench.db"))
         mcp = _TimedServer(ServerConfig(SOURCE, command=sys.executable, args=(SERVER,), timeout=60.0))
         counter = make_token_counter()
         llm = OpenAILLM(api_key="sk-bench", base_url=base_url, default_model="bench-model", timeout=60,
                         max_retries=0, counter=counter)
-        engine = Engine(store, llm, _Surface(), counter, selector_model="bench-model", tools=ToolRegistry([mcp]))
+        engine = Engine(store, llm, _Surface(), counter, selector_model="bench-model",
+                        tools=ToolRegistry([mcp] if grant else []))
         try:
-            if not await mcp.start(60.0):
+            if grant and not await mcp.start(60.0):
                 raise RuntimeError(f"the bench's MCP server did not start: {mcp.problem}")
             group = await store.create_group("console:bench-tools", "bench-tools", settings)
             spec = AGENTS[0]
