@@ -8,8 +8,10 @@
 `bench.openai_server.FakeOpenAI` (the tests' server too: POST /v1/chat/completions and
 GET /v1/models on 127.0.0.1, port 0), answering each chat request with its bill.
 Each request's messages are tokenized in one canonical serialization (per
-message: ``<|role|>name`` and a newline, then the content; the messages'
-tokens concatenated) and billed by the provider rule (`PromptCache`):
+message: ``<|role|>name`` and a newline, then the content and, for an assistant
+message that calls tools, each call's name and arguments; the messages' tokens
+concatenated, after the request's `tools` definitions as sent, which a provider
+puts ahead of the messages) and billed by the provider rule (`PromptCache`):
 
 - the prompt is cut into 128-token blocks; its shared prefix is the leading
   blocks equal to the leading blocks of ANY earlier prompt of the same model
@@ -25,20 +27,22 @@ prompt_tokens_details.cached_tokens. For each participant call the server also
 records how much of the same agent's previous participant prompt this one keeps
 as its prefix (`CallRecord.prefix_kept`).
 
-The responder and the classifier come from the scenario; nothing here knows
+The responder (its reply's text, or a `Reply` that may carry tool calls) and the classifier come
+from the scenario; nothing here knows
 Roundtable or AutoGen. Imports nothing from tests/ (bench ships in the package).
 """
 from __future__ import annotations
 
 import hashlib
 import inspect
+import json
 import logging
 import re
 import time
 from array import array
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bench.openai_server import FakeOpenAI, Reply, message_text
@@ -50,7 +54,7 @@ MIN_CACHED_PROMPT = 1024  # the shared prefix a prompt needs before anything of 
 
 Classification = tuple[str, str | None]  # ("selector" | "participant" | "other", agent name)
 Classifier = Callable[[Sequence[str]], Classification]  # message contents -> classification
-Responder = Callable[["CallRecord", dict[str, Any]], str | Awaitable[str]]
+Responder = Callable[["CallRecord", dict[str, Any]], str | Reply | Awaitable[str | Reply]]
 
 
 # tokenizer ------------------------------------------------------------------
@@ -119,12 +123,22 @@ class PromptTokenizer:
             self._cache.popitem(last=False)
         return ids
 
-    def prompt(self, messages: Iterable[Any]) -> array[int]:
+    def prompt(self, messages: Iterable[Any], tools: Sequence[Any] | None = None) -> array[int]:
         ids: array[int] = array("I")
+        if tools:  # the definitions as sent, in their order: ahead of the messages
+            ids.extend(self.message("tools", "", json.dumps(list(tools), ensure_ascii=False)))
         for m in messages:
             if isinstance(m, dict):
-                ids.extend(self.message(str(m.get("role", "")), str(m.get("name") or ""), message_text(m)))
+                ids.extend(self.message(str(m.get("role", "")), str(m.get("name") or ""),
+                                        message_text(m) + _calls_text(m)))
         return ids
+
+
+def _calls_text(message: dict[str, Any]) -> str:
+    """An assistant message's tool calls as text: one line per call, its name and its arguments."""
+    calls = message.get("tool_calls") or ()
+    return "".join(f"\n{(c.get('function') or {}).get('name', '')}({(c.get('function') or {}).get('arguments', '')})"
+                   for c in calls if isinstance(c, dict))
 
 
 # the cache rule -------------------------------------------------------------
@@ -238,7 +252,7 @@ class CacheServer(FakeOpenAI):
         """Classify, tokenize and bill one request body (no reply yet); appends to `records`."""
         messages = body.get("messages") or []
         kind, agent = self.classify([message_text(m) for m in messages])
-        ids = self.tokens.prompt(messages)
+        ids = self.tokens.prompt(messages, body.get("tools"))
         model = str(body.get("model") or "")
         cached = self.cache.bill(ids, model)
         kept: float | None = None
@@ -259,14 +273,17 @@ class CacheServer(FakeOpenAI):
         return record
 
     async def _answer(self, body: dict[str, Any]) -> Reply:
-        """FakeOpenAI's responder: the bill, the reply's text from `answer`, the usage of both."""
+        """FakeOpenAI's responder: the bill, the reply from `answer` (its text, or a `Reply` with
+        tool calls, whose names and arguments count as completion tokens), the usage of both."""
         record = self.bill(body)
-        reply = self.answer(record, body)
-        if inspect.isawaitable(reply):
-            reply = await reply
-        record.reply = str(reply)
-        record.completion_tokens = self.tokenizer.count(record.reply)
-        return Reply(text=record.reply, usage={
+        answer = self.answer(record, body)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        reply = answer if isinstance(answer, Reply) else Reply(text=str(answer))
+        record.reply = reply.text
+        calls = "".join(f"{c['name']}({c.get('arguments', '')})" for c in reply.tool_calls)
+        record.completion_tokens = self.tokenizer.count(record.reply + calls)
+        return replace(reply, usage={
             "prompt_tokens": record.prompt_tokens,
             "completion_tokens": record.completion_tokens,
             "total_tokens": record.prompt_tokens + record.completion_tokens,

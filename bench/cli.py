@@ -23,7 +23,8 @@ DESCRIPTION = ("Prompt tokens, cache and prefix on the Tokyo task (Roundtable vs
                "tokens as OpenAI does, and the engine's overhead per turn at several history sizes. A run over "
                "100 turns is episodes of at most 100, each later one opened by a person's follow-up. And "
                "streamed replies over the Discord emulator, against stream:off (from a source checkout, whose "
-               "tests/ holds the emulator).")
+               "tests/ holds the emulator). And agents' tools over MCP: the overhead per tool call and the "
+               "prompt tokens of a turn with tool steps.")
 PG_ENV = "ROUNDTABLE_BENCH_PG"
 FULL_TURNS = (30, 200)
 QUICK_TURNS = (30,)
@@ -61,6 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip the streaming figure (a `roundtable run` process over the Discord emulator)")
     parser.add_argument("--streaming-replies", type=int, metavar="N",
                         help="replies timed per mode for the streaming figure (default 5; --quick 3)")
+    parser.add_argument("--no-tools", action="store_true",
+                        help="skip the tools figures (overhead per MCP tool call, tokens of a turn with tool steps)")
+    parser.add_argument("--tool-calls", type=int, metavar="N",
+                        help="timed tool calls per tool time for the tools figures (default 100; --quick 20)")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log the engine's warnings (-v) or more")
 
 
@@ -131,6 +136,14 @@ async def collect(args: argparse.Namespace) -> Results:
         replies = args.streaming_replies or (streaming.QUICK_REPLIES if args.quick else streaming.REPLIES)
         _progress(f"streaming: {replies} replies streamed and {replies} with stream:off over the Discord emulator")
         results.streaming = await streaming.measure(replies)
+    if not args.no_tools:
+        from bench import tool_figures
+
+        calls = args.tool_calls or (tool_figures.QUICK_CALLS if args.quick else tool_figures.CALLS)
+        tool_ms = tool_figures.QUICK_TOOL_MS if args.quick else tool_figures.TOOL_MS
+        _progress(f"tools: {calls} MCP tool calls per tool time ({', '.join(f'{ms:g} ms' for ms in tool_ms)}); "
+                  "a turn with tool steps vs without, in tokens")
+        results.tools = await tool_figures.measure(calls, tool_ms)
     return results
 
 
@@ -150,6 +163,9 @@ def run(args: argparse.Namespace) -> int:
     """Run with parsed options; print the table. 0, or 2 for a bad option."""
     if args.streaming_replies is not None and args.streaming_replies < 1:
         print("bench: --streaming-replies must be >= 1", file=sys.stderr)
+        return 2
+    if args.tool_calls is not None and args.tool_calls < 1:
+        print("bench: --tool-calls must be >= 1", file=sys.stderr)
         return 2
     if args.repeats < 1 or (args.engine_turns is not None and args.engine_turns < 10):
         print("bench: --repeats must be >= 1 and --engine-turns >= 10 (the tenth turn is a figure)", file=sys.stderr)

@@ -23,7 +23,7 @@ that does not stream), `streams="json"` with the whole completion as JSON (a ser
 ignores `stream`); `stream_options=False` refuses the `stream_options` field with a 400;
 `refuses=("temperature",)` refuses a request carrying one of those fields with OpenAI's 400 for a
 reasoning model's temperature ("Unsupported value: 'temperature' ...", `param` naming it).
-The times of a streamed request's first and last pieces are kept on its record.
+The times of a streamed request's first and last pieces, and of its end, are kept on its record.
 
 It lives in the package (bench ships, tests/ does not) so that `roundtable bench` runs from an
 install: the bench's `CacheServer` is this server billing cached tokens like a provider, and
@@ -95,13 +95,15 @@ Responder = Callable[[dict[str, Any]], ReplyLike | Awaitable[ReplyLike]]
 
 class RecordedRequest(dict[str, Any]):
     """The parsed JSON body of one request; `.headers` (lower-case names), `.path`, `.at` (monotonic);
-    for a streamed answer `.first_piece_at` and `.last_piece_at` (monotonic, None before)."""
+    for a streamed answer `.first_piece_at` and `.last_piece_at` (monotonic, None before), and `.ended_at`
+    when its last event (`[DONE]`) was written."""
 
     headers: dict[str, str]
     path: str
     at: float
     first_piece_at: float | None = None
     last_piece_at: float | None = None
+    ended_at: float | None = None
 
 
 def rough_tokens(text: str) -> int:
@@ -345,6 +347,7 @@ class FakeOpenAI:
             await send([], usage=usage)
         await stream.write(b"data: [DONE]\n\n")
         await stream.write_eof()
+        recorded.ended_at = time.monotonic()
         return stream
 
     def _error(self, status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:

@@ -14,6 +14,8 @@ from bench.scenario import TASK, episodes
 from bench.streaming import StreamingFigures
 from bench.streaming import render as render_streaming
 from bench.tokyo import AUTOGEN, AUTOGEN_TUNED, LAST_TURNS, ROUNDTABLE, Comparison, RunReport
+from bench.tool_figures import ToolFigures
+from bench.tool_figures import render as render_tools
 
 TARGET_TURNS_1 = 30
 TARGET_TURNS_2 = 200
@@ -40,6 +42,7 @@ class Results:
     mid_run: MidRun | None = None
     autogen_line: str = ""  # "AutoGen: skipped (...)" when it did not run
     streaming: StreamingFigures | None = None  # issue 20's figure
+    tools: ToolFigures | None = None  # issue 29's figures
 
 
 def _n(value: float) -> str:
@@ -260,5 +263,7 @@ def render(results: Results, *, with_targets: bool = False) -> str:
         parts += [f"  {line}" for line in targets(results)]
     if results.streaming is not None:
         parts += ["", *render_streaming(results.streaming, with_targets=with_targets)]
+    if results.tools is not None:
+        parts += ["", *render_tools(results.tools, with_targets=with_targets)]
     return "\n".join(parts)
 

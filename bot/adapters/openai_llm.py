@@ -259,6 +259,15 @@ class OpenAILLM:
         log.debug("llm %s failed after %.2fs: %s", name, time.monotonic() - started, err)
         raise err
 
+    async def _send(self, body: dict[str, Any]) -> Any:
+        """POST /chat/completions with `body` as built. Its messages and tools go in `extra_body`, which
+        the SDK sends as they are: given as parameters, the SDK would first walk every message against
+        its type hints (a few ms a request, growing with the messages; between a tool's result and the
+        next model call it was most of the product's time: the tools bench, docs/benchmarks.md)."""
+        heavy = {key: body[key] for key in ("messages", "tools") if key in body}
+        params = {key: value for key, value in body.items() if key not in heavy}
+        return await self._client.chat.completions.create(**params, messages=[], extra_body=heavy)
+
     async def _create(
         self, messages: Sequence[ChatMessage], model: str, max_tokens: int | None, logprobs: bool,
         cache_key: str | None = None, *, tools: list[dict[str, Any]] | None = None,
@@ -296,7 +305,7 @@ class OpenAILLM:
                 attempt["stream_options"] = {"include_usage": True}
             try:
                 async with asyncio.timeout(self.deadline):
-                    return await self._client.chat.completions.create(**attempt)
+                    return await self._send(attempt)
             except TimeoutError:
                 raise _Overdue(self.deadline, self._client.base_url) from None
             except openai.APIStatusError as exc:

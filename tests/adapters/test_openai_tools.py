@@ -102,3 +102,30 @@ async def test_tools_refusal_that_could_not_check_is_not_remembered() -> None:
         assert (await llm.tools_refusal(None) or "").startswith("could not check whether model agent-model")
         assert await llm.tools_refusal(None) is None  # asked again, and this time it answered
     assert KEY not in (reason or "")
+
+
+async def test_messages_and_tools_skip_the_sdks_per_message_walk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK walks a request's parameters against its type hints before sending (a few ms a request,
+    growing with the messages: most of the product's time between a tool's result and the next model
+    call, docs/benchmarks.md "Tools"); the messages and tools skip that walk and go out as built."""
+    import openai.resources.chat.completions.completions as sdk
+
+    walked: list[dict[str, object]] = []
+    real = sdk.async_maybe_transform
+
+    async def spy(data: object, expected: object) -> object:
+        if isinstance(data, dict):
+            walked.append(data)
+        return await real(data, expected)
+
+    monkeypatch.setattr(sdk, "async_maybe_transform", spy)
+    replies = [Reply(tool_calls=[tool_call("memory_write", note="x")]), Reply(text="Done.")]
+    async with FakeOpenAI(replies) as srv, make_llm(srv.base_url) as llm:
+        await llm.complete(MESSAGES, tools=[MEMORY_TOOL])
+        await llm.stream(MESSAGES, on_text=lambda piece: None, tools=[MEMORY_TOOL], cache_key="g1")
+    assert len(walked) == 2 and all(not w.get("messages") and not w.get("tools") for w in walked)
+    for sent in srv.requests:
+        assert sent["messages"] == [{"role": "system", "content": "You plan."},
+                                    {"role": "user", "content": "Plan a trip."}]
+        assert [t["function"]["name"] for t in sent["tools"]] == ["memory_write"]
+    assert srv.requests[1]["stream"] is True and srv.requests[1]["prompt_cache_key"] == "g1"

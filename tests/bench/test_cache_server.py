@@ -19,6 +19,7 @@ from bench.cache_server import (
     block_hashes,
     common_prefix,
 )
+from bench.openai_server import Reply, tool_call
 from bench.scenario import Script
 from bench.tokyo import run_roundtable
 
@@ -149,3 +150,38 @@ async def test_a_responder_error_is_a_500_and_named_in_the_run_note(monkeypatch:
     report = await run_roundtable(4, Tokenizer())
     assert report.note == "2 agent posts; episode quiet; server: RuntimeError: the script broke"
     assert [r.kind for r in report.records].count("participant") == 3 and len(report.turns) == 3
+
+
+def test_tool_definitions_are_billed_ahead_of_the_messages_and_tool_calls_count() -> None:
+    """A provider puts the tools' definitions ahead of the messages: the same definitions in the same
+    order keep a prompt's prefix (cached); in another order they do not. An assistant message's tool
+    calls are tokens of the prompt too."""
+    tokens = PromptTokenizer(Tokenizer())
+    tools = [{"type": "function", "function": {"name": f"bench__tool{k}", "description": "word " * 400}}
+             for k in range(3)]
+    messages = [{"role": "system", "content": "You plan."}, {"role": "user", "content": "Tokyo"}]
+    plain, with_tools = tokens.prompt(messages), tokens.prompt(messages, tools)
+    assert len(with_tools) > len(plain) + 1200 and with_tools[-len(plain):] == plain
+    cache = PromptCache()
+    cache.bill(with_tools)
+    assert cache.bill(tokens.prompt([*messages, {"role": "user", "content": "more"}], tools)) >= MIN_CACHED_PROMPT
+    assert cache.bill(tokens.prompt(messages, tools[::-1])) == 0
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "bench__tool0", "arguments": '{"city": "Tokyo"}'}}]}
+    assert len(tokens.prompt([*messages, call])) > len(tokens.prompt([*messages, {**call, "tool_calls": []}]))
+
+
+async def test_a_responder_may_answer_with_tool_calls() -> None:
+    def respond(record: CallRecord, body: dict) -> str | Reply:
+        return Reply(tool_calls=[tool_call("bench__wait", ms=0)]) if record.index == 0 else "done"
+
+    async with CacheServer(respond) as server:
+        client = openai.AsyncOpenAI(api_key="bench", base_url=server.base_url, max_retries=0)
+        try:
+            first = await client.chat.completions.create(model="bench-model",
+                                                         messages=[{"role": "user", "content": "wait"}])
+        finally:
+            await client.close()
+    calls = first.choices[0].message.tool_calls
+    assert calls and calls[0].function.name == "bench__wait"  # type: ignore[union-attr]  # (a function call)
+    assert first.usage is not None and first.usage.completion_tokens == server.records[0].completion_tokens > 0
