@@ -450,3 +450,33 @@ async def test_what_agents_could_not_use_is_told_in_the_console_too(tmp_path):
         "you, not used: blob.bin (agents see only its name: it is no image or text file).",
         "you, not used: fake.png (it is not a PNG, JPEG, GIF or WebP image)."], out
     assert "[planner] Seen." in out and "[critic] Seen too." in out
+
+
+async def test_regenerate_in_a_piped_console_prints_the_message_again(tmp_path):
+    script = GroupChatScript(selector=["planner", "TERMINATE", "planner", "TERMINATE"],
+                             agents={"planner": ["Day 1: temples.", "Day 1: sushi, then temples.", "Glad it helps."]})
+    session = (
+        "/regenerate\n"
+        '/agent add name:planner role:plans prompt:"You plan trips."\n'
+        "Plan day 1\n"
+        "/regenerate\n"
+        "/regenerate planner\n"
+        "@planner thanks\n"
+    )
+    async with FakeOpenAI(script) as srv:
+        code, out, err = await run_console(tmp_path, srv.base_url, session)
+    assert (code, err) == (1, "roundtable: 2 of 6 input lines were refused (lines 1, 5); exit code 1\n")
+    lines = out.splitlines()
+    assert "error: There is no agent message here to regenerate yet." in lines
+    assert "error: /regenerate takes nothing after it: it regenerates the newest agent message." in lines
+    assert [line for line in lines if line.startswith("[")] == [
+        "[you] Plan day 1",
+        "[planner] Day 1: temples.",
+        "[planner] (regenerated) Day 1: sushi, then temples.",
+        "[you] @planner thanks",
+        "[planner] Glad it helps.",
+    ]
+    planner = [r for r in srv.requests if "You are planner, the " in str(r["messages"])]
+    assert planner[0]["messages"] == planner[1]["messages"]  # the same snapshot, the same prompt
+    assert "Day 1: sushi, then temples." in str(planner[2]["messages"])  # later prompts read the new text
+    assert "Day 1: temples." not in str(planner[2]["messages"])

@@ -19,7 +19,7 @@ from typing import Protocol
 
 from bot.core.errors import Busy, Forbidden, InvalidInput, NotFound
 from bot.core.models import Agent, Group, Message, Run
-from bot.core.ports import EpisodeStore, RecordStore, RosterStore, RunStore, ThreadStore
+from bot.core.ports import EpisodeStore, GroupStore, RecordStore, RosterStore, RunStore, ThreadStore
 from bot.core.runtime.locks import AgentLocks
 from bot.core.runtime.turn import TurnOutcome
 
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 NOTHING_YET = "There is no agent message here to regenerate yet."
 
 
-class RegenerateStore(ThreadStore, RunStore, EpisodeStore, RosterStore, RecordStore, Protocol):
+class RegenerateStore(GroupStore, ThreadStore, RunStore, EpisodeStore, RosterStore, RecordStore, Protocol):
     """What a regenerate reads: the rows, the reply's run and episode, the agent."""
 
 
@@ -72,6 +72,7 @@ class Regenerations:
         """Regenerate row `seq` (None: the newest agent message) for person `user_id`
         (`operator`: they run the group). See the module docstring; refusals raise."""
         store = self.deps.store
+        group = await store.get_group(group.id)  # as it is now
         newest = await self.newest_agent_message(group)
         if seq is None:
             if newest is None:

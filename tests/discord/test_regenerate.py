@@ -1,0 +1,70 @@
+"""The "Regenerate reply" message menu (SPEC §8, §12), through the real bot and the Discord emulator:
+the newest agent message is written again and edited in place (a reply of several messages: the first
+ones edited, the rest posted or deleted as the new text needs), refusals are private and say why."""
+from __future__ import annotations
+
+import pytest
+
+from tests.fakes.openai_server import GroupChatScript
+
+MENU = "Regenerate reply"
+SHORT = "Day 1: temples in Asakusa."
+LONG = ("Day 1, morning: " + "temples and gardens " * 70).strip() + "\n\n" + \
+    ("Day 1, evening: " + "sushi and izakaya " * 70).strip()  # two Discord messages
+AGAIN = "Day 1: Ueno park, then the museum."
+
+
+@pytest.fixture
+def script() -> GroupChatScript:
+    return GroupChatScript(selector=["TERMINATE"], agents={"planner": [SHORT, LONG, AGAIN]})
+
+
+def hook_messages(emu) -> list[dict]:
+    return [m for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id")]
+
+
+async def regenerate(emu, user: str, message_id: str) -> dict:
+    """The menu's answer: "thinking…" for the person only (a model call may follow), then a private follow-up."""
+    rec = await emu.invoke_message_command(emu.guild_id, emu.channel_id, user, MENU, message_id)
+    first = await rec.wait_response(10)
+    assert first["type"] == 5 and first["ephemeral"], first
+    (answer,) = await rec.wait_followups(1, 60)
+    assert answer["flags"] & 64, answer  # ephemeral
+    return answer
+
+
+async def test_regenerate_edits_the_reply_in_place_and_refuses_others(harness, script):
+    emu = harness.emu
+    await harness.setup_group(("planner", "plans"), mode="tags")
+    carol = emu.add_member(emu.guild_id, "carol", global_name="Carol")
+    task = await emu.user_post(emu.channel_id, emu.bob_id, "@planner plan day 1")
+    await emu.wait_for(lambda: len(hook_messages(emu)) == 1, timeout=30)
+    await harness.idle()
+    (first,) = hook_messages(emu)
+    assert first["content"] == SHORT
+
+    refused = await regenerate(emu, carol, first["id"])
+    assert refused["content"] == "Only Bob (who started this task) or an operator can regenerate this reply."
+    refused = await regenerate(emu, emu.bob_id, task["id"])
+    assert refused["content"].startswith("#1 is a message from Bob, not an agent")
+    assert script.participant_order == ["planner"]  # no model call for a refusal
+
+    done = await regenerate(emu, emu.bob_id, first["id"])  # the person who started the task
+    assert done["content"].startswith("planner's reply was written again (run #2)")
+    await emu.wait_for(lambda: len(hook_messages(emu)) == 2, timeout=30)
+    await harness.idle()
+    edited, added = hook_messages(emu)
+    assert edited["id"] == first["id"] and edited["content"].startswith("Day 1, morning:")  # edited in place
+    assert added["content"].startswith("Day 1, evening:")  # the part the new text needs more
+    assert script.participant_order == ["planner", "planner"]
+
+    done = await regenerate(emu, emu.alice_id, added["id"])  # an operator; any part names the message
+    assert done["content"].startswith("planner's reply was written again (run #3)")
+    await emu.wait_for(lambda: [m["content"] for m in hook_messages(emu)] == [AGAIN], timeout=30)
+    await harness.idle()
+    (last,) = hook_messages(emu)
+    assert last["id"] == first["id"]  # the first part edited, the second deleted: one message, never a copy
+
+    assert harness.store is not None
+    versions = await harness.store.message_versions((await harness.store.list_groups())[0].id)
+    assert [(v.version, v.text) for v in versions] == [(1, SHORT), (2, LONG)]
