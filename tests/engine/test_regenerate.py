@@ -7,15 +7,22 @@ The real OpenAI adapter against the local OpenAI-compatible server, the real eng
 databases through `place`)."""
 from __future__ import annotations
 
+import io
+import json
+from pathlib import Path
+
+import jsonschema
 import pytest
 
 from bot.adapters.openai_llm import OpenAILLM
 from bot.core.errors import Busy, Forbidden, InvalidInput, UserFacingError
 from bot.core.models import RunResult
+from bot.core.record.export import write_export
 from tests.engine.test_context_kept import prompt
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, RecordedRequest
 from tests.support import eventually
 
+SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "docs" / "export-schema.json").read_text())
 FIRST, SECOND = "Day 1: temples in Asakusa.", "Day 1: sushi at Tsukiji, then temples."
 TASK = "Plan day 1 in Tokyo"
 
@@ -65,8 +72,32 @@ async def test_regenerate_runs_again_on_the_same_snapshot_and_keeps_the_old_text
                 await harness.idle()
                 (budget,) = [r for r in server.requests if "You are budget, the " in prompt(r)]
                 assert SECOND in prompt(budget) and FIRST not in prompt(budget)  # later prompts: the new text
+                await exported_with_versions(harness, original.source_run_id, done.run.id)
         finally:
             await llm.aclose()
+
+
+async def exported_with_versions(harness, first_run: int | None, run: int) -> None:
+    """Every export keeps the earlier text: JSON (valid against docs/export-schema.json) in `versions`,
+    HTML folded under the message, Markdown on a line of its own."""
+    group = await harness.store.get_group(harness.group.id)
+    out: dict[str, str] = {}
+    for fmt in ("json", "html", "md"):
+        buffer = io.StringIO()
+        await write_export(harness.store, group, fmt, buffer.write, now=0.0)
+        out[fmt] = buffer.getvalue()
+    data = json.loads(out["json"])
+    jsonschema.validate(data, SCHEMA)
+    assert data["version"] == 4
+    reply = next(m for m in data["messages"] if m["seq"] == 2)
+    assert reply["text"] == SECOND and reply["run_id"] == run and reply["regenerated_at"] is not None
+    assert [(v["version"], v["text"], v["run_id"]) for v in reply["versions"]] == [(1, FIRST, first_run)]
+    assert [(r["kind"], r["replaces_seq"]) for r in data["runs"] if r["agent_name"] == "planner"] == [
+        ("group", None), ("regenerate", 2)]
+    assert all(m["versions"] == [] for m in data["messages"] if m["seq"] != 2)
+    assert "↻ regenerated: 1 earlier version" in out["html"] and f"earlier version 1 (run #{first_run}, " in out["html"]
+    assert FIRST in out["html"] and SECOND in out["html"]
+    assert f"> *earlier version 1 (run #{first_run}, " in out["md"] and f"UTC):* {FIRST}" in out["md"]
 
 
 async def test_a_regenerate_that_fails_leaves_the_message_as_it_was(sqlite_harness) -> None:

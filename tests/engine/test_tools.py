@@ -367,7 +367,7 @@ async def test_the_draft_shows_each_call_and_the_reply_keeps_a_compact_line(harn
 
 
 async def test_the_exports_and_replay_show_each_call_with_its_arguments_and_result(harness):
-    """SPEC §6b "Visible": the JSON export (version 3) lists each run's calls, valid against its
+    """SPEC §6b "Visible": the JSON export (version 3 and later) lists each run's calls, valid against its
     schema; HTML and Markdown show each under the reply it led to; `roundtable replay` of the reply
     lists them; no secret anywhere."""
     SECRETS.register(SECRET)
