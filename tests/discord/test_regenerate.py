@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from bot.core.models import NewMessage, RunResult
+from storage.store import SqliteStore
 from tests.fakes.openai_server import GroupChatScript
 
 MENU = "Regenerate reply"
@@ -68,3 +70,34 @@ async def test_regenerate_edits_the_reply_in_place_and_refuses_others(harness, s
     assert harness.store is not None
     versions = await harness.store.message_versions((await harness.store.list_groups())[0].id)
     assert [(v.version, v.text) for v in versions] == [(1, SHORT), (2, LONG)]
+
+
+async def test_a_regenerate_settled_before_a_crash_is_edited_in_after_the_restart(harness, script):
+    """The bot went down after the regenerate's run was settled and before the message was edited:
+    the next start edits the same Discord message into the new text (never a second copy)."""
+    emu = harness.emu
+    await harness.setup_group(("planner", "plans"), mode="tags")
+    await emu.user_post(emu.channel_id, emu.bob_id, "@planner plan day 1")
+    await emu.wait_for(lambda: len(hook_messages(emu)) == 1, timeout=30)
+    await harness.idle()
+    (first,) = hook_messages(emu)
+    await harness.stop()
+
+    store = await SqliteStore.open(harness.db)
+    try:  # what the stopped process had committed: the run settled, the message not edited yet
+        (group,) = await store.list_groups()
+        planner = await store.find_agent(group.id, "planner")
+        assert planner is not None and await store.acquire_lease(group.id, 60) is None
+        run = await store.start_run(group.id, planner.id, "regenerate", 1, replaces=2)
+        new = NewMessage("agent", "planner", AGAIN, author_agent_id=planner.id, source_run_id=run.id, token_count=9)
+        await store.finish_run(run.id, RunResult("posted", reply=new), cap=0)
+        await store.release_leases()
+    finally:
+        await store.close()
+
+    await harness.start()
+    await emu.wait_for(lambda: [m["content"] for m in hook_messages(emu)] == [AGAIN], timeout=30)
+    await harness.idle()
+    (edited,) = hook_messages(emu)
+    assert edited["id"] == first["id"]
+    assert not [r for r in harness.webhook_posts() if r.get("content") == AGAIN]  # edited, never posted

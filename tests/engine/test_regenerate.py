@@ -18,6 +18,7 @@ from bot.adapters.openai_llm import OpenAILLM
 from bot.core.errors import Busy, Forbidden, InvalidInput, UserFacingError
 from bot.core.models import RunResult
 from bot.core.record.export import write_export
+from bot.core.rules.secrets import SECRETS
 from tests.engine.test_context_kept import prompt
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, RecordedRequest
 from tests.support import eventually
@@ -200,3 +201,26 @@ class _nothing:
 
     async def __aexit__(self, *exc: object) -> None:
         return None
+
+
+async def test_a_secret_in_the_new_text_is_masked_in_the_row_what_is_shown_and_the_record(sqlite_harness) -> None:
+    secret = "sk-regenerate-secret-4471"
+    SECRETS.register(secret)
+    script = GroupChatScript(selector=["planner", "TERMINATE"],
+                             agents={"planner": [FIRST, f"Use the key {secret} to book."]})
+    async with FakeOpenAI(script) as server:
+        llm = OpenAILLM(api_key="k", base_url=server.base_url, default_model="m", max_retries=0)
+        try:
+            async with sqlite_harness.running(llm) as harness:
+                await harness.say(TASK)
+                await harness.idle()
+                group = await harness.store.get_group(harness.group.id)
+                done = await harness.engine.regenerate(group, None, user_id="alice", operator=False)
+                await harness.idle()
+                assert secret not in done.message.text and done.message.text.startswith("Use the key ")
+                shown = [m.text for m in harness.surface.published if m.seq == 2]
+                assert shown[-1] == done.message.text  # what was shown is the masked text
+                raw = await harness.fetch("SELECT text FROM messages UNION ALL SELECT text FROM message_versions")
+                assert raw and not [row for row in raw if secret in row[0]]
+        finally:
+            await llm.aclose()
