@@ -388,7 +388,7 @@ async def test_the_exports_and_replay_show_each_call_with_its_arguments_and_resu
         replayed = await replay_message(h.store, h.llm, h.group, reply.seq, model=None)
     data = json.loads(outputs["json"])
     jsonschema.Draft202012Validator(SCHEMA).validate(data)
-    assert data["version"] == 3
+    assert data["version"] == 4
     (run,) = [r for r in data["runs"] if r["tool_calls"]]
     add, broken = run["tool_calls"]
     assert (add["name"], add["model_name"], add["arguments"], add["status"], add["result"], add["error"]) == (
