@@ -464,11 +464,15 @@ async def test_regenerate_in_a_piped_console_prints_the_message_again(tmp_path):
         "/regenerate\n"
         "/regenerate planner\n"
         "@planner thanks\n"
+        "/help\n"
+        "/help chat\n"
     )
     async with FakeOpenAI(script) as srv:
         code, out, err = await run_console(tmp_path, srv.base_url, session)
-    assert (code, err) == (1, "roundtable: 2 of 6 input lines were refused (lines 1, 5); exit code 1\n")
+    assert (code, err) == (1, "roundtable: 2 of 8 input lines were refused (lines 1, 5); exit code 1\n")
     lines = out.splitlines()
+    assert any(line.startswith("/help chat") and line.endswith("/attach, /detach, /regenerate") for line in lines)
+    assert any(line.startswith("/regenerate  Have the newest agent message written again") for line in lines)
     assert "error: There is no agent message here to regenerate yet." in lines
     assert "error: /regenerate takes nothing after it: it regenerates the newest agent message." in lines
     assert [line for line in lines if line.startswith("[")] == [

@@ -70,6 +70,8 @@ async def test_regenerate_edits_the_reply_in_place_and_refuses_others(harness, s
     assert harness.store is not None
     versions = await harness.store.message_versions((await harness.store.list_groups())[0].id)
     assert [(v.version, v.text) for v in versions] == [(1, SHORT), (2, LONG)]
+    helped = await harness.command("help", {"topic": "chat"}, user=carol)
+    assert '"Regenerate reply" has the newest agent message written again' in helped["data"]["content"]
 
 
 async def test_a_regenerate_settled_before_a_crash_is_edited_in_after_the_restart(harness, script):
