@@ -159,6 +159,7 @@ REFUSALS = [  # (what, target seq (None: the newest agent message), user, operat
                                                       "regenerate this reply."),
     ("no such message", 40, "bob", False, InvalidInput, "There is no message #40 in this group."),
     ("during a run", None, "bob", False, Busy, "An agent is still working in this group; regenerate once it is done."),
+    ("paused", None, "bob", False, Busy, "The group is paused: /roundtable resume first, then regenerate."),
 ]
 
 
@@ -181,6 +182,8 @@ async def test_refusals_say_why(sqlite_harness, what: str, seq: int | None, user
                 group = await harness.store.get_group(harness.group.id)
                 rows = [(m.seq, m.author_name) for m in await harness.store.messages(group.id)]
                 assert rows == [(1, "alice"), (2, "planner"), (3, "bob"), (4, "budget"), (5, "roundtable")]
+                if what == "paused":
+                    await harness.store.update_group(group.id, paused=True)
                 calls = len(server.requests)
                 local = await harness.store.find_agent(group.id, "local")
                 assert local is not None

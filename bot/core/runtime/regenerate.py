@@ -2,13 +2,14 @@
 
 Who may: the person whose message started the reply's episode, and operators. What: the group's
 newest agent message (not a person's, not a notice, not an `/ask` answer or a worker's post), while
-no run is active or waiting in the group. The same agent runs again over the same snapshot (the
-rows its reply answered, so the same prompt inputs) as a new run of kind 'regenerate', counted and
-priced as any run (`AgentTurn.regenerate`). Settling it replaces the row's text in one transaction,
-keeping the text before as a version (`message_versions`); the outbox then edits the message in
-place, as it finishes a streamed reply (after a crash too): nothing is posted twice. A run cut
-before it settled (a crash, a shutdown) is marked interrupted on the next start and leaves the
-message as it was, with no version. Every refusal is a `UserFacingError` saying why.
+no run is active or waiting in the group and the group is not paused (held, or at its monthly
+budget). The same agent runs again over the same snapshot (the rows its reply answered, so the same
+prompt inputs) as a new run of kind 'regenerate', counted and priced as any run
+(`AgentTurn.regenerate`). Settling it replaces the row's text in one transaction, keeping the text
+before as a version (`message_versions`); the outbox then edits the message in place, as it
+finishes a streamed reply (after a crash too): nothing is posted twice. A run cut before it settled
+(a crash, a shutdown) is marked interrupted on the next start and leaves the message as it was,
+with no version. Every refusal is a `UserFacingError` saying why.
 """
 from __future__ import annotations
 
@@ -86,6 +87,8 @@ class Regenerations:
         agent = await self._agent(target)
         await self._allowed(target, run, user_id, operator)
         roster = await store.list_agents(group.id)
+        if group.paused:  # held deliveries, or the monthly budget reached: no model call either
+            raise Busy("The group is paused: /roundtable resume first, then regenerate.")
         if not self.deps.owns(group.id):
             raise Busy("This group is run by another process of the bot right now; try again in a moment.")
         if self.deps.active(group, roster):
