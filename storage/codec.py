@@ -179,6 +179,7 @@ def to_message(row: Row) -> Message:
         reply_to_seq=None if row["reply_to_seq"] is None else int(row["reply_to_seq"]),
         edited_at=None if row["edited_at"] is None else float(row["edited_at"]),
         deleted_at=None if row["deleted_at"] is None else float(row["deleted_at"]),
+        regenerated_at=None if row["regenerated_at"] is None else float(row["regenerated_at"]),
     )
 
 
@@ -235,4 +236,5 @@ def to_run(row: Row) -> Run:
         provider=row["provider"] or "",
         calls=int(row["calls"]),
         private_text=row["private_text"],
+        replaces_seq=None if row["replaces_seq"] is None else int(row["replaces_seq"]),
     )

@@ -38,6 +38,7 @@ TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("runs", ("id",)),
     ("messages", ("group_id", "seq")),
     ("message_external_ids", ("external_id",)),
+    ("message_versions", ("group_id", "seq", "version")),
     ("decisions", ("group_id", "seq")),
     ("read_cursors", ("group_id", "user_id")),
     ("webhooks", ("channel_id",)),

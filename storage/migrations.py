@@ -541,6 +541,24 @@ ALTER TABLE agents ADD COLUMN mode {text_c} NOT NULL DEFAULT 'talk';
 -- A worker run's final text (masked): never posted, shown by "Why this reply?" and the exports.
 ALTER TABLE runs ADD COLUMN private_text TEXT;
 """),
+    Migration(19, "regenerated replies: the run that replaces a message, the earlier versions", """
+-- "Regenerate reply" (SPEC §8): a run of kind 'regenerate' answers the same snapshot as the reply it
+-- replaces (replaces_seq, that row's seq); once settled the row holds its text (source_run_id: the new
+-- run; regenerated_at: when) and the text it had is kept here, one row per earlier version (version
+-- 1 the first), with the run that wrote it (masked as every stored text).
+ALTER TABLE runs ADD COLUMN replaces_seq {int};
+ALTER TABLE messages ADD COLUMN regenerated_at {real};
+CREATE TABLE message_versions (
+    group_id {int} NOT NULL REFERENCES groups(id),
+    seq {int} NOT NULL,
+    version {int} NOT NULL,
+    text TEXT NOT NULL,
+    run_id {int} REFERENCES runs(id),
+    created_at {real} NOT NULL,
+    replaced_at {real} NOT NULL,
+    PRIMARY KEY (group_id, seq, version)
+) {sqlite: WITHOUT ROWID};
+"""),
     Migration(20, "muted agents; per-agent model settings", """
 -- /agent mute (SPEC §8): the time (epoch seconds) an agent is muted until; NULL: not muted.
 -- An agent muted until unmuted holds MUTED_FOREVER (bot.core.models: 9999-12-31). A mute whose

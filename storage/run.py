@@ -13,12 +13,13 @@ import logging
 from typing import get_args
 
 from bot.core.errors import CapReached, InvalidInput, NotFound
-from bot.core.models import FinishedRun, Message, NewMessage, Run, RunKind, RunResult, RunStatus, Usage
+from bot.core.models import FinishedRun, Message, NewMessage, Run, RunKind, RunResult, RunStatus, Usage, token_cost
 from bot.core.rules.secrets import mask, mask_error
 from storage.access import Access
-from storage.codec import to_run
+from storage.codec import tags_to_json, to_message, to_run
 from storage.lease import Leases
 from storage.sql import Db, Row
+from storage.thread import Thread
 
 log = logging.getLogger(__name__)
 
@@ -43,17 +44,21 @@ class Runs:
         async with self._access.read() as db:
             return await self._run_row(db, run_id)
 
-    async def start_run(self, group_id: int, agent_id: int, kind: str, snapshot_seq: int) -> Run:
+    async def start_run(self, group_id: int, agent_id: int, kind: str, snapshot_seq: int, *,
+                        replaces: int | None = None) -> Run:
         """A 'running' run over rows 1..snapshot_seq. Its episode is the one current at
         the snapshot, opened by its newest person's row (SPEC §4: a run belongs to the
-        episode it answers).
+        episode it answers). A 'regenerate' run names the seq of the reply it writes again
+        (`replaces`), which it replaces when it is settled.
         LeaseLost when another process runs the group (a group run; a direct run needs the
         lease only to post, when it is settled)."""
         if kind not in RUN_KINDS:
             raise InvalidInput(f"unknown run kind {kind!r}; use one of {', '.join(sorted(RUN_KINDS))}")
+        if (kind == "regenerate") != (replaces is not None):
+            raise InvalidInput("a regenerate run, and only one, names the reply it replaces")
         async with self._access.write(group_id) as db:
             group = await self._access.group_row(db, group_id)
-            if kind == "group":
+            if kind != "direct":
                 await self._leases.require_lease(db, group_id)
             agent = await self._access.agent_row(db, agent_id)
             if agent["group_id"] != group_id:
@@ -66,9 +71,9 @@ class Runs:
             )
             episode_id = row[0] if row is not None else None
             run_id = await db.insert(
-                "INSERT INTO runs (group_id, agent_id, kind, snapshot_seq, episode_id, status, started_at)"
-                " VALUES (?, ?, ?, ?, ?, 'running', ?)",
-                (group_id, agent_id, kind, snapshot_seq, episode_id, self._access.now()),
+                "INSERT INTO runs (group_id, agent_id, kind, snapshot_seq, episode_id, status, started_at,"
+                " replaces_seq) VALUES (?, ?, ?, ?, ?, 'running', ?, ?)",
+                (group_id, agent_id, kind, snapshot_seq, episode_id, self._access.now(), replaces),
             )
             run = await self._run_row(db, run_id)
         self._access.remember_group("runs", run.id, group_id)  # for finish_run's write, without a read
@@ -82,6 +87,8 @@ class Runs:
         only when it belongs to the group's current episode; a reply to an older
         episode (a person posted during the run) is kept under that episode.
         A reply whose episode an operator stopped during the run is discarded.
+        A 'regenerate' run's reply replaces the text of the row it names (`_replace_reply`):
+        no new row, no cursor moves, no streak; its tokens count like any run's.
         """
         if result.status not in RUN_END_STATUSES:
             known = ", ".join(sorted(RUN_END_STATUSES))
@@ -96,7 +103,9 @@ class Runs:
                 await self._leases.require_lease(db, run.group_id)
             status, error = result.status, result.error
             reply: Message | None = None
-            if posts is not None:
+            if posts is not None and run.kind == "regenerate":
+                status, error, reply = await self._replace_reply(db, run, posts, result.error)
+            elif posts is not None:
                 status, error, reply = await self._post_reply(db, run, group, posts, result.error, cap)
             if status != "interrupted" and run.kind == "group":  # a direct run leaves the group's queue alone
                 # Through the reply too when nothing else arrived after the snapshot: its own words are not news.
@@ -108,7 +117,7 @@ class Runs:
                     (through, run.agent_id),
                 )
             spent = result.usage + result.selector_usage
-            counts = run.kind == "group" or reply is not None  # a private answer is not the episode's
+            counts = run.kind != "direct" or reply is not None  # a private answer is not the episode's
             if counts and run.episode_id is not None and (spent.prompt_tokens or spent.completion_tokens):
                 await db.exec(
                     "UPDATE episodes SET prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?,"
@@ -171,6 +180,46 @@ class Runs:
         if run.episode_id is not None:
             await db.exec("UPDATE episodes SET agent_turns = agent_turns + 1 WHERE id = ?", (run.episode_id,))
         return "posted", error, reply
+
+    async def _replace_reply(self, db: Db, run: Run, new: NewMessage, error: str | None,
+                             ) -> tuple[str, str | None, Message | None]:
+        """A regenerate run's reply becomes the text of row `run.replaces_seq`, in the settling
+        transaction: its text as it was goes to `message_versions`; its tags and token count are the
+        new text's (the later rows' running token sums follow); it is the new run's row, unconfirmed,
+        and the surface's messages that showed it become the new run's provisional messages, so the
+        outbox edits them into the new text (`Surface.publish`), after a crash too."""
+        seq = run.replaces_seq
+        if seq is None:
+            raise InvalidInput(f"regenerate run {run.id} names no reply to replace")
+        row = await self._access.message_row(db, run.group_id, seq)
+        if row["deleted_at"] is not None:
+            return "discarded", "the message was deleted during the run", None
+        if row["author_agent_id"] != run.agent_id:
+            return "discarded", f"message {seq} is not this agent's reply", None
+        old, now = to_message(row), self._access.now()
+        found = await db.one("SELECT COALESCE(MAX(version), 0) FROM message_versions WHERE group_id = ? AND seq = ?",
+                             (run.group_id, seq))
+        version = (int(found[0]) if found is not None else 0) + 1
+        await db.exec(
+            "INSERT INTO message_versions (group_id, seq, version, text, run_id, created_at, replaced_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (run.group_id, seq, version, old.text, old.source_run_id, old.regenerated_at or old.created_at, now))
+        for position, external_id in enumerate(old.external_ids):
+            await db.exec(
+                "INSERT INTO drafts (group_id, agent_id, run_id, position, author_name, external_id, text, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (run.group_id, run.agent_id, run.id, position, old.author_name, external_id, "", now))
+        await db.exec("DELETE FROM message_external_ids WHERE group_id = ? AND seq = ?", (run.group_id, seq))
+        await db.exec(
+            "UPDATE messages SET text = ?, tags = ?, token_count = ?, source_run_id = ?, external_ids = '[]',"
+            " confirmed = 0, regenerated_at = ? WHERE group_id = ? AND seq = ?",
+            (mask(new.text), tags_to_json(new.tags), new.token_count, run.id, now, run.group_id, seq))
+        shift = token_cost(new.token_count) - token_cost(old.token_count)
+        if shift:
+            await db.exec("UPDATE messages SET tokens_before = tokens_before + ? WHERE group_id = ? AND seq > ?",
+                          (shift, run.group_id, seq))
+        await Thread.forget_summaries(db, run.group_id, seq)
+        return "posted", error, to_message(await self._access.message_row(db, run.group_id, seq))
 
     async def _settle(
         self, db: Db, run_id: int, status: str, usage: Usage, sel: Usage,

@@ -165,6 +165,7 @@ class SqlStore:
     edit_message = delegate("_thread", Thread.edit_message)
     delete_message = delegate("_thread", Thread.delete_message)
     find_message_by_external_id = delegate("_thread", Thread.find_message_by_external_id)
+    message_versions = delegate("_thread", Thread.message_versions)
     messages = delegate("_thread", Thread.messages)
     thread_tokens = delegate("_thread", Thread.thread_tokens)
     search_messages = delegate("_thread", Thread.search_messages)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from bot.core.errors import AlreadyStored, InvalidInput
-from bot.core.models import Episode, Message, NewMessage, token_cost
+from bot.core.models import Episode, Message, MessageVersion, NewMessage, token_cost
 from bot.core.rules.secrets import mask
 from storage.access import Access
 from storage.codec import attachments_to_json, dumps, strings_from_json, to_message, unique
@@ -60,7 +60,7 @@ class Thread:
                 return None
             await db.exec("UPDATE messages SET text = ?, attachments = ?, edited_at = ? WHERE group_id = ? AND seq = ?",
                           (text, attachments_to_json(files), self._access.now(), group_id, seq))
-            await self._forget_summaries(db, group_id, seq)
+            await self.forget_summaries(db, group_id, seq)
             return to_message(await self._access.message_row(db, group_id, seq))
 
     async def delete_message(self, group_id: int, seq: int) -> Message | None:
@@ -75,11 +75,11 @@ class Thread:
                           " WHERE group_id = ? AND seq = ?", (self._access.now(), group_id, seq))
             if row["author_type"] == "agent" and row["source_run_id"] is not None:
                 await db.exec("DELETE FROM drafts WHERE run_id = ?", (row["source_run_id"],))
-            await self._forget_summaries(db, group_id, seq)
+            await self.forget_summaries(db, group_id, seq)
             return to_message(await self._access.message_row(db, group_id, seq))
 
     @staticmethod
-    async def _forget_summaries(db: Db, group_id: int, seq: int) -> None:
+    async def forget_summaries(db: Db, group_id: int, seq: int) -> None:
         """Blank the summaries that may hold row `seq`'s old text: the rolling ones through it or later (each
         rolls the one before), the catch-up ones of a range holding it. Their cost stays recorded; a blank
         one is never reused, and writing the same range again replaces its text."""
@@ -87,6 +87,16 @@ class Thread:
                       (group_id, seq))
         await db.exec("UPDATE summaries SET text = '' WHERE group_id = ? AND after_seq < ? AND through_seq >= ?"
                       " AND text != ''", (group_id, seq, seq))
+
+    async def message_versions(self, group_id: int, seqs: Collection[int] | None = None) -> list[MessageVersion]:
+        """The earlier texts of the group's regenerated replies (of rows `seqs` when given), by seq and version."""
+        async with self._access.read() as db:
+            rows = await db.all("SELECT * FROM message_versions WHERE group_id = ? ORDER BY seq, version", (group_id,))
+        wanted = None if seqs is None else set(seqs)
+        return [MessageVersion(group_id=int(r["group_id"]), seq=int(r["seq"]), version=int(r["version"]),
+                               text=r["text"], run_id=None if r["run_id"] is None else int(r["run_id"]),
+                               created_at=float(r["created_at"]), replaced_at=float(r["replaced_at"]))
+                for r in rows if wanted is None or int(r["seq"]) in wanted]
 
     async def find_message_by_external_id(self, external_id: str) -> Message | None:
         found = await self._access.messages_where(

@@ -19,7 +19,8 @@ from storage.sql import Row
 STATUSES: tuple[ToolCallStatus, ...] = ("pending", "running", "done", "unknown")
 # The journal of a run a crash or restart cut, of the episode of run ? (bound), is the agent's next run's.
 _ADOPTABLE = ("group_id = ? AND agent_id = ? AND run_id <> ? AND run_id IN (SELECT id FROM runs WHERE"
-              " status = 'interrupted' AND kind <> 'direct'"  # (a direct run's asker is gone after a restart)
+              " status = 'interrupted' AND kind = 'group'"  # (a direct run's asker is gone after a restart;
+              # a regenerate cut short is not resumed: its message keeps its text)
               " AND episode_id = (SELECT episode_id FROM runs WHERE id = ?))")
 
 

@@ -6,6 +6,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply, tool_call
 from tests.support import eventually
 
@@ -489,3 +491,76 @@ async def test_mute_and_model_settings_in_the_console(tmp_path):
     assert "[local] local reply 1" in later_lines
     planner = [r for r in srv.requests if GroupChatScript.classify(r) == ("participant", "planner")]
     assert [(r.get("temperature"), r.get("max_tokens")) for r in planner] == [(0.4, 300)]
+async def test_regenerate_in_a_piped_console_prints_the_message_again(tmp_path):
+    script = GroupChatScript(selector=["planner", "TERMINATE", "planner", "TERMINATE"],
+                             agents={"planner": ["Day 1: temples.", "Day 1: sushi, then temples.", "Glad it helps."]})
+    session = (
+        "/regenerate\n"
+        '/agent add name:planner role:plans prompt:"You plan trips."\n'
+        "Plan day 1\n"
+        "/regenerate\n"
+        "/regenerate planner\n"
+        "@planner thanks\n"
+        "/help\n"
+        "/help chat\n"
+    )
+    async with FakeOpenAI(script) as srv:
+        code, out, err = await run_console(tmp_path, srv.base_url, session)
+    assert (code, err) == (1, "roundtable: 2 of 8 input lines were refused (lines 1, 5); exit code 1\n")
+    lines = out.splitlines()
+    assert any(line.startswith("/help chat") and line.endswith("/attach, /detach, /regenerate") for line in lines)
+    assert any(line.startswith("/regenerate  Have the newest agent message written again") for line in lines)
+    assert "error: There is no agent message here to regenerate yet." in lines
+    assert "error: /regenerate takes nothing after it: it regenerates the newest agent message." in lines
+    assert [line for line in lines if line.startswith("[")] == [
+        "[you] Plan day 1",
+        "[planner] Day 1: temples.",
+        "[planner] (regenerated) Day 1: sushi, then temples.",
+        "[you] @planner thanks",
+        "[planner] Glad it helps.",
+    ]
+    planner = [r for r in srv.requests if "You are planner, the " in str(r["messages"])]
+    assert planner[0]["messages"] == planner[1]["messages"]  # the same snapshot, the same prompt
+    assert "Day 1: sushi, then temples." in str(planner[2]["messages"])  # later prompts read the new text
+    assert "Day 1: temples." not in str(planner[2]["messages"])
+
+
+@pytest.mark.slow
+async def test_a_regenerate_killed_mid_run_changes_nothing_and_the_next_start_regenerates_once(tmp_path):
+    """kill -9 while /regenerate waits for the model: the next start marks that run interrupted, runs
+    nothing again for it, and the message keeps its text with no version; /regenerate then works once."""
+    import signal
+    import sqlite3
+
+    script = GroupChatScript(selector=["planner", "TERMINATE"],
+                             agents={"planner": ["Day 1: temples.", Reply("Never shown.", delay=3600.0),
+                                                 "Day 1: sushi, then temples."]})
+    async with FakeOpenAI(script) as srv:
+        proc = await asyncio.create_subprocess_exec(
+            ROUNDTABLE, "--env-file", os.devnull, "console", "--db", str(tmp_path / "rt.db"),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env=clean_env(tmp_path, srv.base_url), cwd=tmp_path)
+        assert proc.stdin is not None
+        proc.stdin.write(b'/agent add name:planner role:plans prompt:"You plan."\nPlan day 1\n/regenerate\n')
+        await proc.stdin.drain()
+        await eventually(lambda: len(script.participant_order) == 2, "the regenerate's model call")
+        proc.send_signal(signal.SIGKILL)
+        await asyncio.wait_for(proc.communicate(), 180)
+        with sqlite3.connect(tmp_path / "rt.db") as db:
+            assert db.execute("SELECT kind, status FROM runs ORDER BY id").fetchall() == [
+                ("group", "posted"), ("regenerate", "running")]  # cut: nothing settled
+        code, out, err = await run_console(tmp_path, srv.base_url, "/roundtable status\n")
+        assert (code, err) == (0, "")
+        assert "[planner]" not in out  # nothing shown again
+        assert len(script.participant_order) == 2  # nothing run again for it
+        with sqlite3.connect(tmp_path / "rt.db") as db:
+            assert db.execute("SELECT kind, status FROM runs ORDER BY id").fetchall() == [
+                ("group", "posted"), ("regenerate", "interrupted")]
+            assert db.execute("SELECT text FROM messages WHERE seq = 2").fetchall() == [("Day 1: temples.",)]
+            assert db.execute("SELECT COUNT(*) FROM message_versions").fetchall() == [(0,)]
+        code, out, err = await run_console(tmp_path, srv.base_url, "/regenerate\n")
+        assert (code, err) == (0, "")
+        assert [line for line in out.splitlines() if line.startswith("[")] == [
+            "[planner] (regenerated) Day 1: sushi, then temples."]
+    with sqlite3.connect(tmp_path / "rt.db") as db:
+        assert db.execute("SELECT version, text FROM message_versions").fetchall() == [(1, "Day 1: temples.")]

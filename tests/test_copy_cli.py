@@ -21,7 +21,7 @@ from tests.test_cli import roundtable
 async def seeded(path: Path) -> Harness:
     """Two episodes of the group 'main' with selector decisions, runs, a notice, a webhook, people,
     a summary, a rolling summary, a read cursor, a memory note, a schedule, a provisional message left by
-    a run, a tool grant and a journaled tool call: a row in every copied table."""
+    a run, a tool grant, a journaled tool call and a regenerated reply: a row in every copied table."""
     harness = Harness(path)
     llm = ScriptedLLM(
         selector=[Completion("planner", Usage(300, 1, 0), model="gpt-4o-mini"),
@@ -36,6 +36,8 @@ async def seeded(path: Path) -> Harness:
         await harness.say("What about food?", who="bob")
         await harness.idle()
         store, group_id = harness.store, harness.group.id
+        await harness.engine.regenerate(await store.get_group(group_id), None, user_id="bob", operator=False)
+        await harness.idle()  # a regenerated reply: a version of its text kept
         await store.append_system_message(group_id, harness.engine.notice("a notice"))
         await store.record_posted(group_id, 1, "1234567890123")
         await store.save_webhook("chan", "hook", "tok")

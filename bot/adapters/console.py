@@ -15,6 +15,12 @@ row (not its path), an image is kept by its path and read when a run is made
 (`bot.core.rules.attachments`). A path is no secret (masked anyway when it holds one) but says
 where a person keeps files: only an image's is stored, as it must be read again.
 
+`/regenerate` has the newest agent message written again (`bot.core.runtime.regenerate`, as
+Discord's "Regenerate reply" menu; the person at the console may, as an operator): the row is
+printed again once written anew, as `[name] (regenerated) text`; the earlier text stays above it.
+On a terminal it is refused while an agent works; piped input first waits until the agents are done
+(a script cannot see when they are).
+
 How lines are read and shown (prompt, line editing, the typing status, colour)
 is `bot.adapters.terminal`'s business; this module only says what to show. On a
 terminal a reply shows while it is written (the group's `stream` setting), above
@@ -63,6 +69,7 @@ from bot.core.verbs.admin import Admin
 log = logging.getLogger(__name__)
 EXIT_REFUSED = 1  # piped input with a refused line (README, `roundtable console --help`)
 
+REGENERATED = "(regenerated)"  # how the console prints an agent message written again
 ATTACH_MAX_BYTES = 25 * 1024 * 1024  # a file the console attaches (Discord's own limit for most servers)
 ATTACH_MAX_FILES = 10  # files with one message (as Discord)
 
@@ -129,6 +136,8 @@ class ConsoleSurface:
         if message.external_ids:
             return  # printed before (the terminal cannot be read back, so `resume` changes nothing)
         text = strip_terminate(message.text) if message.author_type == "agent" else brief_text(message)
+        if message.author_type == "agent" and message.regenerated_at is not None:
+            text = f"{REGENERATED} {text}"  # printed again, written anew (/regenerate)
         author = self.screen.author(self.screen.clean(message.author_name), message.author_type)
         self.screen.print(f"{author} {self.screen.clean(text)}", replaces_echo=message.author_type == "user",
                           ends_live=message.author_name if message.author_type == "agent" else None)
@@ -435,7 +444,9 @@ class Console:
             return
         try:
             word = line.split(maxsplit=1)[0].lower()
-            if word in ("/attach", "/detach"):
+            if word == "/regenerate":
+                await self.regenerate(line.strip()[len(word):].strip())
+            elif word in ("/attach", "/detach"):
                 for out in await (self.attach(line.strip()[len(word):].strip()) if word == "/attach"
                                   else self.detach()):
                     self.surface.write(out)
@@ -503,6 +514,21 @@ class Console:
                                "while this console was stalled): your messages are saved here and answered there")
         elif holder is None:
             self._told_taken = False
+
+    async def regenerate(self, typed: str) -> None:
+        """`/regenerate`: the newest agent message written again, as Discord's "Regenerate reply" menu
+        does (`bot.core.runtime.regenerate`); the outbox prints it as `[name] (regenerated) text`."""
+        if typed:
+            raise InvalidInput("/regenerate takes nothing after it: it regenerates the newest agent message.")
+        group = await self.engine.store.get_group(self.opened().id)
+        if not group.enabled:
+            raise InvalidInput("Roundtable is off in this group: /roundtable setup turns it back on.")
+        if not self.engine.owns(group.id):
+            await self._take_back(group)
+        if not self.interactive and not group.paused:  # a script cannot see when the agents are done
+            await self.engine.wait_idle(group.id)
+        await self.engine.regenerate(group, None, user_id=self.person, operator=ConsoleCaller.is_operator)
+        await self.engine.all_shown(group.id)
 
     async def attach(self, typed: str) -> list[str]:
         """`/attach PATH`: the file goes with the next message. `/attach` alone: what waits."""

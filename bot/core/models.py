@@ -16,7 +16,7 @@ EpisodeStatus = Literal["running", "terminated", "max_turns", "stopped", "stalle
 DecisionSource = Literal[
     "tags", "selector", "rotation", "fallback", "low_confidence", "superseded", "none"
 ]
-RunKind = Literal["group", "direct"]
+RunKind = Literal["group", "direct", "regenerate"]  # regenerate: a reply run again (SPEC §8)
 SpendKind = Literal["agent", "selector", "catch-up", "summary"]
 SUMMARY_SPENDER = "rolling summary"  # who spent kind 'summary' (the usage report's line)
 RunStatus = Literal["running", "posted", "answered", "worked", "empty", "failed", "refused", "discarded",
@@ -223,10 +223,25 @@ class Message:
     reply_to_seq: int | None = None  # the group's row a person's message replied to (a Discord reply)
     edited_at: float | None = None  # its author changed its text (SPEC §1; the tags stay as first parsed)
     deleted_at: float | None = None  # deleted in Discord: a tombstone, its text and files purged
+    regenerated_at: float | None = None  # an agent's reply run again ("Regenerate reply"): its text is the newest
 
     @property
     def deleted(self) -> bool:
         return self.deleted_at is not None
+
+
+@dataclass(frozen=True)
+class MessageVersion:
+    """An earlier text of a regenerated reply (SPEC §8 "Regenerate reply"): `version` 1 is the first,
+    written by run `run_id` at `created_at`, replaced at `replaced_at`."""
+
+    group_id: int
+    seq: int
+    version: int
+    text: str
+    run_id: int | None
+    created_at: float
+    replaced_at: float
 
 
 @dataclass(frozen=True)
@@ -338,6 +353,7 @@ class Run:
     provider: str = ""  # the provider the model ran on ("" when not recorded)
     calls: int = 1  # model calls the run made (runs recorded before this was kept count one)
     private_text: str | None = None  # a worker run's final text: kept in the run, never posted
+    replaces_seq: int | None = None  # a 'regenerate' run: the seq of the reply it writes again
 
 
 @dataclass(frozen=True)

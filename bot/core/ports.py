@@ -26,6 +26,7 @@ from bot.core.models import (
     GroupSettings,
     JournaledCall,
     Message,
+    MessageVersion,
     NewMessage,
     Note,
     Run,
@@ -383,6 +384,10 @@ class ThreadStore(Protocol):
 
     async def find_message_by_external_id(self, external_id: str) -> Message | None: ...
 
+    async def message_versions(self, group_id: int, seqs: Collection[int] | None = None) -> list[MessageVersion]:
+        """The earlier texts of the group's regenerated replies (of rows `seqs` when given), by seq and version."""
+        ...
+
     async def messages(self, group_id: int, *, after: int = 0, through: int | None = None) -> list[Message]:
         """Rows with after < seq <= through (through=None: latest), oldest first."""
         ...
@@ -489,8 +494,10 @@ class RunStore(Protocol):
     """Runs: an agent's call over a snapshot, started and settled (`bot.core.runtime.turn`,
     `bot.core.runtime.direct`)."""
 
-    async def start_run(self, group_id: int, agent_id: int, kind: str, snapshot_seq: int) -> Run:
-        """A running run over 1..snapshot_seq, in the episode current at the snapshot.
+    async def start_run(self, group_id: int, agent_id: int, kind: str, snapshot_seq: int, *,
+                        replaces: int | None = None) -> Run:
+        """A running run over 1..snapshot_seq, in the episode current at the snapshot; a
+        'regenerate' run names the seq of the reply it replaces (`replaces`).
         Raises LeaseLost when another process runs the group."""
         ...
 

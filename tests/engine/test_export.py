@@ -74,7 +74,7 @@ async def test_json_validates_against_its_schema_and_round_trips_the_run_rows(ha
         data = json.loads(await export(harness, "json", page=2))  # small pages: every boundary is crossed
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
     jsonschema.Draft202012Validator(SCHEMA).validate(data)
-    assert (data["format"], data["version"]) == ("roundtable-export", 3)
+    assert (data["format"], data["version"]) == ("roundtable-export", 4)
     assert data["exported_at"] == "2025-08-07T10:11:12.000Z"
     messages = rows(harness.path, "SELECT * FROM messages ORDER BY seq")
     assert [m["seq"] for m in data["messages"]] == [m["seq"] for m in messages] == [1, 2, 3, 4, 5]

@@ -367,7 +367,7 @@ async def test_the_draft_shows_each_call_and_the_reply_keeps_a_compact_line(harn
 
 
 async def test_the_exports_and_replay_show_each_call_with_its_arguments_and_result(harness):
-    """SPEC §6b "Visible": the JSON export (version 3) lists each run's calls, valid against its
+    """SPEC §6b "Visible": the JSON export (version 3 and later) lists each run's calls, valid against its
     schema; HTML and Markdown show each under the reply it led to; `roundtable replay` of the reply
     lists them; no secret anywhere."""
     SECRETS.register(SECRET)
@@ -388,7 +388,7 @@ async def test_the_exports_and_replay_show_each_call_with_its_arguments_and_resu
         replayed = await replay_message(h.store, h.llm, h.group, reply.seq, model=None)
     data = json.loads(outputs["json"])
     jsonschema.Draft202012Validator(SCHEMA).validate(data)
-    assert data["version"] == 3
+    assert data["version"] == 4
     (run,) = [r for r in data["runs"] if r["tool_calls"]]
     add, broken = run["tool_calls"]
     assert (add["name"], add["model_name"], add["arguments"], add["status"], add["result"], add["error"]) == (

@@ -215,6 +215,7 @@ RELEASED = {
     16: "9d24657416eba733",
     17: "f97cf4cbafc6174d",
     18: "16fb4818f9d02ec8",
+    19: "6eb6dba92dc2a5ef",
     20: "78fdea4035f0d78b",
 }
 

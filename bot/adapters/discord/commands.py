@@ -1,5 +1,5 @@
 """Slash commands built from the one declaration (`bot.core.verbs.commands.COMMANDS`), and the
-"Why this reply?" message menu.
+"Why this reply?" and "Regenerate reply" message menus (their names declared there too).
 
 Each declared command becomes an app command of its group (`/roundtable ...`,
 `/agent ...`, or top level), guild-only, with a description on the command and
@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 GROUP_DESCRIPTIONS = {"roundtable": "Run this channel's group chat", "agent": "Manage this group's agents"}
 TONE_COLOURS = {"neutral": discord.Colour.blurple(), "good": discord.Colour.green(),
                 "warning": discord.Colour.gold(), "bad": discord.Colour.red()}
-WHY_MENU = "Why this reply?"
+WHY_MENU, REGENERATE_MENU = declared.WHY_MENU, declared.REGENERATE_MENU
 MAX_IMAGE_BYTES = 8 * 2**20
 SOMETHING_WENT_WRONG = "Something went wrong; nothing was changed. The error is in the bot's log."
 DATABASE_AWAY = "The database cannot be reached right now (it may be restarting); nothing was changed. Try again soon."
@@ -502,6 +502,32 @@ class SlashCommands:
         """The message menu: `/roundtable why` for the message it was opened on."""
         await self.invoke(interaction, declared.find(("roundtable", "why")), {"message": str(message.id)})
 
+    async def regenerate_reply(self, interaction: discord.Interaction, message: discord.Message) -> None:
+        """The message menu "Regenerate reply" (`bot.core.runtime.regenerate`): the group's newest agent
+        message written again and edited in place; refusals (and the outcome) are told privately."""
+        try:
+            await defer(interaction)  # a model call: Discord waits only 3 s
+            reply = await self._regenerate(interaction, message)
+        except UserFacingError as exc:
+            reply = str(exc)
+        try:
+            await answer(interaction, mask(reply))
+        finally:
+            finish(interaction)
+
+    async def _regenerate(self, interaction: discord.Interaction, message: discord.Message) -> str:
+        channel = interaction.channel
+        group = await self.store.find_group(group_key(channel.id)) if channel is not None else None
+        if group is None or not group.enabled:
+            return declared.NOT_SET_UP
+        stored = await self.store.find_message_by_external_id(str(message.id))
+        if stored is None or stored.group_id != group.id:
+            return "That message is not in this group's record, so it cannot be regenerated."
+        done = await self.engine.regenerate(group, stored.seq, user_id=str(interaction.user.id),
+                                            operator=is_operator(interaction.user, group))
+        return (f"{done.message.author_name}'s reply was written again (run #{done.run.id}); the message is edited, "
+                "and the earlier text is kept in the record.")
+
     # building the tree ----------------------------------------------------------
     def register(self, tree: app_commands.CommandTree) -> None:
         self.client.add_dynamic_items(MarkReadButton, ApprovalButton)
@@ -528,9 +554,10 @@ class SlashCommands:
         for path, group in groups.items():
             if len(path) == 1:
                 tree.add_command(group)
-        menu = app_commands.ContextMenu(name=WHY_MENU, callback=self.why_this_reply)
-        menu.guild_only = True
-        tree.add_command(menu)
+        for name, callback in ((WHY_MENU, self.why_this_reply), (REGENERATE_MENU, self.regenerate_reply)):
+            menu = app_commands.ContextMenu(name=name, callback=callback)
+            menu.guild_only = True
+            tree.add_command(menu)
 
     @staticmethod
     def _group_of(groups: dict[tuple[str, ...], app_commands.Group],

@@ -32,6 +32,7 @@ from bot.core.record.transcript import (
     summaries_line,
     tokens,
     totals_line,
+    version_head,
     when,
 )
 from bot.core.rules.attachments import said
@@ -77,6 +78,9 @@ async def write_markdown(record: Record, write: Write, now: float) -> Totals:
             arguments, result = call_parts(call.arguments, call.status, call.result)
             quoted += (f"\n>\n> {_md_name(call_head(call.tool, call.status, call.result, call.seconds))} · "
                        f"arguments `{_md_code(arguments)}` · result `{_md_code(result)}`")
+        for version in entry.versions:  # a regenerated reply's earlier texts, each on one line
+            quoted += (f"\n>\n> *{version_head(version)}:* "
+                       + " ".join(escape_html_in_prose(version.text, record.people).split("\n")))
         run = entry.run
         if run is not None and run.private_text is not None and run.id not in private_told:  # a worker's run
             private_told.add(run.id)

@@ -29,6 +29,8 @@ from bot.core.record.transcript import (
     summaries_line,
     tokens,
     totals_line,
+    version_head,
+    versions_summary,
     when,
 )
 from bot.core.rules.attachments import said
@@ -189,7 +191,8 @@ def message_html(entry: Entry, people: dict[str, str]) -> str:
             f"{avatar(m.author_name)}<div class=\"body\"><div class=\"who\"><span class=\"name\">"
             f"{escape(m.author_name)}</span>{badge}<a class=\"seq\" href=\"#m{m.seq}\">#{m.seq}</a>"
             f"<time datetime=\"{iso(m.created_at)}\">{escape(when(m.created_at))}</time></div>"
-            f"<div class=\"text\">{to_html(said(m), people)}</div>{files_html(m)}{tools_html(entry)}{why(entry)}"
+            f"<div class=\"text\">{to_html(said(m), people)}</div>{files_html(m)}{tools_html(entry)}"
+            f"{versions_html(entry)}{why(entry)}"
             f"</div></article>\n")
 
 
@@ -203,6 +206,15 @@ def tools_html(entry: Entry) -> str:
         lines.append(f'<details class="tool"><summary>{escape(head)}</summary><pre>arguments: {escape(arguments)}'
                      f"</pre><pre>result: {escape(result)}</pre></details>")
     return f'<div class="tools">{"".join(lines)}</div>' if lines else ""
+
+
+def versions_html(entry: Entry) -> str:
+    """A regenerated reply's earlier texts, folded under one line."""
+    if not entry.versions:
+        return ""
+    texts = "".join(f"<pre>{escape(version_head(v))}:\n{escape(v.text)}</pre>" for v in entry.versions)
+    return (f'<div class="tools"><details class="tool versions"><summary>↻ {escape(versions_summary(entry.versions))}'
+            f"</summary>{texts}</details></div>")
 
 
 def files_html(message: Message) -> str:

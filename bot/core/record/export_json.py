@@ -5,8 +5,9 @@ episodes, the messages (each with its routing decision) and the runs of the
 range, each list written a page at a time, the rolling summaries of the range
 (what context windows cut, and what writing them cost), and `totals` last. Times are ISO
 8601 in UTC; token counts are those the provider reported (`estimated` when
-they were counted locally). Version 3 (2 had no `tool_calls` of runs; 1 had no `attachments`
-of messages and no `provider` of runs and decisions); a change that breaks a reader bumps it.
+they were counted locally). Version 4 (3 had no runs of kind `regenerate` nor messages' `regenerated_at`
+and `versions`; 2 had no `tool_calls` of runs; 1 had no `attachments` of messages and no `provider` of
+runs and decisions); a change that breaks a reader bumps it.
 """
 from __future__ import annotations
 
@@ -14,12 +15,23 @@ import dataclasses
 import json
 from collections.abc import Sequence
 
-from bot.core.models import Agent, ContextSummary, Decision, Episode, JournaledCall, Message, Run, SharedFile, Usage
+from bot.core.models import (
+    Agent,
+    ContextSummary,
+    Decision,
+    Episode,
+    JournaledCall,
+    Message,
+    MessageVersion,
+    Run,
+    SharedFile,
+    Usage,
+)
 from bot.core.record.transcript import Record, Totals, Write, iso
 from bot.core.rules.tool_lines import is_error, shown_name
 
 FORMAT = "roundtable-export"
-VERSION = 3
+VERSION = 4
 
 
 def _dump(value: object) -> str:
@@ -61,7 +73,13 @@ def decision_json(decision: Decision) -> dict[str, object]:
             "usage": usage_json(decision.usage), "note": decision.note, "created_at": iso(decision.created_at)}
 
 
-def message_json(message: Message, decision: Decision | None) -> dict[str, object]:
+def version_json(version: MessageVersion) -> dict[str, object]:
+    return {"version": version.version, "text": version.text, "run_id": version.run_id,
+            "created_at": iso(version.created_at), "replaced_at": iso(version.replaced_at)}
+
+
+def message_json(message: Message, decision: Decision | None,
+                 versions: Sequence[MessageVersion] = ()) -> dict[str, object]:
     tags = message.tags
     return {
         "seq": message.seq,
@@ -71,6 +89,8 @@ def message_json(message: Message, decision: Decision | None) -> dict[str, objec
         "text": message.text,  # a tombstone's is "" (deleted_at set)
         "edited_at": iso(message.edited_at),
         "deleted_at": iso(message.deleted_at),
+        "regenerated_at": iso(message.regenerated_at),
+        "versions": [version_json(v) for v in versions],  # a regenerated reply's earlier texts
         "attachments": [file_json(f) for f in message.attachments],
         "tags": {"agent_ids": list(tags.agent_ids), "agent_names": list(tags.agent_names),
                  "user_ids": list(tags.user_ids), "operators": tags.operators, "all_agents": tags.all_agents},
@@ -96,6 +116,7 @@ def run_json(run: Run, agent_name: str, calls: Sequence[JournaledCall] = ()) -> 
             "selector_usage": usage_json(run.selector_usage), "posted_seq": run.posted_seq, "error": run.error,
             "started_at": iso(run.started_at), "finished_at": iso(run.finished_at),
             "memory_skipped": run.memory_skipped, "calls": run.calls, "private_text": run.private_text,
+            "replaces_seq": run.replaces_seq,
             "tool_calls": [tool_call_json(c) for c in calls]}
 
 
@@ -142,7 +163,7 @@ async def write_json(record: Record, write: Write, now: float) -> Totals:
     episodes.close()
     messages = _List(write, "messages")
     async for entry in record.entries():
-        messages.add(message_json(entry.message, entry.decision))
+        messages.add(message_json(entry.message, entry.decision, entry.versions))
         if entry.decision is not None:
             totals.selector_usage = totals.selector_usage + entry.decision.usage
     messages.close()

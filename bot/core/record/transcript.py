@@ -16,17 +16,28 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from bot.core.errors import InvalidInput
-from bot.core.models import Agent, Decision, Episode, Group, JournaledCall, Message, Run, SharedFile, Usage
-from bot.core.ports import GroupStore, ReadingStore, RecordStore, RoutingStore, ToolStore
+from bot.core.models import (
+    Agent,
+    Decision,
+    Episode,
+    Group,
+    JournaledCall,
+    Message,
+    MessageVersion,
+    Run,
+    SharedFile,
+    Usage,
+)
+from bot.core.ports import GroupStore, ReadingStore, RecordStore, RoutingStore, ThreadStore, ToolStore
 from bot.core.rules.attachments import size_text
 
 PAGE = 500
 PICKS_KEPT = 8  # per agent: recent decisions that selected it, to name the one behind each reply
 
 
-class TranscriptStore(RecordStore, RoutingStore, ReadingStore, GroupStore, ToolStore, Protocol):
+class TranscriptStore(RecordStore, RoutingStore, ReadingStore, GroupStore, ToolStore, ThreadStore, Protocol):
     """What an export reads: the record in pages, the routing decisions, people's names, the group,
-    the tool calls of the runs."""
+    the tool calls of the runs, regenerated replies' earlier texts."""
 
 
 Write = Callable[[str], object]
@@ -57,6 +68,7 @@ class Entry:
     picked_by: Decision | None  # for agent rows: the decision that selected its author
     earlier_task: int | None = None  # a reply to an older episode's task (a person posted during the run)
     calls: tuple[JournaledCall, ...] = ()  # the tool calls of the run that wrote it, in order (SPEC §6b)
+    versions: tuple[MessageVersion, ...] = ()  # a regenerated reply's earlier texts, oldest first (SPEC §8)
 
 
 @dataclass
@@ -130,6 +142,10 @@ class Record:
             episodes = await store.episodes_by_id(m.episode_id for m in page if m.episode_id is not None)
             calls = await store.tool_calls_by_run(m.source_run_id for m in page
                                                   if m.source_run_id is not None and m.author_type == "agent")
+            regenerated = [m.seq for m in page if m.regenerated_at is not None]
+            versions: dict[int, list[MessageVersion]] = {}
+            for version in await store.message_versions(gid, regenerated) if regenerated else ():
+                versions.setdefault(version.seq, []).append(version)
             for message in page:
                 run = runs.get(message.source_run_id) if message.source_run_id is not None else None
                 opens = None
@@ -146,18 +162,29 @@ class Record:
                     older = episodes.get(message.episode_id)
                     earlier = older.task_seq if older is not None else None
                 ran = tuple(calls.get(message.source_run_id, ())) if message.source_run_id is not None else ()
-                yield Entry(message, decision, run, opens, picked, earlier, ran)
+                yield Entry(message, decision, run, opens, picked, earlier, ran, tuple(versions.get(message.seq, ())))
 
 
 def _picked_by(picks: dict[int, deque[tuple[int, Decision]]], message: Message, run: Run | None) -> Decision | None:
     """The newest decision at or before the run's snapshot that selected the row's author (a group
-    run's; an /ask answered with post:true was asked for, not picked)."""
-    if message.author_type != "agent" or message.author_agent_id is None or run is None or run.kind != "group":
+    run's, or a regenerate's over the same snapshot; an /ask answered with post:true was asked for, not picked)."""
+    if message.author_type != "agent" or message.author_agent_id is None or run is None or run.kind == "direct":
         return None
     for seq, decision in reversed(picks.get(message.author_agent_id, ())):
         if seq <= run.snapshot_seq:
             return decision
     return None
+
+
+def version_head(version: MessageVersion) -> str:
+    """`earlier version 1 (run #3, 2025-01-02 10:11 UTC)`: a regenerated reply's text before."""
+    run = f"run #{version.run_id}, " if version.run_id is not None else ""
+    return f"earlier version {version.version} ({run}{when(version.created_at)})"
+
+
+def versions_summary(versions: tuple[MessageVersion, ...]) -> str:
+    """`regenerated: 2 earlier versions`."""
+    return f"regenerated: {plural(len(versions), 'earlier version')}"
 
 
 def plural(n: int, noun: str) -> str:

@@ -49,6 +49,7 @@ from bot.core.runtime.dispatcher import DispatcherDeps, GroupDispatcher
 from bot.core.runtime.locks import AgentLocks
 from bot.core.runtime.outbox import Outbox, OutboxDeps
 from bot.core.runtime.ownership import LEASE_TTL, Ownership, OwnershipDeps
+from bot.core.runtime.regenerate import Regenerated, RegenerateDeps, Regenerations
 from bot.core.runtime.scheduler import TICK, Scheduler, SchedulerDeps
 from bot.core.runtime.turn import AgentTurn, TurnDeps, TurnOutcome
 from bot.core.runtime.worker import GroupWorker, RetryPolicy, wait_for_store
@@ -125,6 +126,9 @@ class Engine:
             retry=self.retry, locks=self.locks, connected=self.surface_connected, backlog_turn=self._backlog_turn,
             deliver=self.deliver, end_episode=self.end_episode, shown=self.shown, all_shown=self.all_shown,
             sweep_drafts=self.sweep_drafts, lost=self.drop, clock=clock, notice=self.notice)
+        self.regenerations = Regenerations(RegenerateDeps(
+            store=store, locks=self.locks, owns=self.owns, active=self.active, turn=self._turn.regenerate,
+            after=self._regenerated))
         self._showing = OutboxDeps(store=store, surface=surface, retry=self.retry, clock=clock,
                                    episode_changed=self.episode_changed, lost=self.drop)
 
@@ -288,6 +292,19 @@ class Engine:
             outcome = await self._turn.run(group, agent, snapshot, selector_usage=selector_usage, source=source)
         await self.check_budget(group.id)
         return outcome
+
+    def active(self, group: Group, roster: Iterable[Agent]) -> bool:
+        """A run of the group is in flight here, or its dispatcher has rows to route or run."""
+        dispatcher = self._dispatchers.get(group.id)
+        return any(self.locks.locked(a.id) for a in roster) or (dispatcher is not None and not dispatcher.idle.is_set())
+
+    async def regenerate(self, group: Group, seq: int | None, *, user_id: str | None, operator: bool) -> Regenerated:
+        """"Regenerate reply" (SPEC §8): `bot.core.runtime.regenerate`. `seq` None: the newest agent message."""
+        return await self.regenerations.regenerate(group, seq, user_id=user_id, operator=operator)
+
+    async def _regenerated(self, group_id: int) -> None:
+        self.shown(group_id)
+        await self.check_budget(group_id)
 
     def images(self, group: Group) -> ImageSource:
         """People's images of `group`, fetched through the surface when a run is made (kept in memory a while)."""

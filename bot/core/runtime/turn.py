@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from bot.core.errors import CapReached, LLMError, ProviderMissing, StoreBusy, StoreUnavailable, StoreUnwritable
@@ -222,6 +222,33 @@ class AgentTurn:
             reply = posts.last  # the stop rules judge a worker's last post
         return TurnOutcome(run, reply, terminated, notice)
 
+    async def regenerate(self, group: Group, agent: Agent, target: Message, snapshot: int) -> TurnOutcome:
+        """Run `agent` again on `snapshot`, the rows its reply `target` answered (SPEC §8 "Regenerate
+        reply"): a new run (kind 'regenerate', counted and priced as any) whose reply replaces
+        `target`'s text when it is settled, the text before kept as a version; the outbox then edits
+        the message in place. It is not streamed (the message shows its old text until the new one
+        is whole), takes over nobody's provisional messages or tool journal, and posts no notice: a
+        failed or empty answer leaves the message as it was (the outcome's run says why)."""
+        store = self.deps.store
+        run = await store.start_run(group.id, agent.id, "regenerate", snapshot, replaces=target.seq)
+        unused: dict[tuple[int, int], tuple[str, str]] = {}
+        try:
+            fresh = await store.get_group(group.id)
+            quiet = replace(fresh, settings=replace(fresh.settings, stream=False))
+            result, terminated, _ = await self._call(quiet, agent, run, Usage(), unused)
+        except asyncio.CancelledError:
+            await self._interrupt(run, Usage())
+            raise
+        except (StoreBusy, StoreUnavailable, StoreUnwritable):
+            await self._finish(run, RunResult("interrupted"), 0)
+            raise
+        finished = await self._finish(run, replace(result, notice=None), 0)
+        if unused:
+            await self.deps.tell_unused(group, unused)
+        log.info("group=%s agent=%s run=%s regenerated seq=%s: %s", group.id, agent.name, run.id, target.seq,
+                 finished.run.status if finished.run.error is None else f"{finished.run.status} ({finished.run.error})")
+        return TurnOutcome(finished.run, finished.reply, terminated)
+
     async def _finish(self, run: Run, result: RunResult, cap: int) -> FinishedRun:
         """Settle the run; while the database cannot take it (its server restarts, another process
         holds it, its disk is full) tried again until it can, at once when it is back, so the run is
@@ -351,7 +378,8 @@ class AgentTurn:
         interrupted run of the agent left, streamed or not (its reply's row owns them)."""
         deps = self.deps
         llm, key = deps.llm, cache_key(group, agent.id)
-        parts = await deps.store.adopt_drafts(group.id, agent.id, run.id)
+        regenerating = run.kind == "regenerate"  # its reply edits the message it replaces: nothing to take over
+        parts = [] if regenerating else await deps.store.adopt_drafts(group.id, agent.id, run.id)
         box = await self._tools(agent)
         if posts is not None:  # a worker: group_post offered, the run not shown while it is written
             box = self._group_post(group, agent, run, others, roster, posts, box)
@@ -444,7 +472,7 @@ class AgentTurn:
                         cache_key=cache_key(group, agent.id),
                         max_steps=group.settings.max_tool_steps if granted else memory.MAX_TOOL_STEPS,
                         final_call=granted, on_text=piece if draft is not None else None, on_step=step,
-                        notify=notify, on_call=call, approve=approve)
+                        notify=notify, on_call=call, approve=approve, resume=run.kind != "regenerate")
         try:
             answer = await run_agent_tools(loop, messages, memory=agent.memory)
         except asyncio.CancelledError:

@@ -415,7 +415,16 @@ TOPICS = {  # /help's groups (`Command.topic`), each with what its commands are 
 }
 CONSOLE_LINES = {  # console-only commands and notes, by topic
     "chat": ["/attach PATH  Attach a file (an image or a text file) to your next message; "
-             "/attach alone lists them, /detach drops them"],
+             "/attach alone lists them, /detach drops them",
+             "/regenerate  Have the newest agent message written again (the same agent, on the same conversation); "
+             "printed as [name] (regenerated) text, earlier texts kept in the record"],
+}
+WHY_MENU = "Why this reply?"  # Discord's message menus (right-click a message, Apps), declared here once
+REGENERATE_MENU = "Regenerate reply"  # bot.core.runtime.regenerate; the console's /regenerate
+DISCORD_LINES = {  # the message menus in /help, by topic
+    "chat": [f"Message menus (right-click a message, then Apps): \"{WHY_MENU}\" shows why a message went to "
+             f"whom; \"{REGENERATE_MENU}\" has the newest agent message written again (by the person who started "
+             "the task or an operator; the message is edited, earlier texts kept in the record)"],
 }
 OPTIONS_NOTE = 'Options are name:value; quote values with spaces: role:"trip planner who drafts the itinerary".'
 EXAMPLES = {"agent": ['e.g. /agent add name:planner role:"trip planner who drafts the itinerary" '
@@ -433,15 +442,14 @@ def help_text(surface: str, topic: str | None = None) -> str:
         for name in TOPICS:
             words = [c.short_name for c in COMMANDS if c.topic == name]
             if console and name == "chat":
-                words += ["/attach", "/detach"]
+                words += ["/attach", "/detach", "/regenerate"]
             lines.append(f"/help {name:<11}{', '.join(dict.fromkeys(words))}")
         if console:
             lines += [OPTIONS_NOTE, "Anything else is a message from you; tag agents with @name."]
         return "\n".join(lines)
     lines = [f"/help {topic}, {TOPICS[topic]} (options in brackets are optional):"]
     lines += [f"{c.usage(surface)}  {c.description}" for c in COMMANDS if c.topic == topic]
-    if console:
-        lines += CONSOLE_LINES.get(topic, [])
+    lines += (CONSOLE_LINES if console else DISCORD_LINES).get(topic, [])
     return "\n".join(lines + EXAMPLES.get(topic, []))
 
 
