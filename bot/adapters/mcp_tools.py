@@ -43,6 +43,8 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
+from mcp.types import REQUEST_TIMEOUT
 
 from bot.core.errors import ConfigError
 from bot.core.models import ToolOutput, ToolSpec
@@ -210,6 +212,8 @@ class McpServer:
 
     async def close(self) -> None:
         self._stop.set()
+        if self._task is not None and not self.up:  # connecting (maybe to a server that never answers)
+            self._task.cancel()
         if self._task is not None:
             with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
                 async with asyncio.timeout(10):
@@ -224,7 +228,12 @@ class McpServer:
         if session is None:
             return ToolOutput(f"error: the MCP server {self.name} is down ({self.problem or 'not started'}).",
                               error=True)
-        result = await session.call_tool(tool, dict(arguments), read_timeout_seconds=self.config.timeout)
+        try:
+            result = await session.call_tool(tool, dict(arguments), read_timeout_seconds=self.config.timeout)
+        except MCPError as exc:
+            if exc.code == REQUEST_TIMEOUT:  # the SDK's own clock ran out first: the same timeout
+                raise TimeoutError(str(exc)) from None
+            raise
         return ToolOutput(result_text(result), error=bool(getattr(result, "is_error", False)))
 
     async def _hold(self) -> None:
