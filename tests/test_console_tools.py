@@ -25,10 +25,14 @@ async def test_a_granted_mcp_tool_is_called_and_a_server_down_is_one_line(tmp_pa
                "/agent tools name:planner\n"
                "/agent tools name:planner grant:memory_write\n"
                "/agent tools name:planner grant:counter.*\n"
-               "@planner add 2\n")
+               "@planner add 2\n"
+               "/roundtable doctor\n")
     async with FakeOpenAI(script) as srv:
         code, out, err = await run_console(tmp_path, srv.base_url, session)
     lines = out.splitlines()
+    assert "  ✓ MCP server counter: started; 7 tools listed" in lines  # /roundtable doctor: the servers as they are
+    assert "  ✗ MCP server broken: did not start (FileNotFoundError: command 'rt-no-such-mcp-server' not found)" \
+        in lines
     assert "planner has no tool granted. Available: counter.add, counter.delete (destructive), counter.fail, " \
            "counter.get (read-only), counter.grow, counter.slow, counter.token (read-only), fetch_url (read-only), " \
            "history_read (read-only), history_search (read-only)." in lines  # (the built-ins are granted too)
