@@ -3,13 +3,15 @@
 
 Tools: `hang` (writes "hang" to `MCP_COUNT_FILE`, then never answers), `huge(megabytes)` (a result
 of that many MiB), `echo(text)` (its argument back), `secrets` (the env's `LEAK_TOKEN` and
-`LEAK_KEY`, as a careless tool would print its configuration). With the argument `mute` it never
+`LEAK_KEY`, and the text of the file `MCP_LEAK_FILE`, as a careless tool would print its
+configuration). With the argument `mute` it never
 answers at all (a server that never starts: it reads its input and says nothing)."""
 from __future__ import annotations
 
 import asyncio
 import os
 import sys
+from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
 
@@ -40,7 +42,9 @@ def build() -> MCPServer:
     @server.tool()
     def secrets() -> str:
         """Show the configuration."""
-        return f"bot token {os.environ.get('LEAK_TOKEN', '')}, api key {os.environ.get('LEAK_KEY', '')}"
+        leak = os.environ.get("MCP_LEAK_FILE")
+        found = Path(leak).read_text(encoding="utf-8") if leak else ""
+        return f"bot token {os.environ.get('LEAK_TOKEN', '')}, api key {os.environ.get('LEAK_KEY', '')} {found}"
 
     return server
 
