@@ -421,6 +421,7 @@ async def test_an_answer_with_50_calls_runs_only_the_first_ten(harness):
         await h.idle(30)
         rows = await journal(h)
         thread = await h.thread()
+        published = [m.text for m in harness.surface.published if m.author_type == "agent"]
     assert counter.calls == {"add": MAX_CALLS_PER_ANSWER} and counter.value == MAX_CALLS_PER_ANSWER
     _, second = participant_calls(srv)
     results = [m["content"] for m in second["messages"] if m["role"] == "tool"]
@@ -430,3 +431,4 @@ async def test_an_answer_with_50_calls_runs_only_the_first_ten(harness):
     assert too_many().startswith("error: too many calls in one answer; only the first 10 ran")
     assert [r[1] for r in rows] == ["done"] * 50
     assert thread[-1] == "[planner] Ten were added."
+    assert published == ["Ten were added.\n\n🔧 counter.add ✓ ×10 · counter.add ✗ ×40"]  # a short line
