@@ -343,6 +343,7 @@ def run_init(args: argparse.Namespace, env_file: str | None) -> int:
         return 130
     init.write()
     say = init.asker.say
+    say(tools_line({**init.file.values, **os.environ}))
     if init.found.application_id is not None:
         for line in invite_lines(init.found.application_id):
             say(line)
@@ -357,6 +358,24 @@ def run_init(args: argparse.Namespace, env_file: str | None) -> int:
         say("No Discord token: set up for the console only. Try it: roundtable console "
             "(roundtable init again adds Discord).")
     return 0
+
+
+def tools_line(env: dict[str, str]) -> str:
+    """What the MCP servers' file (`ROUNDTABLE_MCP_CONFIG`, default mcp.json here) gives agents:
+    its servers, a note when it is malformed, or where to declare them (nothing is started)."""
+    from bot.adapters.mcp_tools import CONFIG_SETTING, DEFAULT_FILE, config_path, load_config
+
+    path = config_path(env)
+    if path is None:
+        return (f"Tools: agents get tools from MCP servers declared in {DEFAULT_FILE} here (or the file "
+                f"{CONFIG_SETTING} names), granted with /agent tools; see README, \"Give agents tools\".")
+    try:
+        servers = load_config(path)
+    except ConfigError as exc:
+        return f"Note: fix the MCP servers' file before `roundtable run`: {exc}"
+    names = ", ".join(s.name for s in servers) or "none"
+    return (f"Tools: {len(servers)} MCP server(s) in {path} ({names}); roundtable doctor starts each, "
+            "/agent tools grants their tools.")
 
 
 def _malformed(env: dict[str, str], *, need_llm: bool = False) -> str | None:

@@ -91,6 +91,7 @@ async def open_engine(
                             prices=settings.prices, shards=settings.shards if scope == "discord:" else None,
                             summary_model=settings.summary_model,
                             endpoint_checks=functools.partial(endpoint_checks, settings),
+                            tool_checks=servers.checks,
                             tools=ToolRegistry([FetchTools(allow_private=settings.fetch_private),
                                                 *servers.servers]))
             try:

@@ -356,3 +356,15 @@ async def test_each_mcp_server_is_started_and_its_tools_counted(setup):
         "✗ MCP server broken: did not start (FileNotFoundError: command 'no-such-mcp-server-xyz' not found); "
         "fix: install the program")
     assert result.out.splitlines()[-1] == "1 of 16 checks failed."
+
+
+async def test_a_malformed_mcp_json_is_one_check_naming_the_file_and_the_fix(setup):
+    config = setup.dir / "tools.json"
+    config.write_text('{"mcpServers": {"counter": {"command": "python", "args": "x.py"}}}')
+    setup.env_file(ROUNDTABLE_MCP_CONFIG=str(config))
+    result = await setup.doctor()
+    found = lines(result)
+    assert result.code == 1
+    assert found["MCP servers"] == (f"✗ MCP servers: ROUNDTABLE_MCP_CONFIG: {config}: server 'counter' has \"args\" "
+                                    "that are not a list of strings; fix: correct the file, or unset "
+                                    "ROUNDTABLE_MCP_CONFIG")

@@ -214,3 +214,20 @@ async def test_the_console_with_the_key_given_inline_in_a_fresh_directory(tmp_pa
     assert result.code == 0, result
     assert "[planner] Day 1: Asakusa." in result.out.splitlines()
     assert (tmp_path / "roundtable.db").exists() and not (tmp_path / ".env").exists()  # a pipe is never asked
+
+
+async def test_it_says_where_agents_get_tools_the_mcp_servers_file(servers):
+    """`roundtable init` mentions the MCP servers' file (ROUNDTABLE_MCP_CONFIG, default mcp.json): where to
+    declare servers when there is none, the servers of one that is there, a note naming a malformed one."""
+    hint = ("Tools: agents get tools from MCP servers declared in mcp.json here (or the file ROUNDTABLE_MCP_CONFIG "
+            "names), granted with /agent tools; see README, \"Give agents tools\".")
+    result = await servers.init("--yes", *servers.flags())
+    assert result.code == 0 and hint in result.out.splitlines(), result
+    (servers.cwd / "mcp.json").write_text('{"mcpServers": {"files": {"command": "npx", "args": ["-y", "x"]}}}')
+    again = await servers.init("--yes", *servers.flags())
+    assert again.code == 0 and f"Tools: 1 MCP server(s) in {servers.cwd / 'mcp.json'} (files); roundtable doctor " \
+        "starts each, /agent tools grants their tools." in again.out.splitlines(), again
+    (servers.cwd / "tools.json").write_text("{not json")
+    bad = await servers.init("--yes", *servers.flags(), ROUNDTABLE_MCP_CONFIG="tools.json")
+    assert bad.code == 0 and "Note: fix the MCP servers' file before `roundtable run`: ROUNDTABLE_MCP_CONFIG: " \
+        "tools.json is not JSON (line 1): " in bad.out, bad

@@ -13,6 +13,7 @@ import asyncio
 import os
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,39 @@ def test_the_example_role_reads_well_in_the_agents_prompt_everywhere_it_is_shown
     for place, text in places.items():
         shown = [m.strip('"') for m in ADD_EXAMPLE.findall(text)]
         assert shown and all(r == EXAMPLE_ROLE == role for r in shown), (place, shown)
+
+
+TOOLS_SERVER_MARK = "<!-- tools server:"
+TOOLS_CONFIG_MARK = "<!-- tools config:"
+
+
+async def test_the_give_agents_tools_example_works(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """README's "Give agents tools": its server file and its mcp.json, saved as README says, in a directory
+    whose `.venv` is this one: the config parser reads the file, the server starts and lists its tools, a
+    call of each works; the grant line README shows names the server's tools."""
+    from bot.adapters.commandline import parse_command
+    from bot.adapters.mcp_tools import McpServer, config_path, load_config
+    from bot.core.features.tools import RunContext, matches
+
+    readme = (ROOT / "README.md").read_text()
+    (tmp_path / "notes_server.py").write_text("\n".join(marked_block(readme, TOOLS_SERVER_MARK)) + "\n")
+    (tmp_path / "mcp.json").write_text("\n".join(marked_block(readme, TOOLS_CONFIG_MARK)))
+    (tmp_path / ".venv").symlink_to(Path(sys.prefix))
+    monkeypatch.chdir(tmp_path)
+    path = config_path({})
+    assert path == tmp_path / "mcp.json"
+    (config,) = load_config(path)
+    server = McpServer(config)
+    context = RunContext(1, 1, 1)
+    try:
+        assert await server.start(wait=60), server.problem
+        specs = {s.name: s for s in server.tools()}
+        assert sorted(specs) == ["add_note", "read_notes"] and specs["read_notes"].read_only
+        assert (await server.call("read_notes", {}, context)).text == "(no notes yet)"
+        assert (await server.call("add_note", {"text": "book the ryokan"}, context)).text == "noted"
+        assert (await server.call("read_notes", {}, context)).text == "book the ryokan\n"
+    finally:
+        await server.close()
+    grant = parse_command(next(line for line in readme.splitlines() if line.startswith("/agent tools name:planner "
+                                                                                          "grant:notes")))
+    assert all(matches(str(grant.options["grant"]), f"notes.{name}") for name in specs)

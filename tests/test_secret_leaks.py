@@ -177,3 +177,48 @@ async def test_a_shared_file_holding_secrets_is_masked_when_taken_in(tmp_path):
     for path in sorted(tmp_path.glob("rt.db*")):
         found += leaks(path.name, path.read_bytes())
     assert not found, "\n".join(found)
+
+
+async def test_secrets_in_a_tools_result_and_in_its_arguments_reach_nothing(tmp_path):
+    """Issue 29: a REAL MCP server's tool returns the bot token, the API keys and the rest (read from a
+    file, so only the process's own registry knows them), and the model passes a key in a tool's
+    arguments; none of them is in the console's output or its -vv log, the database, the model's next
+    request or any export."""
+    bad = Path(__file__).resolve().parent / "fakes" / "mcp_bad_server.py"
+    (tmp_path / "leak.txt").write_text(echo_of_every_secret())
+    (tmp_path / "mcp.json").write_text(json.dumps({"mcpServers": {"bad": {
+        "command": sys.executable, "args": [str(bad)], "env": {"MCP_LEAK_FILE": str(tmp_path / "leak.txt")}}}}))
+    from tests.fakes.openai_server import tool_call
+
+    script = GroupChatScript(agents={"planner": [
+        Reply(text="Looking.", tool_calls=[tool_call("bad__secrets"),
+                                           tool_call("bad__echo", text=f"key {OPENAI_KEY}")]),
+        "Nothing to see."]})
+    db = str(tmp_path / "rt.db")
+    conversation = ('/agent add name:planner role:plans prompt:"You plan."\n'
+                    "/agent tools name:planner grant:bad.*\n"
+                    "@planner show the configuration\n")
+    commands = ("/roundtable why\n/roundtable export format:json\n/roundtable export format:html\n"
+                "/roundtable export format:md\n")
+    async with FakeOpenAI(script) as srv:
+        env = env_for(srv.base_url)  # (the console's --db wins over its ROUNDTABLE_DB, whose password is known)
+        first = await roundtable(tmp_path, env, "console", "--db", db, "-vv", stdin=conversation)
+        second = await roundtable(tmp_path, env, "console", "--db", db, "-vv", stdin=commands)
+    assert first[0] == 0 and second[0] == 0, first[2] + second[2]
+    assert "[planner] Nothing to see." in first[1], first
+    asked = [r for r in srv.requests if GroupChatScript.classify(r) == ("participant", "planner")][-1]
+    secrets, echoed = (m["content"] for m in asked["messages"] if m["role"] == "tool")
+    assert secrets.startswith("bot token , api key  upstream proxy echo: authorization=*** x-bot=***"), secrets
+    assert echoed == "echo: key ***"
+    found = leaks("the model's next request", json.dumps(asked))
+    for name, (_code, out, err) in (("conversation", first), ("commands", second)):
+        found += leaks(f"{name} stdout", out) + leaks(f"{name} log (stderr, -vv)", err)
+    for path in sorted(tmp_path.iterdir()):  # rt.db (and its WAL), the exported files
+        if path.is_file() and path.name != "leak.txt":
+            found += leaks(path.name, path.read_bytes())
+    for fmt in ("json", "html", "md"):
+        code, out, err = await roundtable(tmp_path, env, "export", "--db", db, "--group", "main", "--format", fmt)
+        assert code == 0, err
+        assert "bad__secrets" in out or "bad.secrets" in out, out  # the call is in the export, masked
+        found += leaks(f"roundtable export --format {fmt}", out + err)
+    assert not found, "\n".join(found)

@@ -43,6 +43,8 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
+from mcp.types import REQUEST_TIMEOUT
 
 from bot.core.errors import ConfigError
 from bot.core.models import ToolOutput, ToolSpec
@@ -210,6 +212,8 @@ class McpServer:
 
     async def close(self) -> None:
         self._stop.set()
+        if self._task is not None and not self.up:  # connecting (maybe to a server that never answers)
+            self._task.cancel()
         if self._task is not None:
             with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
                 async with asyncio.timeout(10):
@@ -224,7 +228,12 @@ class McpServer:
         if session is None:
             return ToolOutput(f"error: the MCP server {self.name} is down ({self.problem or 'not started'}).",
                               error=True)
-        result = await session.call_tool(tool, dict(arguments), read_timeout_seconds=self.config.timeout)
+        try:
+            result = await session.call_tool(tool, dict(arguments), read_timeout_seconds=self.config.timeout)
+        except MCPError as exc:
+            if exc.code == REQUEST_TIMEOUT:  # the SDK's own clock ran out first: the same timeout
+                raise TimeoutError(str(exc)) from None
+            raise
         return ToolOutput(result_text(result), error=bool(getattr(result, "is_error", False)))
 
     async def _hold(self) -> None:
@@ -337,26 +346,39 @@ async def doctor_checks(environ: Mapping[str, str], cwd: Path | None = None, wai
     async def check(config: ServerConfig) -> Check:
         server = McpServer(config)
         try:
-            up = await server.start(wait, quiet=True)
-            count = len(server.tools()) if up else None
-            return mcp_server_check(config.name, count, server.problem, url=config.url, where=where,
-                                    command=" ".join([config.command or "", *config.args]).strip() or None)
+            await server.start(wait, quiet=True)
+            return server_check(server, where)
         finally:
             await server.close()
 
     return list(await asyncio.gather(*(check(c) for c in configs)))
 
 
+def server_check(server: McpServer, where: str = CONFIG_SETTING) -> Check:
+    """A running server's doctor line, from what it is now (up with its tools, or down and why)."""
+    config = server.config
+    return mcp_server_check(config.name, len(server.tools()) if server.up else None, server.problem,
+                            url=config.url, where=where,
+                            command=" ".join([config.command or "", *config.args]).strip() or None)
+
+
 class McpServers:
     """The servers of the config file, started and closed together."""
 
-    def __init__(self, configs: Sequence[ServerConfig]) -> None:
+    def __init__(self, configs: Sequence[ServerConfig], path: Path | None = None) -> None:
         self.servers = [McpServer(c) for c in configs]
+        self.path = path
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str], cwd: Path | None = None) -> McpServers:
         path = config_path(environ, cwd)
-        return cls(load_config(path) if path is not None else [])
+        return cls(load_config(path) if path is not None else [], path)
+
+    async def checks(self) -> list[Check]:
+        """`/roundtable doctor`'s lines of the running servers (none without a config file): each
+        as it is now, without starting anything (the CLI doctor's `doctor_checks` starts them)."""
+        where = str(self.path) if self.path is not None else CONFIG_SETTING
+        return [server_check(server, where) for server in self.servers]
 
     async def start(self, wait: float = START_WAIT) -> None:
         await asyncio.gather(*(server.start(wait) for server in self.servers))

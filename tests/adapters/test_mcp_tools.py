@@ -258,3 +258,44 @@ async def test_the_doctor_starts_each_server_and_names_the_fix(tmp_path):
 def test_which_tools_wait_for_approval_by_default(name, hints, confirm, held):
     tool = SimpleNamespace(name=name, description="", input_schema=None, annotations=hints)
     assert tool_spec(tool, 30.0, confirm).confirm is held
+
+
+BAD = str(ROOT / "tests" / "fakes" / "mcp_bad_server.py")
+
+
+async def test_a_call_that_hangs_in_its_server_is_a_timeout_and_the_server_goes_on(tmp_path):
+    """The server's "timeout" bounds each call: the SDK's own clock running out is the same TimeoutError
+    the tool loop turns into a result ("did not answer within"), never the SDK's error; the server
+    still answers the next call."""
+    server = McpServer(ServerConfig("stuck", command=sys.executable, args=(BAD,), timeout=1,
+                                    env={"MCP_COUNT_FILE": str(tmp_path / "count")}))
+    try:
+        assert await server.start()
+        with pytest.raises(TimeoutError):
+            await server.call("hang", {}, CONTEXT)
+        assert (await server.call("echo", {"text": "hi"}, CONTEXT)).text == "echo: hi"
+    finally:
+        await server.close()
+
+
+async def test_a_server_that_never_answers_is_down_and_the_doctor_names_it(tmp_path, caplog):
+    """A server whose process starts but never answers: start-up goes on after its wait (one ERROR
+    line, no tools) and the doctor's ✗ names it and the fix."""
+    from bot.adapters.mcp_tools import doctor_checks
+
+    config = ServerConfig("mute", command=sys.executable, args=(BAD, "mute"))
+    server = McpServer(config)
+    try:
+        with caplog.at_level(logging.ERROR, logger="bot.adapters.mcp_tools"):
+            assert not await server.start(wait=1)
+        assert server.tools() == []
+        assert [r.getMessage() for r in caplog.records if r.name == "bot.adapters.mcp_tools"] == [
+            "MCP server mute is down: did not answer within 1 s; its tools are not offered until it starts (tried "
+            "again with back-off)"]
+    finally:
+        await server.close()
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"mute": {"command": sys.executable, "args": [BAD, "mute"]}}}))
+    [check] = await doctor_checks({"ROUNDTABLE_MCP_CONFIG": str(path)}, wait=1)
+    assert check.line().startswith("✗ MCP server mute: did not start (did not answer within 1 s); fix: run its "
+                                   "command by hand"), check.line()

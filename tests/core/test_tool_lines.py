@@ -54,6 +54,17 @@ def test_compact_line():
     assert compact_line([]) == ""
 
 
+@pytest.mark.parametrize("calls, line", [
+    ([("counter__add", False)] * 10 + [("counter__add", True)] * 40, "🔧 counter.add ✓ ×10 · counter.add ✗ ×40"),
+    ([("a", False), ("a", False), ("b", False), ("a", False)], "🔧 a ✓ ×2 · b ✓ · a ✓"),
+    ([(f"t{i}", False) for i in range(12)] + [("t0", False)] * 3,
+     "🔧 " + " · ".join(f"t{i} ✓" for i in range(10)) + " · + 5 more"),
+])
+def test_a_compact_line_of_many_calls_stays_short(calls, line):
+    """A run of 50 calls (one answer's cap refusing 40 of them) is one short line, not 50 marks."""
+    assert compact_line(calls) == line
+
+
 @pytest.mark.parametrize("status, result, error", [
     ("done", "ok", False), ("done", "error: no", True), ("unknown", "error: cut", True), ("running", None, True),
 ])

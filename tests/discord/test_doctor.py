@@ -1,5 +1,6 @@
 """`/roundtable doctor` in Discord: the checks that make sense there (the channel's webhook and the bot's
-permissions, the database, the group's delivery problem, the model endpoints) as an embed, for operators."""
+permissions, the database, the group's delivery problem, the model endpoints, the MCP servers)
+as an embed, for operators."""
 from __future__ import annotations
 
 import functools
@@ -95,3 +96,37 @@ async def test_only_operators_and_a_channel_that_is_not_a_group(bot):
     assert answer["embeds"][0]["title"] == "Doctor (this channel is not a group)"
     assert list(fields(answer)) == ["✗ #random permissions", "✓ database", "✓ outbox", "✓ leases",
                                     "✓ model endpoint"]
+
+
+async def test_the_mcp_servers_as_they_are_now(harness, tmp_path):
+    """/roundtable doctor lists each MCP server of ROUNDTABLE_MCP_CONFIG as the running bot holds it (as
+    `roundtable run` wires it): a real stdio server ✓ with its tools counted, one that did not start ✗
+    with why and the fix; nothing is started for the look."""
+    import json
+    import sys
+    from pathlib import Path
+
+    from bot.adapters.mcp_tools import McpServers
+    from bot.core.features.tools import ToolRegistry
+
+    server = Path(__file__).resolve().parents[1] / "fakes" / "mcp_server.py"
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {
+        "counter": {"command": sys.executable, "args": [str(server)], "env": {"MCP_COUNT_FILE": str(tmp_path / "n")}},
+        "broken": {"command": "no-such-mcp-server-xyz"}}}))
+    servers = McpServers.from_environment({"ROUNDTABLE_MCP_CONFIG": str(config)})
+    await servers.start(wait=30)
+    try:
+        await harness.stop()
+        harness.engine_options = {"tools": ToolRegistry(servers.servers), "tool_checks": servers.checks}
+        await harness.start()
+        await harness.setup_group(("planner", "plans"))
+        answer = await doctor(harness)
+    finally:
+        await servers.close()
+    found = fields(answer)
+    assert found["✓ MCP server counter"] == "started; 7 tools listed"
+    assert found["✗ MCP server broken"] == (
+        "did not start (FileNotFoundError: command 'no-such-mcp-server-xyz' not found)\nFix: install the program, or "
+        f"correct the server's \"command\" in {config} (a name on PATH, or a full path)")
+    assert answer["embeds"][0]["description"].startswith("1 check of ")

@@ -59,3 +59,61 @@ async def test_model_errors_echoing_the_tokens_show_them_nowhere(tmp_path):
         assert secret not in database
     assert MARK not in log + sent + stored + shown
     assert channel.group_id == 1
+
+
+async def test_a_tool_returning_the_tokens_and_a_key_in_its_arguments_show_them_nowhere(tmp_path):
+    """Issue 29 through `roundtable run`: a REAL MCP server's tool (mcp.json in the bot's directory) returns
+    the bot token, the channel's webhook token and an API key (read from a file: only the bot's own
+    registry knows them), and the model passes the key in another call's arguments; none of them is
+    in the channel (the reply and its compact line of the calls), the bot's DEBUG log, the tool journal
+    or the model's next request."""
+    import sys
+    from pathlib import Path
+
+    from storage import open_store
+    from tests.fakes.openai_server import tool_call
+
+    bad = Path(__file__).resolve().parents[1] / "fakes" / "mcp_bad_server.py"
+    (tmp_path / "mcp.json").write_text(json.dumps({"mcpServers": {"bad": {
+        "command": sys.executable, "args": [str(bad)], "env": {"MCP_LEAK_FILE": str(tmp_path / "leak.txt")}}}}))
+    script = GroupChatScript(agents={"planner": [
+        Reply(text="Looking.", tool_calls=[tool_call("bad__secrets"), tool_call("bad__echo", text=f"key {API_KEY}")]),
+        "Nothing to see."]})
+    async with DiscordEmulator() as emu, FakeOpenAI(script) as llm:
+        bot = BotProcess(tmp_path, emu, llm, env={"ROUNDTABLE_LOG_LEVEL": "DEBUG", "SERVICE_API_KEY": API_KEY})
+        try:
+            await bot.add_group(emu.channel_id, ("planner",))
+            ((hook_token,),) = bot.query("SELECT token FROM webhooks")
+            secrets = [emu.token, hook_token, API_KEY]
+            (tmp_path / "leak.txt").write_text(" ".join(f"[{s}]" for s in secrets))
+            store = await open_store(bot.target)
+            try:
+                group = await store.find_group(f"discord:{emu.channel_id}")
+                assert group is not None
+                planner = await store.find_agent(group.id, "planner")
+                await store.grant_tools(planner.id, ["bad.*"])
+            finally:
+                await store.close()
+            await bot.start()
+            await emu.user_post(emu.channel_id, emu.alice_id, "@planner show the configuration")
+            await emu.wait_for_messages(emu.channel_id, lambda m: m["content"].startswith("Nothing to see."),
+                                        timeout=60)
+            await bot.wait_settled()
+            await bot.terminate()
+        finally:
+            await bot.close()
+            emu.release_all()
+    asked = [r for r in llm.requests if GroupChatScript.classify(r) == ("participant", "planner")][-1]
+    results = [m["content"] for m in asked["messages"] if m["role"] == "tool"]
+    assert results == ["bot token , api key  [***] [***] [***]", "echo: key ***"]
+    log = bot.log.read_text()
+    sent = json.dumps([r.json for r in emu.requests_matching("POST")] + [r.json for r in emu.requests_matching("PATCH")]
+                      + emu.channel_messages(emu.channel_id))
+    assert "bad.secrets" in sent, sent  # the compact line of the calls went out
+    stored = json.dumps(bot.query("SELECT arguments, result FROM tool_calls") + bot.query("SELECT text FROM messages"))
+    assert "[***]" in stored
+    for where, text in (("the log", log), ("what was sent to Discord", sent), ("the tool journal and messages", stored),
+                        ("the model's next request", json.dumps(asked))):
+        for secret in secrets:
+            assert secret not in text, f"{where} holds {secret}"
+    assert MARK not in log + sent + stored

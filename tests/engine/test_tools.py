@@ -19,7 +19,7 @@ import jsonschema
 
 from bot.adapters.openai_llm import OpenAILLM
 from bot.adapters.tokens import make_token_counter
-from bot.core.features.tools import UNKNOWN, ToolRegistry
+from bot.core.features.tools import MAX_CALLS_PER_ANSWER, UNKNOWN, ToolRegistry, too_many
 from bot.core.models import ToolOutput, ToolSpec
 from bot.core.ports import ToolContext
 from bot.core.record.export import write_export
@@ -404,3 +404,31 @@ async def test_the_exports_and_replay_show_each_call_with_its_arguments_and_resu
     assert '  🔧 counter.add ✓ arguments: {"n": 2}' in lines and "    result: counter is 2" in lines, lines
     assert "(🔧 counter.add ✓ · counter.broken ✗)" in episode_report([replayed], 1)[1]
     assert SECRET not in repr(outputs) + repr(lines)
+
+
+async def test_an_answer_with_50_calls_runs_only_the_first_ten(harness):
+    """An answer asking for 50 calls at once (streamed, as tool-call deltas) runs the first
+    MAX_CALLS_PER_ANSWER; each other call is journaled with an error result the model reads and never
+    runs; the turn goes on to the reply."""
+    harness.surface.streams = True
+    counter = Counter()
+    script = GroupChatScript(agents={"planner": [
+        Reply(text="Counting.", tool_calls=[tool_call("counter__add", n=1) for _ in range(50)]),
+        "Ten were added."]})
+    async with FakeOpenAI(script) as srv, running(harness, srv, counter, stream=True) as h:
+        await grant(h, "counter.*")
+        await h.say("@planner add fifty")
+        await h.idle(30)
+        rows = await journal(h)
+        thread = await h.thread()
+        published = [m.text for m in harness.surface.published if m.author_type == "agent"]
+    assert counter.calls == {"add": MAX_CALLS_PER_ANSWER} and counter.value == MAX_CALLS_PER_ANSWER
+    _, second = participant_calls(srv)
+    results = [m["content"] for m in second["messages"] if m["role"] == "tool"]
+    assert len(results) == 50  # every call of the answer is answered (the API needs one result per call)
+    assert results[:MAX_CALLS_PER_ANSWER] == [f"counter is {n}" for n in range(1, MAX_CALLS_PER_ANSWER + 1)]
+    assert results[MAX_CALLS_PER_ANSWER:] == [too_many()] * (50 - MAX_CALLS_PER_ANSWER)
+    assert too_many().startswith("error: too many calls in one answer; only the first 10 ran")
+    assert [r[1] for r in rows] == ["done"] * 50
+    assert thread[-1] == "[planner] Ten were added."
+    assert published == ["Ten were added.\n\n🔧 counter.add ✓ ×10 · counter.add ✗ ×40"]  # a short line

@@ -1,12 +1,17 @@
 """An engine in a process of its own, for tests of several processes on one database:
 
     python -m tests.fakes.engine_process TARGET NAME --posts 3 [--delay 0.4] [--hang-from 2]
+        [--base-url URL --mcp-config FILE]
 
 Opens the store at TARGET, runs an engine over the group `console:main` (scope `console:main`,
 a scripted model whose planner takes `--delay` seconds a call and answers "planner answers
 NAME#k"; from its `--hang-from`th call on it never answers: the process is busy until killed),
 posts `--posts` messages "@planner question NAME-i" a little apart, then waits until
 every row of the group is delivered and confirmed, and exits 0. Leases are kept every 0.1 s.
+
+With `--base-url`, the model is the real openai client against that server instead (a test's
+FakeOpenAI), and `--mcp-config` names the MCP servers' file whose tools the agents may be granted
+(started with the engine, as `roundtable run` does).
 """
 from __future__ import annotations
 
@@ -41,13 +46,26 @@ class SlowLLM(ScriptedLLM):
         return await super().complete(messages, **kwargs)
 
 
-async def main(target: str, name: str, posts: int, delay: float, hang_from: int = 0) -> int:
+async def main(target: str, name: str, posts: int, delay: float, hang_from: int = 0, base_url: str | None = None,
+               mcp_config: str | None = None) -> int:
+    from bot.adapters.mcp_tools import McpServers
+    from bot.adapters.openai_llm import OpenAILLM
+    from bot.core.features.tools import ToolRegistry
+
     calls = itertools.count(1)
-    llm = SlowLLM(default_agent_reply=lambda agent, n: f"{agent} answers {name}#{next(calls)}")
-    llm.delay, llm.hang_from = delay, hang_from
+    counter = make_token_counter()
+    llm: Any
+    if base_url is not None:
+        llm = OpenAILLM(api_key="sk-test", base_url=base_url, default_model="fake-model", timeout=30, max_retries=0,
+                        counter=counter)
+    else:
+        llm = SlowLLM(default_agent_reply=lambda agent, n: f"{agent} answers {name}#{next(calls)}")
+        llm.delay, llm.hang_from = delay, hang_from
+    servers = McpServers.from_environment({"ROUNDTABLE_MCP_CONFIG": mcp_config or ""})
+    await servers.start()
     store = await open_store(target)
-    engine = Engine(store, llm, RecordingSurface(), make_token_counter(), scope="console:main",
-                    retry=RetryPolicy(first=0.02, factor=2.0, cap=0.2))
+    engine = Engine(store, llm, RecordingSurface(), counter, scope="console:main",
+                    retry=RetryPolicy(first=0.02, factor=2.0, cap=0.2), tools=ToolRegistry(servers.servers))
     engine.ownership.tick = 0.1
     store.owner_label = f"engine {name}"
     try:
@@ -72,6 +90,9 @@ async def main(target: str, name: str, posts: int, delay: float, hang_from: int 
     finally:
         await engine.close()
         await store.close()
+        await servers.close()
+        if base_url is not None:
+            await llm.aclose()
 
 
 if __name__ == "__main__":
@@ -81,5 +102,8 @@ if __name__ == "__main__":
     parser.add_argument("--posts", type=int, default=3)
     parser.add_argument("--delay", type=float, default=0.0)
     parser.add_argument("--hang-from", type=int, default=0)
+    parser.add_argument("--base-url")
+    parser.add_argument("--mcp-config")
     args = parser.parse_args()
-    sys.exit(asyncio.run(main(args.target, args.name, args.posts, args.delay, args.hang_from)))
+    sys.exit(asyncio.run(main(args.target, args.name, args.posts, args.delay, args.hang_from, args.base_url,
+                              args.mcp_config)))

@@ -7,7 +7,8 @@ Two ways to look, worded alike:
   token only, no gateway connection. The bot's permissions in a channel are computed
   by discord.py from the server's roles, the bot's member and the channel's
   overwrites, fetched for the purpose.
-- `channel_checks(bot, group)` (`/roundtable doctor` in the running bot): the
+- `channel_checks(bot, group)` (`/roundtable doctor` in the running bot, beside the core's checks:
+  the database, the model endpoints, the MCP servers as the bot holds them): the
   gateway's cache.
 
 Every Discord or network failure becomes a failed check here; nothing raises.

@@ -10,7 +10,10 @@ feature that is on (memory) is offered without a grant.
 
 The loop (`ToolLoop.run`): at most `max_steps` model calls offer the tools; an answer with tool
 calls gets each call run and its result sent back, until an answer without calls is the reply
-(after `max_steps`, one last call without tools asks for it). Each call is journaled before it runs
+(after `max_steps`, one last call without tools asks for it). An answer runs at most
+`MAX_CALLS_PER_ANSWER` of its calls (the first ones); each call past them is journaled with an
+error result saying so (`too_many`) and never runs, so a model that asks for 50 calls at once
+cannot run 50 tools unchecked. Each call is journaled before it runs
 and its result when it returns (`bot.core.ports.ToolStore`), so a run cut by a crash or a restart
 resumes from its journal: a result recorded is reused, never run again; a call that was running is
 run again only when its tool is read-only or idempotent, else the model is told its outcome is
@@ -60,6 +63,7 @@ log = logging.getLogger(__name__)
 
 MAX_TOOL_STEPS = 8  # model calls of a run that offer tools (then one last call without them)
 TOOL_RESULT_MAX = 20_000  # characters of a tool's result sent to the model
+MAX_CALLS_PER_ANSWER = 10  # calls of one model answer that run; the rest get an error result
 FINAL_ASK = "You have used all your tool steps. Answer now, without tools, with what you have."
 UNKNOWN = ("error: this call was cut by a restart before its result came back; its outcome is unknown and it "
            "was not repeated. Check before you call it again.")
@@ -119,6 +123,12 @@ def denied(name: str, approval: Approval) -> str:
     if not approval.by:
         return f"error: denied: {approval.why}; this call of {name} did not run."
     return f"error: denied by {approval.by}: this call of {name} did not run."
+
+
+def too_many(limit: int = MAX_CALLS_PER_ANSWER) -> str:
+    """The result the model reads for a call past the first `limit` of one answer (it did not run)."""
+    return (f"error: too many calls in one answer; only the first {limit} ran and this one did not. "
+            "Call it again in your next answer if you still need it.")
 
 
 def approved(text: str, approval: Approval) -> str:
@@ -260,12 +270,12 @@ class ToolLoop:
                  result_max: int = TOOL_RESULT_MAX, final_call: bool = True,
                  on_text: Callable[[str], None] | None = None, on_step: Callable[[], None] | None = None,
                  notify: Notify | None = None, on_call: OnCall | None = None, approve: Approve | None = None,
-                 resume: bool = True) -> None:
+                 resume: bool = True, max_calls: int = MAX_CALLS_PER_ANSWER) -> None:
         self.llm, self.store, self.box, self.agent, self.context = llm, store, box, agent, context
         self.resume = resume  # take over an interrupted run's journal (group runs; not a direct run)
         self.cache_key, self.max_steps, self.result_max = cache_key, max_steps, result_max
         self.final_call, self.on_text, self.on_step, self.notify = final_call, on_text, on_step, notify
-        self.on_call = on_call
+        self.on_call, self.max_calls = on_call, max_calls
         self.approve = approve  # None: nobody can be asked, so held calls are denied
 
     async def run(self, messages: Sequence[ChatMessage]) -> LoopResult:
@@ -317,10 +327,18 @@ class ToolLoop:
                                                 result.steps, text, calls)
         result.steps += 1
         result.conversation.append(ChatMessage("assistant", text, tool_calls=calls))
+        if len(entries) > self.max_calls:
+            log.warning("agent=%s run=%s asked for %d tool calls in one answer; only the first %d run",
+                        self.agent.name, self.context.run_id, len(entries), self.max_calls)
         for entry in entries:
             await self._run_entry(result, entry)
 
     async def _run_entry(self, result: LoopResult, entry: JournaledCall) -> None:
+        if entry.position >= self.max_calls:  # (by position, so a resumed answer keeps the same cap)
+            text = too_many(self.max_calls)
+            await self.store.journal_result(entry.id, text)
+            self._answered(result, entry, text, True)
+            return
         decision = await self._decision(entry)
         if decision is not None and not decision.approved:
             text = denied(self.box.entries[entry.tool][2], decision)

@@ -68,9 +68,24 @@ def call_line(name: str, arguments: str, *, done: bool = False, error: bool = Fa
     return f"{head} ✗ {reason(result)}" if error else f"{head} ✓ {seconds:.1f} s"
 
 
+COMPACT_MARKS = 10  # marks on a compact line; the rest are counted
+
+
 def compact_line(calls: Iterable[tuple[str, bool]]) -> str:
-    """`🔧 counter.add ✓ · fetch_url ✗` for (name, error) pairs; '' for none."""
-    marks = [f"{shown_name(name)} {'✗' if error else '✓'}" for name, error in calls]
+    """`🔧 counter.add ✓ · fetch_url ✗` for (name, error) pairs; '' for none. Calls in a row of one
+    tool with one outcome are one mark (`counter.add ✓ ×10`), and past `COMPACT_MARKS` marks the
+    rest are counted (`+ 12 more`), so a run of many calls keeps a short line."""
+    runs: list[tuple[str, bool, int]] = []  # (name, error, calls in a row)
+    for name, error in calls:
+        if runs and runs[-1][:2] == (name, error):
+            runs[-1] = (name, error, runs[-1][2] + 1)
+        else:
+            runs.append((name, error, 1))
+    marks = [f"{shown_name(name)} {'✗' if error else '✓'}" + (f" ×{count}" if count > 1 else "")
+             for name, error, count in runs[:COMPACT_MARKS]]
+    rest = sum(count for _, _, count in runs[COMPACT_MARKS:])
+    if rest:
+        marks.append(f"+ {rest} more")
     return f"{ICON} " + " · ".join(marks) if marks else ""
 
 

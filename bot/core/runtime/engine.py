@@ -68,7 +68,7 @@ class Engine:
         scope: str = "", retry: RetryPolicy | None = None, lease_ttl: float = LEASE_TTL,
         prices: Mapping[str, Price] | None = None, shards: Shards | None = None,
         clock: Callable[[], float] = time.time, schedule_tick: float = TICK, summary_model: str | None = None,
-        endpoint_checks: Probe | None = None, tools: ToolRegistry | None = None,
+        endpoint_checks: Probe | None = None, tools: ToolRegistry | None = None, tool_checks: Probe | None = None,
     ) -> None:
         """`scope`: the groups this process may run: a group key, or a key prefix ending
         in ':' ("discord:"); "" means every group in the store. `prices`: per model, for
@@ -77,7 +77,8 @@ class Engine:
         `clock` and `schedule_tick`: when schedules are due, and how often they are looked at.
         `summary_model`: the model that writes rolling summaries (default: the group's selector model).
         `endpoint_checks`: /roundtable doctor's check of the model endpoints. `tools`: the tool
-        sources agents may be granted (MCP servers; memory_write is added)."""
+        sources agents may be granted (MCP servers; memory_write is added); `tool_checks`:
+        /roundtable doctor's lines of the MCP servers."""
         self.store = store
         self.prices: Mapping[str, Price] = DEFAULT_PRICES if prices is None else prices
         self.llm = llm
@@ -109,6 +110,7 @@ class Engine:
         self._told_no_images: set[str | None] = set()  # models whose images were named only, logged once
         self._told_unused: set[tuple[int, int, int]] = set()  # (group, seq, file) a person was told agents lack
         self.endpoint_checks = endpoint_checks
+        self.tool_checks = tool_checks
         self.surface_connected = asyncio.Event()  # backlogs are routed once people can be answered
         self._backlog_turn = asyncio.Lock()  # one group's backlog chunk at a time (FIFO: groups take turns)
         self.tools = tools or ToolRegistry()  # bot.core.features.tools

@@ -162,7 +162,7 @@ class Admin:
 
     async def doctor(self, group: Group | None) -> list[Check]:
         """/roundtable doctor's checks that any surface can make: the database (and an outage of its
-        writes), the group's delivery problem, the model endpoints."""
+        writes), the group's delivery problem, the model endpoints, the MCP servers."""
         try:
             checks = database_checks(await self.store.database_report())
         except StoreError as exc:
@@ -177,6 +177,8 @@ class Admin:
             checks.append(delivery_check(await self.store.get_group(group.id)))
         if self.engine.endpoint_checks is not None:
             checks.extend(await self.engine.endpoint_checks())
+        if self.engine.tool_checks is not None:
+            checks.extend(await self.engine.tool_checks())
         return checks
 
     async def pause(self, group: Group) -> str:

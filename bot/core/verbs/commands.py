@@ -521,7 +521,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(("roundtable", "usage"), "Calls, tokens and cost per agent and selector",
             lambda inv: inv.admin.usage(inv.group, int(inv.text("days") or 7)),
             (Option("days", "how many days back (default 7)", "integer", low=1, high=365),)),
-    Command(("roundtable", "doctor"), "Check the set-up: webhook, permissions, database, model endpoints",
+    Command(("roundtable", "doctor"), "Check the set-up: webhook, permissions, database, model endpoints, MCP servers",
             _doctor, who="operators", needs_group=False, slow=True),
     Command(("roundtable", "export"), "The thread as a file: html (to read), json (data) or md (to paste)",
             lambda inv: inv.admin.export(inv.group, inv.text("format") or "html"),
