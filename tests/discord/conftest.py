@@ -20,7 +20,7 @@ from bot.core.runtime.outbox import RetryPolicy
 from storage.store import SqliteStore, SqlStore
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript
-from tests.support import bound
+from tests.support import WAIT, bound
 
 FAST_RETRY = RetryPolicy(first=0.05, factor=2.0, cap=0.4)  # the default waits seconds: too slow for tests
 
@@ -55,8 +55,8 @@ class BotHarness:
             self.store = await SqliteStore.open(self.db, busy_timeout_ms=busy_timeout_ms, **self.store_options)
         counter = make_token_counter()
         self._llm = self.make_llm(counter) if self.make_llm else OpenAILLM(
-            api_key="sk-test", base_url=self.llm_server.base_url, default_model="fake-model", timeout=10,
-            max_retries=1, counter=counter)
+            api_key="sk-test", base_url=self.llm_server.base_url, default_model="fake-model",
+            timeout=WAIT, max_retries=1, counter=counter)  # a loaded machine once stalled the loop 41 s
         self.surface = DiscordSurface(self.store)
         self.engine = Engine(self.store, self._llm, self.surface, counter, scope="discord:", retry=self.retry,
                              **self.engine_options)
