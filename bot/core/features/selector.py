@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.core.errors import LLMError
-from bot.core.features.context import group_header, load_thread, plain_files, window_of
+from bot.core.features.context import MIN_CACHED_PROMPT, group_header, load_thread, plain_files, window_of
 from bot.core.features.summary import Summaries
 from bot.core.features.tasks import TaskChains, TaskStore
 from bot.core.models import Agent, ChatMessage, Decision, Group, Message, Usage
@@ -173,7 +173,9 @@ async def selector_decision(
 
     Under `prompt_layout: shared` the selector reads the group's window, the one
     every agent reads, after the same header (brief, roster, tasks), with its
-    instructions last. Under `seed` it reads its own window (`selector_budget`) of
+    instructions last; while the thread is too short for a provider to cache any of
+    it (under MIN_CACHED_PROMPT tokens), its own smaller window (`selector_budget`)
+    costs less and it reads that, in the same layout. Under `seed` it reads its own window (`selector_budget`) of
     the thread through `message`: the episode's tasks (`tasks`: with the earlier
     requests a follow-up continues) shown first when their place was cut, then the
     rolling summary of the cut rows (`summaries`), then the newest rows. It is
@@ -183,6 +185,8 @@ async def selector_decision(
     chain = await (tasks or TaskChains(store)).of(group.id, message.episode_id)
     shared = group.settings.prompt_layout == "shared"
     budget, step = window_of(group.settings, selector=True)
+    if shared and await store.thread_tokens(group.id, through=message.seq) < MIN_CACHED_PROMPT:
+        budget, step = group.settings.selector_budget, None  # too short to be cached: its own window costs less
     trimmed = await load_thread(store, group.id, through=message.seq, budget=budget, step=step,
                                 task_seq=chain.current.seq if chain.current else None, tasks=chain.all,
                                 task_apart=shared and chain.current is not None,
