@@ -60,7 +60,7 @@ async def test_a_long_run_is_episodes_opened_by_the_task_then_follow_ups(monkeyp
     assert rt.callers() == ["selector", "planner", "budget", "local", "summary"]
     for caller in rt.callers():  # the shared layout: every caller opens with the header and the window
         uncached, shared = rt.by_caller(caller)
-        assert 0 < uncached and shared > 200, caller
+        assert uncached > 0 and shared > 200, caller
     assert rt.cache_keys == 1
     if autogen_available():
         monkeypatch.setattr("bench.tokyo.TUNED_AGENT_TOKENS", 700)
