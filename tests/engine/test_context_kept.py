@@ -66,13 +66,13 @@ def calls(server: FakeOpenAI, what: str) -> list[str]:
 
 
 @contextlib.asynccontextmanager
-async def two_episodes(replies: GroupChatScript, harness: Any, turns: int = 6,
-                       layout: str = "seed") -> AsyncIterator[FakeOpenAI]:
+async def two_episodes(replies: GroupChatScript, harness: Any, turns: int = 6, layout: str = "seed",
+                       **settings: Any) -> AsyncIterator[FakeOpenAI]:
     """The task, `turns` agent turns (the cap), the follow-up, as many more; the store is open meanwhile."""
     async with FakeOpenAI(replies) as server:
         llm = OpenAILLM(api_key="k", base_url=server.base_url, default_model="m", max_retries=0)
         try:
-            async with harness.running(llm, **(SMALL | {"max_agent_turns": turns, "prompt_layout": layout})):
+            async with harness.running(llm, **(SMALL | {"max_agent_turns": turns, "prompt_layout": layout} | settings)):
                 await harness.say(TASK)
                 await harness.idle(30)
                 await harness.say(FOLLOW_UP)
@@ -160,7 +160,9 @@ async def test_under_the_shared_layout_every_caller_sends_the_same_bytes_first_w
     """Issue 31: the selector, each agent and the summary writer open with the same header and thread
     window, each caller's own part last; a call extends the one before it (whoever made it) until the
     window moves, and it moves for the whole group at once; one prompt_cache_key for the group."""
-    async with two_episodes(script(), harness, turns=10, layout="shared") as server:
+    # (the selector's own window, read while the thread is too short to be cached, is as large as the group's)
+    async with two_episodes(script(), harness, turns=10, layout="shared", context_budget=2000,
+                            selector_budget=2000) as server:
         requests = [r for r in server.requests if "messages" in r]
         assert {caller(r) for r in requests} == {"selector", "planner", "budget", "local", "summary"}
         assert {r.get("prompt_cache_key") for r in requests} == {f"roundtable-{harness.group.id}"}
