@@ -308,3 +308,25 @@ async def test_each_participant_call_extends_the_same_agents_previous_one(harnes
             assert len(current) == 3
             assert len(previous) == 2 or current[2].startswith(previous[2]), name
         assert all("\n".join(c).count("Plan the offsite for twelve people") == 1 for c in seen)
+
+
+async def test_the_selector_reads_its_own_window_until_the_thread_can_be_cached_then_the_groups(harness):
+    """Shared layout: while the whole thread is under the providers' 1,024-token cache minimum the selector reads
+    its own `selector_budget` window (cheaper: nothing is cached yet); past it, the group's window, the agents'."""
+    def reply(name: str, n: int) -> str:
+        return f"{name} point {n}: " + " ".join(f"w{n}x{i}" for i in range(60))
+
+    llm = ScriptedLLM(selector=["planner", "budget", "local"] * 4, default_agent_reply=reply)
+    async with harness.running(llm, max_agent_turns=12, selector_budget=300):
+        await harness.say("Plan the offsite for twelve people")
+        await harness.idle()
+
+    def window(messages: list) -> str:
+        return messages[1].content.split("<conversation>\n")[1].split("\n</conversation>")[0]
+
+    history = [(kind, window(messages)) for kind, _, messages in llm.history if kind in ("selector", "participant")]
+    pairs = [(history[i][1], history[i + 1][1]) for i in range(len(history) - 1) if history[i][0] == "selector"]
+    assert len(pairs) == 12
+    early, late = pairs[2], pairs[-1]  # (the selector's window, then the chosen agent's)
+    assert "earlier messages omitted" in early[0] and early[1].startswith("[alice] (posted the task above)")
+    assert late[0] == late[1]  # one window for the group
