@@ -25,7 +25,8 @@ puts ahead of the messages) and billed by the provider rule (`PromptCache`):
 `usage` carries prompt_tokens, completion_tokens and
 prompt_tokens_details.cached_tokens. For each participant call the server also
 records how much of the same agent's previous participant prompt this one keeps
-as its prefix (`CallRecord.prefix_kept`).
+as its prefix (`CallRecord.prefix_kept`), and for every call how many leading tokens it shares with
+the latest prompt of another caller (`CallRecord.shared_prefix`: the selector, each agent, the summary).
 
 The responder (its reply's text, or a `Reply` that may carry tool calls) and the classifier come
 from the scenario; nothing here knows
@@ -205,6 +206,7 @@ class CallRecord:
     cached_tokens: int
     completion_tokens: int = 0
     prefix_kept: float | None = None  # share of this agent's previous participant prompt kept as prefix
+    shared_prefix: int = 0  # leading tokens shared with the latest prompt of another caller (0 for the first)
     cache_key: str | None = None  # the request's prompt_cache_key, when sent
     max_tokens: int | None = None
     reply: str = ""
@@ -213,6 +215,11 @@ class CallRecord:
     @property
     def uncached_tokens(self) -> int:
         return self.prompt_tokens - self.cached_tokens
+
+    @property
+    def caller(self) -> str:
+        """Who made the call: 'selector', 'summary', an agent's name, or 'other'."""
+        return self.agent if self.kind == "participant" and self.agent else self.kind
 
 
 def _other(_texts: Sequence[str]) -> Classification:
@@ -239,6 +246,7 @@ class CacheServer(FakeOpenAI):
         self.cache = PromptCache()
         self.records: list[CallRecord] = []
         self._last_prompt: dict[str, array[int]] = {}
+        self._last_of_caller: dict[str, array[int]] = {}  # each caller's latest prompt (for `shared_prefix`)
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -261,11 +269,15 @@ class CacheServer(FakeOpenAI):
             if previous is not None and len(previous):
                 kept = common_prefix(previous, ids) / len(previous)
             self._last_prompt[agent] = ids
+        caller = agent if kind == "participant" and agent else kind
+        shared = max((common_prefix(other, ids) for who, other in self._last_of_caller.items() if who != caller),
+                     default=0)
+        self._last_of_caller[caller] = ids
         limit = body.get("max_completion_tokens", body.get("max_tokens"))
         key = body.get("prompt_cache_key")
         record = CallRecord(
             index=len(self.records), kind=kind, agent=agent, model=model, messages=len(messages),
-            prompt_tokens=len(ids), cached_tokens=cached, prefix_kept=kept,
+            prompt_tokens=len(ids), cached_tokens=cached, prefix_kept=kept, shared_prefix=shared,
             cache_key=str(key) if key is not None else None,
             max_tokens=int(limit) if isinstance(limit, int) else None, at=time.monotonic(),
         )

@@ -1,4 +1,4 @@
-"""The one table of figures; and, for docs/benchmarks.md only, issue 22's targets read off it
+"""The one table of figures; and, for docs/benchmarks.md only, issues 22's and 31's targets read off it
 ("met" / "not met": `python -m bench --targets`; the engine's two from issue 9).
 
 Every total counts every call the server billed: selector, participant and
@@ -13,7 +13,7 @@ from bench.engine_figures import SQLITE, MidRun, SizeFigures
 from bench.scenario import TASK, episodes
 from bench.streaming import StreamingFigures
 from bench.streaming import render as render_streaming
-from bench.tokyo import AUTOGEN, AUTOGEN_TUNED, LAST_TURNS, ROUNDTABLE, Comparison, RunReport
+from bench.tokyo import AUTOGEN, AUTOGEN_TUNED, CACHED_PRICE, LAST_TURNS, ROUNDTABLE, Comparison, RunReport
 from bench.tool_figures import ToolFigures
 from bench.tool_figures import render as render_tools
 
@@ -28,6 +28,19 @@ RATIO_TARGETS: tuple[tuple[int, str, float, float], ...] = (
     (TARGET_TURNS_1, AUTOGEN_TUNED, 0.65, 0.6),
     (TARGET_TURNS_2, AUTOGEN_TUNED, 0.6, 0.4),
 )
+# Issue 31: (turns, against, figure, at most), as fractions of the AutoGen run's same figure.
+ISSUE31_TARGETS: tuple[tuple[int, str, str, float], ...] = (
+    (TARGET_TURNS_2, AUTOGEN, "uncached", 0.5),
+    (TARGET_TURNS_2, AUTOGEN, "total", 0.08),
+    (TARGET_TURNS_1, AUTOGEN, "uncached", 0.7),
+    (TARGET_TURNS_1, AUTOGEN, "total", 0.45),
+    (TARGET_TURNS_2, AUTOGEN, "effective", 0.25),
+    (TARGET_TURNS_1, AUTOGEN, "effective", 0.6),
+    (TARGET_TURNS_2, AUTOGEN_TUNED, "uncached", 0.25),
+)
+_FIGURES: dict[str, Callable[[RunReport], float]] = {
+    "total": lambda r: r.prompt, "uncached": lambda r: r.uncached, "effective": lambda r: r.effective,
+}
 # "the same at 1k and 50k": p50 at the largest size within 1.5x + 1 ms of the smallest size's;
 # "first message no slower than the tenth": first <= 1.25 x tenth + 1 ms (medians of fresh starts).
 FLAT_FACTOR, FLAT_SLACK_MS = 1.5, 1.0
@@ -111,6 +124,7 @@ def _run_rows(c: Comparison) -> list[tuple[str, ...]]:
             lambda r: r.cached),
         row("  cached share: selector / participant calls", shares),
         row("  uncached prompt tokens (every call)", lambda r: _n(r.uncached), lambda r: r.uncached),
+        row(f"  effective: uncached + {CACHED_PRICE:g} x cached", lambda r: _n(r.effective), lambda r: r.effective),
         row("  summary calls: prompt / uncached tokens", summary_tokens),
         row("  completion tokens", lambda r: _n(r.completion)),
         row(f"  prompt tokens/turn, last {LAST_TURNS}, vs thread", per_turn),
@@ -120,6 +134,15 @@ def _run_rows(c: Comparison) -> list[tuple[str, ...]]:
     ]
     if c.roundtable.episodes > 1:
         rows.append(row("  last prompt holds the task and follow-up", _tasks_kept))
+    callers = list(dict.fromkeys(caller for r in reports for caller in r.callers()))
+    for who in callers:
+        def per_caller(r: RunReport, who: str = who) -> str:
+            if who not in r.callers():
+                return "-"
+            uncached, shared = r.by_caller(who)
+            return f"{_n(uncached)} / {_n(shared)}"
+
+        rows.append(row(f"  {who}: uncached / mean prefix shared with others", per_caller))
     for r in reports:
         if r.note and r.records:
             rows.append((f"  note ({r.framework})", r.note, "", "", "", ""))
@@ -202,6 +225,18 @@ def ratio_target(results: Results, turns: int, against: str, most_total: float, 
     return f"{label}: {verdicts}: {_verdict(total <= most_total and uncached <= most_uncached)}"
 
 
+def figure_target(results: Results, turns: int, against: str, figure: str, most: float) -> str:
+    """One of ISSUE31_TARGETS as a line: the ratio and the verdict."""
+    label = f"{turns} turns vs {against}: {figure} <= {most:g}x"
+    c = _comparison(results, turns)
+    other = None if c is None else (c.autogen if against == AUTOGEN else c.tuned)
+    if c is None or other is None or not (_ran(c.roundtable) and _ran(other)):
+        return f"{label}: not run: {_verdict(None)}"
+    value, base = _FIGURES[figure](c.roundtable), _FIGURES[figure](other)
+    ratio = value / base if base else math.inf
+    return f"{label}: {_n(value)} vs {_n(base)}, {ratio:.3f}x: {_verdict(ratio <= most)}"
+
+
 def targets(results: Results) -> list[str]:
     out = [f"{i}. {ratio_target(results, *t)}" for i, t in enumerate(RATIO_TARGETS, 1)]
 
@@ -250,6 +285,7 @@ def targets(results: Results) -> list[str]:
                    f"{_verdict(m.met)}")
     else:
         out.append(f"{len(out) + 1}. runs per agent mid-run: not measured")
+    out += [f"{len(out) + i}. {figure_target(results, *t)}" for i, t in enumerate(ISSUE31_TARGETS, 1)]
     return out
 
 
@@ -259,7 +295,7 @@ def render(results: Results, *, with_targets: bool = False) -> str:
     if results.autogen_line:
         parts += ["", results.autogen_line]
     if with_targets:
-        parts += ["", "Targets (issue 22; the engine's two from issue 9)"]
+        parts += ["", "Targets (1-6 issue 22, 7-8 the engine's from issue 9, 9-15 issue 31)"]
         parts += [f"  {line}" for line in targets(results)]
     if results.streaming is not None:
         parts += ["", *render_streaming(results.streaming, with_targets=with_targets)]

@@ -35,6 +35,7 @@ AUTOGEN_MISSING = "AutoGen: skipped (pip install -e '.[bench]' to compare)"
 ROUNDTABLE, AUTOGEN, AUTOGEN_TUNED = "Roundtable", "AutoGen", "AutoGen tuned"
 TUNED_AGENT_TOKENS = 6000  # each agent's TokenLimitedChatCompletionContext
 TUNED_SELECTOR_TOKENS = 1500  # the selector's
+CACHED_PRICE = 0.1  # a cached prompt token's price, as a share of an uncached one's (OpenAI's cached-input discount)
 
 
 @dataclass
@@ -84,6 +85,22 @@ class RunReport:
     @property
     def completion(self) -> int:
         return sum(r.completion_tokens for r in self.records)
+
+    @property
+    def effective(self) -> float:
+        """What the prompts cost in uncached-token terms: uncached + CACHED_PRICE x cached (OpenAI's discount)."""
+        return self.uncached + CACHED_PRICE * self.cached
+
+    def callers(self) -> list[str]:
+        """The selector, each agent (in the scenario's order), the summary writer: those that made calls."""
+        made = {r.caller for r in self.records}
+        return [c for c in ("selector", *(a.name for a in AGENTS), "summary", "other") if c in made]
+
+    def by_caller(self, caller: str) -> tuple[int, float]:
+        """(uncached tokens, mean leading tokens shared with another caller's latest prompt) of one caller."""
+        calls = [r for r in self.records if r.caller == caller]
+        return (sum(r.uncached_tokens for r in calls),
+                statistics.fmean(r.shared_prefix for r in calls) if calls else 0.0)
 
     @property
     def cached_share(self) -> float:

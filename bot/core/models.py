@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 Mode = Literal["selector", "round_robin", "tags"]
 MODES: tuple[str, ...] = ("selector", "round_robin", "tags")
+PROMPT_LAYOUTS: tuple[str, ...] = ("shared", "seed")  # SPEC §6: how a group's prompts are laid out
 AuthorType = Literal["user", "agent", "system"]
 EpisodeStatus = Literal["running", "terminated", "max_turns", "stopped", "stalled", "superseded", "quiet"]
 DecisionSource = Literal[
@@ -73,6 +74,7 @@ class GroupSettings:
     # end continues its work (its task stays in the prompts, SPEC §6); 0: never
     approval_timeout: int = DEFAULT_APPROVAL_TIMEOUT  # seconds a tool call held for approval waits (then denied)
     max_tool_steps: int = DEFAULT_MAX_TOOL_STEPS  # model calls of a run that offer granted tools
+    prompt_layout: str = "shared"  # 'shared': every caller's prompt opens with the same bytes; 'seed': seed 000's
 
     def with_changes(self, **changes: Any) -> GroupSettings:
         return replace(self, **changes)

@@ -134,6 +134,9 @@ async def test_usage_cached_tokens_and_records_through_the_openai_client() -> No
     assert (r0.kind, r0.agent, r0.prefix_kept, r0.cache_key) == ("participant", "planner", None, None)
     assert (r1.prefix_kept, r1.cache_key, r1.completion_tokens) == (1.0, "group-1", first.usage.completion_tokens)
     assert (r2.kind, r2.max_tokens, r2.cached_tokens) == ("selector", 20, 0)
+    assert (r0.caller, r2.caller) == ("planner", "selector")
+    assert r0.shared_prefix == r1.shared_prefix == 0  # only another caller's prompt counts
+    assert r2.shared_prefix < 3  # the selector's prompt opens otherwise (at most the role's framing)
 
 
 async def test_a_responder_error_is_a_500_and_named_in_the_run_note(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -145,7 +145,7 @@ class Notes:
         self.reserve, self.min_budget, self.fail = reserve, min_budget, fail
         self.asked: list[int] = []
 
-    async def through(self, seq: int) -> ContextSummary | None:
+    async def through(self, seq: int, upto: int = 0) -> ContextSummary | None:
         self.asked.append(seq)
         return None if self.fail else ContextSummary(seq, 0, f"notes through #{seq}", 20)
 
@@ -195,3 +195,32 @@ async def test_every_task_of_the_chain_is_pulled_up_in_order_or_referred_to_in_p
     apart = await load_thread(store, 1, through=35, budget=1000, task_seq=30, tasks=tasks, task_apart=True)
     assert apart.pulled_up == () and apart.references == frozenset({1, 30})
     assert apart.render().count(TASK_REFERENCE) == 2 and "follow-up" not in apart.render()
+
+
+def test_the_shared_layout_moves_one_window_for_the_group_in_large_steps_never_under_the_cache_minimum():
+    from bot.core.features.context import MIN_CACHED_PROMPT, SHARED_FLOOR, shared_step, window_of
+    from bot.core.models import GroupSettings
+
+    shared = GroupSettings()
+    assert shared.prompt_layout == "shared"  # the default (SPEC §6)
+    assert window_of(shared, selector=True) == window_of(shared, selector=False) == (3000, 3000 - SHARED_FLOOR)
+    for budget in (1500, 3000, 6000, 20000):
+        step = shared_step(budget)
+        assert step >= budget // 2  # large steps
+        assert budget - step >= min(SHARED_FLOOR, budget - budget // 2)  # what a move keeps
+    assert SHARED_FLOOR > MIN_CACHED_PROMPT
+    seed = GroupSettings(prompt_layout="seed")
+    assert window_of(seed, selector=True) == (seed.selector_budget, None)
+    assert window_of(seed, selector=False) == (seed.context_budget, seed.context_budget * 3 // 4)
+
+
+def test_prompt_layout_is_a_setting_with_two_values():
+    from bot.core.errors import InvalidInput
+    from bot.core.verbs.admin import parse_config, settings_fields
+
+    assert parse_config({"prompt_layout": " Seed "}) == {"prompt_layout": "seed"}
+    with pytest.raises(InvalidInput, match="prompt_layout 'verbatim': choose one of shared, seed"):
+        parse_config({"prompt_layout": "verbatim"})
+    from bot.core.models import GroupSettings
+
+    assert ("prompt_layout", "shared") in [(f.name, f.value) for f in settings_fields(GroupSettings())]

@@ -11,6 +11,8 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
+
 from bot.adapters.openai_llm import OpenAILLM
 from bot.core.features.spending import tally, usage_card
 from bot.core.verbs.admin import Admin
@@ -64,12 +66,13 @@ def calls(server: FakeOpenAI, what: str) -> list[str]:
 
 
 @contextlib.asynccontextmanager
-async def two_episodes(replies: GroupChatScript, harness: Any, turns: int = 6) -> AsyncIterator[FakeOpenAI]:
+async def two_episodes(replies: GroupChatScript, harness: Any, turns: int = 6, layout: str = "seed",
+                       **settings: Any) -> AsyncIterator[FakeOpenAI]:
     """The task, `turns` agent turns (the cap), the follow-up, as many more; the store is open meanwhile."""
     async with FakeOpenAI(replies) as server:
         llm = OpenAILLM(api_key="k", base_url=server.base_url, default_model="m", max_retries=0)
         try:
-            async with harness.running(llm, **(SMALL | {"max_agent_turns": turns})):
+            async with harness.running(llm, **(SMALL | {"max_agent_turns": turns, "prompt_layout": layout} | settings)):
                 await harness.say(TASK)
                 await harness.idle(30)
                 await harness.say(FOLLOW_UP)
@@ -139,3 +142,64 @@ async def test_a_failing_summary_call_leaves_the_cut_rows_out_and_never_fails_a_
         assert failed and len(failed) == len(starts)  # tried once per window, not once per turn
         last = calls(server, "planner")[-1]
         assert "earlier messages omitted" in last and TASK in last and FOLLOW_UP in last
+
+
+def shared_part(request: RecordedRequest) -> str:
+    """What a shared-layout request sends before its caller's own part: the header and the thread window."""
+    system, user = (message_text(m) for m in request["messages"][:2])
+    return system + "\0" + user.split("\n</conversation>")[0]
+
+
+def caller(request: RecordedRequest) -> str:
+    text = prompt(request)
+    return ("selector" if "Choose who speaks next." in text else "summary" if SUMMARY_OPENING in text
+            else next((n for n in ("planner", "budget", "local") if f"You are {n}, the " in text), "other"))
+
+
+async def test_under_the_shared_layout_every_caller_sends_the_same_bytes_first_with_one_cache_key(harness):
+    """Issue 31: the selector, each agent and the summary writer open with the same header and thread
+    window, each caller's own part last; a call extends the one before it (whoever made it) until the
+    window moves, and it moves for the whole group at once; one prompt_cache_key for the group."""
+    # (the selector's own window, read while the thread is too short to be cached, is as large as the group's)
+    async with two_episodes(script(), harness, turns=10, layout="shared", context_budget=2000,
+                            selector_budget=2000) as server:
+        requests = [r for r in server.requests if "messages" in r]
+        assert {caller(r) for r in requests} == {"selector", "planner", "budget", "local", "summary"}
+        assert {r.get("prompt_cache_key") for r in requests} == {f"roundtable-{harness.group.id}"}
+        for r in requests:
+            assert [m["role"] for m in r["messages"][:2]] == ["system", "user"], caller(r)
+            assert re.match(r"<task>.*</task>\n\n<conversation>\n", message_text(r["messages"][1]), re.DOTALL)
+        extended = moved = 0
+        for previous, current in itertools.pairwise(requests):
+            before, now = shared_part(previous), shared_part(current)
+            first = [p.split("<conversation>\n")[1].split("\n")[0] for p in (before, now)]
+            if now.startswith(before):
+                extended += 1
+            elif before.split("<conversation>")[0] == now.split("<conversation>")[0]:  # (a new episode: a new task)
+                moved += 1  # only where the window moved; a summary call reads the window the prompts read
+                assert first[0] != first[1] and caller(current) != "summary", (caller(current), now)
+        assert extended > 4 * moved
+        summaries = [i for i, r in enumerate(requests) if caller(r) == "summary"]
+        assert summaries
+        for i in summaries:  # the next call (the selector's) reads the moved window: after it, every caller does
+            starts = {shared_part(r).split("<conversation>\n")[1].split("\n")[0] for r in requests[i + 1:i + 4]}
+            assert len(starts) == 1 and starts != {shared_part(requests[i]).split("<conversation>\n")[1].split("\n")[0]}
+
+
+@pytest.mark.parametrize("layout", ["seed", "shared"])
+async def test_every_prompt_still_says_who_the_agent_is_its_role_the_others_and_the_eligible_names(harness, layout):
+    """The quality guard (issue 31): under either layout each agent's last prompt names it, its role and the
+    others, the selector's lists the names it may pick, and every caller's last prompt holds the task and the
+    follow-up."""
+    async with two_episodes(script(), harness, turns=10, layout=layout) as server:
+        roles = {a.name: a.role for a in await harness.store.list_agents(harness.group.id)}
+        for name, role in roles.items():
+            last = calls(server, name)[-1]
+            assert f"You are {name}, the {role} in a group chat" in last, (layout, name)
+            others = re.search(r"The other participants are: ([^\n]*)\.", last)
+            assert others is not None and set(roles) - {name} <= set(others.group(1).split(", ")), (layout, name)
+            assert TASK in last and FOLLOW_UP in last, (layout, name)
+        offers = [re.search(r"pick the one participant from ([^\n]*)", p) for p in calls(server, "selector")]
+        assert all(o is not None and set(o.group(1).split(", ")) <= set(roles) for o in offers), layout
+        assert [o.group(1) for o in offers[1:4] if o] == ["budget, local", "planner, local", "planner, budget"]
+        assert TASK in calls(server, "selector")[-1] and FOLLOW_UP in calls(server, "selector")[-1]

@@ -23,12 +23,13 @@ TASK = f"Plan a 3-day Tokyo trip for under $1,500 ({SECRET})"
 LEAKY_NOTES = f"Notes: alice said {SECRET}; the plan is at 1,450 dollars."
 
 
-async def test_a_summary_written_from_a_deleted_row_is_written_again_without_it(harness) -> None:
+@pytest.mark.parametrize("layout", ["seed", "shared"])
+async def test_a_summary_written_from_a_deleted_row_is_written_again_without_it(harness, layout) -> None:
     replies = script(summary=[LEAKY_NOTES] * 200)
     async with FakeOpenAI(replies) as server:
         llm = OpenAILLM(api_key="k", base_url=server.base_url, default_model="m", max_retries=0)
         try:
-            async with harness.running(llm, **(SMALL | {"max_agent_turns": 10})):
+            async with harness.running(llm, **(SMALL | {"max_agent_turns": 10, "prompt_layout": layout})):
                 await harness.say(TASK)
                 await harness.idle(60)
                 await harness.say("keep going: refine the plan")
@@ -50,7 +51,8 @@ async def test_a_summary_written_from_a_deleted_row_is_written_again_without_it(
                 assert not leaked, leaked[0][:400]
                 rewritten = calls(server, "summary")[summaries_before:]
                 assert rewritten, "no summary was written again"
-                assert "<notes>\n(none yet" in rewritten[0]  # every summary that read row 1 was set aside
+                # every summary that read row 1 was set aside: the first one written again starts afresh
+                assert ("<notes>\n(none yet" if layout == "seed" else "There are no notes yet.") in rewritten[0]
                 assert "[alice] (deleted)" in rewritten[0]
                 stored = await harness.fetch("SELECT through_seq, text FROM context_summaries ORDER BY through_seq")
                 assert not [row for row in stored if "SWORDFISH" in row[1]]

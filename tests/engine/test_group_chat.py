@@ -10,14 +10,15 @@ from bot.core.errors import LLMTimeout
 from tests.fakes.scripted_llm import ScriptedLLM
 
 
-async def test_seed_selector_order_and_thread_of_four(harness):
-    """Seed 000's test: selector says planner, budget, planner, TERMINATE."""
+@pytest.mark.parametrize("layout", ["seed", "shared"])
+async def test_seed_selector_order_and_thread_of_four(harness, layout):
+    """Seed 000's test: selector says planner, budget, planner, TERMINATE (seed 000's prompts, and shared)."""
     llm = ScriptedLLM(
         selector=["planner", "budget", "planner", "TERMINATE"],
         agents={"planner": ["Day 1 Asakusa, day 2 Shibuya, day 3 Nikko.", "Swapped the hotel; now $1,450."],
                 "budget": ["That plan is over by $200."]},
     )
-    async with harness.running(llm):
+    async with harness.running(llm, prompt_layout=layout):
         await harness.say("Plan a 3-day Tokyo trip for under $1,500")
         await harness.idle()
         assert llm.participant_order == ["planner", "budget", "planner"]
@@ -31,7 +32,7 @@ async def test_seed_selector_order_and_thread_of_four(harness):
         assert result.answer is not None and result.answer.text == "Swapped the hotel; now $1,450."
         assert result.agent_turns == 3 and len(result.thread) == 4
         # every participant call carried the whole thread so far, tagged with speakers
-        last_prompt = "\n".join(m.content for m in llm.history[-2][2][1:])  # the prompt and the rows after it
+        last_prompt = "\n".join(m.content for m in llm.history[-2][2])
         assert "[budget] That plan is over by $200." in last_prompt
         assert "<task>Plan a 3-day Tokyo trip for under $1,500</task>" in last_prompt
 
@@ -110,7 +111,7 @@ async def test_coalescing_five_messages_during_a_run_make_one_more_run(harness):
         llm.gate.set()
         await harness.idle()
         assert llm.participant_order == ["planner", "planner"]
-        second_prompt = "\n".join(m.content for m in llm.history[-1][2][1:])
+        second_prompt = "\n".join(m.content for m in llm.history[-1][2])  # (the tasks: in <task>, either layout)
         for i in range(1, 5):
             assert f"[alice] @planner follow-up {i}" in second_prompt
         # the newest is the run's task, after the earlier requests still open (the first and the newest
@@ -287,13 +288,13 @@ async def test_parroting_agents_stop_as_stalled(harness):
 
 
 async def test_each_participant_call_extends_the_same_agents_previous_one(harness):
-    """Within an episode (and while the window stays put) an agent's messages only grow at the end,
-    so a provider's prompt cache keeps all of the previous call; the task is sent once, in <task>."""
+    """Seed layout: within an episode (and while the window stays put) an agent's messages only grow at
+    the end, so a provider's prompt cache keeps all of the previous call; the task is sent once, in <task>."""
     def reply(name: str, n: int) -> str:
         return f"{name} point {n}: " + " ".join(f"w{n}x{i}" for i in range(30))
 
     llm = ScriptedLLM(default_agent_reply=reply)
-    async with harness.running(llm, mode="round_robin", max_agent_turns=8):
+    async with harness.running(llm, mode="round_robin", max_agent_turns=8, prompt_layout="seed"):
         await harness.say("Plan the offsite for twelve people")
         await harness.idle()
     calls: dict[str, list[list[str]]] = {}
@@ -307,3 +308,25 @@ async def test_each_participant_call_extends_the_same_agents_previous_one(harnes
             assert len(current) == 3
             assert len(previous) == 2 or current[2].startswith(previous[2]), name
         assert all("\n".join(c).count("Plan the offsite for twelve people") == 1 for c in seen)
+
+
+async def test_the_selector_reads_its_own_window_until_the_thread_can_be_cached_then_the_groups(harness):
+    """Shared layout: while the whole thread is under the providers' 1,024-token cache minimum the selector reads
+    its own `selector_budget` window (cheaper: nothing is cached yet); past it, the group's window, the agents'."""
+    def reply(name: str, n: int) -> str:
+        return f"{name} point {n}: " + " ".join(f"w{n}x{i}" for i in range(60))
+
+    llm = ScriptedLLM(selector=["planner", "budget", "local"] * 4, default_agent_reply=reply)
+    async with harness.running(llm, max_agent_turns=12, selector_budget=300):
+        await harness.say("Plan the offsite for twelve people")
+        await harness.idle()
+
+    def window(messages: list) -> str:
+        return messages[1].content.split("<conversation>\n")[1].split("\n</conversation>")[0]
+
+    history = [(kind, window(messages)) for kind, _, messages in llm.history if kind in ("selector", "participant")]
+    pairs = [(history[i][1], history[i + 1][1]) for i in range(len(history) - 1) if history[i][0] == "selector"]
+    assert len(pairs) == 12
+    early, late = pairs[2], pairs[-1]  # (the selector's window, then the chosen agent's)
+    assert "earlier messages omitted" in early[0] and early[1].startswith("[alice] (posted the task above)")
+    assert late[0] == late[1]  # one window for the group

@@ -102,11 +102,12 @@ async def test_an_empty_thread(tmp_path):
 
 
 async def test_an_agents_prompt_window_moves_by_three_quarters_of_its_budget(harness):
+    """Seed layout: each agent's own window."""
     from bot.core.features.context import MARKER_TOKENS, cut_point, participant_step
     from tests.fakes.scripted_llm import ScriptedLLM
 
     llm = ScriptedLLM(default_agent_reply=lambda name, n: f"{name} noted {n}")
-    async with harness.running(llm, mode="tags", context_budget=1000):
+    async with harness.running(llm, mode="tags", context_budget=1000, prompt_layout="seed"):
         for i in range(40):  # ~15 tokens a row: the thread passes 1,000 tokens
             await harness.say(f"@planner item {i}: " + "words " * 10)
             await harness.idle()

@@ -66,7 +66,12 @@ async def planner_notes(harness: Any) -> list[str]:
 
 
 def system_text(request: RecordedRequest) -> str:
-    return message_text(request["messages"][0])
+    """The agent's system prompt as sent: under the shared layout (the default), the start of its own part,
+    after the group's thread window; under the seed layout, the system message."""
+    texts = [message_text(m) for m in request["messages"]]
+    if len(texts) > 1 and "\n</conversation>\n\n" in texts[1] and "</roles>" in texts[0]:
+        return texts[1].split("\n</conversation>\n\n", 1)[1].split("\n\nYou are ", 1)[0]
+    return texts[0]
 
 
 async def test_writes_on_the_first_step(harness):
@@ -153,7 +158,8 @@ async def test_notes_appear_in_the_next_runs_system_prompt_and_clear_empties_the
         assert [r.memory_skipped for r in await runs_of(h)] == [False, False, False]
     calls = planner_calls(srv)
     second_run = system_text(calls[2])
-    assert second_run.startswith("You plan trips.\n\nAnswer in English.\n\n<memory>\n")  # after the brief
+    assert second_run.startswith("You plan trips.\n\n<memory>\n")  # its own part; the brief is the group's:
+    assert message_text(calls[2]["messages"][0]).startswith("<brief>\nAnswer in English.\n</brief>")  # shared
     assert second_run.endswith(f"oldest first (save a new one with memory_write):\n- {NOTE}\n</memory>")
     assert "no notes yet" in system_text(calls[4])
     assert NOTE not in json.dumps(calls[4]["messages"][0])

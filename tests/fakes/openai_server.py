@@ -41,7 +41,7 @@ __all__ = [
 SELECTOR_MARK = "You are coordinating a group chat. Choose who speaks next."
 DIRECT_LINE = re.compile(r"asks you \((?P<name>[^)]+)\) directly \(")  # an /ask (bot.core.runtime.direct)
 PARTICIPANT_LINE = re.compile(
-    r"^You are (?P<name>.+?), the (?P<role>.+?) in a group chat working on the task below\.", re.MULTILINE
+    r"^You are (?P<name>.+?), the (?P<role>.+?) in a group chat working on the task (?:below|above)\.", re.MULTILINE
 )
 AgentDefault = str | Callable[[str, int], str] | None
 

@@ -15,7 +15,8 @@ from bot.core.models import ChatMessage, Completion, Tool, Usage
 
 SELECTOR_MARK = "You are coordinating a group chat. Choose who speaks next."
 DIRECT = re.compile(r"asks you \((?P<name>[^)]+)\) directly \(")
-_PARTICIPANT = re.compile(r"^You are (\S+), the .* in a group chat working on the task below\.$", re.MULTILINE)
+_PARTICIPANT = re.compile(r"^You are (\S+), the .* in a group chat working on the task (?:below|above)\.$",
+                          re.MULTILINE)
 
 Reply = str | Completion | LLMError | Callable[[Sequence[ChatMessage]], str]
 

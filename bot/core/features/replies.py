@@ -138,7 +138,7 @@ class Deferred:
 
     def __init__(self, source: SummarySource) -> None:
         self.source = source
-        self.asked: int | None = None
+        self.asked: tuple[int, int] | None = None  # (seq, upto) of the summary the window asked for
 
     @property
     def reserve(self) -> int:
@@ -148,8 +148,8 @@ class Deferred:
     def min_budget(self) -> int:
         return self.source.min_budget
 
-    async def through(self, seq: int) -> ContextSummary | None:
-        self.asked = seq
+    async def through(self, seq: int, upto: int) -> ContextSummary | None:
+        self.asked = (seq, upto)
         return None
 
 
@@ -166,7 +166,7 @@ async def quoted_thread(store: ThreadStore, counter: TokenCounter, group_id: int
     quotes = await load_quotes(store, group_id, shown, held)
     if not quotes:
         if summaries is not None and deferred is not None and deferred.asked is not None:
-            trimmed = replace(trimmed, summary=await summaries.through(deferred.asked))
+            trimmed = replace(trimmed, summary=await summaries.through(*deferred.asked))
         return trimmed, ""
     block = fitted(quotes, counter, budget)
     trimmed = await load(counter.count(block) if block else 0, summaries)

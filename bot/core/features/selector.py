@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.core.errors import LLMError
-from bot.core.features.context import load_thread
+from bot.core.features.context import MIN_CACHED_PROMPT, group_header, load_thread, plain_files, window_of
 from bot.core.features.summary import Summaries
 from bot.core.features.tasks import TaskChains, TaskStore
 from bot.core.models import Agent, ChatMessage, Decision, Group, Message, Usage
 from bot.core.ports import LLM
-from bot.core.rules.prompts import name_list, selector_prompt
+from bot.core.rules.prompts import name_list, selector_part, selector_prompt, shared_messages
 from bot.core.rules.routing import eligible_speakers, next_in_rotation
 from bot.core.rules.stop import TERMINATE
 
@@ -92,19 +92,26 @@ async def select_speaker(
     model: str | None = None,
     min_confidence: float | None = None,
     cache_key: str | None = None,
+    header: tuple[str, str] | None = None,
 ) -> Selection:
     """Ask the selector model who speaks next; never raises for bad replies.
 
     An `LLMError` from the model counts as an invalid reply (rotation follows).
     The fallback is the next agent after `rotate_after` in roster order among
-    `eligible` (so an excluded previous speaker is never the fallback).
+    `eligible` (so an excluded previous speaker is never the fallback). With `header` (the shared
+    layout's header and task: `bot.core.features.context.group_header`, `Tasks.slot`) the prompt is
+    the group's shared messages with the selection instructions last; without it, seed 000's Speaker
+    selector prompt.
     """
     enabled = [a for a in roster if a.enabled]
     names = [a.name for a in eligible]
     if not eligible:
         return Selection(None, False, "none", (), 0, None, Usage(), "nobody is eligible to speak")
-    prompt = selector_prompt(enabled, thread, names)
-    messages = [ChatMessage("user", prompt)]
+    if header is not None:
+        asked = shared_messages(*header, thread, selector_part(names))
+    else:
+        asked = [ChatMessage("user", selector_prompt(enabled, thread, names))]
+    messages = list(asked)
     raw: list[str] = []
     usage = Usage()
     error = ""
@@ -138,7 +145,7 @@ async def select_speaker(
         error = parsed.error
         log.debug("selector reply rejected (attempt %d): %s", attempt, error)
         messages = [
-            ChatMessage("user", prompt),
+            *asked,
             ChatMessage("assistant", completion.text),
             ChatMessage(
                 "user",
@@ -164,22 +171,32 @@ async def selector_decision(
 ) -> Decision:
     """Selector mode's routing of `message`, as the dispatcher makes it (and replay remakes it).
 
-    The selector reads its own window (`selector_budget`) of the thread through
-    `message`: the episode's tasks (`tasks`: with the earlier requests a follow-up
-    continues) shown first when their place was cut, then the rolling summary of
-    the cut rows (`summaries`), then the newest rows. It is asked even when one
-    agent is eligible: its answer may be TERMINATE.
+    Under `prompt_layout: shared` the selector reads the group's window, the one
+    every agent reads, after the same header (brief, roster, tasks), with its
+    instructions last; while the thread is too short for a provider to cache any of
+    it (under MIN_CACHED_PROMPT tokens), its own smaller window (`selector_budget`)
+    costs less and it reads that, in the same layout. Under `seed` it reads its own window (`selector_budget`) of
+    the thread through `message`: the episode's tasks (`tasks`: with the earlier
+    requests a follow-up continues) shown first when their place was cut, then the
+    rolling summary of the cut rows (`summaries`), then the newest rows. It is
+    asked even when one agent is eligible: its answer may be TERMINATE.
     """
     eligible = eligible_speakers(roster, message, group.settings.allow_repeat)
     chain = await (tasks or TaskChains(store)).of(group.id, message.episode_id)
-    trimmed = await load_thread(store, group.id, through=message.seq, budget=group.settings.selector_budget,
+    shared = group.settings.prompt_layout == "shared"
+    budget, step = window_of(group.settings, selector=True)
+    if shared and await store.thread_tokens(group.id, through=message.seq) < MIN_CACHED_PROMPT:
+        budget, step = group.settings.selector_budget, None  # too short to be cached: its own window costs less
+    trimmed = await load_thread(store, group.id, through=message.seq, budget=budget, step=step,
                                 task_seq=chain.current.seq if chain.current else None, tasks=chain.all,
-                                summaries=summaries.source(group) if summaries is not None else None)
+                                task_apart=shared and chain.current is not None,
+                                summaries=summaries.source(group, roster, chain) if summaries is not None else None)
     selection = await select_speaker(
         llm,
         roster=roster,
         eligible=eligible,
-        thread=trimmed.render(),
+        thread=trimmed.render(plain_files(group).text) if shared else trimmed.render(),
+        header=(group_header(group, roster), chain.slot(plain_files(group).text)) if shared else None,
         rotate_after=await store.last_agent_author(group.id, through=message.seq),
         model=model,
         min_confidence=group.settings.min_confidence,

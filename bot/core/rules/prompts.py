@@ -1,4 +1,11 @@
-"""The two prompts of seed 000, verbatim, and how they are filled.
+"""The two prompts of seed 000, verbatim, and how they are filled; and the shared layout.
+
+`prompt_layout: seed` sends seed 000's templates as they are. `prompt_layout: shared` (the
+default, SPEC §6) gives every caller of a group the same first bytes: a system message with
+the group's brief and the roster (`shared_header`), then a user message that opens with the
+task chain and the thread window (`conversation`); each caller's own part comes last in it
+(`participant_part`, `selector_part`, and the rolling summary's `summary_part`). So the
+provider's prompt cache reads a new reply once for the whole group, not once per caller.
 
 Filling uses plain `{{key}}` replacement (never `str.format`), so braces in
 people's messages are safe.
@@ -8,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection, Sequence
 
-from bot.core.models import Agent, Message
+from bot.core.models import Agent, ChatMessage, Message
 from bot.core.rules.attachments import brief_text
 
 SPEAKER_SELECTOR_PROMPT = """\
@@ -33,6 +40,33 @@ The other participants are: {{others}}.
 
 <task>{{task}}</task>
 <conversation>{{thread}}</conversation>
+
+Write your next message. Speak only for your own role: build on or correct
+what others said, and name who you are answering. Keep it under 150 words.
+Never write messages for other participants.
+If the task is complete and nothing is left for anyone to do, end with TERMINATE."""
+
+# The shared layout (SPEC §6): the same words as seed 000's, split into what every caller shares
+# (the header and the conversation) and each caller's own part, which comes last.
+SHARED_HEADER = """\
+{{brief}}This is a group chat between people and AI participants.
+
+<roles>
+{{roles}}
+</roles>"""
+
+SELECTOR_PART = """\
+You are coordinating a group chat. Choose who speaks next.
+Read the conversation, then pick the one participant from {{participants}}
+whose role best fits what the conversation needs next.
+If the latest messages fully answer the task, reply TERMINATE instead.
+Reply with only the participant's name, or TERMINATE."""
+
+PARTICIPANT_PART = """\
+{{system}}
+
+You are {{name}}, the {{role}} in a group chat working on the task above.
+The other participants are: {{others}}.
 
 Write your next message. Speak only for your own role: build on or correct
 what others said, and name who you are answering. Keep it under 150 words.
@@ -101,3 +135,31 @@ def system_message(agent: Agent, brief: str, memory: str = "") -> str:
     """The agent's own system prompt, followed by the group's brief when set, then its
     `<memory>` block when memory is on (`bot.core.features.memory`)."""
     return "\n\n".join([agent.system_prompt, *(part for part in (brief.strip(), memory.strip()) if part)])
+
+
+def shared_header(agents: Sequence[Agent], brief: str) -> str:
+    """The shared layout's system message: the group's brief (when set) and the roster."""
+    brief = brief.strip()
+    return fill(SHARED_HEADER, brief=f"<brief>\n{brief}\n</brief>\n\n" if brief else "", roles=roles_block(agents))
+
+
+def conversation(task: str, thread: str) -> str:
+    """The task (chain) and the thread window as every caller of the shared layout sends them (its own part follows)."""
+    return f"<task>{task}</task>\n\n<conversation>\n{thread}\n</conversation>"
+
+
+def shared_messages(header: str, task: str, thread: str, own: str) -> list[ChatMessage]:
+    """The shared layout's messages: what every caller sends alike (the header as the system message;
+    the task and the thread window), then `own` (the caller's part) last."""
+    return [ChatMessage("system", header), ChatMessage("user", f"{conversation(task, thread)}\n\n{own}")]
+
+
+def selector_part(eligible: Sequence[str]) -> str:
+    return fill(SELECTOR_PART, participants=name_list(eligible))
+
+
+def participant_part(agent: Agent, others: Sequence[str], memory: str = "") -> str:
+    """An agent's own part under the shared layout: its system prompt (and memory), then seed 000's
+    Participant instructions."""
+    system = "\n\n".join(part for part in (agent.system_prompt.strip(), memory.strip()) if part)
+    return fill(PARTICIPANT_PART, system=system, name=agent.name, role=agent.role, others=name_list(others)).lstrip()

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from bot.core.errors import InvalidInput
-from bot.core.models import MAX_TURNS_RANGE, MODES
+from bot.core.models import MAX_TURNS_RANGE, MODES, PROMPT_LAYOUTS
 
 NAME_MAX = 32
 ROLE_MAX = 200
@@ -187,6 +187,13 @@ def mode(value: str) -> str:
     text = (value or "").strip().lower().replace("-", "_")
     if text not in MODES:
         raise InvalidInput(f"Unknown mode {value!r}: choose one of {', '.join(MODES)}.")
+    return text
+
+
+def prompt_layout(value: str) -> str:
+    text = (value or "").strip().lower()
+    if text not in PROMPT_LAYOUTS:
+        raise InvalidInput(f"Unknown prompt_layout {value!r}: choose one of {', '.join(PROMPT_LAYOUTS)}.")
     return text
 
 

@@ -24,7 +24,14 @@ from typing import Protocol
 
 from bot.core.errors import CapReached, LLMError, ProviderMissing, StoreBusy, StoreUnavailable, StoreUnwritable
 from bot.core.features import memory
-from bot.core.features.context import Trimmed, load_thread, participant_step
+from bot.core.features.context import (
+    Trimmed,
+    group_cache_key,
+    group_header,
+    load_thread,
+    participant_step,
+    window_of,
+)
 from bot.core.features.memory import Answer, load_memory, run_agent_tools
 from bot.core.features.replies import quoted_thread
 from bot.core.features.summary import Summaries
@@ -67,7 +74,13 @@ from bot.core.ports import (
 )
 from bot.core.rules.attachments import ImageSource, PromptFiles
 from bot.core.rules.draft import ReplyStream
-from bot.core.rules.prompts import participant_prompt, system_message, thread_line
+from bot.core.rules.prompts import (
+    participant_part,
+    participant_prompt,
+    shared_messages,
+    system_message,
+    thread_line,
+)
 from bot.core.rules.stop import (
     cap_refusal_notice,
     guard_impersonation,
@@ -106,7 +119,10 @@ def build_messages(
     group: Group, agent: Agent, roster: Sequence[Agent], trimmed: Trimmed, task: Message | Tasks | None,
     memory: str = "", files: PromptFiles | None = None,
 ) -> tuple[list[ChatMessage], list[str]]:
-    """System message, the Participant prompt, and the episode's newer rows after it.
+    """The agent's messages. Under `prompt_layout: shared` (the default): the group's shared header
+    and thread window, then the agent's own part (its system prompt, memory and the Participant
+    instructions) last (`bot.core.rules.prompts.shared_messages`). Under `seed`: the system message,
+    the Participant prompt, and the episode's newer rows after it, as follows.
 
     The prompt's thread holds the window's rows up to the episode's task (fixed
     for the whole episode); the rows after the task follow in one more user
@@ -122,6 +138,10 @@ def build_messages(
     tasks = task if isinstance(task, Tasks) else Tasks(task)
     current = tasks.current
     others = others_in(tasks.earlier + trimmed.shown, roster, agent)
+    if group.settings.prompt_layout == "shared":
+        own = participant_part(agent, others, memory)
+        shared = shared_messages(group_header(group, roster), tasks.slot(files.text), trimmed.render(files.text), own)
+        return files.parts(shared), others
     task_text = tasks.slot(files.text)
     before, after = trimmed.split(current.seq) if current else (trimmed, ())
     prompt = participant_prompt(agent, others, task_text, before.render(files.text))
@@ -133,7 +153,10 @@ def build_messages(
 
 
 def cache_key(group: Group, agent_id: int | None) -> str:
-    """The `prompt_cache_key` of a (group, agent) pair, or of the group's selector (agent None)."""
+    """The `prompt_cache_key` of a (group, agent) pair, or of the group's selector (agent None); under the
+    shared layout, one key for every caller of the group (their prompts share their first bytes)."""
+    if group.settings.prompt_layout == "shared":
+        return group_cache_key(group)
     return f"roundtable-{group.id}-{'selector' if agent_id is None else agent_id}"
 
 
@@ -287,13 +310,16 @@ class AgentTurn:
         store = deps.store
         roster = await store.list_agents(group.id)
         tasks = await deps.tasks.of(group.id, run.episode_id)
-        budget = agent.context_budget or group.settings.context_budget  # the agent's own, when set (SPEC §6)
+        budget, step = window_of(group.settings, selector=False)
+        if agent.context_budget:  # the agent's own window (SPEC §6): under the shared layout it shares less
+            budget, step = agent.context_budget, participant_step(agent.context_budget)
         trimmed, replied_to = await quoted_thread(
-            store, deps.counter, group.id, budget=budget, tasks=tasks.all, summaries=deps.summaries.source(group),
+            store, deps.counter, group.id, budget=budget, tasks=tasks.all,
+            summaries=deps.summaries.source(group, roster, tasks),
             load=lambda quoted, summaries: load_thread(
                 store, group.id, through=run.snapshot_seq, budget=budget,
                 task_seq=tasks.current.seq if tasks.current else None, task_apart=tasks.current is not None,
-                step=participant_step(budget), tasks=tasks.all, summaries=summaries, quoted=quoted))
+                step=step, tasks=tasks.all, summaries=summaries, quoted=quoted))
         memory = await load_memory(store, agent, deps.counter)
         files = PromptFiles(group.settings, images=deps.llm.takes_images(agent.model),
                             task_seq=tasks.current.seq if tasks.current else None)

@@ -43,7 +43,7 @@ CONFIG_FIELDS = {  # option name -> GroupSettings field
     "monthly_budget": "monthly_budget", "max_images": "max_images", "max_text": "max_text", "stream": "stream",
     "show_tools": "show_tools",
     "followup_window": "followup_window", "approval_timeout": "approval_timeout",
-    "max_tool_steps": "max_tool_steps",
+    "max_tool_steps": "max_tool_steps", "prompt_layout": "prompt_layout",
 }
 
 
@@ -55,6 +55,8 @@ def parse_config(changes: Mapping[str, object]) -> dict[str, object]:
             raise InvalidInput(f"Unknown option {key!r}: the options are {', '.join(CONFIG_FIELDS)}.")
         if key == "mode":
             value = v.mode(str(value))
+        elif key == "prompt_layout":
+            value = v.prompt_layout(str(value))
         elif key == "selector_model":
             value = v.model(str(value))
         elif key == "operator_role":
@@ -84,6 +86,7 @@ def settings_fields(settings: GroupSettings) -> tuple[Field, ...]:
         "show_tools": "on" if settings.show_tools else "off",
         "followup_window": f"{settings.followup_window} min" if settings.followup_window else "off",
         "approval_timeout": f"{settings.approval_timeout} s", "max_tool_steps": settings.max_tool_steps,
+        "prompt_layout": settings.prompt_layout,
     }
     return tuple(Field(k, str(val)) for k, val in shown.items())
 

@@ -30,6 +30,7 @@ from bot.core.models import (
     MAX_TOOL_STEPS_RANGE,
     MAX_TURNS_RANGE,
     MODES,
+    PROMPT_LAYOUTS,
     Group,
     Message,
 )
@@ -496,6 +497,8 @@ COMMANDS: tuple[Command, ...] = (
                 Option("max_text", "characters of a message's text files put in prompts (the rest is cut)",
                        "integer", low=MAX_TEXT_RANGE[0], high=MAX_TEXT_RANGE[1]),
                 Option("stream", "show replies as they are written (off: whole messages)", "boolean"),
+                Option("prompt_layout", "shared: every prompt of the group opens alike (cached once); seed: seed 000's "
+                       "prompts", "choice", choices=PROMPT_LAYOUTS),
                 Option("show_tools", "a reply that used tools keeps a line of its calls (off: the reply only)",
                        "boolean"),
                 Option("followup_window", "minutes after an episode's end in which a message continues its task "
