@@ -46,7 +46,15 @@ import discord
 from discord.http import Route
 
 from bot.adapters.discord.approvals import Waiting, buttons, outcome_text, request_text
-from bot.adapters.discord.drafts import DRAFT_TIMEOUT, DiscordDraft, HookPace, publish_over, remove_parts
+from bot.adapters.discord.controls import action_row, stop_button
+from bot.adapters.discord.drafts import (
+    DRAFT_TIMEOUT,
+    Controls,
+    DiscordDraft,
+    HookPace,
+    publish_over,
+    remove_parts,
+)
 from bot.adapters.discord.render import mention_policy, neutralize_mass_mentions, split_message
 from bot.core.errors import DeliveryError, UserFacingError
 from bot.core.models import Agent, Approval, ApprovalAsk, DraftPart, Episode, Group, Message, SharedFile
@@ -129,6 +137,7 @@ class DiscordSurface:
         self._late: dict[tuple[int, int], tuple[str, str]] = {}  # (group, seq) -> the hook of a post that may land late
         self._paces: dict[str, HookPace] = {}  # webhook channel -> its rate limit as drafts see it
         self._shown: dict[str, str] = {}  # message id -> the content Discord last accepted for it
+        self._buttoned: set[str] = set()  # our messages that may carry buttons (a final edit removes them)
         self.approvals = Waiting()  # tool calls held for a press of Approve or Deny
 
     @property
@@ -552,8 +561,12 @@ class DiscordSurface:
         self.pace(group).note(status, headers, body)
         return status, body
 
-    async def draft_post(self, group: Group, agent: Agent, chunk: str) -> str:
-        payload: dict[str, Any] = {"content": chunk, "username": agent.name, "allowed_mentions": NO_MENTIONS}
+    def controls(self, group: Group, agent: Agent) -> Controls:
+        return action_row([stop_button(group.id, agent.id)])
+
+    async def draft_post(self, group: Group, agent: Agent, chunk: str, *, components: Controls = ()) -> str:
+        payload: dict[str, Any] = {"content": chunk, "username": agent.name, "allowed_mentions": NO_MENTIONS,
+                                   "components": list(components)}
         if agent.avatar_url:
             payload["avatar_url"] = await self.fresh_url(agent.avatar_url)
         status, body = await self._hook_call(group, "POST", None, payload, timeout=DRAFT_TIMEOUT)
@@ -564,6 +577,8 @@ class DiscordSurface:
                 await self._delete_post(group, f"{Route.BASE}/webhooks/{hook_id}/{token}", str(body["id"]), landed)
                 raise DeliveryError("the webhook posts in another channel", problem="the webhook was moved")
             self._remember(str(body["id"]), chunk)
+            if components:
+                self._buttoned.add(str(body["id"]))
             return str(body["id"])
         code = body.get("code") if isinstance(body, dict) else None
         raise self._refusal(group, status, code, body, need="Manage Webhooks and Send Messages")
@@ -599,15 +614,25 @@ class DiscordSurface:
         return decision
 
     async def draft_edit(self, group: Group, message_id: str, chunk: str, *, tagged: Sequence[str] = (),
-                         final: bool = False) -> bool:
-        if self._shown.get(message_id) == chunk:
+                         final: bool = False, components: Controls | None = None) -> bool:
+        if final:
+            components = []  # a committed reply carries no buttons (SPEC §8)
+        if self._shown.get(message_id) == chunk and components is None:
             return True
-        payload = {"content": chunk, "allowed_mentions": allowed_mentions(chunk, tuple(tagged)) if final
-                   else NO_MENTIONS}
+        if self._shown.get(message_id) == chunk and not components and message_id not in self._buttoned:
+            return True
+        payload: dict[str, Any] = {"content": chunk, "allowed_mentions": allowed_mentions(chunk, tuple(tagged))
+                                   if final else NO_MENTIONS}
+        if components is not None:
+            payload["components"] = list(components)
         status, body = await self._hook_call(group, "PATCH", message_id, payload,
                                              timeout=POST_TIMEOUT if final else DRAFT_TIMEOUT)
         if 200 <= status < 300:
             self._remember(message_id, chunk)
+            if components:
+                self._buttoned.add(message_id)
+            elif components is not None:
+                self._buttoned.discard(message_id)
             return True
         code = body.get("code") if isinstance(body, dict) else None
         if status == 404 and code in (UNKNOWN_MESSAGE, UNKNOWN_WEBHOOK):
@@ -630,6 +655,7 @@ class DiscordSurface:
         elif not (200 <= status < 300 or status == 404):
             raise self._refusal(group, status, code, body, need="Manage Webhooks")
         self._shown.pop(message_id, None)
+        self._buttoned.discard(message_id)
 
     async def settle_parts(self, group: Group, parts: Sequence[DraftPart]) -> list[DraftPart]:
         pending = [p for p in parts if p.external_id is None]
