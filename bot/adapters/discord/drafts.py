@@ -127,6 +127,10 @@ class DraftHooks(Protocol):
         """The buttons the agent's provisional messages carry now (action rows)."""
         ...
 
+    def notes(self, run_id: int) -> str:
+        """Lines shown under the run's reply's text now (a tool call's request for approval, its decision)."""
+        ...
+
     async def draft_post(self, group: Group, agent: Agent, chunk: str, *, components: Controls = ()) -> str:
         """Post a provisional message (no mention allowed) with `components`; its id. DeliveryError."""
         ...
@@ -163,6 +167,7 @@ class DiscordDraft:
         self.posts = self.edits = 0
         self._wake = asyncio.Event()
         self._stopping = False
+        self._flush = False  # stopping once what it shows is up to date (`finish`)
         self._failures = 0
         self._not_before = 0.0
         self._edited: dict[str, float] = {}  # message id -> when it was last edited
@@ -172,6 +177,11 @@ class DiscordDraft:
     def grew(self) -> None:
         self._wake.set()
 
+    @property
+    def live(self) -> bool:
+        """Whether it still shows updates (not stopped, not given up)."""
+        return not self._stopping and not self._task.done()
+
     async def stop(self, *, wait: bool = True) -> None:
         self._stopping = True
         self._wake.set()
@@ -180,6 +190,11 @@ class DiscordDraft:
         await asyncio.wait({self._task})  # (never raises the task's error; our own cancellation goes through)
         log.debug("group=%s run=%s: streamed in %d provisional post(s) and %d edit(s)", self.group.id, self.run_id,
                   self.posts, self.edits)
+
+    async def finish(self) -> None:
+        """Stop once the messages show the latest text and buttons (the pace allowing)."""
+        self._flush = True
+        await self.stop()
 
     async def discard(self) -> None:
         store = self.hooks.store
@@ -195,10 +210,10 @@ class DiscordDraft:
         try:
             if any(p.external_id is None for p in self.parts):
                 self.parts = await self.hooks.settle_parts(self.group, self.parts)
-            while not self._stopping and self._failures < GIVE_UP_AFTER:
+            while self._failures < GIVE_UP_AFTER and (self._flush or not self._stopping):
                 self._wake.clear()
                 wait = await self._step()
-                if self._stopping:
+                if self._stopping and (not self._flush or wait is None):
                     return
                 if wait is None:
                     await self._wake.wait()
@@ -212,7 +227,9 @@ class DiscordDraft:
     async def _step(self) -> float | None:
         """Send the next update the text needs, when the pace allows: None when the messages show
         the text, 0 after a request, else the seconds to wait for the next one."""
-        visible = self.text()
+        visible, notes = self.text(), self.hooks.notes(self.run_id)
+        if notes:
+            visible = f"{visible}\n\n{notes}" if visible else notes
         controls = self.hooks.controls(self.group, self.agent)
         chunks = split_message(neutralize_mass_mentions(visible)) if visible else []
         for index, chunk in enumerate(chunks):
