@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+from collections.abc import AsyncIterator
 
 import pytest
 
 from bot.core.models import ToolOutput, ToolSpec
 from bot.core.ports import ToolContext
-from tests.fakes.openai_server import GroupChatScript, Reply, tool_call
+from tests.discord.conftest import BotHarness
+from tests.discord_emulator import DiscordEmulator
+from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply, tool_call
 from tests.support import eventually
 
 TOLD = "error: denied by Alice: this call of files.delete did not run."
@@ -141,3 +144,35 @@ async def test_nobody_pressing_within_approval_timeout_denies(harness):
     last = [r for r in harness.llm_server.requests if GroupChatScript.classify(r) == ("participant", "planner")][-1]
     assert last["messages"][-1]["content"] == ("error: denied: nobody approved this call of files.delete in time; "
                                               "it did not run.")
+
+
+@pytest.fixture(params=[False, True], ids=["whole", "streamed"])
+async def either(request, tmp_path, script, original_discord_endpoints) -> AsyncIterator[BotHarness]:
+    """A bot whose groups post whole replies, or stream them."""
+    async with DiscordEmulator() as emu, FakeOpenAI(script) as llm_server:
+        bot = BotHarness(emu, llm_server, tmp_path / "roundtable.db", stream=request.param)
+        await bot.start()
+        try:
+            yield bot
+        finally:
+            await bot.stop()
+
+
+async def test_an_operator_stops_the_run_while_its_call_waits(either):
+    """⏹ Stop while a call waits for approval: the wait ends at once, the call never runs, the
+    message the request was shown in ends in (stopped) without buttons, the episode is stopped."""
+    bot = either
+    emu = bot.emu
+    asked = await held(bot)
+    (_, _), (_, _), (stop, stop_id) = labels(asked)
+    assert stop == "Stop"
+    await (await emu.click_button(asked, stop_id, emu.alice_id)).wait_response(10)  # alice: an operator
+    await eventually(lambda: only_message(bot)["components"] == [], "the buttons removed", timeout=30)
+    await bot.idle()
+    message = only_message(bot)
+    assert message["id"] == asked["id"] and message["content"] == "(stopped)\n\n🔧 files.delete ✗"
+    assert bot.files.deleted == []
+    with contextlib.closing(sqlite3.connect(bot.db)) as db:
+        assert db.execute("SELECT status, error FROM runs").fetchall() == [("stopped", "stopped by Alice")]
+        assert db.execute("SELECT status FROM episodes").fetchall() == [("stopped",)]
+    assert bot.surface.approvals.of(1, "planner") is None  # nothing left waiting
