@@ -346,7 +346,8 @@ class Console:
                 self.surface.write(
                     f"Roundtable console: group {group.name}, {_count(len(agents), 'agent')}, mode "
                     f"{group.settings.mode}. Type a message, or /help for commands; Ctrl-D quits once the "
-                    "agents are done, Ctrl-C at once (with a line typed, it drops the line).")
+                    "agents are done; Ctrl-C stops the agents' turns running now, or quits at once when none runs "
+                    "(with a line typed, it drops the line).")
             while True:
                 line = await read_line()
                 if not line:

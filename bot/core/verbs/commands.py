@@ -409,7 +409,9 @@ TOPICS = {  # /help's groups (`Command.topic`), each with what its commands are 
 }
 CONSOLE_LINES = {  # console-only commands and notes, by topic
     "chat": ["/attach PATH  Attach a file (an image or a text file) to your next message; "
-             "/attach alone lists them, /detach drops them"],
+             "/attach alone lists them, /detach drops them",
+             "Ctrl-C  Drops the line being typed; on an empty line it stops the turns running now (as ⏹ Stop "
+             "does on Discord), else it quits"],
 }
 OPTIONS_NOTE = 'Options are name:value; quote values with spaces: role:"trip planner who drafts the itinerary".'
 EXAMPLES = {"agent": ['e.g. /agent add name:planner role:"trip planner who drafts the itinerary" '
