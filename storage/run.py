@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 RUN_KINDS = frozenset(get_args(RunKind))
 RUN_END_STATUSES = frozenset(get_args(RunStatus)) - {"running"}
+STOPPED_CALL = "error: the turn was stopped before this call returned; its outcome is unknown."
 
 
 class Runs:
@@ -127,6 +128,10 @@ class Runs:
                 notice = await self._access.append(db, run.group_id, result.notice, episode_id=run.episode_id)
             if stopping:
                 await self._stop_episode(db, run)
+                # its calls cut by the stop: never resumed (only an interrupted run's are), shown as cut
+                await db.exec("UPDATE tool_calls SET status = 'unknown', result = ?, finished_at = ?"
+                              " WHERE run_id = ? AND status IN ('pending', 'running')",
+                              (STOPPED_CALL, self._access.now(), run.id))
             await self._settle(db, run.id, status, result.usage, result.selector_usage,
                                reply.seq if reply else None, error, result.model, result.memory_skipped,
                                result.provider, result.calls)

@@ -175,4 +175,6 @@ async def test_an_operator_stops_the_run_while_its_call_waits(either):
     with contextlib.closing(sqlite3.connect(bot.db)) as db:
         assert db.execute("SELECT status, error FROM runs").fetchall() == [("stopped", "stopped by Alice")]
         assert db.execute("SELECT status FROM episodes").fetchall() == [("stopped",)]
+        assert db.execute("SELECT status, result FROM tool_calls").fetchall() == [
+            ("unknown", "error: the turn was stopped before this call returned; its outcome is unknown.")]
     assert bot.surface.approvals.of(1, "planner") is None  # nothing left waiting
