@@ -384,7 +384,7 @@ async def test_agent_add_asks_for_the_prompt_on_a_terminal(tmp_path, ttys):
         await tty.expect("...> ")
         tty.type(CTRL_D)  # an empty answer
         await tty.shows("Kept the current system prompt.")
-        await tty.shows("Nothing to change for planner: give role, prompt, model, avatar, memory or mode.")
+        await tty.shows("Nothing to change for planner: give role, prompt, model, avatar, memory, mode, t")
         await tty.expect("you> ")
         tty.type(UP + UP + UP + "\r")  # the answer's lines stay out of the history
         await tty.shows("error: An agent named 'planner' is already in this group; choose another name.")
