@@ -1,6 +1,7 @@
 """Open the real parts (the store: SQLite or PostgreSQL; OpenAI client, token counter) and run a surface."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -175,6 +176,7 @@ async def run_console(settings: Settings, *, db: str | None, group: str, person:
                                db=db, strict_models=True) as engine:
             console = Console(engine, surface, person=person, group_name=group, defaults=group_defaults(settings),
                               interactive=sys.stdin.isatty())
+            term.read_line.interrupt = console.interrupter(asyncio.get_running_loop())
             await console.run(term.read_line, greet=term.is_tty)
     return console.exit_code(sys.stderr)
 

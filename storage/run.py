@@ -5,7 +5,10 @@ the cap refuses it), its notice, the episode's totals and the agent's cursor.
 So a crash leaves either a run still 'running' (re-run on start-up, nothing
 posted) or a settled run whose reply is in the log: never a reply without its
 cursor move, which would be answered twice. A direct run (`/ask`) never moves
-the cursor: the group's deliveries to its agent still wait for it.
+the cursor: the group's deliveries to its agent still wait for it. A run a person
+stopped (status 'stopped', SPEC §8) posts what it showed, ends its episode as
+`stopped` and moves every agent's cursor past the group's rows, in that one
+transaction: a restart neither runs it again nor shows it twice.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ log = logging.getLogger(__name__)
 
 RUN_KINDS = frozenset(get_args(RunKind))
 RUN_END_STATUSES = frozenset(get_args(RunStatus)) - {"running"}
+STOPPED_CALL = "error: the turn was stopped before this call returned; its outcome is unknown."
 
 
 class Runs:
@@ -86,7 +90,9 @@ class Runs:
         A reply counts toward the group's streak, and may be refused by the cap,
         only when it belongs to the group's current episode; a reply to an older
         episode (a person posted during the run) is kept under that episode.
-        A reply whose episode an operator stopped during the run is discarded.
+        A reply whose episode an operator stopped during the run is discarded. A run a
+        person stopped (status 'stopped') keeps its reply (what it showed), bypassing the cap,
+        and ends its episode as `stopped` with every pending delivery skipped.
         A 'regenerate' run's reply replaces the text of the row it names (`_replace_reply`):
         no new row, no cursor moves, no streak; its tokens count like any run's.
         """
@@ -98,7 +104,8 @@ class Runs:
             if run.status != "running":
                 return FinishedRun(run)
             group = await self._access.group_row(db, run.group_id)
-            posts = result.reply if result.status == "posted" else None
+            stopping = result.status == "stopped"
+            posts = result.reply if result.status in ("posted", "stopped") else None
             if result.status != "interrupted" and (run.kind == "group" or posts is not None):
                 await self._leases.require_lease(db, run.group_id)
             status, error = result.status, result.error
@@ -106,7 +113,8 @@ class Runs:
             if posts is not None and run.kind == "regenerate":
                 status, error, reply = await self._replace_reply(db, run, posts, result.error)
             elif posts is not None:
-                status, error, reply = await self._post_reply(db, run, group, posts, result.error, cap)
+                status, error, reply = await self._post_reply(db, run, group, posts, result.error, cap,
+                                                              stopping=stopping)
             if status != "interrupted" and run.kind == "group":  # a direct run leaves the group's queue alone
                 # Through the reply too when nothing else arrived after the snapshot: its own words are not news.
                 through = reply.seq if reply is not None and reply.seq == run.snapshot_seq + 1 else run.snapshot_seq
@@ -127,6 +135,12 @@ class Runs:
             notice = None
             if result.notice is not None:
                 notice = await self._access.append(db, run.group_id, result.notice, episode_id=run.episode_id)
+            if stopping:
+                await self._stop_episode(db, run)
+                # its calls cut by the stop: never resumed (only an interrupted run's are), shown as cut
+                await db.exec("UPDATE tool_calls SET status = 'unknown', result = ?, finished_at = ?"
+                              " WHERE run_id = ? AND status IN ('pending', 'running')",
+                              (STOPPED_CALL, self._access.now(), run.id))
             await self._settle(db, run.id, status, result.usage, result.selector_usage,
                                reply.seq if reply else None, error, result.model, result.memory_skipped,
                                result.provider, result.calls)
@@ -160,9 +174,29 @@ class Runs:
             through = int(row["seq"])
         return through
 
+    async def _stop_episode(self, db: Db, run: Run) -> None:
+        """A person stopped the run: its episode ends as `stopped` (when still running) and every
+        agent's pending deliveries are skipped (as `/roundtable stop` does)."""
+        if run.episode_id is not None:
+            await db.exec("UPDATE episodes SET status = 'stopped', ended_at = ? WHERE id = ? AND status = 'running'",
+                          (self._access.now(), run.episode_id))
+        latest = int((await self._access.group_row(db, run.group_id))["latest_seq"])
+        await db.exec(
+            f"UPDATE agents SET delivered_through = {self._access.sql.greatest}(delivered_through, ?)"  # noqa: S608 (the dialect's function)
+                " WHERE group_id = ?",
+            (latest, run.group_id),
+        )
+
     async def _post_reply(
-        self, db: Db, run: Run, group: Row, posts: NewMessage, error: str | None, cap: int
+        self, db: Db, run: Run, group: Row, posts: NewMessage, error: str | None, cap: int, *, stopping: bool = False,
     ) -> tuple[str, str | None, Message | None]:
+        if stopping:  # what a stopped run showed stays (in its episode), whatever the cap
+            current = run.episode_id == group["episode_id"]
+            reply = await self._access.append(db, run.group_id, posts, episode_id=run.episode_id,
+                                              streak="count" if current else "keep")
+            if run.episode_id is not None:
+                await db.exec("UPDATE episodes SET agent_turns = agent_turns + 1 WHERE id = ?", (run.episode_id,))
+            return "stopped", error, reply
         if run.episode_id is not None:
             row = await db.one("SELECT status FROM episodes WHERE id = ?", (run.episode_id,))
             if row is not None and row[0] == "stopped":

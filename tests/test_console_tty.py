@@ -291,8 +291,38 @@ async def test_ctrl_c_drops_the_line_being_typed_and_the_console_goes_on(tmp_pat
     assert "@planner half a li" not in (tmp_path / "rt.history").read_text()
 
 
-@pytest.mark.parametrize("when", ["while an agent types", "while Ctrl-D waits", "at an idle prompt", "twice",
-                                  "after a line typed was dropped"])
+@pytest.mark.parametrize("dropped", [False, True], ids=["empty line", "after a line typed was dropped"])
+async def test_ctrl_c_stops_a_running_turn_as_stop_does_and_the_console_goes_on(tmp_path, ttys, dropped):
+    """SPEC §12: Ctrl-C on an empty line while an agent works stops that turn (⏹ Stop); the
+    console goes on, and the turn is not run again."""
+    script = GroupChatScript(agents={"planner": [Reply("Too late.", delay=3600.0), "Answered."]})
+    async with FakeOpenAI(script) as srv:
+        tty = ttys(tmp_path, srv.base_url)
+        await tty.expect("you> ")
+        tty.type(ADD_PLANNER + "\r")
+        await tty.expect("you> ")
+        tty.type("@planner go\r")
+        await tty.shows("planner is typing…")
+        await tty.until(lambda: script.participant_order == ["planner"], "the model call", 30)
+        if dropped:  # the first Ctrl-C drops the line, the second stops the turn
+            tty.type("never sent")
+            await tty.shows(lambda rows: tty.prompt_row() == "you> never sent")
+            tty.child.sendintr()
+            await tty.shows(lambda rows: "you> never sent^C" in rows and tty.prompt_row() == "you>")
+            assert "planner is typing…" in tty.rows()
+        tty.child.sendintr()
+        await tty.shows("[roundtable] ⏹ planner's turn was stopped by you.")
+        await tty.shows(lambda rows: not any("typing" in r for r in rows) and tty.prompt_row() == "you>")
+        assert runs(tmp_path) == ["stopped"]
+        tty.type("@planner again\r")
+        await tty.shows("[planner] Answered.")
+        tty.type(CTRL_D)
+        assert await tty.ended() == 0
+    assert "Traceback" not in tty.raw
+    assert runs(tmp_path) == ["stopped", "posted"] and messages(tmp_path) == ["@planner go", "@planner again"]
+
+
+@pytest.mark.parametrize("when", ["while Ctrl-D waits", "at an idle prompt", "twice"])
 async def test_ctrl_c_stops_at_once_and_restores_the_terminal(tmp_path, ttys, when):
     script = GroupChatScript(agents={"planner": [Reply("Too late.", delay=3600.0), "Answered after the restart."]})
     async with FakeOpenAI(script) as srv:
@@ -306,15 +336,8 @@ async def test_ctrl_c_stops_at_once_and_restores_the_terminal(tmp_path, ttys, wh
             # the status shows before the call reaches the server; stopped before that, the next start's
             # call would take the hour-long reply
             await tty.until(lambda: script.participant_order == ["planner"], "the model call", 30)
-            if when == "while Ctrl-D waits":
-                tty.type(CTRL_D)
-                await tty.shows("waiting for planner…")
-            elif when == "after a line typed was dropped":  # the first Ctrl-C drops it, the second stops
-                tty.type("never sent")
-                await tty.shows(lambda rows: tty.prompt_row() == "you> never sent")
-                tty.child.sendintr()
-                await tty.shows(lambda rows: "you> never sent^C" in rows and tty.prompt_row() == "you>")
-                assert "planner is typing…" in tty.rows()  # the console goes on
+            tty.type(CTRL_D)  # the input ends: Ctrl-C now stops the console, not only the turn
+            await tty.shows("waiting for planner…")
         tty.child.sendintr()
         if when == "twice":  # the second one while the first stops the console: it ends at once
             tty.child.sendintr()
@@ -361,7 +384,7 @@ async def test_agent_add_asks_for_the_prompt_on_a_terminal(tmp_path, ttys):
         await tty.expect("...> ")
         tty.type(CTRL_D)  # an empty answer
         await tty.shows("Kept the current system prompt.")
-        await tty.shows("Nothing to change for planner: give role, prompt, model, avatar, memory or mode.")
+        await tty.shows("Nothing to change for planner: give role, prompt, model, avatar, memory, mode, t")
         await tty.expect("you> ")
         tty.type(UP + UP + UP + "\r")  # the answer's lines stay out of the history
         await tty.shows("error: An agent named 'planner' is already in this group; choose another name.")

@@ -355,7 +355,8 @@ class Console:
                 self.surface.write(
                     f"Roundtable console: group {group.name}, {_count(len(agents), 'agent')}, mode "
                     f"{group.settings.mode}. Type a message, or /help for commands; Ctrl-D quits once the "
-                    "agents are done, Ctrl-C at once (with a line typed, it drops the line).")
+                    "agents are done; Ctrl-C stops the agents' turns running now, or quits at once when none runs "
+                    "(with a line typed, it drops the line).")
             while True:
                 line = await read_line()
                 if not line:
@@ -410,6 +411,23 @@ class Console:
         print(f"roundtable: {count} of {self.lines_read} input lines {'was' if count == 1 else 'were'} refused "
               f"(line{'' if count == 1 else 's'} {shown}{more}); exit code {EXIT_REFUSED}", file=stderr)
         return EXIT_REFUSED
+
+    def interrupter(self, loop: asyncio.AbstractEventLoop) -> Callable[[], bool]:
+        """Ctrl-C on an empty line, from the reading thread: stop the group's turns running now,
+        as ⏹ Stop does (SPEC §12); False when none was running (then the console ends)."""
+        def interrupt() -> bool:
+            if self.group is None:
+                return False
+            group_id = self.group.id
+            future = asyncio.run_coroutine_threadsafe(self._stop_turns(group_id), loop)
+            try:
+                return future.result(timeout=10)
+            except Exception:  # the loop is gone or busy: stop the console as before
+                return False
+        return interrupt
+
+    async def _stop_turns(self, group_id: int) -> bool:
+        return self.engine.stop_running(group_id, self.surface.person or "you") > 0
 
     def stopped(self) -> None:
         self.surface.screen.finish()

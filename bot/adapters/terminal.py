@@ -10,8 +10,9 @@
 - elsewhere (pipes, files): lines are read and written as they are.
 
 Ctrl-C, as in other REPLs: with part of a line typed, it drops that line (shown ending in
-`^C`) and asks again; on an empty line it stops the console at once, as a Ctrl-C anywhere
-else does. While readline reads, the terminal passes Ctrl-C to it as a key (bound to
+`^C`) and asks again; on an empty line it stops the turns running now, as ⏹ Stop does
+(`LineReader.interrupt`), and with none running it stops the console at once, as a Ctrl-C
+anywhere else does. While readline reads, the terminal passes Ctrl-C to it as a key (bound to
 accept the line; the key that ended it is read back) instead of as a signal; an empty line
 ended by it raises the signal itself, so every stop goes through the one SIGINT handler.
 
@@ -519,6 +520,9 @@ class LineReader:
         self._thread: threading.Thread | None = None
         self._pending = ""
         self._decoder = codecs.getincrementaldecoder(getattr(stream, "encoding", None) or "utf-8")("replace")
+        # Ctrl-C on an empty line (a terminal): stop the turns running now; True when there were any
+        # (then the console goes on). Called from the reading thread.
+        self.interrupt: Callable[[], bool] | None = None
 
     async def __call__(self, *, more: bool = False) -> str:
         loop = asyncio.get_running_loop()
@@ -589,7 +593,10 @@ class TtyLineReader(LineReader):
                 self.modes.quiet()
             if line is None or not self.modes.interrupt_is_a_key or not self.editor.ended_by_ctrl_c():
                 break
-            if not line:  # Ctrl-C on an empty line: stop, through the SIGINT handler as everywhere else
+            if not line and self.interrupt is not None and self.interrupt():
+                self.screen.dropped(line)  # Ctrl-C on an empty line while agents work: their turns stop
+                continue
+            if not line:  # Ctrl-C on an empty line, no turn running: stop, through the SIGINT handler
                 self.screen.read(line, more=more)
                 os.kill(os.getpid(), signal.SIGINT)
                 raise _Interrupted

@@ -21,7 +21,7 @@ RunKind = Literal["group", "direct", "regenerate"]  # regenerate: a reply run ag
 SpendKind = Literal["agent", "selector", "catch-up", "summary"]
 SUMMARY_SPENDER = "rolling summary"  # who spent kind 'summary' (the usage report's line)
 RunStatus = Literal["running", "posted", "answered", "worked", "empty", "failed", "refused", "discarded",
-                   "interrupted"]
+                   "interrupted", "stopped"]
 
 DEFAULT_MAX_TURNS = 12
 MAX_TURNS_RANGE = (1, 100)

@@ -277,3 +277,5 @@ async def test_help_is_short_and_help_topic_lists_one_group(console):
     assert "/agent memory show name  An agent's memory notes, newest first" in await console.send("/help extras")
     assert await console.send("/help topic:agent") == agent
     assert "/attach PATH" in "\n".join(await console.send("/help chat"))
+    assert any(line.startswith("Ctrl-C  Drops the line being typed; on an empty line it stops the turns running now")
+               for line in await console.send("/help chat"))

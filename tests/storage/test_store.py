@@ -231,6 +231,35 @@ async def test_a_reply_to_a_stopped_episode_is_discarded(store: SqlStore, group_
     assert (await store.get_group(group_id)).latest_seq == 1
 
 
+async def test_a_stopped_run_keeps_what_it_showed_ends_its_episode_and_skips_what_waits(
+    store: SqlStore, group_id: int
+) -> None:
+    """SPEC §8 ⏹ Stop: in one transaction the reply (past the cap), the run's spend, the episode
+    ended `stopped` and every agent's pending deliveries skipped, so a restart runs nothing again."""
+    agent = await store.add_agent(group_id, "a", "r", "p")
+    other = await store.add_agent(group_id, "b", "r", "p")  # pending too: it has not read row 1
+    _, episode = await store.append_user_message(group_id, user())
+    run = await store.start_run(group_id, agent.id, "group", 1)
+    spent = Usage(120, 7, 0, True)
+    done = await store.finish_run(run.id, RunResult("stopped", spent, reply=agent_msg(agent.id, "Half\n\n(stopped)"),
+                                                    error="stopped by Bob"), cap=0)
+    assert done.run.status == "stopped" and done.reply is not None and done.reply.text == "Half\n\n(stopped)"
+    assert (done.run.usage, done.run.error) == (spent, "stopped by Bob")
+    ended = await store.get_episode(episode.id)
+    assert (ended.status, ended.prompt_tokens, ended.agent_turns) == ("stopped", 120, 1)
+    assert [a.delivered_through for a in (await store.get_agent(agent.id), await store.get_agent(other.id))] == [2, 2]
+
+
+async def test_a_stopped_run_ends_its_running_episode_as_stopped(store: SqlStore, group_id: int) -> None:
+    agent = await store.add_agent(group_id, "a", "r", "p")
+    _, episode = await store.append_user_message(group_id, user())
+    run = await store.start_run(group_id, agent.id, "group", 1)
+    done = await store.finish_run(run.id, RunResult("stopped", notice=None), cap=5)
+    assert (done.run.status, done.reply) == ("stopped", None)
+    assert (await store.get_episode(episode.id)).status == "stopped"
+    assert (await store.get_agent(agent.id)).delivered_through == 1
+
+
 async def test_bad_appends_are_refused(store: SqlStore, group_id: int) -> None:
     agent = await store.add_agent(group_id, "a", "r", "p")
     with pytest.raises(InvalidInput):

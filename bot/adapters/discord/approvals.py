@@ -1,11 +1,13 @@
 """Tool calls held for approval on Discord (SPEC §6b "Approval").
 
-The agent's webhook posts what it wants to run with two buttons, Approve and Deny
-(`custom_id` `roundtable:approval:<key>:yes|no`, `APPROVE_ID`); the group's webhook belongs to
-the application, so its messages can carry them. A press by the person whose message started
+The agent's provisional message shows what it wants to run, and carries two buttons, Approve
+and Deny, before its ⏹ Stop (`custom_id` `roundtable:approval:<key>:yes|no`, `APPROVE_ID`;
+`bot.adapters.discord.controls`); the group's webhook belongs to the application, so its
+messages can carry them. A run with no provisional message yet posts it then, and its reply is
+finished in it. A worker's run is private: it asks in a message of its own. A press by the person whose message started
 the episode, or by an operator, decides; anyone else is told privately who may. Nobody pressing
-within the group's `approval_timeout` denies. Then the message is edited: the decision and who
-made it, the buttons gone.
+within the group's `approval_timeout` denies. Then the request line becomes the decision and who
+made it, and Approve / Deny go (Stop stays while the run works).
 
 Decisions are in memory (`Waiting`): a press that finds nothing waiting (the run ended, or a
 restart came between) is told the request is no longer open; a run that was waiting when the
@@ -29,12 +31,15 @@ def custom_id(key: str, approve: bool) -> str:
     return f"roundtable:approval:{key}:{'yes' if approve else 'no'}"
 
 
+def decision_buttons(key: str) -> list[dict[str, object]]:
+    """Approve (green) and Deny (red)."""
+    return [{"type": 2, "style": 3, "label": "Approve", "custom_id": custom_id(key, True)},
+            {"type": 2, "style": 4, "label": "Deny", "custom_id": custom_id(key, False)}]
+
+
 def buttons(key: str) -> list[dict[str, object]]:
-    """One action row: Approve (green) and Deny (red)."""
-    return [{"type": 1, "components": [
-        {"type": 2, "style": 3, "label": "Approve", "custom_id": custom_id(key, True)},
-        {"type": 2, "style": 4, "label": "Deny", "custom_id": custom_id(key, False)},
-    ]}]
+    """One action row: Approve and Deny."""
+    return [{"type": 1, "components": decision_buttons(key)}]
 
 
 def request_text(agent: Agent, ask: ApprovalAsk) -> str:
@@ -72,6 +77,11 @@ class Waiting:
 
     def get(self, key: str) -> Held | None:
         return self._held.get(key)
+
+    def of(self, group_id: int, agent_name: str) -> Held | None:
+        """The agent's call in the group that waits for a press now (its calls run one at a time)."""
+        return next((h for h in self._held.values() if h.group_id == group_id and h.ask.agent_name == agent_name
+                     and not h.decided.done()), None)
 
     def release(self, key: str) -> None:
         self._held.pop(key, None)

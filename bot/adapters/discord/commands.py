@@ -31,6 +31,7 @@ import discord
 from discord import app_commands
 
 from bot.adapters.discord.approvals import APPROVE_ID, custom_id
+from bot.adapters.discord.controls import STOP_EMOJI, STOP_ID, STOP_LABEL, stop_custom_id
 from bot.adapters.discord.doctor import channel_checks, permission_check
 from bot.adapters.discord.events import Ingest
 from bot.adapters.discord.interactions import Interactions, defer, finish, first_answer, send
@@ -159,6 +160,40 @@ class ApprovalButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=AP
         await interaction.response.defer()  # the message's edit (the decision, no buttons) follows from the run
         if not slash.surface.approvals.decide(self.key, self.approve, interaction.user.display_name):
             await interaction.followup.send("This request is no longer waiting for a decision.", ephemeral=True)
+
+
+class StopButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=STOP_ID):
+    """⏹ Stop on an agent's provisional message (SPEC §8 "People steer a reply",
+    `bot.adapters.discord.controls`): the person who started the episode or an operator stops
+    the agent's run at once; anyone else is told privately who may."""
+
+    def __init__(self, group_id: int, agent_id: int) -> None:
+        super().__init__(discord.ui.Button(label=STOP_LABEL, emoji=STOP_EMOJI,
+                                           custom_id=stop_custom_id(group_id, agent_id)))
+        self.group_id, self.agent_id = group_id, agent_id
+
+    @classmethod
+    async def from_custom_id(cls, interaction: discord.Interaction, item: discord.ui.Item[Any],
+                             match: re.Match[str]) -> StopButton:
+        return cls(int(match["group"]), int(match["agent"]))
+
+    async def interaction_check(self, interaction: discord.Interaction) -> bool:
+        return await taken(interaction)
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        slash = slash_of(interaction)
+        group = await slash.store.get_group(self.group_id)
+        answer = await slash.engine.stop_reply(self.group_id, self.agent_id, user_id=str(interaction.user.id),
+                                               operator=is_operator(interaction.user, group),
+                                               by=interaction.user.display_name)
+        if answer.refused:
+            who = f"<@{answer.starter}>" if answer.starter else "the person who started this"
+            await send(interaction, {"content": f"Only {who} or an operator can stop this.",
+                                     "allowed_mentions": discord.AllowedMentions.none()})
+        elif not answer.stopped:
+            await send(interaction, {"content": "This reply is no longer running."})
+        else:  # the message's last edit ("(stopped)", no buttons) follows from the run
+            await interaction.response.defer()
 
 
 class Pager(discord.ui.View):
@@ -530,7 +565,7 @@ class SlashCommands:
 
     # building the tree ----------------------------------------------------------
     def register(self, tree: app_commands.CommandTree) -> None:
-        self.client.add_dynamic_items(MarkReadButton, ApprovalButton)
+        self.client.add_dynamic_items(MarkReadButton, ApprovalButton, StopButton)
         groups: dict[tuple[str, ...], app_commands.Group] = {
             (name,): app_commands.Group(name=name, description=text, guild_only=True)
             for name, text in GROUP_DESCRIPTIONS.items()}

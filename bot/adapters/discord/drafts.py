@@ -13,6 +13,10 @@ often it is sent, so publishing again after a crash leaves one copy. A part that
 be edited (a moderator deleted it: 10008) is replaced by a new post, and the chunks after it
 with it, so the reply stays in order.
 
+Buttons. While the run works, each provisional message carries the controls people steer it with
+(`DraftHooks.controls`: ⏹ Stop, and Approve / Deny while a tool call waits for approval, SPEC §8
+and §6b); a change of them is an update like new text. The committed row's final edit removes them.
+
 Pings. Every provisional post and edit allows no mention. Discord notifies nobody for a mention
 an edit adds, so the chunks from the first that pings a tagged person on are posted anew at
 commit, as a whole post would ping them (the visible text never shows a person's mention
@@ -105,6 +109,9 @@ def _seconds(value: str | None) -> float | None:
         return None
 
 
+Controls = Sequence[Mapping[str, Any]]  # action rows of buttons, as Discord takes them
+
+
 class DraftHooks(Protocol):
     """What drafts and `publish_over` ask of the Discord surface (`bot.adapters.discord.webhooks`)."""
 
@@ -116,13 +123,22 @@ class DraftHooks(Protocol):
         """The content Discord last accepted for one of our messages (this process), if known."""
         ...
 
-    async def draft_post(self, group: Group, agent: Agent, chunk: str) -> str:
-        """Post a provisional message (no mention allowed); its id. DeliveryError."""
+    def controls(self, group: Group, agent: Agent) -> Controls:
+        """The buttons the agent's provisional messages carry now (action rows)."""
+        ...
+
+    def notes(self, run_id: int) -> str:
+        """Lines shown under the run's reply's text now (a tool call's request for approval, its decision)."""
+        ...
+
+    async def draft_post(self, group: Group, agent: Agent, chunk: str, *, components: Controls = ()) -> str:
+        """Post a provisional message (no mention allowed) with `components`; its id. DeliveryError."""
         ...
 
     async def draft_edit(self, group: Group, message_id: str, chunk: str, *, tagged: Sequence[str] = (),
-                         final: bool = False) -> bool:
-        """Edit one of our messages; False when it is gone (deleted, or its webhook). DeliveryError."""
+                         final: bool = False, components: Controls | None = None) -> bool:
+        """Edit one of our messages (its buttons too, unless None; a `final` edit removes them);
+        False when it is gone (deleted, or its webhook). DeliveryError."""
         ...
 
     async def draft_delete(self, group: Group, message_id: str) -> None:
@@ -151,13 +167,20 @@ class DiscordDraft:
         self.posts = self.edits = 0
         self._wake = asyncio.Event()
         self._stopping = False
+        self._flush = False  # stopping once what it shows is up to date (`finish`)
         self._failures = 0
         self._not_before = 0.0
         self._edited: dict[str, float] = {}  # message id -> when it was last edited
+        self._controls: dict[str, Controls] = {}  # message id -> the buttons it carries (as sent)
         self._task = hooks.spawn(self._run(), f"draft-{group.id}-{run_id}")
 
     def grew(self) -> None:
         self._wake.set()
+
+    @property
+    def live(self) -> bool:
+        """Whether it still shows updates (not stopped, not given up)."""
+        return not self._stopping and not self._task.done()
 
     async def stop(self, *, wait: bool = True) -> None:
         self._stopping = True
@@ -167,6 +190,11 @@ class DiscordDraft:
         await asyncio.wait({self._task})  # (never raises the task's error; our own cancellation goes through)
         log.debug("group=%s run=%s: streamed in %d provisional post(s) and %d edit(s)", self.group.id, self.run_id,
                   self.posts, self.edits)
+
+    async def finish(self) -> None:
+        """Stop once the messages show the latest text and buttons (the pace allowing)."""
+        self._flush = True
+        await self.stop()
 
     async def discard(self) -> None:
         store = self.hooks.store
@@ -182,10 +210,10 @@ class DiscordDraft:
         try:
             if any(p.external_id is None for p in self.parts):
                 self.parts = await self.hooks.settle_parts(self.group, self.parts)
-            while not self._stopping and self._failures < GIVE_UP_AFTER:
+            while self._failures < GIVE_UP_AFTER and (self._flush or not self._stopping):
                 self._wake.clear()
                 wait = await self._step()
-                if self._stopping:
+                if self._stopping and (not self._flush or wait is None):
                     return
                 if wait is None:
                     await self._wake.wait()
@@ -199,20 +227,23 @@ class DiscordDraft:
     async def _step(self) -> float | None:
         """Send the next update the text needs, when the pace allows: None when the messages show
         the text, 0 after a request, else the seconds to wait for the next one."""
-        visible = self.text()
+        visible, notes = self.text(), self.hooks.notes(self.run_id)
+        if notes:
+            visible = f"{visible}\n\n{notes}" if visible else notes
+        controls = self.hooks.controls(self.group, self.agent)
         chunks = split_message(neutralize_mass_mentions(visible)) if visible else []
         for index, chunk in enumerate(chunks):
             if index < len(self.parts):
                 message_id = self.parts[index].external_id or ""
-                if self.hooks.shown(message_id) == chunk:
+                if self.hooks.shown(message_id) == chunk and self._controls.get(message_id) == controls:
                     continue
                 wait = self._wait(self._edited.get(message_id, -math.inf) + EDIT_EVERY)
                 if wait <= 0:
-                    await self._edit(index, message_id, chunk)
+                    await self._edit(index, message_id, chunk, controls)
             else:
                 wait = self._wait(0.0, gap=bool(self.parts))  # the first text shows at once
                 if wait <= 0:
-                    await self._post(index, chunk)
+                    await self._post(index, chunk, controls)
             return max(wait, 0.0)
         return None
 
@@ -220,12 +251,12 @@ class DiscordDraft:
         now = time.monotonic()
         return max(at, self._not_before, self.hooks.pace(self.group).ready_at(now, gap=gap)) - now
 
-    async def _post(self, index: int, chunk: str) -> None:
+    async def _post(self, index: int, chunk: str, controls: Controls) -> None:
         store = self.hooks.store
         part = await store.add_draft(self.group.id, self.agent.id, self.run_id, index, self.agent.name, chunk)
         self.hooks.pace(self.group).last_draft = time.monotonic()
         try:
-            message_id = await self.hooks.draft_post(self.group, self.agent, chunk)
+            message_id = await self.hooks.draft_post(self.group, self.agent, chunk, components=controls)
         except DeliveryError as exc:
             if exc.maybe_shown:  # it may have landed: the row's publish looks for it
                 self._failures = GIVE_UP_AFTER
@@ -237,19 +268,21 @@ class DiscordDraft:
             return
         await store.draft_posted(part.id, message_id)
         self.parts.append(replace(part, external_id=message_id))
+        self._controls[message_id] = controls
         self._edited[message_id] = time.monotonic()
         self.posts += 1
         self._failures = 0
 
-    async def _edit(self, index: int, message_id: str, chunk: str) -> None:
+    async def _edit(self, index: int, message_id: str, chunk: str, controls: Controls) -> None:
         self.hooks.pace(self.group).last_draft = time.monotonic()
         try:
-            alive = await self.hooks.draft_edit(self.group, message_id, chunk)
+            alive = await self.hooks.draft_edit(self.group, message_id, chunk, components=controls)
         except DeliveryError as exc:
             self._failed(exc)
             return
         self._edited[message_id] = time.monotonic()
         if alive:
+            self._controls[message_id] = controls
             self.edits += 1
             self._failures = 0
             return

@@ -45,8 +45,16 @@ import aiohttp
 import discord
 from discord.http import Route
 
-from bot.adapters.discord.approvals import Waiting, buttons, outcome_text, request_text
-from bot.adapters.discord.drafts import DRAFT_TIMEOUT, DiscordDraft, HookPace, publish_over, remove_parts
+from bot.adapters.discord.approvals import Waiting, buttons, decision_buttons, outcome_text, request_text
+from bot.adapters.discord.controls import action_row, stop_button
+from bot.adapters.discord.drafts import (
+    DRAFT_TIMEOUT,
+    Controls,
+    DiscordDraft,
+    HookPace,
+    publish_over,
+    remove_parts,
+)
 from bot.adapters.discord.render import mention_policy, neutralize_mass_mentions, split_message
 from bot.core.errors import DeliveryError, UserFacingError
 from bot.core.models import Agent, Approval, ApprovalAsk, DraftPart, Episode, Group, Message, SharedFile
@@ -129,6 +137,10 @@ class DiscordSurface:
         self._late: dict[tuple[int, int], tuple[str, str]] = {}  # (group, seq) -> the hook of a post that may land late
         self._paces: dict[str, HookPace] = {}  # webhook channel -> its rate limit as drafts see it
         self._shown: dict[str, str] = {}  # message id -> the content Discord last accepted for it
+        self._buttoned: set[str] = set()  # our messages that may carry buttons (a final edit removes them)
+        self._drafts: dict[tuple[int, int], DiscordDraft] = {}  # (group, agent) -> its run's draft, while it shows
+        self._asked: dict[int, DiscordDraft] = {}  # run id -> the draft an approval began (its reply did not stream)
+        self._asking: dict[int, dict[str, str]] = {}  # run id -> approval key -> its line (request, then decision)
         self.approvals = Waiting()  # tool calls held for a press of Approve or Deny
 
     @property
@@ -274,6 +286,7 @@ class DiscordSurface:
             return  # people's messages are already in the channel
         chunks = split_message(rendered(message))
         if message.author_type == "agent" and message.source_run_id is not None:
+            await self._asked_done(message.source_run_id)
             parts = await self.store.draft_parts(message.source_run_id)
             if parts:  # it was streamed: its provisional messages become its chunks
                 tagged = message.tags.user_ids
@@ -506,9 +519,12 @@ class DiscordSurface:
               text: Callable[[], str]) -> Draft | None:
         if self._closed or self.client is None:
             return None
-        return DiscordDraft(self, group, agent, run_id, parts, text)
+        draft = self._drafts[(group.id, agent.id)] = DiscordDraft(self, group, agent, run_id, parts, text)
+        return draft
 
     async def remove_drafts(self, group: Group, parts: Sequence[DraftPart]) -> list[int]:
+        for run_id in {p.run_id for p in parts}:
+            await self._asked_done(run_id)
         return await remove_parts(self, group, parts)
 
     def pace(self, group: Group) -> HookPace:
@@ -552,8 +568,25 @@ class DiscordSurface:
         self.pace(group).note(status, headers, body)
         return status, body
 
-    async def draft_post(self, group: Group, agent: Agent, chunk: str) -> str:
-        payload: dict[str, Any] = {"content": chunk, "username": agent.name, "allowed_mentions": NO_MENTIONS}
+    def controls(self, group: Group, agent: Agent) -> Controls:
+        held = self.approvals.of(group.id, agent.name)
+        deciding = decision_buttons(held.ask.key) if held is not None else []
+        return action_row([*deciding, stop_button(group.id, agent.id)])
+
+    def notes(self, run_id: int) -> str:
+        return "\n".join(self._asking.get(run_id, {}).values())
+
+    async def _asked_done(self, run_id: int) -> None:
+        """The run is over (its reply is shown, or its messages are taken back): the message an
+        approval posted for it ends its updates first, and its lines are dropped."""
+        asked = self._asked.pop(run_id, None)
+        if asked is not None:
+            await asked.finish()
+        self._asking.pop(run_id, None)
+
+    async def draft_post(self, group: Group, agent: Agent, chunk: str, *, components: Controls = ()) -> str:
+        payload: dict[str, Any] = {"content": chunk, "username": agent.name, "allowed_mentions": NO_MENTIONS,
+                                   "components": list(components)}
         if agent.avatar_url:
             payload["avatar_url"] = await self.fresh_url(agent.avatar_url)
         status, body = await self._hook_call(group, "POST", None, payload, timeout=DRAFT_TIMEOUT)
@@ -564,14 +597,45 @@ class DiscordSurface:
                 await self._delete_post(group, f"{Route.BASE}/webhooks/{hook_id}/{token}", str(body["id"]), landed)
                 raise DeliveryError("the webhook posts in another channel", problem="the webhook was moved")
             self._remember(str(body["id"]), chunk)
+            if components:
+                self._buttoned.add(str(body["id"]))
             return str(body["id"])
         code = body.get("code") if isinstance(body, dict) else None
         raise self._refusal(group, status, code, body, need="Manage Webhooks and Send Messages")
 
     async def approve(self, group: Group, agent: Agent, ask: ApprovalAsk) -> Approval:
-        """Post the request with Approve / Deny (`bot.adapters.discord.approvals`) as the agent and
-        wait for a press (or the timeout); then show the decision without the buttons. A request
-        that cannot be posted is denied (nobody could have approved it)."""
+        """Ask on the agent's provisional message (`bot.adapters.discord.approvals`): the request
+        line under what it shows, Approve / Deny before its Stop; a press (or the timeout) decides,
+        and the line becomes the decision. A run that shows no provisional message yet (nothing
+        streamed) posts it now: the reply is finished in it. A worker, whose runs are private,
+        asks in a message of its own."""
+        if agent.mode == "worker" or self._closed or self.client is None:
+            return await self._approve_apart(group, agent, ask)
+        draft = self._drafts.get((group.id, agent.id))
+        run_id = int(ask.key.split(".")[0])
+        if draft is None or not draft.live or draft.run_id != run_id:
+            draft = self._asked.get(run_id)
+            if draft is None:
+                parts = await self.store.draft_parts(run_id)
+                draft = self._asked[run_id] = DiscordDraft(self, group, agent, run_id, parts, lambda: "")
+        lines = self._asking.setdefault(run_id, {})
+        held = self.approvals.hold(group.id, ask)
+        lines[ask.key] = request_text(agent, ask)
+        draft.grew()
+        try:
+            decision = await self.approvals.wait(held)
+            lines[ask.key] = outcome_text(agent, ask, decision)
+        except BaseException:
+            lines.pop(ask.key, None)  # stopped while it waited
+            raise
+        finally:
+            draft.grew()
+        return decision
+
+    async def _approve_apart(self, group: Group, agent: Agent, ask: ApprovalAsk) -> Approval:
+        """Post the request with Approve / Deny as the agent and wait for a press (or the timeout);
+        then show the decision without the buttons. A request that cannot be posted is denied
+        (nobody could have approved it)."""
         held = self.approvals.hold(group.id, ask)
         payload: dict[str, Any] = {"content": request_text(agent, ask), "username": agent.name,
                                    "components": buttons(ask.key),
@@ -599,15 +663,25 @@ class DiscordSurface:
         return decision
 
     async def draft_edit(self, group: Group, message_id: str, chunk: str, *, tagged: Sequence[str] = (),
-                         final: bool = False) -> bool:
-        if self._shown.get(message_id) == chunk:
+                         final: bool = False, components: Controls | None = None) -> bool:
+        if final:
+            components = []  # a committed reply carries no buttons (SPEC §8)
+        if self._shown.get(message_id) == chunk and components is None:
             return True
-        payload = {"content": chunk, "allowed_mentions": allowed_mentions(chunk, tuple(tagged)) if final
-                   else NO_MENTIONS}
+        if self._shown.get(message_id) == chunk and not components and message_id not in self._buttoned:
+            return True
+        payload: dict[str, Any] = {"content": chunk, "allowed_mentions": allowed_mentions(chunk, tuple(tagged))
+                                   if final else NO_MENTIONS}
+        if components is not None:
+            payload["components"] = list(components)
         status, body = await self._hook_call(group, "PATCH", message_id, payload,
                                              timeout=POST_TIMEOUT if final else DRAFT_TIMEOUT)
         if 200 <= status < 300:
             self._remember(message_id, chunk)
+            if components:
+                self._buttoned.add(message_id)
+            elif components is not None:
+                self._buttoned.discard(message_id)
             return True
         code = body.get("code") if isinstance(body, dict) else None
         if status == 404 and code in (UNKNOWN_MESSAGE, UNKNOWN_WEBHOOK):
@@ -630,6 +704,7 @@ class DiscordSurface:
         elif not (200 <= status < 300 or status == 404):
             raise self._refusal(group, status, code, body, need="Manage Webhooks")
         self._shown.pop(message_id, None)
+        self._buttoned.discard(message_id)
 
     async def settle_parts(self, group: Group, parts: Sequence[DraftPart]) -> list[DraftPart]:
         pending = [p for p in parts if p.external_id is None]

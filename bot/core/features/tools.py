@@ -277,11 +277,12 @@ class ToolLoop:
         self.final_call, self.on_text, self.on_step, self.notify = final_call, on_text, on_step, notify
         self.on_call, self.max_calls = on_call, max_calls
         self.approve = approve  # None: nobody can be asked, so held calls are denied
+        self.result: LoopResult | None = None  # the latest run's, while it runs too (what a stopped run spent)
 
     async def run(self, messages: Sequence[ChatMessage]) -> LoopResult:
         """Call the model until it answers without tool calls (see the module docstring), after
         taking over the journal an interrupted run of the agent left."""
-        result = LoopResult(None, list(messages))
+        result = self.result = LoopResult(None, list(messages))
         if self.resume:
             await self._resume(result)
         while result.steps < self.max_steps or (self.final_call and result.steps == self.max_steps):

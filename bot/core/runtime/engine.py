@@ -51,6 +51,7 @@ from bot.core.runtime.outbox import Outbox, OutboxDeps
 from bot.core.runtime.ownership import LEASE_TTL, Ownership, OwnershipDeps
 from bot.core.runtime.regenerate import Regenerated, RegenerateDeps, Regenerations
 from bot.core.runtime.scheduler import TICK, Scheduler, SchedulerDeps
+from bot.core.runtime.steering import StopAnswer
 from bot.core.runtime.turn import AgentTurn, TurnDeps, TurnOutcome
 from bot.core.runtime.worker import GroupWorker, RetryPolicy, wait_for_store
 
@@ -292,6 +293,8 @@ class Engine:
     ) -> TurnOutcome:
         async with self.locks.holding(agent, "a group run"):
             outcome = await self._turn.run(group, agent, snapshot, selector_usage=selector_usage, source=source)
+        if outcome.run.status == "stopped" and outcome.run.episode_id is not None:
+            await self._stopped(group, outcome.run.episode_id)
         await self.check_budget(group.id)
         return outcome
 
@@ -307,6 +310,33 @@ class Engine:
     async def _regenerated(self, group_id: int) -> None:
         self.shown(group_id)
         await self.check_budget(group_id)
+    async def _stopped(self, group: Group, episode_id: int) -> None:
+        """A person stopped a run: its episode ended as `stopped` with the run (shown as any end is)."""
+        episode = await self.store.get_episode(episode_id)
+        log.info("episode group=%s episode=%s ended: %s after %d agent turns, %d tokens", group.id, episode.id,
+                 episode.status, episode.agent_turns, episode.total_tokens)
+        if self.owns(group.id) and not self._closed:
+            self.outbox(group.id).announce(episode)
+        else:
+            await self.episode_changed(group, episode)
+
+    # people steer a reply (SPEC §8; bot.core.runtime.steering) -------------
+    async def stop_reply(self, group_id: int, agent_id: int, *, user_id: str | None, operator: bool,
+                         by: str) -> StopAnswer:
+        """A person pressed ⏹ Stop on the agent's provisional message (or Ctrl-C on the console):
+        stop its run when they started its episode or are an operator."""
+        steer = self._turn.steering.get(group_id, agent_id)
+        if steer is None or steer.stopped:
+            return StopAnswer(False)
+        if not operator:
+            starter = await self._turn.starter_of(steer)
+            if starter is None or starter.author_user_id != user_id:
+                return StopAnswer(False, refused=True, starter=starter.author_user_id if starter else None)
+        return StopAnswer(self._turn.steering.stop(group_id, agent_id, by))
+
+    def stop_running(self, group_id: int, by: str) -> int:
+        """Stop every run working in the group now (the console's Ctrl-C); how many."""
+        return sum(self._turn.steering.stop(s.group_id, s.agent_id, by) for s in self._turn.steering.running(group_id))
 
     def images(self, group: Group) -> ImageSource:
         """People's images of `group`, fetched through the surface when a run is made (kept in memory a while)."""

@@ -13,6 +13,8 @@ the agent left (its reply replaces them); a run that posts nothing takes its own
 An agent with tools (granted ones, or memory_write with memory on) runs the tool loop
 (`bot.core.features.tools`), streamed too: the draft shows a line per tool call
 (`bot.core.rules.tool_lines`: running, then ✓ or ✗), then the text of the current step.
+A person may stop a group run while it works (`bot.core.runtime.steering`): it settles as
+'stopped' with what its provisional message showed, followed by "(stopped)".
 """
 from __future__ import annotations
 
@@ -53,6 +55,7 @@ from bot.core.models import (
     NewMessage,
     Run,
     RunResult,
+    Tags,
     ToolOutput,
     Usage,
 )
@@ -90,6 +93,7 @@ from bot.core.rules.stop import (
 )
 from bot.core.rules.tags import parse_tags
 from bot.core.rules.tool_lines import call_line
+from bot.core.runtime.steering import Steer, Steering, stopped_text
 from bot.core.runtime.worker import RetryPolicy, wait_for_store
 
 log = logging.getLogger(__name__)
@@ -191,6 +195,7 @@ class AgentTurn:
         self.deps = deps
         self._told: set[tuple[int, str]] = set()  # (group, outage) told in that group
         self._missing: set[tuple[int, str]] = set()  # (group, model) told its provider is not set up
+        self.steering = Steering()  # the runs working now, which people may stop
 
     async def run(
         self, group: Group, agent: Agent, snapshot: int, *, selector_usage: Usage, source: str
@@ -201,6 +206,7 @@ class AgentTurn:
         draft: Draft | None = None
         posts = Posts() if agent.mode == "worker" else None  # a worker speaks through group_post only
         unused: dict[tuple[int, int], tuple[str, str]] = {}  # images the run could not send
+        steer = self.steering.begin(group.id, agent.id, run.id, run.episode_id)
         try:
             fresh = await store.get_group(group.id)
             cap = fresh.settings.max_agent_turns
@@ -210,7 +216,8 @@ class AgentTurn:
                 result, terminated = RunResult("refused", selector_usage=selector_usage, error=str(CapReached(cap)),
                                                notice=await self._refusal_notice(run, agent, cap)), False
             else:
-                result, terminated, draft = await self._call(fresh, agent, run, selector_usage, unused, posts)
+                result, terminated, draft = await self._steered(fresh, agent, run, selector_usage, unused, posts,
+                                                                steer)
         except asyncio.CancelledError:
             # Shutting down: the run stays undone (its agent runs again on the next start).
             await self._interrupt(run, selector_usage)
@@ -220,6 +227,8 @@ class AgentTurn:
             # it is back, never left 'running'; the dispatcher runs the agent again.
             await self._finish(run, RunResult("interrupted", selector_usage=selector_usage), 0)
             raise
+        finally:
+            self.steering.end(steer)
         finished = await self._finish(run, result, cap)
         if unused:
             await deps.tell_unused(group, unused)
@@ -272,6 +281,41 @@ class AgentTurn:
                  finished.run.status if finished.run.error is None else f"{finished.run.status} ({finished.run.error})")
         return TurnOutcome(finished.run, finished.reply, terminated)
 
+    async def _steered(self, group: Group, agent: Agent, run: Run, selector_usage: Usage,
+                       unused: dict[tuple[int, int], tuple[str, str]], posts: Posts | None, steer: Steer,
+                       ) -> tuple[RunResult, bool, Draft | None]:
+        """`_call` as a task a person may stop (`Steering.stop` cancels it): then the run's result
+        is 'stopped', with what its provisional message showed."""
+        call = asyncio.ensure_future(self._call(group, agent, run, selector_usage, unused, posts, steer))
+        steer.task = call
+        try:
+            return await call
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not steer.stopped or (task is not None and task.cancelling()):
+                raise  # shutting down, not a person's stop
+        return await self._stopped(group, agent, run, selector_usage, steer), False, steer.draft
+
+    async def _stopped(self, group: Group, agent: Agent, run: Run, selector_usage: Usage, steer: Steer) -> RunResult:
+        """A stopped run's result: what its provisional message showed, then "(stopped)", and what
+        it spent (the call it was stopped in estimated). Without a provisional message, a notice."""
+        deps = self.deps
+        if steer.draft is not None:
+            await steer.draft.stop()  # its last update is finished, its ids recorded
+        shown = steer.shown() if steer.draft is not None else ""
+        provisional = bool(shown) or bool(await deps.store.draft_parts(run.id))
+        reply = notice = None
+        if provisional:
+            text = stopped_text(shown)
+            reply = NewMessage(author_type="agent", author_name=agent.name, text=text, tags=Tags(),
+                               author_agent_id=agent.id, source_run_id=run.id,
+                               token_count=deps.counter.count(thread_line(agent.name, text)))
+        else:
+            notice = deps.notice(f"⏹ {agent.name}'s turn was stopped by {steer.by}.")
+        log.info("group=%s agent=%s run=%s stopped by %s", group.id, agent.name, run.id, steer.by)
+        return RunResult("stopped", steer.usage(deps.counter), selector_usage, reply=reply, notice=notice,
+                         error=f"stopped by {steer.by}", model=agent.model or "", calls=steer.calls())
+
     async def _finish(self, run: Run, result: RunResult, cap: int) -> FinishedRun:
         """Settle the run; while the database cannot take it (its server restarts, another process
         holds it, its disk is full) tried again until it can, at once when it is back, so the run is
@@ -303,7 +347,7 @@ class AgentTurn:
 
     async def _call(self, group: Group, agent: Agent, run: Run, selector_usage: Usage,
                     unused: dict[tuple[int, int], tuple[str, str]], posts: Posts | None = None,
-                    ) -> tuple[RunResult, bool, Draft | None]:
+                    steer: Steer | None = None) -> tuple[RunResult, bool, Draft | None]:
         """Prompt the agent and turn its answer into the run's result (whether it said TERMINATE,
         and the draft that showed it while it was written); `unused` gets the images it could not send."""
         deps = self.deps
@@ -331,7 +375,7 @@ class AgentTurn:
             images = deps.images(group)
             messages = await files.fill_images(messages, images)
             unused.update(images.unused)
-            answer, draft = await self._complete(group, agent, run, messages, others, posts, roster)
+            answer, draft = await self._complete(group, agent, run, messages, others, posts, roster, steer)
         result, terminated = await self._result(group, agent, run, answer, roster, others, selector_usage, posts)
         return result, terminated, draft
 
@@ -397,7 +441,7 @@ class AgentTurn:
 
     async def _complete(self, group: Group, agent: Agent, run: Run, messages: list[ChatMessage],
                         others: Sequence[str], posts: Posts | None = None, roster: Sequence[Agent] = (),
-                        ) -> tuple[Answer, Draft | None]:
+                        steer: Steer | None = None) -> tuple[Answer, Draft | None]:
         """The agent's answer: one call (streamed to the surface's draft when the group streams),
         or with tools (granted, or memory_write with memory on) the tool loop
         (`bot.core.features.tools`), streamed too. The run takes over the provisional messages an
@@ -409,11 +453,14 @@ class AgentTurn:
         box = await self._tools(agent)
         if posts is not None:  # a worker: group_post offered, the run not shown while it is written
             box = self._group_post(group, agent, run, others, roster, posts, box)
-            return await self._with_tools(group, agent, run, messages, others, box, parts, private=True)
+            return await self._with_tools(group, agent, run, messages, others, box, parts, private=True, steer=steer)
         if box:
-            return await self._with_tools(group, agent, run, messages, others, box, parts)
+            return await self._with_tools(group, agent, run, messages, others, box, parts, steer=steer)
         reply = ReplyStream(agent.name, others)
         draft = deps.surface.draft(group, agent, run.id, parts, reply.visible) if group.settings.stream else None
+        if steer is not None:
+            steer.draft, steer.shown, steer.prompt = draft, reply.visible, lambda: messages
+            steer.raw = lambda: reply.text
         try:
             if draft is None:
                 completion = await llm.complete(messages, model=agent.model, cache_key=key,
@@ -454,7 +501,7 @@ class AgentTurn:
 
     async def _with_tools(self, group: Group, agent: Agent, run: Run, messages: list[ChatMessage],
                           others: Sequence[str], box: ToolBox, parts: Sequence[DraftPart], *, private: bool = False,
-                          ) -> tuple[Answer, Draft | None]:
+                          steer: Steer | None = None) -> tuple[Answer, Draft | None]:
         """The tool loop; with the group streaming, each step's text shown as it is written (not a
         worker's: `private`)."""
         deps = self.deps
@@ -499,6 +546,11 @@ class AgentTurn:
                         max_steps=group.settings.max_tool_steps if granted else memory.MAX_TOOL_STEPS,
                         final_call=granted, on_text=piece if draft is not None else None, on_step=step,
                         notify=notify, on_call=call, approve=approve, resume=run.kind != "regenerate")
+        if steer is not None:
+            steer.draft, steer.shown, steer.raw = draft, lambda: shown[0].visible(), lambda: shown[0].text
+            steer.prompt = lambda: loop.result.conversation if loop.result else messages
+            steer.spent = lambda: loop.result.usage if loop.result else Usage()
+            steer.calls = lambda: loop.result.calls if loop.result else 0
         try:
             answer = await run_agent_tools(loop, messages, memory=agent.memory)
         except asyncio.CancelledError:
@@ -512,6 +564,14 @@ class AgentTurn:
         if draft is not None:
             await draft.stop()
         return answer, draft
+
+    async def starter_of(self, steer: Steer) -> Message | None:
+        """The person's message that started the episode of a run that may be stopped (who may stop it)."""
+        if steer.episode_id is None:
+            return None
+        episode = await self.deps.store.get_episode(steer.episode_id)
+        message = await self.deps.store.get_message(steer.group_id, episode.task_seq)
+        return message if message.author_type == "user" else None
 
     async def _starter(self, group: Group, run: Run) -> Message | None:
         """The person's message that started the run's episode (who may approve its held tool calls)."""

@@ -418,7 +418,9 @@ CONSOLE_LINES = {  # console-only commands and notes, by topic
     "chat": ["/attach PATH  Attach a file (an image or a text file) to your next message; "
              "/attach alone lists them, /detach drops them",
              "/regenerate  Have the newest agent message written again (the same agent, on the same conversation); "
-             "printed as [name] (regenerated) text, earlier texts kept in the record"],
+             "printed as [name] (regenerated) text, earlier texts kept in the record",
+             "Ctrl-C  Drops the line being typed; on an empty line it stops the turns running now (as ⏹ Stop "
+             "does on Discord), else it quits"],
 }
 WHY_MENU = "Why this reply?"  # Discord's message menus (right-click a message, Apps), declared here once
 REGENERATE_MENU = "Regenerate reply"  # bot.core.runtime.regenerate; the console's /regenerate
