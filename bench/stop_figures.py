@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.engine_figures import percentile
 from bench.streaming import WEBHOOK_LIMIT, _newest_question, _set_up, _start_bot, testing_modules
 
 FIRST_TOKEN = 0.1  # seconds from the request to the model's first piece
@@ -64,12 +65,6 @@ def _words(k: int) -> list[str]:
     count = round(WRITING / EVERY)
     words = (base * (count // len(base) + 1))[:count]
     return [w + " " for w in words[:-1]] + [words[-1] + "."]
-
-
-def percentile(values: list[float], p: float) -> float:
-    """The p-th percentile, nearest rank (of 20 values, p95 is the 19th)."""
-    ranked = sorted(values)
-    return ranked[max(0, min(len(ranked) - 1, round(p / 100 * len(ranked) + 0.5) - 1))]
 
 
 async def measure(presses: int = PRESSES) -> StopFigures:
@@ -116,7 +111,7 @@ def _runs(db: Path) -> list[tuple[int, str, int]]:
         return conn.execute("SELECT id, status, completion_tokens FROM runs ORDER BY id").fetchall()
 
 
-async def _until(condition: Any, what: str, timeout: float = 60) -> Any:
+async def _until(condition: Any, what: str, timeout: float = 90) -> Any:
     deadline = time.monotonic() + timeout
     while not (found := condition()):
         if time.monotonic() > deadline:
