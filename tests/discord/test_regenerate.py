@@ -72,6 +72,7 @@ async def test_regenerate_edits_the_reply_in_place_and_refuses_others(harness, s
     assert [(v.version, v.text) for v in versions] == [(1, SHORT), (2, LONG)]
     helped = await harness.command("help", {"topic": "chat"}, user=carol)
     assert '"Regenerate reply" has the newest agent message written again' in helped["data"]["content"]
+    assert "⏹ Stop ends that turn" in helped["data"]["content"]  # the buttons are in /help chat too
     # (the help's interaction came after the part's deletion on the gateway: its event was taken by now)
     row = await harness.store.get_message(versions[0].group_id, 2)
     assert (row.text, row.deleted, row.external_ids) == (AGAIN, False, (first["id"],))  # the deleted part was no row's

@@ -427,7 +427,10 @@ REGENERATE_MENU = "Regenerate reply"  # bot.core.runtime.regenerate; the console
 DISCORD_LINES = {  # the message menus in /help, by topic
     "chat": [f"Message menus (right-click a message, then Apps): \"{WHY_MENU}\" shows why a message went to "
              f"whom; \"{REGENERATE_MENU}\" has the newest agent message written again (by the person who started "
-             "the task or an operator; the message is edited, earlier texts kept in the record)"],
+             "the task or an operator; the message is edited, earlier texts kept in the record)",
+             "Buttons on an agent's message while it works: ⏹ Stop ends that turn, keeping what was shown; "
+             "Approve / Deny decide a tool call that waits for approval (the person who started the task "
+             "or an operator)"],
 }
 OPTIONS_NOTE = 'Options are name:value; quote values with spaces: role:"trip planner who drafts the itinerary".'
 EXAMPLES = {"agent": ['e.g. /agent add name:planner role:"trip planner who drafts the itinerary" '
