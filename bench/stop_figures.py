@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.engine_figures import percentile
-from bench.streaming import WEBHOOK_LIMIT, _newest_question, _set_up, _start_bot, testing_modules
+from bench.streaming import WEBHOOK_LIMIT, _newest_question, _set_up, running_bot, testing_modules
 
 FIRST_TOKEN = 0.1  # seconds from the request to the model's first piece
 EVERY = 0.05  # seconds between pieces
@@ -93,16 +93,9 @@ async def measure(presses: int = PRESSES) -> StopFigures:
             emu.webhook_rate_limit = WEBHOOK_LIMIT
             db = Path(tmp) / "bench.db"
             await _set_up(db, emu, True, 1)
-            process = await _start_bot(emu, server.base_url, db, Path(tmp))
-            try:
+            async with running_bot(emu, server.base_url, db, Path(tmp)):
                 for k in range(1, presses + 1):
                     await _one_press(emu, server, db, k, LEADS[(k - 1) % len(LEADS)], edits, figures, counter)
-            except RuntimeError as exc:
-                raise RuntimeError(f"{exc}; the bot's log ends:\n{(Path(tmp) / 'bot.log').read_text()[-3000:]}") \
-                    from None
-            finally:
-                process.terminate()
-                await asyncio.wait_for(process.wait(), 30)
     return figures
 
 

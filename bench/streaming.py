@@ -18,6 +18,7 @@ with one line saying so.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import os
 import re
@@ -25,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -148,16 +150,9 @@ async def _measure_mode(modules: tuple[ModuleType, ModuleType], stream: bool, re
             emu.webhook_rate_limit = WEBHOOK_LIMIT
             db = Path(tmp) / "bench.db"
             channels = await _set_up(db, emu, stream, rooms)
-            process = await _start_bot(emu, server.base_url, db, Path(tmp))
-            try:
+            async with running_bot(emu, server.base_url, db, Path(tmp)):
                 for k in range(1, replies + 1):
                     await _one_round(emu, model, server, k, channels, shown, figures)
-            except RuntimeError as exc:
-                raise RuntimeError(f"{exc}; the bot's log ends:\n{(Path(tmp) / 'bot.log').read_text()[-3000:]}") \
-                    from None
-            finally:
-                process.terminate()
-                await asyncio.wait_for(process.wait(), 30)
             hook = [r.time for r in emu.requests if r.path.startswith("/webhooks/")]
             figures.burst = max((sum(1 for t in hook if s <= t < s + WEBHOOK_LIMIT[1]) for s in hook), default=0)
             figures.limited = len(emu.rate_limited)
@@ -183,6 +178,20 @@ async def _set_up(db: Path, emu: Any, stream: bool, rooms: int) -> list[str]:
         return channels
     finally:
         await store.close()
+
+
+@contextlib.asynccontextmanager
+async def running_bot(emu: Any, base_url: str, db: Path, cwd: Path) -> AsyncIterator[asyncio.subprocess.Process]:
+    """A `roundtable run` process connected to `emu`, stopped on leaving; a RuntimeError raised inside
+    is told with the end of the bot's log."""
+    process = await _start_bot(emu, base_url, db, cwd)
+    try:
+        yield process
+    except RuntimeError as exc:
+        raise RuntimeError(f"{exc}; the bot's log ends:\n{(cwd / 'bot.log').read_text()[-3000:]}") from None
+    finally:
+        process.terminate()
+        await asyncio.wait_for(process.wait(), 30)
 
 
 async def _start_bot(emu: Any, base_url: str, db: Path, cwd: Path) -> asyncio.subprocess.Process:
