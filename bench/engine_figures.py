@@ -43,9 +43,9 @@ from typing import Any
 from bench.fakes import InstantLLM, RecordingSurface
 from bench.places import scratch_schema
 from bench.scenario import AGENTS, PERSON, TASK, Script
-from bot.adapters.tokens import estimate_tokens, make_token_counter
 from bot.core.models import GroupSettings, NewMessage
 from bot.core.runtime.engine import Engine
+from bot.llm.tokens import estimate_tokens, make_token_counter
 from storage import SqlStore, open_store
 from storage.store import SqliteStore
 

@@ -71,7 +71,7 @@ async def measure(presses: int = PRESSES) -> StopFigures:
     modules = testing_modules()
     if modules is None:
         return StopFigures(note=SKIPPED)
-    from bot.adapters.tokens import make_token_counter
+    from bot.llm.tokens import make_token_counter
 
     emulator_module, openai_server = modules
     counter = make_token_counter(allow_download=True).load()  # as the bot makes its own

@@ -234,10 +234,10 @@ def loopback_only() -> Iterator[list[str]]:
 async def run_roundtable(turns: int, tokenizer: Tokenizer, **settings: Any) -> RunReport:
     """The real engine in this process: SQLite in a temporary file, the OpenAI adapter over HTTP.
     `settings`: group settings other than the defaults (e.g. context_budget=3000, to compare)."""
-    from bot.adapters.openai_llm import OpenAILLM
-    from bot.adapters.tokens import make_token_counter
     from bot.core.models import GroupSettings
     from bot.core.runtime.engine import Engine
+    from bot.llm.openai_llm import OpenAILLM
+    from bot.llm.tokens import make_token_counter
     from storage.store import SqliteStore
 
     report = RunReport(ROUNDTABLE, turns)

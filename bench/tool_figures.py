@@ -3,7 +3,7 @@ prompt tokens. Figures only, nothing passes or fails here.
 
 Both run the product's own path in-process: the engine (a group in "tags" mode that streams, one
 agent granted `bench.*`), the real `openai` client against the bench's local server, the real MCP
-client (`bot.adapters.mcp_tools.McpServer`) over stdio to `bench/tool_server.py` (the SDK's
+client (`bot.llm.mcp_tools.McpServer`) over stdio to `bench/tool_server.py` (the SDK's
 MCPServer), and a real SQLite file, so each call's journal writes (the step, running, the result)
 are counted. The surface is in-process (`bench.fakes.RecordingSurface`, with a draft that
 shows nothing).
@@ -39,13 +39,13 @@ from bench.engine_figures import percentile
 from bench.fakes import RecordingSurface
 from bench.openai_server import FakeOpenAI, RecordedRequest, Reply, message_text, tool_call
 from bench.scenario import AGENTS, PERSON
-from bot.adapters.mcp_tools import McpServer, ServerConfig
-from bot.adapters.openai_llm import OpenAILLM
-from bot.adapters.tokens import make_token_counter
 from bot.core.features.tools import ToolRegistry
 from bot.core.models import Agent, DraftPart, GroupSettings, ToolOutput
 from bot.core.ports import Draft, ToolContext
 from bot.core.runtime.engine import Engine
+from bot.llm.mcp_tools import McpServer, ServerConfig
+from bot.llm.openai_llm import OpenAILLM
+from bot.llm.tokens import make_token_counter
 from storage import SqlStore, open_store
 
 SERVER = str(Path(__file__).with_name("tool_server.py"))

@@ -91,8 +91,8 @@ async def run_group_chat(
     timeout: float | None = None,
 ) -> EpisodeResult:
     """Post `task`, let the agents talk until a stop rule fires, return the episode's result."""
-    from bot.adapters.tokens import make_token_counter
     from bot.core.rules import validation as v
+    from bot.llm.tokens import make_token_counter
 
     if not participants:
         raise InvalidInput("A group chat needs at least one participant.")

@@ -19,7 +19,7 @@ from bot.masking import register_settings
 from storage.store import SqlStore
 
 if TYPE_CHECKING:
-    from bot.adapters.providers import Providers
+    from bot.llm.providers import Providers
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +35,8 @@ def group_defaults(settings: Settings) -> GroupSettings:
 
 def make_providers(settings: Settings, counter: TokenCounter) -> Providers:
     """One OpenAI client per provider: the default (OPENAI_*) and each ROUNDTABLE_PROVIDER_<NAME>_*."""
-    from bot.adapters.openai_llm import OpenAILLM  # here, not at the top: the verbs that need only the
-    from bot.adapters.providers import Providers  # database (migrate, copy, export) start without them
+    from bot.llm.openai_llm import OpenAILLM  # here, not at the top: the verbs that need only the
+    from bot.llm.providers import Providers  # database (migrate, copy, export) start without them
 
     def client(provider: str, api_key: str, base_url: str | None) -> OpenAILLM:
         return OpenAILLM(api_key=api_key, base_url=base_url, default_model=settings.model,
@@ -65,13 +65,13 @@ async def open_engine(
     in: problems raise `ConfigError` / `StoreError` (one line).
     `scope`: the groups this process runs (see `Engine`); `label` names the process
     to another one that finds a group taken ("console", "discord bot"). The MCP servers of
-    `ROUNDTABLE_MCP_CONFIG` (`bot.adapters.mcp_tools`) start with the engine (a malformed file is
+    `ROUNDTABLE_MCP_CONFIG` (`bot.llm.mcp_tools`) start with the engine (a malformed file is
     a `ConfigError`; a server that does not start, one ERROR line) and stop after it."""
-    from bot.adapters.endpoints import endpoint_checks
-    from bot.adapters.fetch_url import FetchTools
-    from bot.adapters.mcp_tools import McpServers
-    from bot.adapters.tokens import make_token_counter  # here, not at the top (see make_providers)
     from bot.core.features.tools import ToolRegistry
+    from bot.llm.endpoints import endpoint_checks
+    from bot.llm.fetch_url import FetchTools
+    from bot.llm.mcp_tools import McpServers
+    from bot.llm.tokens import make_token_counter  # here, not at the top (see make_providers)
 
     register_settings(settings, {})  # (the command line also registered the environment's)
     register_url(db)
@@ -164,11 +164,11 @@ async def migrate(db: str | None, configured: str) -> int:
 
 async def run_console(settings: Settings, *, db: str | None, group: str, person: str) -> int:
     """The console over stdin/stdout: on a terminal with a prompt, line editing, history beside
-    the database, a typing status and colour (`bot.adapters.terminal`). Ctrl-C cancels this
+    the database, a typing status and colour (`bot.surfaces.console.terminal`). Ctrl-C cancels this
     coroutine: the engine's close records the run in flight as interrupted (asyncio.run then
     raises KeyboardInterrupt: exit 130); a second Ctrl-C meanwhile ends the process at once."""
-    from bot.adapters.console import Console, ConsoleSurface
-    from bot.adapters.terminal import history_path, open_terminal
+    from bot.surfaces.console.surface import Console, ConsoleSurface
+    from bot.surfaces.console.terminal import history_path, open_terminal
 
     with open_terminal(sys.stdin, sys.stdout, person=person, history=history_path(db or settings.db_path)) as term:
         surface = ConsoleSurface(term.screen)
@@ -182,6 +182,6 @@ async def run_console(settings: Settings, *, db: str | None, group: str, person:
 
 
 async def run_discord(settings: Settings) -> int:
-    from bot.adapters.discord.client import run_bot
+    from bot.surfaces.discord.client import run_bot
 
     return await run_bot(settings, open_engine, group_defaults(settings))

@@ -147,7 +147,7 @@ async def _m014_mask_file_urls(db: MigrationDb) -> None:
     """Mask the secrets in the files of rows stored before a file's URL was masked (a file named
     `<bot token>.txt` kept the token in its stored URL): its name, URL and text, with the secrets
     the process knows when it opens the database. Every verb registers its settings' and the
-    environment's secrets before it opens one (`bot.__main__`, `bot.wiring.open_engine`); the
+    environment's secrets before it opens one (`bot.cli.main`, `bot.wiring.open_engine`); the
     webhooks' tokens are registered here from the database itself."""
     SECRETS.register_all(token for (token,) in await db.all("SELECT token FROM webhooks"))
     if not len(SECRETS):

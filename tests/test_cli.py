@@ -79,7 +79,7 @@ async def test_help_speaks_to_users(tmp_path, verb):
 
 
 def test_version_without_an_installed_distribution_reads_pyproject(monkeypatch):
-    from bot import __main__ as cli
+    from bot.cli import main as cli
 
     def not_installed(name: str) -> str:
         raise metadata.PackageNotFoundError(name)
@@ -285,7 +285,7 @@ async def test_a_server_without_a_model_list_only_warns(tmp_path):
     assert "[planner] Still here." in result.out
     warnings = result.err.splitlines()
     assert len(warnings) == 1 and warnings[0].endswith(
-        f"WARNING bot.adapters.openai_llm: start-up check: GET /models at 127.0.0.1:{srv.port} failed (HTTP 404); "
+        f"WARNING bot.llm.openai_llm: start-up check: GET /models at 127.0.0.1:{srv.port} failed (HTTP 404); "
         "starting anyway")
 
 

@@ -464,7 +464,7 @@ async def test_a_broken_stream_is_one_short_grey_line_not_a_raw_log_record(tmp_p
         await tty.shows(lambda rows: any(row.startswith("[warning] model fake-model at 127.0.0.1:") and
                                          "broke its stream off" in row for row in rows))
         assert tty.style("[warning]")[0] != "default"  # grey, unlike the chat
-        assert "WARNING bot.adapters" not in tty.raw and " WARNING " not in tty.raw
+        assert "WARNING bot.llm" not in tty.raw and " WARNING " not in tty.raw
         tty.type(CTRL_D)
         assert await tty.ended() == 0
 

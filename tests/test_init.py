@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from dotenv import dotenv_values
 
-from bot.settings_file import TEMPLATE
+from bot.cli.settings_file import TEMPLATE
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.openai_server import closed_base_url
 from tests.fakes.strict_openai import StrictOpenAI

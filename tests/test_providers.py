@@ -140,10 +140,10 @@ async def test_a_console_image_reaches_a_named_provider_as_an_image_part(tmp_pat
 async def test_a_missing_providers_model_is_refused_at_call_time_and_never_reaches_the_default_server():
     """The real client against a default server whose model list is known: `local/llama3` (no provider
     `local`, not listed) is refused before any request; `openai/gpt-4o`, which the gateway lists, runs."""
-    from bot.adapters.openai_llm import OpenAILLM
-    from bot.adapters.providers import Providers
     from bot.core.errors import ProviderMissing
     from bot.core.models import ChatMessage
+    from bot.llm.openai_llm import OpenAILLM
+    from bot.llm.providers import Providers
 
     class Chars:
         def count(self, text: str) -> int:

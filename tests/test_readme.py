@@ -113,11 +113,11 @@ def test_the_example_role_reads_well_in_the_agents_prompt_everywhere_it_is_shown
     """The seed prompt reads "You are {{name}}, the {{role}} in a group chat ...": the role is a noun
     phrase. README's first session, its Discord example, the docs, `console --help`, the console's
     hint and /help all give the same one."""
-    from bot.__main__ import build_parser
-    from bot.adapters.commandline import parse_command
-    from bot.adapters.console import NO_AGENTS
+    from bot.cli.main import build_parser
     from bot.core.rules.prompts import PARTICIPANT_PROMPT, fill
     from bot.core.verbs.commands import help_text
+    from bot.surfaces.console.commandline import parse_command
+    from bot.surfaces.console.surface import NO_AGENTS
 
     readme = (ROOT / "README.md").read_text()
     typed = parse_command(next(line for line in marked_block(readme, SESSION_MARK) if line.startswith("/agent add")))
@@ -142,9 +142,9 @@ async def test_the_give_agents_tools_example_works(tmp_path: Path, monkeypatch: 
     """README's "Give agents tools": its server file and its mcp.json, saved as README says, in a directory
     whose `.venv` is this one: the config parser reads the file, the server starts and lists its tools, a
     call of each works; the grant line README shows names the server's tools."""
-    from bot.adapters.commandline import parse_command
-    from bot.adapters.mcp_tools import McpServer, config_path, load_config
     from bot.core.features.tools import RunContext, matches
+    from bot.llm.mcp_tools import McpServer, config_path, load_config
+    from bot.surfaces.console.commandline import parse_command
 
     readme = (ROOT / "README.md").read_text()
     (tmp_path / "notes_server.py").write_text("\n".join(marked_block(readme, TOOLS_SERVER_MARK)) + "\n")

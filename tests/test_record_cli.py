@@ -97,7 +97,7 @@ async def test_export_bad_input_is_one_line(tmp_path, db, args, line):
 # (the openai client alone took 5-8 s to import on a loaded machine).
 IMPORTS_CHILD = """\
 import json, sys
-from bot.__main__ import main
+from bot.cli.main import main
 code = main(sys.argv[1:])
 heavy = sorted({name.split(".")[0] for name in sys.modules} & {"openai", "discord", "tiktoken", "aiohttp", "httpx"})
 print(json.dumps({"code": code, "heavy": heavy}))

@@ -1,4 +1,4 @@
-"""Editing `.env` (`bot.settings_file`): one key changed, every other byte kept, values that python-dotenv
+"""Editing `.env` (`bot.cli.settings_file`): one key changed, every other byte kept, values that python-dotenv
 reads back unchanged, written in one step readable by its owner only."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from dotenv import dotenv_values
 
+from bot.cli.settings_file import SettingsFile, quoted
 from bot.core.errors import ConfigError, InvalidInput
-from bot.settings_file import SettingsFile, quoted
 
 EXISTING = '''# my notes
 

@@ -100,6 +100,6 @@ async def test_the_db_setting_is_named_when_the_file_cannot_be_opened(tmp_path):
     ("gpt-4o-mini", ["gpt-4o"], False),
 ])
 def test_which_model_names_a_server_serves(model, listed, served):
-    from bot.adapters.providers import is_served
+    from bot.llm.providers import is_served
 
     assert is_served(model, listed) is served

@@ -116,7 +116,7 @@ class LLM(Protocol):
 
 
 class ToolSource(Protocol):
-    """Where tools come from (SPEC §6b): the built-ins, or one MCP server (`bot.adapters.mcp_tools`).
+    """Where tools come from (SPEC §6b): the built-ins, or one MCP server (`bot.llm.mcp_tools`).
 
     `name` is '' for built-ins (their tools are named plainly), else the server's name (its tools
     are `name.tool` in commands). The core never sees how a source runs its tools."""

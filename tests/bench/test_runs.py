@@ -23,7 +23,7 @@ from bench.tokyo import (
     run_autogen,
     run_roundtable,
 )
-from bot.__main__ import build_parser as roundtable_parser
+from bot.cli.main import build_parser as roundtable_parser
 from tests.conftest import pg_skip_reason
 from tests.fakes.databases import pg_url
 

@@ -7,7 +7,6 @@ from dataclasses import replace
 
 import pytest
 
-from bot.adapters.providers import route
 from bot.core.features.spending import tally
 from bot.core.models import ChatMessage, GroupSettings, ImagePart, Message, SharedFile, Spend, Usage
 from bot.core.rules.attachments import (
@@ -25,6 +24,7 @@ from bot.core.rules.attachments import (
 from bot.core.rules.pricing import Price, price_of
 from bot.core.rules.secrets import SECRETS
 from bot.core.verbs.commands import model_choices
+from bot.llm.providers import route
 
 
 @pytest.mark.parametrize("width, height, tokens", [

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from bot.adapters.tokens import make_token_counter
 from bot.core.features.memory import NOTE_MAX, SAVED, memory_section, read_note
 from bot.core.models import Agent, Note, ToolCall
 from bot.core.rules.prompts import system_message
+from bot.llm.tokens import make_token_counter
 
 COUNTER = make_token_counter()
 

@@ -10,13 +10,13 @@ from typing import Any
 import discord
 import pytest
 
-from bot.adapters.discord.client import RoundtableBot, point_at
-from bot.adapters.discord.webhooks import DiscordSurface
-from bot.adapters.openai_llm import OpenAILLM
-from bot.adapters.tokens import make_token_counter
 from bot.core.models import GroupSettings
 from bot.core.runtime.engine import Engine
 from bot.core.runtime.outbox import RetryPolicy
+from bot.llm.openai_llm import OpenAILLM
+from bot.llm.tokens import make_token_counter
+from bot.surfaces.discord.client import RoundtableBot, point_at
+from bot.surfaces.discord.webhooks import DiscordSurface
 from storage.store import SqliteStore, SqlStore
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript

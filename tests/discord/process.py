@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bot.adapters.discord.render import neutralize_mass_mentions, split_message
 from bot.core.models import GroupSettings
 from bot.core.rules.stop import strip_terminate
+from bot.surfaces.discord.render import neutralize_mass_mentions, split_message
 from storage import open_store
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.databases import Place, SqlitePlace

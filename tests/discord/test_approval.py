@@ -2,7 +2,7 @@
 client against the emulator (Approve / Deny on the agent's provisional message, before its ⏹ Stop;
 component interactions), the
 real openai client against a local server that speaks tool calls. The tool is a destructive one, as an
-MCP server marks it (`destructiveHint`: `ToolSpec.confirm`, tests/adapters/test_mcp_tools.py)."""
+MCP server marks it (`destructiveHint`: `ToolSpec.confirm`, tests/llm/test_mcp_tools.py)."""
 from __future__ import annotations
 
 import contextlib

@@ -111,7 +111,7 @@ async def test_a_model_that_takes_no_images_gets_a_line_naming_the_file_and_the_
     reply = await harness.command("agent add", {"name": "critic", "role": "criticises", "prompt": "You criticise.",
                                                 "model": "plain-model"})
     assert reply["data"]["content"].startswith("Added critic"), reply
-    caplog.set_level(logging.INFO, logger="bot.adapters.openai_llm")
+    caplog.set_level(logging.INFO, logger="bot.llm.openai_llm")
     for n in (1, 2):
         await emu.user_post(emu.channel_id, emu.alice_id, f"@critic look {n}", attachments=[(f"p{n}.png", png(4, 4))])
         await emu.wait_for(lambda n=n: len(harness.webhook_posts()) >= n, timeout=15)

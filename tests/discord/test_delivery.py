@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-import bot.adapters.discord.webhooks as webhooks
+import bot.surfaces.discord.webhooks as webhooks
 from tests.discord_emulator import DiscordEmulator, Hold
 from tests.fakes.openai_server import GroupChatScript
 from tests.support import eventually, quiet_period

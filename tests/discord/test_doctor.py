@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from bot.adapters.endpoints import endpoint_checks
 from bot.config import Settings
 from bot.core.rules.store_health import Outage
+from bot.llm.endpoints import endpoint_checks
 from tests.discord_emulator import perms
 
 
@@ -106,8 +106,8 @@ async def test_the_mcp_servers_as_they_are_now(harness, tmp_path):
     import sys
     from pathlib import Path
 
-    from bot.adapters.mcp_tools import McpServers
     from bot.core.features.tools import ToolRegistry
+    from bot.llm.mcp_tools import McpServers
 
     server = Path(__file__).resolve().parents[1] / "fakes" / "mcp_server.py"
     config = tmp_path / "mcp.json"

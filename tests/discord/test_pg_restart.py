@@ -9,7 +9,7 @@ import logging
 import asyncpg
 import pytest
 
-from bot.adapters.discord.commands import DATABASE_AWAY
+from bot.surfaces.discord.commands import DATABASE_AWAY
 from storage import open_store
 from tests.discord.conftest import BotHarness
 from tests.discord_emulator import DiscordEmulator

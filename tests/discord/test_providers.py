@@ -7,8 +7,8 @@ import sqlite3
 
 import pytest
 
-from bot.adapters.openai_llm import OpenAILLM
-from bot.adapters.providers import Providers
+from bot.llm.openai_llm import OpenAILLM
+from bot.llm.providers import Providers
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript
 
 

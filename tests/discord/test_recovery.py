@@ -77,7 +77,7 @@ async def test_messages_posted_while_postgresql_restarts_are_stored_and_answered
 
 async def test_intake_and_delivery_go_on_as_soon_as_postgresql_is_back_not_at_their_next_back_off_step(
         pg: PostgresPlace, tmp_path, original_discord_endpoints, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.DEBUG, logger="bot.adapters.discord.events")
+    caplog.set_level(logging.DEBUG, logger="bot.surfaces.discord.events")
     script = GroupChatScript(default_agent_reply=lambda name, n: f"{name} answer {n}")
     admin = await asyncpg.connect(pg.url)
     async with DiscordEmulator() as emu, FakeOpenAI(script) as llm_server, TcpProxy.to_url(pg.url) as proxy:
@@ -94,7 +94,7 @@ async def test_intake_and_delivery_go_on_as_soon_as_postgresql_is_back_not_at_th
             for n in range(1, 4):
                 await emu.user_post(emu.channel_id, emu.alice_id, f"@planner during {n}")
             await emu.wait_for(lambda: any("retrying in 3600" in r.getMessage() for r in caplog.records
-                                           if r.name == "bot.adapters.discord.events"),
+                                           if r.name == "bot.surfaces.discord.events"),
                                timeout=30, what="intake waiting for the database (up to an hour)")
             await proxy.up()
             await emu.wait_for(lambda: answers(emu), timeout=30, what="the answer once the server is back")

@@ -5,15 +5,15 @@ import asyncio
 import contextlib
 import logging
 
-from bot.adapters.discord.client import run_bot
 from bot.config import load_settings
+from bot.surfaces.discord.client import run_bot
 from bot.wiring import group_defaults, open_engine
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript
 
 
 async def test_run_bot_answers_in_the_channel(tmp_path, original_discord_endpoints, caplog):
-    caplog.set_level(logging.INFO, logger="bot.adapters.discord.client")
+    caplog.set_level(logging.INFO, logger="bot.surfaces.discord.client")
     script = GroupChatScript(selector=["TERMINATE"], agents={"planner": ["Wired up."]})
     async with DiscordEmulator() as emu, FakeOpenAI(script) as llm:
         settings = load_settings({

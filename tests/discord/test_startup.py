@@ -126,5 +126,5 @@ async def test_run_logs_at_roundtable_log_level_without_voice_warnings(tmp_path,
     assert "voice will NOT be supported" not in log and "PyNaCl" not in log and "davey" not in log
     assert (" INFO " in log) == (level == "INFO")
     if level == "INFO":
-        assert "INFO bot.adapters.openai_llm: model server" in log and "INFO storage.db: opened database" in log
+        assert "INFO bot.llm.openai_llm: model server" in log and "INFO storage.db: opened database" in log
     assert KEY not in log and emu.token not in log and "Traceback" not in log

@@ -12,11 +12,11 @@ import re
 
 import pytest
 
-from bot.adapters.discord import webhooks
-from bot.adapters.discord.render import split_message
-from bot.adapters.openai_llm import OpenAILLM
 from bot.core.models import Message, NewMessage, RunResult, Tags
 from bot.core.rules.secrets import SECRETS
+from bot.llm.openai_llm import OpenAILLM
+from bot.surfaces.discord import webhooks
+from bot.surfaces.discord.render import split_message
 from tests.discord.conftest import BotHarness
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply
@@ -185,7 +185,7 @@ async def test_rate_limits_are_kept_and_a_stream_never_delays_another_agents_pos
     webhook bucket: four long replies stream at once (their first posts take four of the five requests),
     and a short one is answered meanwhile: the drafts leave it room. No draft request is refused (a
     committed reply's chunks may be, when four finish at once: they wait it out)."""
-    caplog.set_level(logging.DEBUG, logger="bot.adapters.discord.drafts")
+    caplog.set_level(logging.DEBUG, logger="bot.surfaces.discord.drafts")
     emu = streaming.emu
     emu.webhook_rate_limit = (5, 2.0)
     long = [Reply(LONG, pieces=re.findall(r".{1,40}", LONG, re.S), every=0.04) for _ in range(4)]  # ~5 s each

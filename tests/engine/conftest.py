@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from bot.adapters.tokens import make_token_counter
 from bot.core.models import Group, GroupSettings
 from bot.core.runtime.engine import Engine
 from bot.core.runtime.outbox import RetryPolicy
+from bot.llm.tokens import make_token_counter
 from storage import SqlStore
 from tests.fakes.databases import Place, SqlitePlace
 from tests.fakes.scripted_llm import ScriptedLLM

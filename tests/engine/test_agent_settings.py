@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from bot.adapters.openai_llm import OpenAILLM
-from bot.adapters.tokens import make_token_counter
 from bot.core.errors import InvalidInput
 from bot.core.rules.mute import tag_notice
 from bot.core.verbs.admin import Admin
+from bot.llm.openai_llm import OpenAILLM
+from bot.llm.tokens import make_token_counter
 from tests.fakes.openai_server import SELECTOR_MARK, FakeOpenAI, GroupChatScript, message_text
 
 T0 = 1_800_000_000.0  # 2027-01-15 08:00 UTC, the fake clock's start
@@ -79,7 +79,7 @@ async def test_streamed_replies_carry_the_settings_too(harness):
 
 
 async def test_a_refused_temperature_is_dropped_for_that_model_and_said_once(harness, caplog):
-    caplog.set_level(logging.WARNING, logger="bot.adapters.openai_llm")
+    caplog.set_level(logging.WARNING, logger="bot.llm.openai_llm")
     async with FakeOpenAI(replies(), refuses=("temperature",)) as srv, running(harness, srv, mode="tags") as h:
         await Admin(h.engine).edit_agent(h.group, "planner", settings={"temperature": 0.7})
         await h.say("@planner first")

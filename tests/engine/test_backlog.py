@@ -8,10 +8,10 @@ import logging
 
 import pytest
 
-from bot.adapters.tokens import make_token_counter
 from bot.core.models import GroupSettings
 from bot.core.runtime.dispatcher import ROUTE_CHUNK
 from bot.core.runtime.engine import Engine
+from bot.llm.tokens import make_token_counter
 from tests.engine.conftest import FAST_RETRY
 from tests.fakes.databases import Place
 from tests.fakes.scripted_llm import ScriptedLLM

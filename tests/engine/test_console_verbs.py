@@ -5,10 +5,10 @@ import io
 
 import pytest
 
-from bot.adapters.console import NO_AGENTS, Console, ConsoleSurface
-from bot.adapters.tokens import make_token_counter
 from bot.core.models import Agent, GroupSettings
 from bot.core.runtime.engine import Engine
+from bot.llm.tokens import make_token_counter
+from bot.surfaces.console.surface import NO_AGENTS, Console, ConsoleSurface
 from storage.store import SqliteStore
 from tests.fakes.scripted_llm import ScriptedLLM
 from tests.support import bound

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from bot.adapters.openai_llm import OpenAILLM
 from bot.core.features.spending import tally, usage_card
 from bot.core.verbs.admin import Admin
+from bot.llm.openai_llm import OpenAILLM
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, RecordedRequest, Reply, message_text
 
 TASK = "Plan a 3-day Tokyo trip for under $1,500"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from bot.adapters.openai_llm import OpenAILLM
+from bot.llm.openai_llm import OpenAILLM
 from tests.engine.test_context_kept import SMALL, calls, prompt, script
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, ReplyLike
 from tests.support import wait_event

@@ -12,12 +12,12 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from bot.adapters.console import keep_file
 from bot.core.errors import InvalidInput
 from bot.core.models import Completion, ContextSummary, Usage
 from bot.core.record.export import write_export
 from bot.core.rules.card import Attachment
 from bot.core.verbs.admin import Admin
+from bot.surfaces.console.surface import keep_file
 from tests.fakes.scripted_llm import ScriptedLLM
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "docs" / "export-schema.json").read_text())

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from bot.adapters.openai_llm import OpenAILLM
 from bot.core.verbs.admin import Admin
+from bot.llm.openai_llm import OpenAILLM
 from tests.engine.test_context_kept import SUMMARY_OPENING, prompt, reply
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, message_text
 

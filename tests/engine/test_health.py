@@ -29,9 +29,9 @@ async def test_the_health_line_counts_what_waits_and_is_logged_once_a_minute(har
 
 
 async def test_a_process_that_leads_nothing_does_not_try_every_lease_each_tick(place) -> None:
-    from bot.adapters.tokens import make_token_counter
     from bot.core.models import GroupSettings
     from bot.core.runtime.engine import Engine
+    from bot.llm.tokens import make_token_counter
     from tests.fakes.surface import RecordingSurface
 
     async with await place.open() as first_store, await place.open() as second_store:

@@ -12,13 +12,13 @@ from typing import Any
 import jsonschema
 import pytest
 
-from bot.adapters.openai_llm import OpenAILLM
-from bot.adapters.tokens import make_token_counter
 from bot.core.errors import UserFacingError
 from bot.core.features.memory import MAX_TOOL_STEPS, REMINDER
 from bot.core.models import Run
 from bot.core.record.export import write_export
 from bot.core.verbs.admin import Admin
+from bot.llm.openai_llm import OpenAILLM
+from bot.llm.tokens import make_token_counter
 from tests.fakes.openai_server import (
     FakeOpenAI,
     GroupChatScript,
@@ -263,7 +263,7 @@ async def test_usage_counts_every_model_call_and_its_tokens(harness) -> None:
 
 
 async def test_the_memory_check_through_a_named_provider_is_counted_there(harness):
-    from bot.adapters.providers import Providers
+    from bot.llm.providers import Providers
 
     script = GroupChatScript()
     async with FakeOpenAI(script) as default, FakeOpenAI(GroupChatScript()) as local:

@@ -11,9 +11,9 @@ import logging
 import asyncpg
 import pytest
 
-from bot.adapters.tokens import make_token_counter
 from bot.core.models import GroupSettings, NewMessage, Tags
 from bot.core.runtime.engine import Engine
+from bot.llm.tokens import make_token_counter
 from storage import open_store
 from tests.engine.conftest import FAST_RETRY
 from tests.fakes.databases import PostgresPlace

@@ -10,13 +10,13 @@ import logging
 import asyncpg
 import pytest
 
-from bot.adapters.tokens import make_token_counter
 from bot.core.errors import DeliveryError
 from bot.core.models import Agent, GroupSettings, Message
 from bot.core.ports import Recorder
 from bot.core.rules.store_health import StoreHealth
 from bot.core.runtime.engine import Engine
 from bot.core.runtime.worker import RetryPolicy
+from bot.llm.tokens import make_token_counter
 from storage import open_store
 from tests.engine.conftest import Harness
 from tests.fakes.databases import PostgresPlace

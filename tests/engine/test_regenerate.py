@@ -14,11 +14,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from bot.adapters.openai_llm import OpenAILLM
 from bot.core.errors import Busy, Forbidden, InvalidInput, UserFacingError
 from bot.core.models import RunResult
 from bot.core.record.export import write_export
 from bot.core.rules.secrets import SECRETS
+from bot.llm.openai_llm import OpenAILLM
 from tests.engine.test_context_kept import prompt
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, RecordedRequest
 from tests.support import eventually

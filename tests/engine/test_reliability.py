@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from bot.adapters.tokens import make_token_counter
 from bot.core.errors import DeliveryError
 from bot.core.models import GroupSettings, NewMessage, RunResult
 from bot.core.runtime.engine import Engine
 from bot.core.runtime.outbox import RetryPolicy
+from bot.llm.tokens import make_token_counter
 from storage import LOCKED_MESSAGE, SqlStore
 from tests.engine.conftest import FAST_RETRY
 from tests.fakes.databases import Place
@@ -277,7 +277,7 @@ async def test_a_console_never_touches_a_discord_groups_rows(place: Place):
 ])
 async def test_a_failure_notice_names_the_kind_of_failure_and_a_refusals_reason_never_the_server(harness, reply,
                                                                                                   expected):
-    from bot.adapters.openai_llm import OpenAILLM
+    from bot.llm.openai_llm import OpenAILLM
 
     async with FakeOpenAI([reply]) as server:
         llm = OpenAILLM(api_key="sk-secret-abc", base_url=server.base_url, default_model="m", timeout=1,

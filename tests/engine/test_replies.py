@@ -9,8 +9,8 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from bot.adapters.openai_llm import OpenAILLM
 from bot.core.features.replies import HEADER
+from bot.llm.openai_llm import OpenAILLM
 from tests.engine.test_context_kept import reply
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, message_text
 

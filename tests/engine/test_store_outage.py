@@ -8,12 +8,12 @@ import contextlib
 import io
 from collections.abc import AsyncIterator, Collection
 
-from bot.adapters.console import Console, ConsoleSurface
-from bot.adapters.tokens import make_token_counter
 from bot.core.models import GroupSettings
 from bot.core.rules.store_health import StoreHealth
 from bot.core.runtime.engine import Engine
 from bot.core.verbs.admin import Admin
+from bot.llm.tokens import make_token_counter
+from bot.surfaces.console.surface import Console, ConsoleSurface
 from storage.store import SqliteStore
 from tests.engine.conftest import FAST_RETRY, Harness
 from tests.fakes.faults import pg_disk_full, read_only

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bot.adapters.openai_llm import OpenAILLM
-from bot.adapters.tokens import make_token_counter
 from bot.core.errors import LLMUnavailable
 from bot.core.record.export import write_export
 from bot.core.rules.stop import strip_terminate
+from bot.llm.openai_llm import OpenAILLM
+from bot.llm.tokens import make_token_counter
 from tests.engine.conftest import Harness
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply
 from tests.fakes.scripted_llm import ScriptedLLM

@@ -17,8 +17,6 @@ from typing import Any
 
 import jsonschema
 
-from bot.adapters.openai_llm import OpenAILLM
-from bot.adapters.tokens import make_token_counter
 from bot.core.features.tools import MAX_CALLS_PER_ANSWER, UNKNOWN, ToolRegistry, too_many
 from bot.core.models import ToolOutput, ToolSpec
 from bot.core.ports import ToolContext
@@ -26,6 +24,8 @@ from bot.core.record.export import write_export
 from bot.core.record.replay import episode_report, replay_message, side_by_side
 from bot.core.rules.secrets import SECRETS
 from bot.core.verbs.admin import Admin
+from bot.llm.openai_llm import OpenAILLM
+from bot.llm.tokens import make_token_counter
 from tests.fakes.openai_server import (
     FakeOpenAI,
     GroupChatScript,

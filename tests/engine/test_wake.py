@@ -2,9 +2,9 @@
 PostgreSQL at once (LISTEN/NOTIFY); on SQLite by the lease keeper's poll."""
 from __future__ import annotations
 
-from bot.adapters.tokens import make_token_counter
 from bot.core.models import GroupSettings, NewMessage, Tags
 from bot.core.runtime.engine import Engine
+from bot.llm.tokens import make_token_counter
 from tests.engine.conftest import FAST_RETRY
 from tests.fakes.databases import Place, PostgresPlace
 from tests.fakes.scripted_llm import ScriptedLLM

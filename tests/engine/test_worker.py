@@ -10,11 +10,11 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from bot.adapters.openai_llm import OpenAILLM
-from bot.adapters.tokens import make_token_counter
 from bot.core.features.worker import POSTED, waiting_for_a_person
 from bot.core.record.export import write_export
 from bot.core.verbs.admin import Admin
+from bot.llm.openai_llm import OpenAILLM
+from bot.llm.tokens import make_token_counter
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply, tool_call
 
 

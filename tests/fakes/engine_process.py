@@ -23,10 +23,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from bot.adapters.tokens import make_token_counter
 from bot.core.models import ChatMessage, Completion
 from bot.core.runtime.engine import Engine
 from bot.core.runtime.outbox import RetryPolicy
+from bot.llm.tokens import make_token_counter
 from storage import open_store
 from tests.fakes.scripted_llm import ScriptedLLM, kind_of
 from tests.fakes.surface import RecordingSurface
@@ -48,9 +48,9 @@ class SlowLLM(ScriptedLLM):
 
 async def main(target: str, name: str, posts: int, delay: float, hang_from: int = 0, base_url: str | None = None,
                mcp_config: str | None = None) -> int:
-    from bot.adapters.mcp_tools import McpServers
-    from bot.adapters.openai_llm import OpenAILLM
     from bot.core.features.tools import ToolRegistry
+    from bot.llm.mcp_tools import McpServers
+    from bot.llm.openai_llm import OpenAILLM
 
     calls = itertools.count(1)
     counter = make_token_counter()

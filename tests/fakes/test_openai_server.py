@@ -8,9 +8,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from bot.adapters.openai_llm import OpenAILLM
 from bot.core.errors import LLMUnavailable
 from bot.core.models import ChatMessage
+from bot.llm.openai_llm import OpenAILLM
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply
 from tests.support import bound
 

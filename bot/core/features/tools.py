@@ -1,7 +1,7 @@
 """Tools of agents (SPEC §6b): the registry of tool sources, grants, and the run's tool loop.
 
 Tools come from sources (`bot.core.ports.ToolSource`): the built-ins (`memory_write`, from
-`bot.core.features.memory`) and MCP servers (`bot.adapters.mcp_tools`). In commands a tool is
+`bot.core.features.memory`) and MCP servers (`bot.llm.mcp_tools`). In commands a tool is
 `server.tool` (a built-in plainly); the model sees `server__tool` (`model_name`), in a stable order
 (sorted), so the tool list a provider caches ahead of the messages changes only when grants do.
 

@@ -5,7 +5,7 @@ failed, the fix. A check that passed with a `warn`ing (the set-up works, but not
 well as it could: DISCORD_GUILD_ID unset) is marked `!` and shows its fix too; it
 does not fail the doctor. Each place that can look at something makes its own checks
 (the settings and Discord's REST API on the command line, the gateway's cache in
-the bot, the model endpoints in `bot.adapters.endpoints`); the database's and a
+the bot, the model endpoints in `bot.llm.endpoints`); the database's and a
 group's are judged here, from plain data (`DatabaseReport`, `Group`), so both
 surfaces word them the same. `doctor_card` shows a list of checks as a card
 (an embed in Discord, lines in the console); `Check.line` is the command line's.

@@ -12,7 +12,7 @@ price of its model unless the table names the snapshot itself (OpenAI priced
 `prompt_tokens`, so the cached part is priced at the cached rate and the rest
 at the input rate.
 
-A model on a named provider (`bot.adapters.providers`) is priced by `provider/model` in
+A model on a named provider (`bot.llm.providers`) is priced by `provider/model` in
 ROUNDTABLE_PRICES when that is given (`local/llama3.1:8b=0/0/0`), else by its model name
 like any other (a second OpenAI account's `gpt-4o` costs what gpt-4o costs).
 """

@@ -26,7 +26,7 @@ start-up lines about a server).
 
 Where it is applied: every log record (`bot.masking.mask_logs`, installed with the
 logging), the store's writes of text (messages, run errors, decisions, notes,
-summaries, delivery problems), what the model server answers (`bot.adapters.openai_llm`),
+summaries, delivery problems), what the model server answers (`bot.llm.openai_llm`),
 every command answer (`bot.core.verbs.commands.run`), exports, the console's screen and the
 command line's error lines.
 """
