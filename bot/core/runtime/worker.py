@@ -80,11 +80,11 @@ class Pulse:
 
 class GroupWorker(ABC):
     """`retry`: the backoff after failures; `lost(group_id)`: another process runs the group now
-    (the engine stops running it here)."""
+    (the engine stops running the group here); `spawn`: starts the loop as a kept background task."""
 
     kind = "worker"  # in task names and log lines
 
-    def __init__(self, group_id: int, *, retry: RetryPolicy, lost: Callable[[int], None],
+    def __init__(self, group_id: int, *, retry: RetryPolicy, lost: Callable[[int], None], spawn: Spawn,
                  health: StoreHealth | None = None) -> None:
         """`health`: the store's, which wakes a loop waiting for the database when it is back."""
         self.retry = retry
@@ -93,9 +93,31 @@ class GroupWorker(ABC):
         self.group_id = group_id
         self.idle = asyncio.Event()  # set when a pass found nothing left and nobody woke it since
         self.task: asyncio.Task[object] | None = None
+        self.stopped = False  # the group is not run here any more: the loop is never started again
+        self._spawn = spawn
         self._wake = asyncio.Event()
 
+    def start(self) -> None:
+        """Run the loop (woken once) when it does not run yet, or ended; never once `stop`ped."""
+        if self.stopped or (self.task is not None and not self.task.done()):
+            return
+        self.task = self._spawn(self.loop(), f"{self.kind}-{self.group_id}")
+        self._nudge()
+
     def wake(self) -> None:
+        """Something changed: drain again (the loop started first when it does not run)."""
+        if self.stopped:
+            return
+        self.start()
+        self._nudge()
+
+    def stop(self) -> None:
+        """Stop the loop for good (the group is dropped here, or the process closes)."""
+        self.stopped = True
+        if self.task is not None:
+            self.task.cancel()
+
+    def _nudge(self) -> None:
         self.idle.clear()
         self._wake.set()
 
