@@ -15,9 +15,9 @@ The durable queue is the group's latest seq plus each agent's
   (then provisional messages that no reply will own are taken back: `Drafts.sweep`).
 
 It works with its group's other parts directly (`bot.core.runtime.group`): before a run it waits
-for the outbox's `idle` (people see the conversation in step), the run is the turn's
-(`AgentTurn.run`, holding the agent's lock), and rows it commits (a run's reply or notice, the
-end of an episode) wake the outbox.
+for the outbox's `idle` (people see the conversation in step); the run is the turn's
+(`AgentTurn.run`, holding the agent's lock), which wakes the outbox when it commits; the rows
+the dispatcher commits itself (a notice, the end of an episode) wake it too.
 """
 from __future__ import annotations
 
@@ -368,11 +368,9 @@ class GroupDispatcher(GroupWorker):
 
     # stop rules ---------------------------------------------------------
     async def after_turn(self, outcome: TurnOutcome) -> None:
-        """Stop rules after a run. They judge the run's own episode: a reply to an older
-        task (a person posted during the run) never ends the newer one."""
+        """Stop rules after a run (whose rows the turn has shown). They judge the run's own episode:
+        a reply to an older task (a person posted during the run) never ends the newer one."""
         deps, run, message = self.deps, outcome.run, outcome.message
-        if message is not None or outcome.notice is not None:
-            self.outbox.wake()
         if outcome.terminated:
             await self.end_episode(run.episode_id, "terminated")
             return

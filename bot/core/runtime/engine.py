@@ -44,13 +44,13 @@ from bot.core.runtime.group import GroupParts, Groups
 from bot.core.runtime.intake import Intake, IntakeDeps
 from bot.core.runtime.locks import AgentLocks
 from bot.core.runtime.outage import OutageNotices
-from bot.core.runtime.outbox import OutboxDeps, tell_episode
+from bot.core.runtime.outbox import OutboxDeps
 from bot.core.runtime.ownership import LEASE_TTL, Ownership, OwnershipDeps
 from bot.core.runtime.regenerate import Regenerated, RegenerateDeps, Regenerations
 from bot.core.runtime.scheduler import TICK, Scheduler, SchedulerDeps
 from bot.core.runtime.steering import StopAnswer
 from bot.core.runtime.turn import AgentTurn, TurnDeps
-from bot.core.runtime.worker import RetryPolicy
+from bot.core.runtime.worker import RetryPolicy, tell_episode
 
 log = logging.getLogger(__name__)
 

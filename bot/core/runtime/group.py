@@ -5,8 +5,8 @@ One person's message, top-down (docs/layout.md has it as a diagram):
   Intake.post            the row committed (tags, tokens), echoed, its episode told
   GroupRuntime.wake      the group's parts woken (the engine claims the group first when needed)
   GroupDispatcher        routes the row, picks who answers, waits for the outbox's `idle`
-  AgentTurn.run          the prompt; the model's text shown on the surface's draft; settled in the store
-  GroupDispatcher        the stop rules; the outbox woken
+  AgentTurn.run          the prompt; the model's text shown on the surface's draft; settled in the
+                         store; the outbox woken (the dispatcher goes on with the stop rules)
   Outbox                 each row published on the surface, its parts recorded, the row confirmed
 
 The parts of a group share its events, not a hub: the dispatcher holds the outbox (as the
@@ -69,7 +69,8 @@ class GroupRuntime:
         await self.outbox.all_shown()
 
     async def after_turn(self, outcome: TurnOutcome) -> None:
-        """The stop rules after a run posted outside the dispatcher (a direct run's answer)."""
+        """A run posted outside the dispatcher (a direct run's answer): shown, then the stop rules."""
+        self.outbox.wake()
         await self.dispatcher.after_turn(outcome)
 
     def busy(self) -> bool:

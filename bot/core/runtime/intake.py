@@ -19,8 +19,7 @@ from bot.core.ports import GroupStore, HealthStore, ReadingStore, RosterStore, S
 from bot.core.rules.attachments import counted_text, images_tokens, unused_files, unused_line
 from bot.core.rules.prompts import thread_line
 from bot.core.rules.tags import parse_tags, with_agents
-from bot.core.runtime.outbox import tell_episode
-from bot.core.runtime.worker import RetryPolicy, wait_for_store
+from bot.core.runtime.worker import RetryPolicy, tell_episode, wait_for_store
 
 log = logging.getLogger(__name__)
 

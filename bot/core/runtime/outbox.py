@@ -50,7 +50,7 @@ from bot.core.ports import (
 )
 from bot.core.rules.secrets import mask_error
 from bot.core.rules.tool_lines import compact_line, is_error
-from bot.core.runtime.worker import GroupWorker, Pulse, RetryPolicy, Spawn
+from bot.core.runtime.worker import GroupWorker, Pulse, RetryPolicy, Spawn, tell_episode
 
 log = logging.getLogger(__name__)
 
@@ -60,16 +60,6 @@ LASTING_AFTER = 10.0  # seconds after a refusal when a row still not shown makes
 
 class OutboxStore(GroupStore, RosterStore, ThreadStore, PostingStore, LeaseStore, HealthStore, ToolStore, Protocol):
     """What an outbox reads and writes: the rows to show, their parts, the group's lease."""
-
-
-async def tell_episode(surface: Surface, group: Group, episode: Episode) -> None:
-    """Tell the surface that `episode` started or ended (never raises)."""
-    try:
-        await surface.episode_updated(group, episode)
-    except (StoreError, DeliveryError) as exc:  # expected (the database or Discord away): one line
-        log.warning("group=%s could not show episode %s state: %s", group.id, episode.id, exc)
-    except Exception:  # a reaction failing must never stop the chat
-        log.warning("group=%s could not show episode %s state", group.id, episode.id, exc_info=True)
 
 
 @dataclass(frozen=True)

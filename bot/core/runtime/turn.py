@@ -18,7 +18,8 @@ A person may stop a group run while it works (`bot.core.runtime.steering`): it s
 
 One `AgentTurn` serves every group of the process (its steering, the images it fetched and
 what it told are the process's); the group's dispatcher calls `run` and passes its outbox's
-`wake` as `shown` (rows a run commits before it settles: a worker's posts, a line about files).
+`wake` as `shown`: the run wakes it when it commits rows (its reply or notice once settled, a
+worker's posts and a line about people's files as they come).
 """
 from __future__ import annotations
 
@@ -274,6 +275,8 @@ class AgentTurn:
             )
         if reply is None and posts is not None:
             reply = posts.last  # the stop rules judge a worker's last post
+        if reply is not None or notice is not None:
+            shown()  # the group's outbox shows what the run committed
         return TurnOutcome(run, reply, terminated, notice)
 
     async def regenerate(self, group: Group, agent: Agent, target: Message, snapshot: int,

@@ -6,6 +6,8 @@ database that cannot be reached, which the store logs itself, quietly and at
 least every `RetryPolicy.unreachable` seconds, and at once when the store's health hears that an
 operation reached it again: `wait_for_store`);
 `LeaseLost` (another process runs the group now) stops the loop for good.
+Also here, shared by the intake and the outbox: `tell_episode` (the surface told that an
+episode started or ended, never raising).
 """
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 
-from bot.core.errors import LeaseLost, StoreBusy, StoreError, StoreUnavailable, StoreUnwritable
+from bot.core.errors import DeliveryError, LeaseLost, StoreBusy, StoreError, StoreUnavailable, StoreUnwritable
+from bot.core.models import Episode, Group
+from bot.core.ports import Surface
 from bot.core.rules.store_health import StoreHealth
 
 log = logging.getLogger(__name__)
@@ -59,6 +63,16 @@ async def wait_for_store(health: StoreHealth, exc: StoreError, delay: float) -> 
         await health.until_writable(delay)
     else:  # locked by another process: its transaction ends in its own time
         await asyncio.sleep(delay)
+
+
+async def tell_episode(surface: Surface, group: Group, episode: Episode) -> None:
+    """Tell the surface that `episode` started or ended (never raises)."""
+    try:
+        await surface.episode_updated(group, episode)
+    except (StoreError, DeliveryError) as exc:  # expected (the database or Discord away): one line
+        log.warning("group=%s could not show episode %s state: %s", group.id, episode.id, exc)
+    except Exception:  # a reaction failing must never stop the chat
+        log.warning("group=%s could not show episode %s state", group.id, episode.id, exc_info=True)
 
 
 class Pulse:
