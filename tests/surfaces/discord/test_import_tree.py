@@ -5,7 +5,7 @@ from itself and they imported it back). bot/core's own circles are issue 23.3's 
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def modules() -> dict[str, Path]:
