@@ -68,7 +68,7 @@ class DispatchStore(GroupStore, RosterStore, ThreadStore, RoutingStore, EpisodeS
 class Turn(Protocol):
     async def __call__(self, group: Group, agent: Agent, snapshot: int, *, selector_usage: Usage, source: str,
                        shown: Callable[[], None]) -> TurnOutcome:
-        """Run `agent` once over rows 1..`snapshot` (`AgentTurn.run`); `shown`: rows were committed mid-run."""
+        """Run `agent` once over rows 1..`snapshot` (`AgentTurn.run`); it calls `shown` when it commits rows."""
         ...
 
 
