@@ -17,7 +17,6 @@ process-wide parts (the store, the model, the agents' locks, the one `AgentTurn`
 """
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,8 +24,6 @@ from bot.core.runtime.dispatcher import DispatcherDeps, GroupDispatcher
 from bot.core.runtime.drafts import Drafts
 from bot.core.runtime.outbox import Outbox, OutboxDeps
 from bot.core.runtime.turn import TurnOutcome
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
