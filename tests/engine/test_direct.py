@@ -122,7 +122,7 @@ async def test_a_failing_model_is_a_clear_answer_and_a_failed_run(harness):
         with pytest.raises(UserFacingError, match="planner could not answer: the model did not answer in time"):
             await harness.engine.ask(harness.group, planner, "hello?", asker="alice")
         assert [r[1:3] for r in await runs(harness)] == [("direct", "failed")]
-        assert not harness.engine.agent_lock(planner.id).locked()
+        assert not harness.engine.locks.lock(planner.id).locked()
 
 
 async def test_a_direct_run_spends_the_budget_and_is_refused_once_it_is_reached(harness):

@@ -65,7 +65,7 @@ async def test_due_while_busy_is_delayed_then_runs_once(harness: Harness, caplog
         h.llm.gate = asyncio.Event()
         await h.say("@planner draft day one")
         await h.until_called(1)  # planner's group run is in flight: it holds its lock
-        assert h.engine.agent_lock(agent.id).locked()
+        assert h.engine.locks.lock(agent.id).locked()
 
         clock.advance(HOUR + 1)
         assert await h.engine.scheduler.tick() == []

@@ -51,7 +51,7 @@ async def test_a_model_known_to_take_no_images_is_never_sent_them_and_the_log_sa
     h.surface.files["a.png"] = PNG
     h.llm.text_only = {None}  # the agents' (default) model
     h.llm.default_agent_reply = lambda name, n: f"{name} {n}"
-    caplog.set_level(logging.INFO, logger="bot.core.runtime.engine")
+    caplog.set_level(logging.INFO, logger="bot.core.runtime.turn")
     async with h.running(mode="tags"):
         for n in (1, 2):
             await post(h, f"@planner look {n}", image("a.png"))

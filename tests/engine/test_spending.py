@@ -195,7 +195,7 @@ async def test_the_pause_warning_formats_money_as_usage_does(harness, caplog):
     # 1,148 prompt tokens at $0.15 per million: 0.00017219999999999996 as a float, printed so in the log.
     small = Completion("A short plan.", Usage(1_148, 0, 0), model="gpt-4o-mini")
     llm = ScriptedLLM(agents={"planner": [small]})
-    caplog.set_level("WARNING", logger="bot.core.runtime.engine")
+    caplog.set_level("WARNING", logger="bot.core.features.spending")
     async with harness.running(llm, mode="tags", monthly_budget=0.0001):
         await harness.say("@planner go")
         await harness.idle()

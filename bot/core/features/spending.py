@@ -14,15 +14,19 @@ refuses until the budget is raised (or the month turns).
 """
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Protocol
 
-from bot.core.models import DEFAULT_PROVIDER, Group, Spend, Usage
-from bot.core.ports import RecordStore
+from bot.core.models import DEFAULT_PROVIDER, Group, NewMessage, Spend, Usage
+from bot.core.ports import GroupStore, RecordStore, ThreadStore
 from bot.core.rules.card import Card, Field
 from bot.core.rules.pricing import PRICES_AS_OF, Price, dollars, exact_dollars, price_of
+
+log = logging.getLogger(__name__)
 
 NO_PRICE = "no price known"
 KIND_ORDER = {"agent": 0, "selector": 1, "catch-up": 2, "summary": 3}
@@ -119,6 +123,35 @@ def budget_reached_notice(cost: float, budget: float) -> str:
 def budget_refusal(cost: float, budget: float) -> str:
     return (f"This month's model cost ({dollars(cost)}) has reached the monthly budget of {exact_dollars(budget)}: "
             "raise it with /roundtable config monthly_budget:N (0 removes it), then /roundtable resume.")
+
+
+class BudgetStore(GroupStore, ThreadStore, RecordStore, Protocol):
+    """What the budget check reads and writes: the group (paused), its spending, the notice."""
+
+
+class Budgets:
+    """The monthly budget, checked after a run settles (or the budget changes)."""
+
+    def __init__(self, store: BudgetStore, prices: Mapping[str, Price], notice: Callable[[str], NewMessage]) -> None:
+        self.store = store
+        self.prices = prices
+        self.notice = notice
+
+    async def check(self, group_id: int) -> bool:
+        """When this month's cost has reached the group's monthly_budget, pause it with one notice
+        naming the budget (the caller shows it). True when it paused."""
+        group = await self.store.get_group(group_id)
+        budget = group.settings.monthly_budget
+        if not budget or group.paused:
+            return False
+        cost = await month_cost(self.store, group, self.prices)
+        if cost < budget:
+            return False
+        await self.store.update_group(group.id, paused=True)
+        await self.store.append_system_message(group.id, self.notice(budget_reached_notice(cost, budget)))
+        log.warning("group=%s paused: this month's cost %s reached its monthly budget %s", group.id, dollars(cost),
+                    exact_dollars(budget))
+        return True
 
 
 async def usage_card(store: RecordStore, group: Group, prices: Mapping[str, Price], days: int,

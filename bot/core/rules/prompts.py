@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection, Sequence
 
-from bot.core.models import Agent, ChatMessage, Message
+from bot.core.models import Agent, ChatMessage, Message, NewMessage
 from bot.core.rules.attachments import brief_text
 
 SPEAKER_SELECTOR_PROMPT = """\
@@ -87,6 +87,12 @@ def fill(template: str, **values: str) -> str:
 def thread_line(author_name: str, text: str) -> str:
     """How one message appears in a prompt's thread: tagged with its speaker."""
     return f"[{author_name}] {text}"
+
+
+def bot_notice(count: Callable[[str], int], text: str) -> NewMessage:
+    """A notice from the bot, ready to append (`count`: the token counter's, for its row's tokens)."""
+    return NewMessage(author_type="system", author_name=SYSTEM_AUTHOR, text=text,
+                      token_count=count(thread_line(SYSTEM_AUTHOR, text)))
 
 
 def render_thread(

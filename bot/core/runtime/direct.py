@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -83,6 +83,19 @@ class DirectStore(GroupStore, RosterStore, ThreadStore, RunStore, NoteStore, Rea
     notes, the names that tag people, this month's spending, its tools' grants and journal."""
 
 
+class PostedIn(Protocol):
+    """What an answer posted in the group asks of the group's runtime (`bot.core.runtime.group`)."""
+
+    async def after_turn(self, outcome: TurnOutcome) -> None:
+        """The stop rules, as after any reply (the dispatcher's); its row is shown."""
+
+    def wake(self) -> None:
+        """Route the answer (it may tag agents) and deliver."""
+
+    async def all_shown(self) -> None:
+        """Until every row committed in the group so far is shown."""
+
+
 @dataclass(frozen=True)
 class DirectDeps:
     """What direct runs work with (the engine composes it)."""
@@ -92,9 +105,7 @@ class DirectDeps:
     counter: TokenCounter
     prices: Mapping[str, Price]
     locks: AgentLocks
-    after_turn: Callable[[TurnOutcome], Awaitable[None]]  # the stop rules after a posted answer (the dispatcher's)
-    wake: Callable[[int], None]  # something changed in the group: route and deliver
-    all_shown: Callable[[int], Awaitable[None]]  # until every committed row of the group is shown
+    runtime: Callable[[int], PostedIn]  # the group's runtime, for an answer posted in it
     tools: ToolRegistry | None = None  # the tool sources: a direct run offers what the agent was granted
 
 
@@ -190,8 +201,9 @@ class DirectRuns:
             return DirectAnswer(agent, text, usage, not_posted=finished.run.error or finished.run.status)
         log.info("group=%s agent=%s direct run=%s posted #%s", group.id, agent.name, run_id, finished.reply.seq)
         outcome = TurnOutcome(finished.run, finished.reply, terminates(completion.text, cleaned), finished.notice)
-        await deps.after_turn(outcome)
-        deps.wake(group.id)
+        runtime = deps.runtime(group.id)
+        await runtime.after_turn(outcome)
+        runtime.wake()
         with contextlib.suppress(asyncio.TimeoutError):  # shown: the asker gets a link that works
-            await asyncio.wait_for(deps.all_shown(group.id), SHOWN_WAIT)
+            await asyncio.wait_for(runtime.all_shown(), SHOWN_WAIT)
         return DirectAnswer(agent, text, usage, posted=await store.get_message(group.id, finished.reply.seq))

@@ -12,19 +12,25 @@ The durable queue is the group's latest seq plus each agent's
   the rest; 5. skip agents holding their lock; 6. pick the furthest-behind idle
   one (tie: oldest agent); 7. run it once over the snapshot and wait;
   8. advance its cursor through the snapshot; 9. repeat until nobody is pending
-  (then provisional messages that no reply will own are taken back: `Engine.sweep_drafts`).
+  (then provisional messages that no reply will own are taken back: `Drafts.sweep`).
+
+It works with its group's other parts directly (`bot.core.runtime.group`): before a run it waits
+for the outbox's `idle` (people see the conversation in step); the run is the turn's
+(`AgentTurn.run`, holding the agent's lock), which wakes the outbox when it commits; the rows
+the dispatcher commits itself (a notice, the end of an episode) wake it too.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from bot.core.errors import Busy
 from bot.core.features.selector import selector_decision
+from bot.core.features.spending import Budgets
 from bot.core.features.summary import Summaries
 from bot.core.features.tasks import TaskChains
 from bot.core.models import Agent, Decision, Episode, Group, Message, NewMessage, Usage
@@ -40,9 +46,10 @@ from bot.core.rules.routing import (
     unmuted,
 )
 from bot.core.rules.stop import cap_notice, near_repeat
+from bot.core.runtime.drafts import Drafts
 from bot.core.runtime.locks import AgentLocks
 from bot.core.runtime.turn import TurnOutcome, cache_key
-from bot.core.runtime.worker import GroupWorker, RetryPolicy
+from bot.core.runtime.worker import GroupWorker, RetryPolicy, Spawn
 
 log = logging.getLogger(__name__)
 
@@ -58,22 +65,29 @@ class DispatchStore(GroupStore, RosterStore, ThreadStore, RoutingStore, EpisodeS
     decisions, the episodes (the selector's reads included)."""
 
 
-class Deliver(Protocol):
-    async def __call__(self, group: Group, agent: Agent, snapshot: int, *, selector_usage: Usage,
-                       source: str) -> TurnOutcome:
-        """Run `agent` once over rows 1..`snapshot`, holding its lock (`Engine.deliver`); Busy when held."""
+class Turn(Protocol):
+    async def __call__(self, group: Group, agent: Agent, snapshot: int, *, selector_usage: Usage, source: str,
+                       shown: Callable[[], None]) -> TurnOutcome:
+        """Run `agent` once over rows 1..`snapshot` (`AgentTurn.run`); it calls `shown` when it commits rows."""
         ...
 
 
-class EndEpisode(Protocol):
-    async def __call__(self, episode_id: int | None, status: str, notice: str | None = None) -> Episode | None:
-        """End the episode with `status` (and post `notice` with it) (`Engine.end_episode`)."""
-        ...
+class Showing(Protocol):
+    """What the dispatcher asks of its group's outbox (`bot.core.runtime.outbox.Outbox`)."""
+
+    def wake(self) -> None:
+        """New rows were committed: show them."""
+
+    async def all_shown(self) -> None:
+        """Until every row committed so far is shown."""
+
+    async def announce(self, group: Group, episode: Episode) -> None:
+        """Tell the surface about `episode` once the rows committed before it are shown."""
 
 
 @dataclass(frozen=True)
 class DispatcherDeps:
-    """What every group's dispatcher works with (the engine composes it)."""
+    """What every group's dispatcher works with (the engine composes it once for all groups)."""
 
     store: DispatchStore
     llm: LLM
@@ -83,24 +97,39 @@ class DispatcherDeps:
     retry: RetryPolicy
     locks: AgentLocks
     connected: asyncio.Event  # the surface is connected: people can be answered, so backlogs may be routed
-    backlog_turn: asyncio.Lock  # held while reading or storing a chunk of a backlog (`Engine.backlog_turn`)
-    deliver: Deliver
-    end_episode: EndEpisode
-    shown: Callable[[int], None]  # new rows were committed in the group: show them
-    all_shown: Callable[[int], Awaitable[None]]  # until every committed row of the group is shown
-    sweep_drafts: Callable[[Group], Awaitable[None]]  # take back provisional messages no run will use
-    lost: Callable[[int], None]  # another process runs the group now
+    backlog_turn: asyncio.Lock  # held while reading or storing a chunk of a backlog: one group's chunk at a time
+    turn: Turn  # an agent's run (`AgentTurn.run`)
+    budgets: Budgets  # checked after each run
+    spawn: Spawn  # its loop, as a kept background task
+    lost: Callable[[int], None]  # another process runs the group now: stop running it here
     clock: Callable[[], float]  # now, for mutes (an agent muted until a time is routed again after it)
-    notice: Callable[[str], NewMessage]  # a notice from the bot, ready to append (`Engine.notice`)
+    notice: Callable[[str], NewMessage]  # a notice from the bot, ready to append (`bot_notice`)
+
+
+async def end_episode(store: EpisodeStore, episode_id: int | None, status: str,
+                      notice: NewMessage | None = None) -> tuple[Episode, bool] | None:
+    """End the episode with `status` (and post `notice` with it): the episode, and whether a notice
+    row was committed; None when it had ended already (or there is none)."""
+    if episode_id is None:
+        return None
+    ended = await store.end_episode(episode_id, status, notice=notice)
+    if ended is None:
+        return None
+    episode, shown = ended
+    log.info("episode group=%s episode=%s ended: %s after %d agent turns, %d tokens",
+             episode.group_id, episode.id, episode.status, episode.agent_turns, episode.total_tokens)
+    return episode, shown is not None
 
 
 class GroupDispatcher(GroupWorker):
     kind = "dispatcher"
     catching_up = False  # set when the group was taken here with rows that waited: its next routing pass is a backlog
 
-    def __init__(self, deps: DispatcherDeps, group_id: int) -> None:
-        super().__init__(group_id, retry=deps.retry, lost=deps.lost, health=deps.store.health)
+    def __init__(self, deps: DispatcherDeps, group_id: int, *, outbox: Showing, drafts: Drafts) -> None:
+        super().__init__(group_id, retry=deps.retry, lost=deps.lost, spawn=deps.spawn, health=deps.store.health)
         self.deps = deps
+        self.outbox = outbox
+        self.drafts = drafts
 
     # the loop body ------------------------------------------------------
     async def drain(self) -> None:
@@ -119,7 +148,7 @@ class GroupDispatcher(GroupWorker):
                 if group.latest_seq != snapshot:
                     continue  # a message arrived meanwhile: route it before settling anything
                 await self._settle_episode(group)
-                await self.deps.sweep_drafts(group)
+                await self.drafts.sweep(group)
                 return
             low = min(a.delivered_through for a in pending)
             decisions = await store.decisions(group.id, after=low, through=snapshot)
@@ -138,16 +167,33 @@ class GroupDispatcher(GroupWorker):
                 await self._wait_for_a_lock([s[0] for s in selected])
                 continue
             # People see the conversation in step: no new run while earlier rows wait to be shown.
-            await self.deps.all_shown(group.id)
+            await self.outbox.all_shown()
             agent, selector_usage, source = min(idle, key=lambda s: (s[0].delivered_through, s[0].created_at, s[0].id))
             try:
-                outcome = await self.deps.deliver(group, agent, snapshot, selector_usage=selector_usage,
-                                                    source=source)
+                outcome = await self._run(group, agent, snapshot, selector_usage, source)
             except Busy:
                 continue  # a direct run took the agent meanwhile: wait for it on the next pass
             await self.after_turn(outcome)
             if group.settings.pace > 0 and outcome.message is not None:
                 await asyncio.sleep(group.settings.pace)
+
+    async def _run(self, group: Group, agent: Agent, snapshot: int, selector_usage: Usage,
+                   source: str) -> TurnOutcome:
+        """Run `agent` once over rows 1..`snapshot`, holding its lock (Busy when another run holds it);
+        then a stopped run's episode is told, and the budget checked."""
+        deps = self.deps
+        async with deps.locks.holding(agent, "a group run"):
+            outcome = await deps.turn(group, agent, snapshot, selector_usage=selector_usage, source=source,
+                                      shown=self.outbox.wake)
+        if outcome.run.status == "stopped" and outcome.run.episode_id is not None:
+            # A person stopped it: its episode ended as `stopped` with the run (shown as any end is).
+            episode = await deps.store.get_episode(outcome.run.episode_id)
+            log.info("episode group=%s episode=%s ended: %s after %d agent turns, %d tokens", group.id, episode.id,
+                     episode.status, episode.agent_turns, episode.total_tokens)
+            await self.outbox.announce(group, episode)
+        if await deps.budgets.check(group.id):
+            self.outbox.wake()
+        return outcome
 
     @staticmethod
     def _selecting(agent: Agent, decisions: dict[int, Decision], snapshot: int) -> tuple[Usage, str] | None:
@@ -278,7 +324,7 @@ class GroupDispatcher(GroupWorker):
             log.info("group=%s seq=%s tags muted agent(s) %s: told once", group.id, message.seq,
                      ", ".join(a.name for a in silent))
         if told:
-            self.deps.shown(group.id)
+            self.outbox.wake()
 
     async def _record(self, group: Group, routed: list[tuple[Message, Decision]]) -> None:
         if not routed:
@@ -288,7 +334,7 @@ class GroupDispatcher(GroupWorker):
             log.debug("group=%s seq=%s routed: %s %s %s", group.id, message.seq, decision.source,
                       decision.agent_names, decision.note)
             if decision.terminate:
-                await self.deps.end_episode(message.episode_id, "terminated")
+                await self.end_episode(message.episode_id, "terminated")
 
     @staticmethod
     def _names(roster: Sequence[Agent], ids: Sequence[int]) -> tuple[str, ...]:
@@ -322,13 +368,11 @@ class GroupDispatcher(GroupWorker):
 
     # stop rules ---------------------------------------------------------
     async def after_turn(self, outcome: TurnOutcome) -> None:
-        """Stop rules after a run. They judge the run's own episode: a reply to an older
-        task (a person posted during the run) never ends the newer one."""
+        """Stop rules after a run (whose rows the turn has shown). They judge the run's own episode:
+        a reply to an older task (a person posted during the run) never ends the newer one."""
         deps, run, message = self.deps, outcome.run, outcome.message
-        if message is not None or outcome.notice is not None:
-            deps.shown(run.group_id)
         if outcome.terminated:
-            await deps.end_episode(run.episode_id, "terminated")
+            await self.end_episode(run.episode_id, "terminated")
             return
         if message is None:
             return
@@ -337,9 +381,21 @@ class GroupDispatcher(GroupWorker):
             return  # an older episode's reply: it does not count toward the current streak
         cap = fresh.settings.max_agent_turns
         if fresh.agent_streak >= cap:
-            await deps.end_episode(message.episode_id, "max_turns", cap_notice(cap))
+            await self.end_episode(message.episode_id, "max_turns", cap_notice(cap))
         elif await self._stalled(message):
-            await deps.end_episode(message.episode_id, "stalled", STALLED_NOTICE)
+            await self.end_episode(message.episode_id, "stalled", STALLED_NOTICE)
+
+    async def end_episode(self, episode_id: int | None, status: str, notice: str | None = None) -> None:
+        """End the episode with `status` (and post `notice` with it); the outbox shows the notice and
+        tells the surface of the end after the rows before it."""
+        ended = await end_episode(self.deps.store, episode_id, status, self.deps.notice(notice) if notice else None)
+        if ended is None:
+            return
+        episode, shown = ended
+        group = await self.deps.store.get_group(episode.group_id)
+        if shown:
+            self.outbox.wake()
+        await self.outbox.announce(group, episode)
 
     async def _stalled(self, message: Message) -> bool:
         """Seed 003's parrot check: two agent messages in a row nearly repeat earlier ones."""
@@ -356,4 +412,4 @@ class GroupDispatcher(GroupWorker):
     async def _settle_episode(self, group: Group) -> None:
         """Nobody is pending: a still-running episode is over for now ('quiet')."""
         if group.episode_id is not None:
-            await self.deps.end_episode(group.episode_id, "quiet")
+            await self.end_episode(group.episode_id, "quiet")

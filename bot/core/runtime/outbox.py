@@ -23,12 +23,15 @@ go out). An episode's end
 is told to the surface (`announce`) once the rows committed before it are
 shown, so people see the reply that ended an episode before they see that it
 ended.
+
+The group's dispatcher waits for the outbox's `idle` event before a run (`all_shown`)
+and wakes it when rows are committed; nothing else is shared (`bot.core.runtime.group`).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -47,7 +50,7 @@ from bot.core.ports import (
 )
 from bot.core.rules.secrets import mask_error
 from bot.core.rules.tool_lines import compact_line, is_error
-from bot.core.runtime.worker import GroupWorker, Pulse, RetryPolicy
+from bot.core.runtime.worker import GroupWorker, Pulse, RetryPolicy, Spawn, tell_episode
 
 log = logging.getLogger(__name__)
 
@@ -61,14 +64,14 @@ class OutboxStore(GroupStore, RosterStore, ThreadStore, PostingStore, LeaseStore
 
 @dataclass(frozen=True)
 class OutboxDeps:
-    """What every group's outbox works with (the engine composes it)."""
+    """What every group's outbox works with (the engine composes it once for all groups)."""
 
     store: OutboxStore
     surface: Surface
     retry: RetryPolicy
     clock: Callable[[], float]
-    episode_changed: Callable[[Group, Episode], Awaitable[None]]  # tell the surface (never raises)
-    lost: Callable[[int], None]  # another process runs the group now
+    spawn: Spawn  # its loop, as a kept background task
+    lost: Callable[[int], None]  # another process runs the group now: stop running it here
     sent: Pulse = field(default_factory=Pulse)  # fired when a row is shown: the surface takes posts
 
 
@@ -76,14 +79,23 @@ class Outbox(GroupWorker):
     kind = "outbox"
 
     def __init__(self, deps: OutboxDeps, group_id: int) -> None:
-        super().__init__(group_id, retry=deps.retry, lost=deps.lost, health=deps.store.health)
+        super().__init__(group_id, retry=deps.retry, lost=deps.lost, spawn=deps.spawn, health=deps.store.health)
         self.deps = deps
         self.unsure: set[int] = set()  # rows an earlier attempt may have shown
         self._broken: dict[int, int] = {}  # row -> unexpected failures showing it
         self._announcements: list[Episode] = []  # episode changes to tell once the rows before are shown
 
-    def announce(self, episode: Episode) -> None:
-        """Tell the surface about `episode` after every row committed so far is shown."""
+    async def all_shown(self) -> None:
+        """Until every row committed in the group so far is shown (the outbox is idle)."""
+        self.start()
+        await self.idle.wait()
+
+    async def announce(self, group: Group, episode: Episode) -> None:
+        """Tell the surface about `episode` after every row committed so far is shown; at once
+        when the group is not run here any more (nothing is shown here for it)."""
+        if self.stopped:
+            await tell_episode(self.deps.surface, group, episode)
+            return
         self._announcements.append(episode)
         self.wake()
 
@@ -96,7 +108,7 @@ class Outbox(GroupWorker):
                 # Turned off: what waits is shown when it is set up again (its episode changes are told now).
                 announcements, self._announcements = self._announcements, []
                 for episode in announcements:
-                    await self.deps.episode_changed(group, episode)
+                    await tell_episode(self.deps.surface, group, episode)
                 if not self._announcements:
                     return
                 continue

@@ -14,11 +14,12 @@ with no version. Every refusal is a `UserFacingError` saying why.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from bot.core.errors import Busy, Forbidden, InvalidInput, NotFound
+from bot.core.features.spending import Budgets
 from bot.core.models import Agent, Group, Message, Run
 from bot.core.ports import EpisodeStore, GroupStore, RecordStore, RosterStore, RunStore, ThreadStore
 from bot.core.runtime.locks import AgentLocks
@@ -33,16 +34,32 @@ class RegenerateStore(GroupStore, ThreadStore, RunStore, EpisodeStore, RosterSto
     """What a regenerate reads: the rows, the reply's run and episode, the agent."""
 
 
+class Regenerate(Protocol):
+    async def __call__(self, group: Group, agent: Agent, target: Message, snapshot: int,
+                       shown: Callable[[], None]) -> TurnOutcome:
+        """Run `agent` again on `snapshot`, its reply replacing `target`'s text (`AgentTurn.regenerate`)."""
+        ...
+
+
+class RegeneratedIn(Protocol):
+    """What a regenerate asks of the group's runtime (`bot.core.runtime.group.GroupRuntime`)."""
+
+    def busy(self) -> bool:
+        """The group's dispatcher has rows to route or run."""
+
+    def show(self) -> None:
+        """Rows were committed (or edited): show them."""
+
+
 @dataclass(frozen=True)
 class RegenerateDeps:
     """What regenerating works with (the engine composes it)."""
 
     store: RegenerateStore
     locks: AgentLocks
-    owns: Callable[[int], bool]  # this process runs the group
-    active: Callable[[Group, Sequence[Agent]], bool]  # a run is active or waits in the group
-    turn: Callable[[Group, Agent, Message, int], Awaitable[TurnOutcome]]  # `AgentTurn.regenerate`
-    after: Callable[[int], Awaitable[None]]  # the run settled: show the row, check the budget
+    runtime: Callable[[int], RegeneratedIn | None]  # the group's runtime when this process runs the group
+    turn: Regenerate  # `AgentTurn.regenerate`
+    budgets: Budgets  # checked after the run settles
 
 
 @dataclass(frozen=True)
@@ -89,13 +106,16 @@ class Regenerations:
         roster = await store.list_agents(group.id)
         if group.paused:  # held deliveries, or the monthly budget reached: no model call either
             raise Busy("The group is paused: /roundtable resume first, then regenerate.")
-        if not self.deps.owns(group.id):
+        runtime = self.deps.runtime(group.id)
+        if runtime is None:
             raise Busy("This group is run by another process of the bot right now; try again in a moment.")
-        if self.deps.active(group, roster):
+        if any(self.deps.locks.locked(a.id) for a in roster) or runtime.busy():
             raise Busy("An agent is still working in this group; regenerate once it is done.")
         async with self.deps.locks.holding(agent, "regenerating a reply"):
-            outcome = await self.deps.turn(group, agent, target, run.snapshot_seq)
-        await self.deps.after(group.id)
+            outcome = await self.deps.turn(group, agent, target, run.snapshot_seq, runtime.show)
+        runtime.show()
+        if await self.deps.budgets.check(group.id):
+            runtime.show()
         if outcome.message is None:
             why = outcome.run.error or {"empty": "its answer was empty after cleaning"}.get(
                 outcome.run.status, outcome.run.status)

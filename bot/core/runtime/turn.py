@@ -15,16 +15,31 @@ An agent with tools (granted ones, or memory_write with memory on) runs the tool
 (`bot.core.rules.tool_lines`: running, then ✓ or ✗), then the text of the current step.
 A person may stop a group run while it works (`bot.core.runtime.steering`): it settles as
 'stopped' with what its provisional message showed, followed by "(stopped)".
+
+One `AgentTurn` serves every group of the process (its steering, the images it fetched and
+what it told are the process's); the group's dispatcher calls `run` and passes its outbox's
+`wake` as `shown`: the run wakes it when it commits rows (its reply or notice once settled, a
+worker's posts and a line about people's files as they come).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from bot.core.errors import CapReached, LLMError, ProviderMissing, StoreBusy, StoreUnavailable, StoreUnwritable
+from bot.core.errors import (
+    CapReached,
+    LLMError,
+    NotFound,
+    ProviderMissing,
+    StoreBusy,
+    StoreError,
+    StoreUnavailable,
+    StoreUnwritable,
+)
 from bot.core.features import memory
 from bot.core.features.context import (
     Trimmed,
@@ -55,6 +70,7 @@ from bot.core.models import (
     NewMessage,
     Run,
     RunResult,
+    SharedFile,
     Tags,
     ToolOutput,
     Usage,
@@ -75,7 +91,7 @@ from bot.core.ports import (
     TokenCounter,
     ToolStore,
 )
-from bot.core.rules.attachments import ImageSource, PromptFiles
+from bot.core.rules.attachments import ImageKey, ImageSource, PromptFiles, unused_line
 from bot.core.rules.draft import ReplyStream
 from bot.core.rules.prompts import (
     participant_part,
@@ -93,7 +109,7 @@ from bot.core.rules.stop import (
 )
 from bot.core.rules.tags import parse_tags
 from bot.core.rules.tool_lines import call_line
-from bot.core.runtime.steering import Steer, Steering, stopped_text
+from bot.core.runtime.steering import Steer, Steering, StopAnswer, stopped_text
 from bot.core.runtime.worker import RetryPolicy, wait_for_store
 
 log = logging.getLogger(__name__)
@@ -172,7 +188,7 @@ class TurnStore(GroupStore, RosterStore, ThreadStore, EpisodeStore, RunStore, Dr
 
 @dataclass(frozen=True)
 class TurnDeps:
-    """What an agent's run works with (the engine composes it)."""
+    """What an agent's run works with (the engine composes it once for all groups)."""
 
     store: TurnStore
     llm: LLM
@@ -181,13 +197,15 @@ class TurnDeps:
     tasks: TaskChains
     summaries: Summaries
     notice: Callable[[str], NewMessage]  # a notice from the bot, ready to append
-    images: Callable[[Group], ImageSource]  # people's images of a group, fetched through the surface
-    withheld_images: Callable[[str | None, int], None]  # a prompt named images only (logged once per model)
-    # images a run could not send, (seq, index) -> (name, why): told to their person once
-    tell_unused: Callable[[Group, Mapping[tuple[int, int], tuple[str, str]]], Awaitable[None]]
     tools: ToolRegistry | None = None  # the tool sources (bot.core.features.tools); None: memory_write only
-    shown: Callable[[int], None] | None = None  # a worker posted mid-run: show the group's new rows
     retry: RetryPolicy = field(default_factory=RetryPolicy)  # waits between tries to settle a run
+
+
+Unused = Mapping[tuple[int, int], tuple[str, str]]  # images a run could not send: (seq, index) -> (name, why)
+
+
+def _nothing_shown() -> None:
+    return None
 
 
 class AgentTurn:
@@ -196,10 +214,15 @@ class AgentTurn:
         self._told: set[tuple[int, str]] = set()  # (group, outage) told in that group
         self._missing: set[tuple[int, str]] = set()  # (group, model) told its provider is not set up
         self.steering = Steering()  # the runs working now, which people may stop
+        self._images: OrderedDict[ImageKey, str] = OrderedDict()  # fetched images, as data URLs
+        self._told_no_images: set[str | None] = set()  # models whose images were named only, logged once
+        self._told_unused: set[tuple[int, int, int]] = set()  # (group, seq, file) a person was told agents lack
 
     async def run(
-        self, group: Group, agent: Agent, snapshot: int, *, selector_usage: Usage, source: str
+        self, group: Group, agent: Agent, snapshot: int, *, selector_usage: Usage, source: str,
+        shown: Callable[[], None] = _nothing_shown,
     ) -> TurnOutcome:
+        """`shown`: rows were committed before the run settled (the group's outbox wakes)."""
         deps = self.deps
         store = deps.store
         run = await store.start_run(group.id, agent.id, "group", snapshot)
@@ -217,7 +240,7 @@ class AgentTurn:
                                                notice=await self._refusal_notice(run, agent, cap)), False
             else:
                 result, terminated, draft = await self._steered(fresh, agent, run, selector_usage, unused, posts,
-                                                                steer)
+                                                                steer, shown)
         except asyncio.CancelledError:
             # Shutting down: the run stays undone (its agent runs again on the next start).
             await self._interrupt(run, selector_usage)
@@ -231,7 +254,7 @@ class AgentTurn:
             self.steering.end(steer)
         finished = await self._finish(run, result, cap)
         if unused:
-            await deps.tell_unused(group, unused)
+            await self.tell_unused(group, unused, shown)
         run, reply, notice = finished.run, finished.reply, finished.notice
         if draft is not None and reply is None:
             await draft.discard()  # nothing will own what was shown
@@ -252,9 +275,12 @@ class AgentTurn:
             )
         if reply is None and posts is not None:
             reply = posts.last  # the stop rules judge a worker's last post
+        if reply is not None or notice is not None:
+            shown()  # the group's outbox shows what the run committed
         return TurnOutcome(run, reply, terminated, notice)
 
-    async def regenerate(self, group: Group, agent: Agent, target: Message, snapshot: int) -> TurnOutcome:
+    async def regenerate(self, group: Group, agent: Agent, target: Message, snapshot: int,
+                         shown: Callable[[], None] = _nothing_shown) -> TurnOutcome:
         """Run `agent` again on `snapshot`, the rows its reply `target` answered (SPEC §8 "Regenerate
         reply"): a new run (kind 'regenerate', counted and priced as any) whose reply replaces
         `target`'s text when it is settled, the text before kept as a version; the outbox then edits
@@ -276,17 +302,17 @@ class AgentTurn:
             raise
         finished = await self._finish(run, replace(result, notice=None), 0)
         if unused:
-            await self.deps.tell_unused(group, unused)
+            await self.tell_unused(group, unused, shown)
         log.info("group=%s agent=%s run=%s regenerated seq=%s: %s", group.id, agent.name, run.id, target.seq,
                  finished.run.status if finished.run.error is None else f"{finished.run.status} ({finished.run.error})")
         return TurnOutcome(finished.run, finished.reply, terminated)
 
     async def _steered(self, group: Group, agent: Agent, run: Run, selector_usage: Usage,
                        unused: dict[tuple[int, int], tuple[str, str]], posts: Posts | None, steer: Steer,
-                       ) -> tuple[RunResult, bool, Draft | None]:
+                       shown: Callable[[], None]) -> tuple[RunResult, bool, Draft | None]:
         """`_call` as a task a person may stop (`Steering.stop` cancels it): then the run's result
         is 'stopped', with what its provisional message showed."""
-        call = asyncio.ensure_future(self._call(group, agent, run, selector_usage, unused, posts, steer))
+        call = asyncio.ensure_future(self._call(group, agent, run, selector_usage, unused, posts, steer, shown))
         steer.task = call
         try:
             return await call
@@ -347,7 +373,8 @@ class AgentTurn:
 
     async def _call(self, group: Group, agent: Agent, run: Run, selector_usage: Usage,
                     unused: dict[tuple[int, int], tuple[str, str]], posts: Posts | None = None,
-                    steer: Steer | None = None) -> tuple[RunResult, bool, Draft | None]:
+                    steer: Steer | None = None, shown: Callable[[], None] = _nothing_shown,
+                    ) -> tuple[RunResult, bool, Draft | None]:
         """Prompt the agent and turn its answer into the run's result (whether it said TERMINATE,
         and the draft that showed it while it was written); `unused` gets the images it could not send."""
         deps = self.deps
@@ -370,12 +397,12 @@ class AgentTurn:
         messages, others = build_messages(group, agent, roster, trimmed, tasks, memory, files)
         if replied_to:  # last, so the prompt's prefix stays cached (bot.core.features.replies)
             messages.append(ChatMessage("user", replied_to))
-        deps.withheld_images(agent.model, files.withheld)
+        self.withheld_images(agent.model, files.withheld)
         async with deps.surface.working(group, agent):
-            images = deps.images(group)
+            images = self.images(group)
             messages = await files.fill_images(messages, images)
             unused.update(images.unused)
-            answer, draft = await self._complete(group, agent, run, messages, others, posts, roster, steer)
+            answer, draft = await self._complete(group, agent, run, messages, others, posts, roster, steer, shown)
         result, terminated = await self._result(group, agent, run, answer, roster, others, selector_usage, posts)
         return result, terminated, draft
 
@@ -441,7 +468,8 @@ class AgentTurn:
 
     async def _complete(self, group: Group, agent: Agent, run: Run, messages: list[ChatMessage],
                         others: Sequence[str], posts: Posts | None = None, roster: Sequence[Agent] = (),
-                        steer: Steer | None = None) -> tuple[Answer, Draft | None]:
+                        steer: Steer | None = None, shown: Callable[[], None] = _nothing_shown,
+                        ) -> tuple[Answer, Draft | None]:
         """The agent's answer: one call (streamed to the surface's draft when the group streams),
         or with tools (granted, or memory_write with memory on) the tool loop
         (`bot.core.features.tools`), streamed too. The run takes over the provisional messages an
@@ -452,7 +480,7 @@ class AgentTurn:
         parts = [] if regenerating else await deps.store.adopt_drafts(group.id, agent.id, run.id)
         box = await self._tools(agent)
         if posts is not None:  # a worker: group_post offered, the run not shown while it is written
-            box = self._group_post(group, agent, run, others, roster, posts, box)
+            box = self._group_post(group, agent, run, others, roster, posts, box, shown)
             return await self._with_tools(group, agent, run, messages, others, box, parts, private=True, steer=steer)
         if box:
             return await self._with_tools(group, agent, run, messages, others, box, parts, steer=steer)
@@ -481,14 +509,14 @@ class AgentTurn:
         return registry.offered(grants, (memory.TOOL_NAME,) if agent.memory else ())
 
     def _group_post(self, group: Group, agent: Agent, run: Run, others: Sequence[str], roster: Sequence[Agent],
-                    posts: Posts, box: ToolBox) -> ToolBox:
-        """`box` with a worker's `group_post` (`bot.core.features.worker`), a source of this run's own."""
-        store, shown = self.deps.store, self.deps.shown
+                    posts: Posts, box: ToolBox, shown: Callable[[], None]) -> ToolBox:
+        """`box` with a worker's `group_post` (`bot.core.features.worker`), a source of this run's own;
+        `shown`: each post is shown at once (the group's outbox wakes)."""
+        store = self.deps.store
 
         async def post(cap: int, message: NewMessage) -> Message:
             posted = await store.post_from_run(run.id, message, cap=cap)
-            if shown is not None:
-                shown(group.id)
+            shown()
             return posted
 
         async def cap() -> int:
@@ -564,6 +592,56 @@ class AgentTurn:
         if draft is not None:
             await draft.stop()
         return answer, draft
+
+    # people's files ------------------------------------------------------
+    def images(self, group: Group) -> ImageSource:
+        """People's images of `group`, fetched through the surface when a run is made (kept in memory a while)."""
+        async def fetch(file: SharedFile) -> bytes:
+            return await self.deps.surface.file_data(group, file)
+        return ImageSource(fetch, group.id, self._images)
+
+    def withheld_images(self, model: str | None, count: int) -> None:
+        """A prompt named `count` images only, as `model` takes none: the log says so once per model."""
+        if count and model not in self._told_no_images:
+            self._told_no_images.add(model)
+            log.info("model %s does not take images: its prompts name each image instead",
+                     model or "(the default model)")
+
+    async def tell_unused(self, group: Group, unused: Unused, shown: Callable[[], None]) -> None:
+        """Images a run could not send ((seq, index) -> (name, why)): one short line per message to
+        its person (SPEC §8), each file told once (several agents read the same message)."""
+        store = self.deps.store
+        fresh: dict[int, list[tuple[str, str]]] = {}
+        for (seq, index), found in sorted(unused.items()):
+            if (group.id, seq, index) not in self._told_unused:
+                self._told_unused.add((group.id, seq, index))
+                fresh.setdefault(seq, []).append(found)
+        for seq, files in fresh.items():
+            try:
+                author = (await store.get_message(group.id, seq)).author_name
+                await store.append_system_message(group.id, self.deps.notice(unused_line(author, files)))
+            except (StoreError, NotFound) as exc:  # a courtesy: the run is settled either way
+                log.warning("group=%s seq=%s: could not tell what agents cannot use: %s", group.id, seq, exc)
+        if fresh:
+            shown()
+
+    # people steer a reply (SPEC §8; bot.core.runtime.steering) -------------
+    async def stop(self, group_id: int, agent_id: int, *, user_id: str | None, operator: bool,
+                   by: str) -> StopAnswer:
+        """A person pressed ⏹ Stop on the agent's provisional message (or Ctrl-C on the console):
+        stop its run when they started its episode or are an operator."""
+        steer = self.steering.get(group_id, agent_id)
+        if steer is None or steer.stopped:
+            return StopAnswer(False)
+        if not operator:
+            starter = await self.starter_of(steer)
+            if starter is None or starter.author_user_id != user_id:
+                return StopAnswer(False, refused=True, starter=starter.author_user_id if starter else None)
+        return StopAnswer(self.steering.stop(group_id, agent_id, by))
+
+    def stop_all(self, group_id: int, by: str) -> int:
+        """Stop every run working in the group now (the console's Ctrl-C); how many."""
+        return sum(self.steering.stop(s.group_id, s.agent_id, by) for s in self.steering.running(group_id))
 
     async def starter_of(self, steer: Steer) -> Message | None:
         """The person's message that started the episode of a run that may be stopped (who may stop it)."""

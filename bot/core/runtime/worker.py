@@ -6,6 +6,8 @@ database that cannot be reached, which the store logs itself, quietly and at
 least every `RetryPolicy.unreachable` seconds, and at once when the store's health hears that an
 operation reached it again: `wait_for_store`);
 `LeaseLost` (another process runs the group now) stops the loop for good.
+Also here, shared by the intake and the outbox: `tell_episode` (the surface told that an
+episode started or ended, never raising).
 """
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 
-from bot.core.errors import LeaseLost, StoreBusy, StoreError, StoreUnavailable, StoreUnwritable
+from bot.core.errors import DeliveryError, LeaseLost, StoreBusy, StoreError, StoreUnavailable, StoreUnwritable
+from bot.core.models import Episode, Group
+from bot.core.ports import Surface
 from bot.core.rules.store_health import StoreHealth
 
 log = logging.getLogger(__name__)
@@ -61,6 +65,16 @@ async def wait_for_store(health: StoreHealth, exc: StoreError, delay: float) -> 
         await asyncio.sleep(delay)
 
 
+async def tell_episode(surface: Surface, group: Group, episode: Episode) -> None:
+    """Tell the surface that `episode` started or ended (never raises)."""
+    try:
+        await surface.episode_updated(group, episode)
+    except (StoreError, DeliveryError) as exc:  # expected (the database or Discord away): one line
+        log.warning("group=%s could not show episode %s state: %s", group.id, episode.id, exc)
+    except Exception:  # a reaction failing must never stop the chat
+        log.warning("group=%s could not show episode %s state", group.id, episode.id, exc_info=True)
+
+
 class Pulse:
     """Something recovered (a post went through): whoever waits on it (`wait`) stops waiting."""
 
@@ -80,11 +94,11 @@ class Pulse:
 
 class GroupWorker(ABC):
     """`retry`: the backoff after failures; `lost(group_id)`: another process runs the group now
-    (the engine stops running it here)."""
+    (the engine stops running the group here); `spawn`: starts the loop as a kept background task."""
 
     kind = "worker"  # in task names and log lines
 
-    def __init__(self, group_id: int, *, retry: RetryPolicy, lost: Callable[[int], None],
+    def __init__(self, group_id: int, *, retry: RetryPolicy, lost: Callable[[int], None], spawn: Spawn,
                  health: StoreHealth | None = None) -> None:
         """`health`: the store's, which wakes a loop waiting for the database when it is back."""
         self.retry = retry
@@ -93,9 +107,31 @@ class GroupWorker(ABC):
         self.group_id = group_id
         self.idle = asyncio.Event()  # set when a pass found nothing left and nobody woke it since
         self.task: asyncio.Task[object] | None = None
+        self.stopped = False  # the group is not run here any more: the loop is never started again
+        self._spawn = spawn
         self._wake = asyncio.Event()
 
+    def start(self) -> None:
+        """Run the loop (woken once) when it does not run yet, or ended; never once `stop`ped."""
+        if self.stopped or (self.task is not None and not self.task.done()):
+            return
+        self.task = self._spawn(self.loop(), f"{self.kind}-{self.group_id}")
+        self._nudge()
+
     def wake(self) -> None:
+        """Something changed: drain again (the loop started first when it does not run)."""
+        if self.stopped:
+            return
+        self.start()
+        self._nudge()
+
+    def stop(self) -> None:
+        """Stop the loop for good (the group is dropped here, or the process closes)."""
+        self.stopped = True
+        if self.task is not None:
+            self.task.cancel()
+
+    def _nudge(self) -> None:
         self.idle.clear()
         self._wake.set()
 
