@@ -11,12 +11,12 @@ async def agent_reply(
 ) -> FinishedRun:
     """A group run of the agent over `snapshot` (default: the latest row) that posts `text`."""
     if snapshot is None:
-        snapshot = (await store.get_group(group_id)).latest_seq
-    agent = await store.get_agent(agent_id)
-    run = await store.start_run(group_id, agent_id, "group", snapshot)
+        snapshot = (await store.groups.get_group(group_id)).latest_seq
+    agent = await store.roster.get_agent(agent_id)
+    run = await store.runs.start_run(group_id, agent_id, "group", snapshot)
     reply = NewMessage("agent", agent.name, text, author_agent_id=agent_id, source_run_id=run.id,
                        token_count=token_count)
-    return await store.finish_run(run.id, RunResult("posted", usage or Usage(), reply=reply), cap=cap)
+    return await store.runs.finish_run(run.id, RunResult("posted", usage or Usage(), reply=reply), cap=cap)
 
 
 async def posted(store: Store, group_id: int, agent_id: int, text: str = "reply", **kwargs: object) -> Message:

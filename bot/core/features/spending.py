@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from bot.core.models import DEFAULT_PROVIDER, Group, Spend, Usage
-from bot.core.ports import RecordStore
+from bot.core.ports import HasSpending
 from bot.core.rules.card import Card, Field
 from bot.core.rules.pricing import PRICES_AS_OF, Price, dollars, exact_dollars, price_of
 
@@ -104,10 +104,10 @@ def month_start(now: float) -> float:
     return moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp()
 
 
-async def month_cost(store: RecordStore, group: Group, prices: Mapping[str, Price], now: float | None = None) -> float:
+async def month_cost(store: HasSpending, group: Group, prices: Mapping[str, Price], now: float | None = None) -> float:
     """The priced cost of the group's model calls this calendar month (UTC)."""
     since = month_start(time.time() if now is None else now)
-    return total(tally(await store.spending(group.id, since), prices)).cost
+    return total(tally(await store.spending.spending(group.id, since), prices)).cost
 
 
 def budget_reached_notice(cost: float, budget: float) -> str:
@@ -121,10 +121,10 @@ def budget_refusal(cost: float, budget: float) -> str:
             "raise it with /roundtable config monthly_budget:N (0 removes it), then /roundtable resume.")
 
 
-async def usage_card(store: RecordStore, group: Group, prices: Mapping[str, Price], days: int,
+async def usage_card(store: HasSpending, group: Group, prices: Mapping[str, Price], days: int,
                      now: float | None = None) -> Card | str:
     now = time.time() if now is None else now
-    lines = tally(await store.spending(group.id, now - days * 86400), prices)
+    lines = tally(await store.spending.spending(group.id, now - days * 86400), prices)
     period = "the last day" if days == 1 else f"the last {days} days"
     if not lines:
         return f"No model calls in {period}."

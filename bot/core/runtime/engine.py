@@ -174,12 +174,12 @@ class Engine:
         yet waited while no process ran it (this process is starting, or takes it over), and
         are routed as a backlog (`GroupDispatcher.route`)."""
         self._seen(group)
-        await self.store.interrupt_running_runs(group.id)
-        unsure = {m.seq for m in await self.store.unconfirmed_messages(group.id)}
+        await self.store.runs.interrupt_running_runs(group.id)
+        unsure = {m.seq for m in await self.store.posting.unconfirmed_messages(group.id)}
         if unsure:
             log.info("group=%s: %d row(s) not confirmed by the surface yet; showing them now", group.id, len(unsure))
         self.outbox(group.id).unsure |= unsure
-        if backlog and await self.store.unrouted(group.id, through=group.latest_seq, limit=1):
+        if backlog and await self.store.routing.unrouted(group.id, through=group.latest_seq, limit=1):
             self.dispatcher(group.id).catching_up = True
         self.wake(group.id)
 
@@ -312,7 +312,7 @@ class Engine:
         await self.check_budget(group_id)
     async def _stopped(self, group: Group, episode_id: int) -> None:
         """A person stopped a run: its episode ended as `stopped` with the run (shown as any end is)."""
-        episode = await self.store.get_episode(episode_id)
+        episode = await self.store.episodes.get_episode(episode_id)
         log.info("episode group=%s episode=%s ended: %s after %d agent turns, %d tokens", group.id, episode.id,
                  episode.status, episode.agent_turns, episode.total_tokens)
         if self.owns(group.id) and not self._closed:
@@ -361,8 +361,8 @@ class Engine:
                 fresh.setdefault(seq, []).append(found)
         for seq, files in fresh.items():
             try:
-                author = (await self.store.get_message(group.id, seq)).author_name
-                await self.store.append_system_message(group.id, self.notice(unused_line(author, files)))
+                author = (await self.store.thread.get_message(group.id, seq)).author_name
+                await self.store.thread.append_system_message(group.id, self.notice(unused_line(author, files)))
             except (StoreError, NotFound) as exc:  # a courtesy: the run is settled either way
                 log.warning("group=%s seq=%s: could not tell what agents cannot use: %s", group.id, seq, exc)
         if fresh:
@@ -377,15 +377,15 @@ class Engine:
     async def check_budget(self, group_id: int) -> bool:
         """After a run settles (or the budget changes): when this month's cost has reached the
         group's monthly_budget, pause it with one notice naming the budget. True when it paused."""
-        group = await self.store.get_group(group_id)
+        group = await self.store.groups.get_group(group_id)
         budget = group.settings.monthly_budget
         if not budget or group.paused:
             return False
         cost = await month_cost(self.store, group, self.prices)
         if cost < budget:
             return False
-        await self.store.update_group(group.id, paused=True)
-        await self.store.append_system_message(group.id, self.notice(budget_reached_notice(cost, budget)))
+        await self.store.groups.update_group(group.id, paused=True)
+        await self.store.thread.append_system_message(group.id, self.notice(budget_reached_notice(cost, budget)))
         log.warning("group=%s paused: this month's cost %s reached its monthly budget %s", group.id, dollars(cost),
                     exact_dollars(budget))
         self.shown(group.id)
@@ -427,8 +427,8 @@ class Engine:
         failures = 0
         while True:
             try:
-                roster = await self.store.list_agents(group.id)
-                people = await self.store.people(group.people_scope)
+                roster = await self.store.roster.list_agents(group.id)
+                people = await self.store.reading.people(group.people_scope)
                 tags = with_agents(parse_tags(text, roster, people=people), [a for a in extra_agents if a.enabled])
                 new = NewMessage(
                     author_type="user",
@@ -443,7 +443,7 @@ class Engine:
                     attachments=files,
                     reply_to_seq=reply_to,
                 )
-                message, episode = await self.store.append_user_message(group.id, new)
+                message, episode = await self.store.thread.append_user_message(group.id, new)
                 break
             except (StoreBusy, StoreUnwritable, StoreUnavailable) as exc:
                 failures += 1
@@ -464,7 +464,7 @@ class Engine:
         unused = unused_files(message.attachments, settings.max_images)
         if unused:  # what agents cannot use is told to the person too, not only to the model (SPEC §8)
             try:
-                await self.store.append_system_message(group.id, self.notice(unused_line(author_name, unused)))
+                await self.store.thread.append_system_message(group.id, self.notice(unused_line(author_name, unused)))
                 self.shown(group.id)
             except StoreError as exc:  # the message is stored; the line is a courtesy
                 log.warning("group=%s seq=%s: could not tell %s what agents cannot use: %s", group.id,
@@ -482,7 +482,8 @@ class Engine:
         """End the episode with `status` (and post `notice` with it); None when it had ended already."""
         if episode_id is None:
             return None
-        ended = await self.store.end_episode(episode_id, status, notice=self.notice(notice) if notice else None)
+        ended = await self.store.episodes.end_episode(episode_id, status,
+                                                      notice=self.notice(notice) if notice else None)
         if ended is None:
             return None
         episode, shown = ended
@@ -490,7 +491,7 @@ class Engine:
             "episode group=%s episode=%s ended: %s after %d agent turns, %d tokens",
             episode.group_id, episode.id, episode.status, episode.agent_turns, episode.total_tokens,
         )
-        group = await self.store.get_group(episode.group_id)
+        group = await self.store.groups.get_group(episode.group_id)
         if shown is not None:
             self.shown(group.id)
         if self.owns(group.id) and not self._closed:
@@ -510,11 +511,11 @@ class Engine:
 
     async def stop_episode(self, group: Group) -> Episode | None:
         """Operator stop: end the episode and skip every pending delivery."""
-        fresh = await self.store.get_group(group.id)
+        fresh = await self.store.groups.get_group(group.id)
         episode = await self.end_episode(fresh.episode_id, "stopped")
-        fresh = await self.store.get_group(group.id)
-        for agent in await self.store.list_agents(group.id):
-            await self.store.set_delivered_through(agent.id, fresh.latest_seq)
+        fresh = await self.store.groups.get_group(group.id)
+        for agent in await self.store.roster.list_agents(group.id):
+            await self.store.roster.set_delivered_through(agent.id, fresh.latest_seq)
         return episode
 
     def _store_health_changed(self, outage: Outage) -> None:
@@ -531,7 +532,7 @@ class Engine:
             for group_id in sorted(self.ownership.owned):
                 group: Group | None
                 try:
-                    group = self._seen(await self.store.get_group(group_id))
+                    group = self._seen(await self.store.groups.get_group(group_id))
                 except StoreError as exc:
                     group = self._groups_seen.get(group_id)
                     if group is None:
@@ -552,7 +553,7 @@ class Engine:
         """Take back the provisional messages that no row owns and no run will use (a run
         that ended without a reply and could not take its own back, e.g. it died mid-stream
         and its agent has nothing left to answer). Called when the group has nobody pending."""
-        parts = await self.store.orphan_drafts(group.id)
+        parts = await self.store.drafts.orphan_drafts(group.id)
         if not parts:
             return
         try:
@@ -561,14 +562,14 @@ class Engine:
             log.warning("group=%s: %d provisional message(s) could not be taken back yet: %s", group.id, len(parts),
                         exc)
             return
-        await self.store.drop_drafts(gone)
+        await self.store.drafts.drop_drafts(gone)
         log.info("group=%s: took back %d provisional message(s) of replies never posted", group.id, len(gone))
 
     # results -------------------------------------------------------------
     async def episode_result(self, episode_id: int) -> EpisodeResult:
         """Seed 000 step 6: the last substantive message as the answer, the thread, the status."""
-        episode = await self.store.get_episode(episode_id)
-        thread = [m for m in await self.store.messages(episode.group_id, after=episode.task_seq - 1)
+        episode = await self.store.episodes.get_episode(episode_id)
+        thread = [m for m in await self.store.thread.messages(episode.group_id, after=episode.task_seq - 1)
                   if m.episode_id == episode.id]
         answer = next((m for m in reversed(thread) if m.author_type == "agent" and strip_terminate(m.text)), None)
         usage = Usage(episode.prompt_tokens, episode.completion_tokens, episode.cached_tokens)

@@ -51,7 +51,7 @@ class Interactions:
         try:
             if await self._run_elsewhere(interaction.channel_id):
                 await asyncio.sleep(LEADER_FIRST)  # the process that runs the group claims first
-            won = await self.store.claim_interaction(str(interaction.id))
+            won = await self.store.interactions.claim_interaction(str(interaction.id))
         except StoreError as exc:  # better a second answer than none
             log.log(logging.DEBUG if isinstance(exc, StoreUnavailable) else logging.WARNING,  # (the store logs it)
                     "could not claim interaction %s (%s); handling it here", interaction.id, exc)
@@ -63,8 +63,8 @@ class Interactions:
 
     async def _run_elsewhere(self, channel_id: int | None) -> bool:
         """Whether the channel is a group that another process runs (holds its lease)."""
-        group = await self.store.find_group(self.group_key(channel_id)) if channel_id is not None else None
-        return group is not None and await self.store.leased_elsewhere(group.id)
+        group = await self.store.groups.find_group(self.group_key(channel_id)) if channel_id is not None else None
+        return group is not None and await self.store.leases.leased_elsewhere(group.id)
 
     def _defer_when_late(self, interaction: discord.Interaction) -> None:
         async def late() -> None:
