@@ -210,7 +210,8 @@ async def test_rate_limits_are_kept_and_a_stream_never_delays_another_agents_pos
     failed = [r.getMessage() for r in caplog.records if "provisional update failed" in r.getMessage()]
     assert failed == []  # no draft request was refused (nor failed otherwise)
     quick_done = max(r.time for r in hook_requests(emu) if r.query.get("thread_id") == rooms[-1])
-    long_rows = [m for g in await streaming.store.groups.list_groups() for m in await streaming.store.thread.messages(g.id)
+    store = streaming.store
+    long_rows = [m for g in await store.groups.list_groups() for m in await store.thread.messages(g.id)
                  if m.author_name == "planner"]
     assert len(long_rows) == 4 and quick_done < min(m.created_at for m in long_rows)  # done while they were written
     for group in await streaming.store.groups.list_groups():

@@ -377,7 +377,7 @@ async def test_update_agent_fields_and_collisions(store: SqlStore, group_id: int
     with pytest.raises(InvalidInput, match="Émile"):
         await store.roster.update_agent(a.id, name="ÉMILE")
     with pytest.raises(InvalidInput, match="colour"):
-        await store.roster.update_agent(a.id, colour="red")
+        await store.roster.update_agent(a.id, colour="red")  # type: ignore[call-arg]  # what an untyped caller may pass
     renamed = await store.roster.update_agent(a.id, name="Alpha", role="lead", system_prompt="s", model=None)
     assert (renamed.name, renamed.role, renamed.system_prompt) == ("Alpha", "lead", "s")
     with pytest.raises(InvalidInput):

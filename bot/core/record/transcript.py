@@ -36,8 +36,8 @@ PICKS_KEPT = 8  # per agent: recent decisions that selected it, to name the one 
 
 
 class TranscriptStore(HasRecord, HasSummaries, HasRouting, HasReading, HasGroups, HasTools, HasThread, Protocol):
-    """What an export reads: the record in pages, the routing decisions, people's names, the group,
-    the tool calls of the runs, regenerated replies' earlier texts."""
+    """What an export reads: the record in pages, the rolling summaries, the routing decisions, people's
+    names, the group, the tool calls of the runs, regenerated replies' earlier texts."""
 
 
 Write = Callable[[str], object]

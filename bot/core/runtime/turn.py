@@ -341,7 +341,8 @@ class AgentTurn:
 
     async def _refusal_notice(self, run: Run, agent: Agent, cap: int) -> NewMessage | None:
         """Why `agent` did not answer, unless its episode already ended at the cap (that notice says it)."""
-        if run.episode_id is not None and (await self.deps.store.episodes.get_episode(run.episode_id)).status == "max_turns":
+        if (run.episode_id is not None
+                and (await self.deps.store.episodes.get_episode(run.episode_id)).status == "max_turns"):
             return None
         return self.deps.notice(cap_refusal_notice(agent.name, cap))
 

@@ -19,6 +19,7 @@ from bot.core.features.spending import budget_refusal, month_cost, usage_card
 from bot.core.features.summary import MIN_WINDOW, Summaries
 from bot.core.features.tools import decision_of
 from bot.core.models import DEFAULT_PROVIDER, MUTED_FOREVER, Agent, Completion, Decision, Group, GroupSettings, Message
+from bot.core.ports import AgentChanges
 from bot.core.record.export import file_name, write_export
 from bot.core.record.transcript import plural, when
 from bot.core.rules import mute
@@ -424,18 +425,23 @@ class Admin:
                          settings: Mapping[str, float | int | None] | None = None, **changes: str | None) -> str:
         """`settings`: model settings to set (temperature, max_tokens, context_budget; None clears one)."""
         agent = await self.agent(group, name)
-        update: dict[str, object] = {}
+        update: AgentChanges = {}
         for key, value in (settings or {}).items():
             value = v.agent_setting(key, "default" if value is None else value)
             if value != getattr(agent, key):
-                update[key] = value
+                if key == "temperature":
+                    update["temperature"] = value
+                elif key == "max_tokens":
+                    update["max_tokens"] = None if value is None else int(value)
+                elif key == "context_budget":
+                    update["context_budget"] = None if value is None else int(value)
         if changes.get("role") is not None:
             update["role"] = v.role(changes["role"] or "")
         if changes.get("prompt") is not None and changes["prompt"] != agent.system_prompt:
             update["system_prompt"] = v.system_prompt(changes["prompt"] or "")
         if changes.get("model") is not None:
             update["model"] = v.model(changes["model"])
-            await self.check_model(update["model"])  # type: ignore[arg-type]  # v.model gives str | None
+            await self.check_model(update["model"])
         if changes.get("avatar") is not None:
             update["avatar_url"] = v.avatar_url(changes["avatar"])
         if memory is not None and memory != agent.memory:
@@ -464,7 +470,7 @@ class Admin:
             return f"Updated {agent.name}: {model_settings(agent)}."
         return f"Updated {agent.name}."
 
-    async def _check_tools(self, agent: Agent, update: Mapping[str, object]) -> None:
+    async def _check_tools(self, agent: Agent, update: AgentChanges) -> None:
         """Memory and worker mode need tool calls: refuse (changing nothing) to turn either on, or to
         change the model of an agent that has one on, when the model does not take them or that
         cannot be checked."""
