@@ -13,10 +13,11 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from bot.core.errors import LLMError, UserFacingError
 from bot.core.models import ChatMessage, Group, Message, Summary
-from bot.core.ports import LLM, Store
+from bot.core.ports import LLM, HasGroups, HasReading, HasThread
 from bot.core.rules.attachments import said
 from bot.core.rules.card import Card, Field, MarkRead
 from bot.core.rules.prompts import fill, render_thread
@@ -64,8 +65,12 @@ def excerpt(text: str, limit: int = EXCERPT) -> str:
     return flat if len(flat) <= limit else flat[:limit - 1] + "…"
 
 
+class CatchUpStore(HasGroups, HasReading, HasThread, Protocol):
+    """What reading asks of the store: the group, people's read cursors and catch-up summaries, the rows."""
+
+
 class Reading:
-    def __init__(self, store: Store, llm: LLM, model: Callable[[Group], str | None]) -> None:
+    def __init__(self, store: CatchUpStore, llm: LLM, model: Callable[[Group], str | None]) -> None:
         self.store = store
         self.llm = llm
         self.model = model  # the model that writes summaries for a group

@@ -18,15 +18,32 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from bot.core.errors import InvalidInput, NotFound
 from bot.core.features.selector import selector_decision
 from bot.core.features.summary import Summaries
 from bot.core.models import Decision, Group, JournaledCall, Message
-from bot.core.ports import LLM, Store
+from bot.core.ports import (
+    LLM,
+    HasEpisodes,
+    HasGroups,
+    HasRecord,
+    HasRoster,
+    HasRouting,
+    HasSummaries,
+    HasThread,
+    HasTools,
+)
 from bot.core.rules.tool_lines import call_detail, compact_line, is_error
 
 SELECTOR_SOURCES = ("selector", "fallback", "low_confidence")  # decisions a selector call made
+
+
+class ReplayStore(HasGroups, HasThread, HasEpisodes, HasRoster, HasRouting, HasRecord, HasSummaries, HasTools,
+                  Protocol):
+    """What a replay reads (never writes): the group, its rows and episodes, today's roster, the stored
+    decisions and rolling summaries, the record in pages, the tool calls of the runs."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +60,7 @@ class Replayed:
         return (set(self.stored.agent_ids), self.stored.terminate) != (set(self.now.agent_ids), self.now.terminate)
 
 
-async def replay_message(store: Store, llm: LLM, group: Group, seq: int, *, model: str | None) -> Replayed:
+async def replay_message(store: ReplayStore, llm: LLM, group: Group, seq: int, *, model: str | None) -> Replayed:
     """The selector's decision for row `seq` today, beside the stored one. `model`: the selector
     model to ask (None: the LLM's default)."""
     group = await store.groups.get_group(group.id)
@@ -62,7 +79,7 @@ async def replay_message(store: Store, llm: LLM, group: Group, seq: int, *, mode
     return Replayed(message, await store.routing.get_decision(group.id, seq), now, calls)
 
 
-async def replay_episode(store: Store, llm: LLM, group: Group, episode_id: int, *,
+async def replay_episode(store: ReplayStore, llm: LLM, group: Group, episode_id: int, *,
                          model: str | None) -> list[Replayed]:
     """Every stored selector decision of the episode, replayed in order."""
     try:

@@ -43,7 +43,7 @@ from typing import Any, Protocol
 
 from bot.core.errors import DeliveryError, StoreError
 from bot.core.models import Agent, DraftPart, Group, Message
-from bot.core.ports import Recorder, Store
+from bot.core.ports import HasDrafts, Recorder
 from bot.surfaces.discord.render import neutralize_mass_mentions, split_message
 
 log = logging.getLogger(__name__)
@@ -115,7 +115,10 @@ Controls = Sequence[Mapping[str, Any]]  # action rows of buttons, as Discord tak
 class DraftHooks(Protocol):
     """What drafts and `publish_over` ask of the Discord surface (`bot.surfaces.discord.webhooks`)."""
 
-    store: Store
+    @property
+    def store(self) -> HasDrafts:
+        """The store's drafts: each provisional message recorded before it is posted."""
+        ...
 
     def pace(self, group: Group) -> HookPace: ...
 

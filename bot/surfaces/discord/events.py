@@ -44,7 +44,7 @@ import discord
 
 from bot.core.errors import AlreadyStored, StoreError, StoreUnavailable
 from bot.core.models import Agent, Group, SharedFile
-from bot.core.ports import Store
+from bot.core.ports import HasGroups, HasReading, HasRoster, HasThread, HealthStore
 from bot.core.rules.attachments import FileUnavailable, take_in
 from bot.core.runtime.outbox import RetryPolicy
 from bot.core.runtime.worker import wait_for_store
@@ -101,12 +101,17 @@ def later(a: str | None, b: str | None) -> str | None:
     return a if int(a) >= int(b) else b
 
 
+class IngestStore(HasGroups, HasRoster, HasThread, HasReading, HealthStore, Protocol):
+    """What ingest asks of the store: the groups (and their watermark), the roster (its names tag
+    agents), the thread it appends to and edits, the people it remembers, whether the database takes writes."""
+
+
 class Intake(Protocol):
     """What ingest asks of the engine (`bot.core.runtime.engine.Engine`): its store, a background task,
     the waits between retries, a person's message posted, a group woken after a batch."""
 
     @property
-    def store(self) -> Store: ...
+    def store(self) -> IngestStore: ...
 
     @property
     def retry(self) -> RetryPolicy: ...

@@ -20,12 +20,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import discord
 
 from bot.core.errors import StoreError, StoreUnavailable
-from bot.core.ports import Store
+from bot.core.ports import HasGroups, HasInteractions, HasLeases
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +35,15 @@ ALREADY_ACKNOWLEDGED = 40060  # Discord's code: the interaction's first answer w
 FIRST_ANSWER, ACKNOWLEDGED, LATE = "roundtable.first_answer", "roundtable.acknowledged", "roundtable.late"  # extras
 
 
+class ClaimStore(HasInteractions, HasGroups, HasLeases, Protocol):
+    """What claiming an interaction asks of the store: the claim, and whether another process runs
+    the channel's group (then it answers first)."""
+
+
 class Interactions:
     """Claims interactions for this process and defers the slow ones."""
 
-    def __init__(self, store: Store, group_key: Callable[[int], str]) -> None:
+    def __init__(self, store: ClaimStore, group_key: Callable[[int], str]) -> None:
         self.store = store
         self.group_key = group_key  # a channel's group key
         self._late: set[asyncio.Task[None]] = set()

@@ -38,7 +38,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
@@ -47,7 +47,7 @@ from discord.http import Route
 
 from bot.core.errors import DeliveryError, UserFacingError
 from bot.core.models import Agent, Approval, ApprovalAsk, DraftPart, Episode, Group, Message, SharedFile
-from bot.core.ports import Draft, Recorder, Store
+from bot.core.ports import Draft, HasDrafts, HasThread, HasWebhooks, Recorder
 from bot.core.rules.attachments import FileUnavailable
 from bot.core.rules.secrets import MASK
 from bot.core.rules.stop import strip_terminate
@@ -121,10 +121,15 @@ class _MovedWebhook(Exception):
     """The post landed in another channel: an admin moved the webhook (its copy there is deleted)."""
 
 
+class SurfaceStore(HasThread, HasDrafts, HasWebhooks, Protocol):
+    """What the Discord surface asks of the store: the rows it shows (and finds again after a crash),
+    the provisional messages of replies being written, and each channel's webhook."""
+
+
 class DiscordSurface:
     """Implements the engine's Surface over a connected discord.py client."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: SurfaceStore) -> None:
         self.store = store
         self.client: discord.Client | None = None
         self._webhooks: dict[str, tuple[str, str]] = {}  # channel id -> (webhook id, token)
