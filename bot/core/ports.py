@@ -643,7 +643,8 @@ class ScheduleStore(Protocol):
 
 
 class SpendingStore(Protocol):
-    """Usage and costs: the model calls' tokens, in totals (`bot.core.features.spending`)."""
+    """Usage and costs: the model calls' tokens in totals, and the calls that no run, decision or
+    summary holds (`record_call`) (`bot.core.features.spending`)."""
 
     async def usage_since(self, group_id: int, since: float) -> dict[str, Usage]:
         """Token totals per agent name, plus key 'selector', for runs/decisions since `since`."""
