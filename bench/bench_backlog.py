@@ -45,10 +45,10 @@ async def build(target: str, groups: int, rows: int) -> float:
     store = await open_store(target)
     try:
         for g in range(groups):
-            group = await store.create_group(f"console:backlog{g}", f"backlog{g}", GroupSettings(mode="tags"))
-            await store.add_agent(group.id, "planner", "plans", "You plan.")
-        fresh = await store.create_group(FRESH, "fresh", GroupSettings(mode="tags"))
-        await store.add_agent(fresh.id, "planner", "plans", "You plan.")
+            group = await store.groups.create_group(f"console:backlog{g}", f"backlog{g}", GroupSettings(mode="tags"))
+            await store.roster.add_agent(group.id, "planner", "plans", "You plan.")
+        fresh = await store.groups.create_group(FRESH, "fresh", GroupSettings(mode="tags"))
+        await store.roster.add_agent(fresh.id, "planner", "plans", "You plan.")
         await bulk_backlog(store, rows, fresh.id)
     finally:
         await store.close()
@@ -91,7 +91,7 @@ async def measure(target: str) -> dict[str, float]:
         else:
             await engine.start()
         started = time.perf_counter()
-        fresh = await store.find_group(FRESH)
+        fresh = await store.groups.find_group(FRESH)
         assert fresh is not None
         await engine.post_user_message(fresh, author_name="bob", user_id="bob", text="@planner plan the trip")
         while not surface.agent_posts():

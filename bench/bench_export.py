@@ -36,31 +36,32 @@ def rss_mib() -> float:
 
 async def build(path: Path, n: int) -> None:
     store = await SqliteStore.open(path)
-    group = await store.create_group("console:bench", "bench", GroupSettings())
-    agents = [await store.add_agent(group.id, name, "role", "prompt") for name in ("planner", "budget", "local")]
+    group = await store.groups.create_group("console:bench", "bench", GroupSettings())
+    agents = [await store.roster.add_agent(group.id, name, "role", "prompt") for name in ("planner", "budget", "local")]
     seq = 0
     while seq < n:
-        message, _ = await store.append_user_message(group.id, NewMessage(
+        message, _ = await store.thread.append_user_message(group.id, NewMessage(
             "user", "alice", f"Task {seq}: plan **three days** in Tokyo for under $1,500 <script>x</script>",
             author_user_id="alice", token_count=30))
         seq = message.seq
-        await store.record_decision(group.id, Decision(seq, "selector", (agents[0].id,), (agents[0].name,),
-                                                       ("planner",), 1, None, Usage(500, 2, 0), model="gpt-4o-mini"))
+        await store.routing.record_decision(group.id, Decision(seq, "selector", (agents[0].id,), (agents[0].name,),
+                                                               ("planner",), 1, None, Usage(500, 2, 0),
+                                                               model="gpt-4o-mini"))
         for i, agent in enumerate(agents):
             if seq >= n:
                 break
-            run = await store.start_run(group.id, agent.id, "group", seq)
+            run = await store.runs.start_run(group.id, agent.id, "group", seq)
             text = (CODE if i == 0 else "") + f"{agent.name} reply to #{seq}: " + "words and more words " * 8
             reply = NewMessage("agent", agent.name, text, author_agent_id=agent.id, source_run_id=run.id,
                                token_count=60)
-            finished = await store.finish_run(run.id, RunResult("posted", Usage(1500, 80, 1024), Usage(500, 2, 0),
-                                                                reply=reply, model="gpt-4o-mini"), cap=1000)
+            finished = await store.runs.finish_run(run.id, RunResult("posted", Usage(1500, 80, 1024), Usage(500, 2, 0),
+                                                                     reply=reply, model="gpt-4o-mini"), cap=1000)
             assert finished.reply is not None
             seq = finished.reply.seq
             following = agents[(i + 1) % 3]
-            await store.record_decision(group.id, Decision(seq, "selector", (following.id,), (following.name,),
-                                                           (following.name,), 1, 0.9, Usage(520, 2, 0),
-                                                           model="gpt-4o-mini"))
+            await store.routing.record_decision(group.id, Decision(seq, "selector", (following.id,), (following.name,),
+                                                                   (following.name,), 1, 0.9, Usage(520, 2, 0),
+                                                                   model="gpt-4o-mini"))
     await store.close()
 
 
@@ -68,7 +69,7 @@ async def child_export(db: str, fmt: str, out: str) -> None:
     from bot.core.record.export import write_export
 
     store = await SqliteStore.open(db)
-    group = (await store.list_groups())[0]
+    group = (await store.groups.list_groups())[0]
     before = rss_mib()
     start = time.perf_counter()
     with open(out, "w", encoding="utf-8") as file:

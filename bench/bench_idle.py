@@ -43,9 +43,9 @@ async def seed(target: str, groups: int, agents: int) -> None:
     store = await open_store(target)
     try:
         for g in range(groups):
-            group = await store.create_group(f"console:g{g}", f"g{g}", GroupSettings())
+            group = await store.groups.create_group(f"console:g{g}", f"g{g}", GroupSettings())
             for a in range(agents):
-                await store.add_agent(group.id, f"agent{a}", "helps", "You help.")
+                await store.roster.add_agent(group.id, f"agent{a}", "helps", "You help.")
     finally:
         await store.close()
 

@@ -36,13 +36,13 @@ from storage import SqlStore, open_store
 
 
 async def turn(store: SqlStore, group_id: int, agent_id: int, i: int) -> None:
-    message, _ = await store.append_user_message(
+    message, _ = await store.thread.append_user_message(
         group_id, NewMessage("user", "alice", f"question {i} " + "words " * 20, author_user_id="alice", token_count=30))
-    await store.record_decision(group_id, Decision(seq=message.seq, source="selector", agent_ids=(agent_id,),
-                                                   agent_names=("a",), usage=Usage(300, 2, 0)))
-    run = await store.start_run(group_id, agent_id, "group", message.seq)
+    await store.routing.record_decision(group_id, Decision(seq=message.seq, source="selector", agent_ids=(agent_id,),
+                                                           agent_names=("a",), usage=Usage(300, 2, 0)))
+    run = await store.runs.start_run(group_id, agent_id, "group", message.seq)
     reply = NewMessage("agent", "a", f"answer {i} " + "text " * 60, author_agent_id=agent_id, token_count=80)
-    await store.finish_run(run.id, RunResult("posted", Usage(900, 80, 500), reply=reply), cap=100)
+    await store.runs.finish_run(run.id, RunResult("posted", Usage(900, 80, 500), reply=reply), cap=100)
 
 
 async def bulk_history(store: SqlStore, per_group: int) -> None:
@@ -68,9 +68,9 @@ async def build(store: SqlStore, groups: int, agents: int, rows: int, history: i
                 ) -> tuple[dict[int, list[int]], float, float]:
     roster: dict[int, list[int]] = {}
     for g in range(groups):
-        group = await store.create_group(f"bench:{g}", f"g{g}", GroupSettings())
-        roster[group.id] = [(await store.add_agent(group.id, f"agent{a}", "r", "p")).id for a in range(agents)]
-        await store.acquire_lease(group.id, 3600)
+        group = await store.groups.create_group(f"bench:{g}", f"g{g}", GroupSettings())
+        roster[group.id] = [(await store.roster.add_agent(group.id, f"agent{a}", "r", "p")).id for a in range(agents)]
+        await store.leases.acquire_lease(group.id, 3600)
     started = time.perf_counter()
     if history:
         await bulk_history(store, history)
@@ -89,9 +89,9 @@ async def reads(store: SqlStore, ids: list[int], n: int = 300) -> tuple[float, f
     times = []
     for _ in range(n):
         group_id = rng.choice(ids)
-        latest = (await store.get_group(group_id)).latest_seq
+        latest = (await store.groups.get_group(group_id)).latest_seq
         started = time.perf_counter()
-        await store.messages(group_id, after=max(0, latest - 40))
+        await store.thread.messages(group_id, after=max(0, latest - 40))
         times.append((time.perf_counter() - started) * 1000)
     times.sort()
     return statistics.median(times), times[int(len(times) * 0.95)]
@@ -102,9 +102,9 @@ def worker(target: str, ids: list[int], seconds: float) -> None:
         store = await open_store(target)
         done = 0
         try:
-            roster = {g: [a.id for a in await store.list_agents(g)] for g in ids}
+            roster = {g: [a.id for a in await store.roster.list_agents(g)] for g in ids}
             for g in ids:
-                await store.acquire_lease(g, 3600)
+                await store.leases.acquire_lease(g, 3600)
             end = time.monotonic() + seconds
             while time.monotonic() < end:
                 g = ids[done % len(ids)]
@@ -130,7 +130,7 @@ async def measure(kind: str, target: str, args: argparse.Namespace) -> dict[str,
     try:
         roster, per_turn, bulk = await build(store, args.groups, args.agents, args.rows, args.history)
         p50, p95 = await reads(store, list(roster))
-        await store.release_leases()
+        await store.leases.release_leases()
     finally:
         await store.close()
     ids = list(roster)

@@ -112,9 +112,9 @@ def _engine(store: SqlStore, llm: InstantLLM, surface: RecordingSurface) -> Engi
 
 
 async def _setup(store: SqlStore, key: str, settings: GroupSettings) -> int:
-    group = await store.create_group(key, key, settings)
+    group = await store.groups.create_group(key, key, settings)
     for spec in AGENTS:
-        await store.add_agent(group.id, spec.name, spec.role, spec.system_prompt)
+        await store.roster.add_agent(group.id, spec.name, spec.role, spec.system_prompt)
     return group.id
 
 
@@ -123,8 +123,8 @@ async def _fill(store: SqlStore, group_id: int, n: int) -> float:
     start = time.perf_counter()
     for i in range(n):
         text = f"message {i}: " + "words " * 20
-        await store.append_user_message(group_id, NewMessage("user", PERSON, text, author_user_id=PERSON,
-                                                             token_count=30))
+        await store.thread.append_user_message(group_id, NewMessage("user", PERSON, text, author_user_id=PERSON,
+                                                                    token_count=30))
     return n / max(time.perf_counter() - start, 1e-9)
 
 
@@ -140,7 +140,7 @@ async def timed_turns(db: str, group_id: int, turns: int, repeat: int) -> dict[s
     try:
         await engine.start()
         await engine.wait_idle(group_id, TIMEOUT)
-        group = await store.get_group(group_id)
+        group = await store.groups.get_group(group_id)
         begin = time.perf_counter()
         await engine.post_user_message(group, author_name=PERSON, user_id=PERSON, text=f"{TASK} (round {repeat})")
         await engine.wait_idle(group_id, TIMEOUT)
@@ -260,13 +260,14 @@ async def runs_mid_run(messages: int = MID_RUN_MESSAGES) -> MidRun:
         engine = _engine(store, llm, RecordingSurface())
         try:
             group_id = await _setup(store, "bench:midrun", GroupSettings(mode="tags", max_agent_turns=10))
-            await engine.post_user_message(await store.get_group(group_id), author_name=PERSON, user_id=PERSON,
+            await engine.post_user_message(await store.groups.get_group(group_id), author_name=PERSON, user_id=PERSON,
                                            text=TASK)
             await asyncio.wait_for(llm.entered.wait(), TIMEOUT)
             held = next(c.agent for c in llm.calls if c.kind == "participant")
             before = len(llm.calls)
             for i in range(messages):
-                await engine.post_user_message(await store.get_group(group_id), author_name=PERSON, user_id=PERSON,
+                await engine.post_user_message(await store.groups.get_group(group_id), author_name=PERSON,
+                                               user_id=PERSON,
                                                text=f"one more thing ({i + 1}): keep it cheap")
             hold.set()
             await engine.wait_idle(group_id, TIMEOUT)

@@ -166,15 +166,15 @@ async def _set_up(db: Path, emu: Any, stream: bool, rooms: int) -> list[str]:
     store = await open_store(str(db))
     try:
         hook = emu.add_webhook(emu.channel_id, "Roundtable")
-        await store.save_webhook(emu.channel_id, hook.id, hook.token)
+        await store.webhooks.save_webhook(emu.channel_id, hook.id, hook.token)
         channels = [emu.channel_id] if rooms == 1 else [emu.add_thread(emu.channel_id, f"room {r}")
                                                         for r in range(rooms)]
         for channel in channels:
-            group = await store.create_group(
+            group = await store.groups.create_group(
                 f"discord:{channel}", f"#{channel}", GroupSettings(mode="tags", stream=stream), guild_id=emu.guild_id,
                 channel_id=channel, parent_channel_id=None if channel == emu.channel_id else emu.channel_id,
                 setup_message_id=emu.snowflake())
-            await store.add_agent(group.id, "planner", "plans trips", "You plan trips.")
+            await store.roster.add_agent(group.id, "planner", "plans trips", "You plan trips.")
         return channels
     finally:
         await store.close()

@@ -251,12 +251,12 @@ async def run_roundtable(turns: int, tokenizer: Tokenizer, **settings: Any) -> R
             engine = Engine(store, llm, surface, make_token_counter(), selector_model=MODEL)
             engine.connect()  # the recording surface is always there (never started: no backlog waits on it)
             try:
-                group = await store.create_group("bench:tokyo", "tokyo",
-                                                 GroupSettings(max_agent_turns=max(parts), **settings))
+                group = await store.groups.create_group("bench:tokyo", "tokyo",
+                                                        GroupSettings(max_agent_turns=max(parts), **settings))
                 for spec in AGENTS:
-                    await store.add_agent(group.id, spec.name, spec.role, spec.system_prompt)
+                    await store.roster.add_agent(group.id, spec.name, spec.role, spec.system_prompt)
                 for i, part in enumerate(parts):
-                    group = await store.update_group(group.id, settings=group.settings.with_changes(
+                    group = await store.groups.update_group(group.id, settings=group.settings.with_changes(
                         max_agent_turns=part))
                     await engine.post_user_message(group, author_name=PERSON, user_id=PERSON,
                                                    text=FOLLOW_UP if i else TASK)

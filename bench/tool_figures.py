@@ -163,11 +163,11 @@ async def _product(base_url: str, settings: GroupSettings, *, grant: bool) -> As
         try:
             if grant and not await mcp.start(60.0):
                 raise RuntimeError(f"the bench's MCP server did not start: {mcp.problem}")
-            group = await store.create_group("console:bench-tools", "bench-tools", settings)
+            group = await store.groups.create_group("console:bench-tools", "bench-tools", settings)
             spec = AGENTS[0]
-            agent = await store.add_agent(group.id, spec.name, spec.role, spec.system_prompt)
+            agent = await store.roster.add_agent(group.id, spec.name, spec.role, spec.system_prompt)
             if grant:
-                await store.grant_tools(agent.id, [f"{SOURCE}.*"])
+                await store.tools.grant_tools(agent.id, [f"{SOURCE}.*"])
             engine.connect()
             await engine.start()
             yield engine, store, group.id, mcp
@@ -179,7 +179,7 @@ async def _product(base_url: str, settings: GroupSettings, *, grant: bool) -> As
 
 
 async def _turn(engine: Engine, store: SqlStore, group_id: int, text: str) -> None:
-    group = await store.get_group(group_id)
+    group = await store.groups.get_group(group_id)
     await engine.post_user_message(group, author_name=PERSON, user_id=PERSON, text=f"@{AGENTS[0].name} {text}")
     await engine.wait_idle(group_id, TIMEOUT)
 

@@ -102,13 +102,14 @@ async def run_group_chat(
         engine = Engine(store, llm, _Quiet(), counter or make_token_counter(), scope=key)
         try:
             settings = GroupSettings(mode=v.mode(mode), max_agent_turns=v.max_turns(max_turns))
-            group = await store.create_group(key, "api", settings)
+            group = await store.groups.create_group(key, "api", settings)
             for p in participants:
-                await store.add_agent(group.id, v.agent_name(p.name), v.role(p.role), v.system_prompt(p.system_prompt),
-                                      model=v.model(p.model))
+                await store.roster.add_agent(group.id, v.agent_name(p.name), v.role(p.role),
+                                             v.system_prompt(p.system_prompt),
+                                             model=v.model(p.model))
             await engine.post_user_message(group, author_name="user", user_id=None, text=v.message_text(task))
             await engine.wait_idle(group.id, timeout)
-            episode_id = (await store.get_group(group.id)).episode_id
+            episode_id = (await store.groups.get_group(group.id)).episode_id
             if episode_id is None:
                 raise RoundtableError(f"the task started no episode in group {group.id}")
             return await engine.episode_result(episode_id)

@@ -154,7 +154,7 @@ async def migrate(db: str | None, configured: str) -> int:
 
     store = await open_store(db, configured)
     try:
-        version = await store.schema_version()
+        version = await store.diagnosis.schema_version()
         applied = len(store.migrations_applied)
     finally:
         await store.close()

@@ -5,7 +5,7 @@ without opening a store: opening one would create a missing SQLite file and appl
 and a diagnosis must not change what it looks at. It also returns the enabled groups and the
 stored webhooks, which the command line checks against Discord, and the enabled agents that
 have a model of their own, which it checks against their model endpoints. (An open store reads the same
-report with `SqlStore.database_report()`.)
+report with `store.diagnosis.database_report()`.)
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The database report (`bot.core.rules.doctor.DatabaseReport`): schema version, the outbox, the leases.
 
 `read_report` reads it over any `Db`, written once for both databases: through an open store
-(`SqlStore.database_report()`, `/roundtable doctor` in the running bot) and without one
+(`store.diagnosis.database_report()`, `/roundtable doctor` in the running bot) and without one
 (`storage.diagnosis.inspect`, for `roundtable doctor` and `roundtable init`).
 
 The queries read tables that exist from migration 2 on; an older database has

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import unicodedata
+from typing import Unpack
 
 from bot.core.errors import InvalidInput
 from bot.core.models import Agent
+from bot.core.ports import AgentChanges
 from bot.core.rules.validation import check_name_free
 from storage.access import Access
 from storage.codec import to_agent
 from storage.sql import Db
 
-AGENT_FIELDS = ("name", "role", "system_prompt", "model", "avatar_url", "enabled", "position", "memory", "mode",
-                "muted_until", "temperature", "max_tokens", "context_budget")
+AGENT_FIELDS = tuple(AgentChanges.__annotations__)  # what update_agent may change
 AGENT_MODES = ("talk", "worker")
 
 
@@ -50,12 +51,13 @@ class Roster:
             )
             return to_agent(await self._access.agent_row(db, agent_id))
 
-    async def update_agent(self, agent_id: int, **fields: object) -> Agent:
-        """Change any of `AGENT_FIELDS` (None clears muted_until and the model settings)."""
+    async def update_agent(self, agent_id: int, **fields: Unpack[AgentChanges]) -> Agent:
+        """Change the fields given (None clears muted_until and the model settings); a caller that is not
+        type-checked may still pass a field an agent does not have: InvalidInput."""
         unknown = sorted(set(fields) - set(AGENT_FIELDS))
         if unknown:
             raise InvalidInput(f"an agent has no field {unknown[0]!r}; use {', '.join(AGENT_FIELDS)}")
-        changes = dict(fields)
+        changes: dict[str, object] = dict(fields)
         if "name" in changes:
             changes["name"] = _clean_name(str(changes["name"]))
         for flag in ("enabled", "memory"):

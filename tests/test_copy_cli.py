@@ -36,29 +36,30 @@ async def seeded(path: Path) -> Harness:
         await harness.say("What about food?", who="bob")
         await harness.idle()
         store, group_id = harness.store, harness.group.id
-        await harness.engine.regenerate(await store.get_group(group_id), None, user_id="bob", operator=False)
+        await harness.engine.regenerate(await store.groups.get_group(group_id), None, user_id="bob", operator=False)
         await harness.idle()  # a regenerated reply: a version of its text kept
-        await store.append_system_message(group_id, harness.engine.notice("a notice"))
-        await store.record_posted(group_id, 1, "1234567890123")
-        await store.save_webhook("chan", "hook", "tok")
-        await store.remember_person("guild", "1", ["alice"])
-        await store.save_summary(group_id, Summary(0, 2, "a summary", model="m"), prompt_tokens=9)
-        await store.save_context_summary(group_id, ContextSummary(2, 0, "rolling notes", 9, model="m"),
-                                         Usage(40, 9, 0))
-        await store.mark_seen(group_id, "bob", 2)
-        planner = await store.find_agent(group_id, "planner")
+        await store.thread.append_system_message(group_id, harness.engine.notice("a notice"))
+        await store.posting.record_posted(group_id, 1, "1234567890123")
+        await store.webhooks.save_webhook("chan", "hook", "tok")
+        await store.reading.remember_person("guild", "1", ["alice"])
+        await store.reading.save_summary(group_id, Summary(0, 2, "a summary", model="m"), prompt_tokens=9)
+        await store.summaries.save_context_summary(group_id, ContextSummary(2, 0, "rolling notes", 9, model="m"),
+                                                   Usage(40, 9, 0))
+        await store.reading.mark_seen(group_id, "bob", 2)
+        planner = await store.roster.find_agent(group_id, "planner")
         assert planner is not None
-        await store.add_note(planner.id, "Alice likes temples.")
-        await store.record_call(group_id, planner.id, "memory check", Completion("", Usage(30, 5, 0), "m"))
-        await store.break_tasks(group_id)
-        await store.add_schedule(planner.id, When(at_time="09:00", tz="Asia/Tokyo"), "morning plan", next_run_at=9e9)
-        run = next(iter(await store.runs_by_id([1])))
-        await store.add_draft(group_id, planner.id, run, 0, "planner", "half a repl")
-        await store.grant_tools(planner.id, ["counter.*"])
-        (call,) = await store.journal_step(group_id, planner.id, run, 0, "Adding.",
-                                           [ToolCall("call_1", "counter__add", '{"n": 2}')])
-        await store.journal_result(call.id, "counter is 2")
-        await store.acquire_lease(group_id, 30)  # not copied: ownership stays with the old database
+        await store.notes.add_note(planner.id, "Alice likes temples.")
+        await store.spending.record_call(group_id, planner.id, "memory check", Completion("", Usage(30, 5, 0), "m"))
+        await store.episodes.break_tasks(group_id)
+        await store.schedules.add_schedule(planner.id, When(at_time="09:00", tz="Asia/Tokyo"), "morning plan",
+                                           next_run_at=9e9)
+        run = next(iter(await store.record.runs_by_id([1])))
+        await store.drafts.add_draft(group_id, planner.id, run, 0, "planner", "half a repl")
+        await store.tools.grant_tools(planner.id, ["counter.*"])
+        (call,) = await store.tools.journal_step(group_id, planner.id, run, 0, "Adding.",
+                                                 [ToolCall("call_1", "counter__add", '{"n": 2}')])
+        await store.tools.journal_result(call.id, "counter is 2")
+        await store.leases.acquire_lease(group_id, 30)  # not copied: ownership stays with the old database
     return harness
 
 
@@ -75,12 +76,13 @@ async def test_sqlite_to_postgresql_and_back_is_verified_and_the_engine_answers_
         sums = await table_sums(lite)
         assert sums == await table_sums(postgres)
         assert all(rows for rows, _ in sums.values()), sums  # every table had something to copy
-        group = (await lite.list_groups())[0]
-        assert await postgres.messages(group.id) == await lite.messages(group.id)
-        assert await postgres.get_group(group.id) == await lite.get_group(group.id)
-        assert await postgres.decisions(group.id, after=0, through=99) == await lite.decisions(group.id, after=0,
-                                                                                                 through=99)
-        assert await postgres.spending(group.id, 0) == await lite.spending(group.id, 0)
+        group = (await lite.groups.list_groups())[0]
+        assert await postgres.thread.messages(group.id) == await lite.thread.messages(group.id)
+        assert await postgres.groups.get_group(group.id) == await lite.groups.get_group(group.id)
+        assert await postgres.routing.decisions(group.id, after=0, through=99) == await lite.routing.decisions(group.id,
+                                                                                                               after=0,
+                                                                                                                 through=99)
+        assert await postgres.spending.spending(group.id, 0) == await lite.spending.spending(group.id, 0)
     assert await pg.fetch("SELECT COUNT(*) FROM leases") == [(0,)]
 
     back = tmp_path / "back.db"
@@ -93,12 +95,12 @@ async def test_sqlite_to_postgresql_and_back_is_verified_and_the_engine_answers_
     llm = ScriptedLLM(selector=[Completion("budget", Usage(5, 1, 0)), Completion("TERMINATE", Usage(5, 1, 0))],
                       default_agent_reply=lambda name, n: f"{name} on the copy")
     async with harness.running(llm):
-        before = (await harness.store.get_group(harness.group.id)).latest_seq
+        before = (await harness.store.groups.get_group(harness.group.id)).latest_seq
         await harness.say("And the budget?")
         await harness.idle()
         thread = await harness.thread()
         assert thread[before:] == ["[alice] And the budget?", "[budget] budget on the copy"]
-        assert harness.group.id == group.id and len(await harness.store.list_agents(group.id)) == 3
+        assert harness.group.id == group.id and len(await harness.store.roster.list_agents(group.id)) == 3
 
 
 async def test_a_destination_with_rows_is_refused_and_left_alone(tmp_path: Path, pg: PostgresPlace) -> None:

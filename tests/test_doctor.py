@@ -53,10 +53,10 @@ async def setup(tmp_path: Path) -> AsyncIterator[SetUp]:
         store = await SqliteStore.open(tmp_path / "roundtable.db")
         try:
             for channel_id, name in ((emu.channel_id, "#general"), (random_id, "#random")):
-                await store.create_group(f"discord:{channel_id}", name, GroupSettings(), guild_id=emu.guild_id,
-                                         channel_id=channel_id)
+                await store.groups.create_group(f"discord:{channel_id}", name, GroupSettings(), guild_id=emu.guild_id,
+                                                channel_id=channel_id)
                 hook = emu.add_webhook(channel_id, "Roundtable")
-                await store.save_webhook(channel_id, hook.id, hook.token)
+                await store.webhooks.save_webhook(channel_id, hook.id, hook.token)
         finally:
             await store.close()
         s = SetUp(emu, llm, tmp_path, random_id)
@@ -198,13 +198,13 @@ async def test_replies_waiting_long_and_a_held_lease(setup):
     clock = [time.time() - 600]
     store = await SqliteStore.open(setup.db, clock=lambda: clock[0])
     try:
-        group = await store.find_group(f"discord:{setup.emu.channel_id}")
+        group = await store.groups.find_group(f"discord:{setup.emu.channel_id}")
         assert group is not None
-        await store.append_system_message(group.id, NewMessage(author_type="system", author_name="roundtable",
-                                                               text="a notice never posted"))
+        await store.thread.append_system_message(group.id, NewMessage(author_type="system", author_name="roundtable",
+                                                                      text="a notice never posted"))
         store.owner_label = "discord bot"
         clock[0] = time.time()
-        assert await store.acquire_lease(group.id, 30) is None
+        assert await store.leases.acquire_lease(group.id, 30) is None
         result = await setup.doctor()
     finally:
         await store.close()
@@ -286,13 +286,13 @@ async def test_a_sqlite_database_that_cannot_be_read_gets_the_sqlite_fix(setup):
 async def test_each_agents_own_model_is_served_by_its_endpoint(setup):
     store = await SqliteStore.open(setup.db)
     try:
-        group = await store.find_group(f"discord:{setup.emu.channel_id}")
+        group = await store.groups.find_group(f"discord:{setup.emu.channel_id}")
         assert group is not None
-        await store.add_agent(group.id, "planner", "plans", "You plan.")  # the bot's model: the endpoint check's
-        await store.add_agent(group.id, "critic", "critiques", "You critique.", model="other-model")
-        await store.add_agent(group.id, "coder", "codes", "You code.", model="local/fake-model")
-        off = await store.add_agent(group.id, "old", "gone", "You were.", model="gpt-2")
-        await store.update_agent(off.id, enabled=False)  # a disabled agent is not checked
+        await store.roster.add_agent(group.id, "planner", "plans", "You plan.")  # the bot's model: the endpoint check's
+        await store.roster.add_agent(group.id, "critic", "critiques", "You critique.", model="other-model")
+        await store.roster.add_agent(group.id, "coder", "codes", "You code.", model="local/fake-model")
+        off = await store.roster.add_agent(group.id, "old", "gone", "You were.", model="gpt-2")
+        await store.roster.update_agent(off.id, enabled=False)  # a disabled agent is not checked
     finally:
         await store.close()
     setup.env_file(ROUNDTABLE_PROVIDER_LOCAL_BASE_URL=setup.llm.base_url)

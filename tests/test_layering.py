@@ -1,4 +1,5 @@
-"""bot/core imports nothing but the standard library and bot.core (STYLE.md's dependency rule)."""
+"""bot/core imports nothing but the standard library and bot.core (STYLE.md's dependency rule);
+only wiring names the whole Store."""
 import ast
 import sys
 from pathlib import Path
@@ -29,3 +30,20 @@ def test_core_imports_only_stdlib_and_core():
             if root in FORBIDDEN or (root.startswith("bot.") and not root.startswith("bot.core")) or not allowed:
                 problems.append(f"{path.relative_to(CORE.parent.parent)} imports {root}")
     assert not problems, "\n".join(problems)
+
+
+# bot/core/runtime/engine.py: the runtime branch reshapes the Engine (issue 32 part 1); its store narrows there.
+WHOLE_STORE_NAMED_BY = {"bot/wiring.py", "bot/core/runtime/engine.py"}
+
+
+def test_only_wiring_names_the_whole_store():
+    """A consumer names the store roles it uses (`HasThread`, a Protocol of holders), never the whole `Store`
+    (issue 32): only wiring, which builds the parts, imports it."""
+    root = CORE.parent.parent
+    naming = set()
+    for path in sorted([*(root / "bot").rglob("*.py"), *(root / "storage").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.ImportFrom) and node.module == "bot.core.ports"
+                    and any(alias.name == "Store" for alias in node.names)):
+                naming.add(path.relative_to(root).as_posix())
+    assert naming <= WHOLE_STORE_NAMED_BY, sorted(naming - WHOLE_STORE_NAMED_BY)

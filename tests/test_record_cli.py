@@ -40,7 +40,7 @@ async def db(tmp_path) -> Path:
         await harness.idle()
         await harness.say("What about food?", who="bob")
         await harness.idle()
-        await harness.store.append_system_message(harness.group.id, harness.engine.notice("a notice"))
+        await harness.store.thread.append_system_message(harness.group.id, harness.engine.notice("a notice"))
     return harness.path
 
 

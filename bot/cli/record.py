@@ -51,7 +51,7 @@ async def opened(db: str | None, settings: Settings) -> AsyncIterator[SqlStore]:
 
 async def find_group(store: SqlStore, ref: str) -> Group:
     """The group `ref` names: its id, key or name (a leading # optional, case aside)."""
-    groups = await store.list_groups(enabled_only=False)
+    groups = await store.groups.list_groups(enabled_only=False)
     wanted = ref.strip()
     if wanted.isdigit():
         by_id = [g for g in groups if g.id == int(wanted)]

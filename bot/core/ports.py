@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Protocol
+from typing import Protocol, TypedDict, Unpack
 
 from bot.core.models import (
     Agent,
@@ -310,6 +310,24 @@ class GroupStore(Protocol):
         ...
 
 
+class AgentChanges(TypedDict, total=False):
+    """What `RosterStore.update_agent` may change of an agent (the fields of `bot.core.models.Agent`)."""
+
+    name: str
+    role: str
+    system_prompt: str
+    model: str | None
+    avatar_url: str | None
+    enabled: bool
+    position: int
+    memory: bool
+    mode: str  # 'talk' or 'worker'
+    muted_until: float | None
+    temperature: float | None
+    max_tokens: int | None
+    context_budget: int | None
+
+
 class RosterStore(Protocol):
     """A group's agents, and each agent's delivery cursor."""
 
@@ -329,9 +347,9 @@ class RosterStore(Protocol):
         among agents not removed) -> InvalidInput."""
         ...
 
-    async def update_agent(self, agent_id: int, **fields: object) -> Agent:
-        """Change any of name, role, system_prompt, model, avatar_url, enabled, position, memory, mode,
-        muted_until, temperature, max_tokens, context_budget (None clears the last four)."""
+    async def update_agent(self, agent_id: int, **fields: Unpack[AgentChanges]) -> Agent:
+        """Change the fields given (`AgentChanges`; None clears muted_until and the model settings).
+        A field an agent does not have, or a mode but talk or worker, is InvalidInput."""
         ...
 
     async def remove_agent(self, agent_id: int) -> None:
@@ -532,6 +550,12 @@ class SummaryStore(Protocol):
         rows replaces the text and adds its call."""
         ...
 
+    async def context_summaries(self, group_id: int, *, after: int = 0, through: int | None = None
+                                ) -> list[tuple[ContextSummary, Usage, int]]:
+        """The rolling summaries whose last row is in after < seq <= through, in order, each with its
+        calls' usage and their number."""
+        ...
+
 
 class DraftStore(Protocol):
     """Provisional messages of replies being written (SPEC §8 "Streaming"), so that a reply
@@ -618,9 +642,9 @@ class ScheduleStore(Protocol):
         ...
 
 
-class RecordStore(Protocol):
-    """The record, for exports, usage and costs: read in pages or in totals, never changed (but for
-    `record_call`, which adds a call that no run, decision or summary holds)."""
+class SpendingStore(Protocol):
+    """Usage and costs: the model calls' tokens in totals, and the calls that no run, decision or
+    summary holds (`record_call`) (`bot.core.features.spending`)."""
 
     async def usage_since(self, group_id: int, since: float) -> dict[str, Usage]:
         """Token totals per agent name, plus key 'selector', for runs/decisions since `since`."""
@@ -636,6 +660,10 @@ class RecordStore(Protocol):
         """Keep a model call that is no run, decision or summary (the memory check), for `spending`."""
         ...
 
+
+class RecordStore(Protocol):
+    """The record, for exports: read in pages, never changed (`bot.core.record`)."""
+
     def message_pages(self, group_id: int, *, after: int = 0, through: int | None = None,
                       size: int = 500) -> AsyncIterator[list[Message]]:
         """Rows after < seq <= through (None: to the newest), oldest first, `size` at a time."""
@@ -649,12 +677,6 @@ class RecordStore(Protocol):
     def episode_pages(self, group_id: int, *, after: int = 0, through: int | None = None,
                       size: int = 500) -> AsyncIterator[list[Episode]]:
         """The episodes of the rows after < seq <= through, in order, `size` at a time."""
-        ...
-
-    async def context_summaries(self, group_id: int, *, after: int = 0, through: int | None = None
-                                ) -> list[tuple[ContextSummary, Usage, int]]:
-        """The rolling summaries whose last row is in after < seq <= through, in order, each with its
-        calls' usage and their number."""
         ...
 
     async def runs_by_id(self, run_ids: Iterable[int]) -> dict[int, Run]: ...
@@ -695,8 +717,6 @@ class ReadingStore(Protocol):
 
 class LeaseStore(Protocol):
     """One process runs a group: its lease, and hearing of rows other processes store (`bot.core.runtime.ownership`)."""
-
-    owner_label: str
 
     async def acquire_lease(self, group_id: int, ttl: float) -> str | None:
         """Take the group's lease; None when taken, else a description of its holder."""
@@ -763,15 +783,116 @@ class HealthStore(Protocol):
     health: StoreHealth  # told every write's outcome: whether the database takes writes
 
 
-class Store(GroupStore, RosterStore, ThreadStore, PostingStore, RoutingStore, EpisodeStore, RunStore, SummaryStore,
-            DraftStore, NoteStore, ToolStore, ScheduleStore, RecordStore, ReadingStore, LeaseStore, WebhookStore,
-            InteractionStore, DiagnosisStore, HealthStore, Protocol):
-    """Durable state. Every method is atomic; appends are serialised per group.
+# The store holds one part per role (`store.thread` is its `ThreadStore`). A consumer names the roles
+# it uses with the holders below: `store: HasThread` for one, a Protocol of several for more
+# (`class TaskStore(HasEpisodes, HasThread, HasGroups, Protocol)`), and calls `store.thread.messages(...)`.
+
+
+class HasGroups(Protocol):
+    @property
+    def groups(self) -> GroupStore: ...
+
+
+class HasRoster(Protocol):
+    @property
+    def roster(self) -> RosterStore: ...
+
+
+class HasThread(Protocol):
+    @property
+    def thread(self) -> ThreadStore: ...
+
+
+class HasPosting(Protocol):
+    @property
+    def posting(self) -> PostingStore: ...
+
+
+class HasRouting(Protocol):
+    @property
+    def routing(self) -> RoutingStore: ...
+
+
+class HasEpisodes(Protocol):
+    @property
+    def episodes(self) -> EpisodeStore: ...
+
+
+class HasRuns(Protocol):
+    @property
+    def runs(self) -> RunStore: ...
+
+
+class HasSummaries(Protocol):
+    @property
+    def summaries(self) -> SummaryStore: ...
+
+
+class HasDrafts(Protocol):
+    @property
+    def drafts(self) -> DraftStore: ...
+
+
+class HasNotes(Protocol):
+    @property
+    def notes(self) -> NoteStore: ...
+
+
+class HasTools(Protocol):
+    @property
+    def tools(self) -> ToolStore: ...
+
+
+class HasSchedules(Protocol):
+    @property
+    def schedules(self) -> ScheduleStore: ...
+
+
+class HasRecord(Protocol):
+    @property
+    def record(self) -> RecordStore: ...
+
+
+class HasSpending(Protocol):
+    @property
+    def spending(self) -> SpendingStore: ...
+
+
+class HasReading(Protocol):
+    @property
+    def reading(self) -> ReadingStore: ...
+
+
+class HasLeases(Protocol):
+    @property
+    def leases(self) -> LeaseStore: ...
+
+
+class HasWebhooks(Protocol):
+    @property
+    def webhooks(self) -> WebhookStore: ...
+
+
+class HasInteractions(Protocol):
+    @property
+    def interactions(self) -> InteractionStore: ...
+
+
+class HasDiagnosis(Protocol):
+    @property
+    def diagnosis(self) -> DiagnosisStore: ...
+
+
+class Store(HasGroups, HasRoster, HasThread, HasPosting, HasRouting, HasEpisodes, HasRuns, HasSummaries, HasDrafts,
+            HasNotes, HasTools, HasSchedules, HasRecord, HasSpending, HasReading, HasLeases, HasWebhooks,
+            HasInteractions, HasDiagnosis, HealthStore, Protocol):
+    """Durable state, one part per role: `store.thread`, `store.runs`, ... Every method is atomic;
+    appends are serialised per group.
 
     Seqs are per group, 1, 2, 3 ... without gaps. `group.latest_seq` is the
     newest seq. Methods raise `NotFound` / `InvalidInput` for bad ids or
     duplicates and `StoreError` when the database fails (`StoreUnwritable` when
     it takes no writes: a full disk, a read-only file).
 
-    Each role above is one concept; a part of the core asks for the roles it uses.
+    Only wiring names the whole Store; a part of the core asks for the roles it uses.
     """

@@ -7,11 +7,11 @@ import pytest
 
 from bot.core.features.context import TASK_REFERENCE, Trimmed, cut_point, load_thread, participant_step
 from bot.core.models import ContextSummary, Message, token_cost
-from bot.core.ports import Store
+from bot.core.ports import HasThread
 
 
 class Thread:
-    """The four Store reads `load_thread` makes, over a list of rows of one group."""
+    """The four reads of the store's thread `load_thread` makes, over a list of rows of one group."""
 
     def __init__(self, rows: list[Message]) -> None:
         self.rows = rows
@@ -21,6 +21,11 @@ class Thread:
         for m in rows:
             self.before[m.seq] = total
             total += token_cost(m.token_count)
+
+    @property
+    def thread(self) -> Thread:
+        """The store's thread part: this fake is the store and its thread."""
+        return self
 
     async def thread_tokens(self, group_id: int, *, through: int) -> int:
         last = [m for m in self.rows if m.seq <= through]
@@ -45,7 +50,7 @@ def thread(n: int, cost: int = 10, task_seq: int = 1) -> list[Message]:
 
 
 async def trim(rows: list[Message], budget: int, task_seq: int | None, *, task_apart: bool = False) -> Trimmed:
-    store: Store = Thread(rows)  # type: ignore[assignment]  # only the reads load_thread makes
+    store: HasThread = Thread(rows)  # type: ignore[assignment]  # only the reads load_thread makes
     return await load_thread(store, 1, through=rows[-1].seq, budget=budget, task_seq=task_seq, task_apart=task_apart)
 
 
@@ -72,7 +77,7 @@ async def test_task_and_newest_kept_within_budget(n):
 async def test_only_kept_rows_are_loaded() -> None:
     rows = thread(200)
     thread_store = Thread(rows)
-    store: Store = thread_store  # type: ignore[assignment]  # only the reads load_thread makes
+    store: HasThread = thread_store  # type: ignore[assignment]  # only the reads load_thread makes
     t = await load_thread(store, 1, through=200, budget=200, task_seq=1)
     assert sorted(thread_store.loaded) == [1] + [m.seq for m in t.kept]
 
@@ -152,7 +157,7 @@ class Notes:
 
 async def test_the_summary_stands_where_the_cut_rows_were_and_the_window_keeps_room_for_it() -> None:
     rows = thread(60)
-    store: Store = Thread(rows)  # type: ignore[assignment]  # only the reads load_thread makes
+    store: HasThread = Thread(rows)  # type: ignore[assignment]  # only the reads load_thread makes
     notes = Notes()
     t = await load_thread(store, 1, through=60, budget=200, task_seq=1, summaries=notes)
     lines = t.render().splitlines()
@@ -172,7 +177,7 @@ async def test_the_summary_stands_where_the_cut_rows_were_and_the_window_keeps_r
 
 async def test_no_summary_for_a_small_window_or_a_failed_call_and_none_while_the_thread_fits() -> None:
     rows = thread(60)
-    store: Store = Thread(rows)  # type: ignore[assignment]  # only the reads load_thread makes
+    store: HasThread = Thread(rows)  # type: ignore[assignment]  # only the reads load_thread makes
     small = Notes(min_budget=201)
     t = await load_thread(store, 1, through=60, budget=200, task_seq=1, summaries=small)
     assert small.asked == [] and t.summary is None and "earlier messages omitted" in t.render()
@@ -187,7 +192,7 @@ async def test_no_summary_for_a_small_window_or_a_failed_call_and_none_while_the
 async def test_every_task_of_the_chain_is_pulled_up_in_order_or_referred_to_in_place() -> None:
     rows = thread(60, task_seq=1)
     rows[29] = Message(1, 30, "user", "b", "follow-up", token_count=10)
-    store: Store = Thread(rows)  # type: ignore[assignment]  # only the reads load_thread makes
+    store: HasThread = Thread(rows)  # type: ignore[assignment]  # only the reads load_thread makes
     tasks = [rows[0], rows[29]]
     t = await load_thread(store, 1, through=60, budget=200, task_seq=30, tasks=tasks)
     assert [m.seq for m in t.pulled_up] == [1, 30] and t.render().startswith("[a] m1\n[b] follow-up\n[roundtable] (")

@@ -17,6 +17,11 @@ class Thread:
     def __init__(self, rows: list[Message]) -> None:
         self.rows = rows
 
+    @property
+    def thread(self) -> Thread:
+        """The store's thread part: this fake is the store and its thread."""
+        return self
+
     async def messages(self, group_id: int, *, after: int = 0, through: int | None = None) -> list[Message]:
         return [m for m in self.rows if m.group_id == group_id and after < m.seq <= (through or 10**9)]
 

@@ -112,7 +112,7 @@ class BotHarness:
 
     async def idle(self) -> None:
         assert self.engine is not None and self.store is not None
-        for group in await self.store.list_groups():
+        for group in await self.store.groups.list_groups():
             await self.engine.wait_idle(group.id, bound(30))
 
 

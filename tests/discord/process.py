@@ -94,14 +94,14 @@ class BotProcess:
         store = await open_store(self.target)
         try:
             hook = self.emu.add_webhook(channel_id, "Roundtable")
-            await store.save_webhook(channel_id, hook.id, hook.token)
-            group = await store.create_group(
+            await store.webhooks.save_webhook(channel_id, hook.id, hook.token)
+            group = await store.groups.create_group(
                 f"discord:{channel_id}", f"#{self.emu.channels[channel_id].name}",
                 GroupSettings(**{"mode": "tags", **settings}), guild_id=guild_id or self.emu.guild_id,
                 channel_id=channel_id,
                 setup_message_id=self.emu.snowflake())
             for name in agents:
-                await store.add_agent(group.id, name, f"{name}s", f"You are {name}.")
+                await store.roster.add_agent(group.id, name, f"{name}s", f"You are {name}.")
             return Channel(channel_id, group.id)
         finally:
             await store.close()

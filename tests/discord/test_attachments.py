@@ -43,7 +43,7 @@ async def test_an_image_reaches_the_model_as_an_image_part_also_after_a_restart_
     assert image_urls(request) == [data_url]
     text = "".join(message_text(m) for m in request["messages"])
     assert "[image: shot.png, 64×48, " in text
-    row = (await harness.store.messages(1))[-2]
+    row = (await harness.store.thread.messages(1))[-2]
     assert row.text == "@planner what is this?"
     [file] = row.attachments
     assert (file.name, file.kind, file.width, file.height, file.size) == ("shot.png", "image", 64, 48, len(image))
@@ -57,7 +57,7 @@ async def test_an_image_reaches_the_model_as_an_image_part_also_after_a_restart_
                                  attachments=[("small.png", second)])
 
     async def stored() -> bool:
-        return any(r.text == "@planner and this one?" for r in await harness.store.messages(1))
+        return any(r.text == "@planner and this one?" for r in await harness.store.thread.messages(1))
     await eventually(stored, "the message stored")
     await harness.idle()
     await harness.stop()
@@ -95,7 +95,7 @@ async def test_a_python_file_is_inlined_and_a_long_log_is_cut_with_a_note(harnes
     kept = log_text[:40_000]  # max_text's default
     assert kept.rstrip("\n") in second_text and log_text[:40_001] not in second_text
     assert f"… {len(log_text) - 40_000:,} more characters of big.log left out" in second_text
-    rows = await harness.store.messages(1)
+    rows = await harness.store.thread.messages(1)
     stored = [f for r in rows for f in r.attachments]
     assert [(f.name, f.kind, f.chars) for f in stored] == [("app.py", "text", len(source)),
                                                           ("big.log", "text", len(log_text))]
@@ -182,10 +182,10 @@ async def test_an_image_named_after_the_bot_token_is_stored_and_exported_masked_
     await harness.idle()
     [request] = participant_requests(harness, "planner")
     assert image_urls(request) == ["data:image/png;base64," + base64.b64encode(image).decode()]
-    row = next(r for r in await harness.store.messages(1) if r.attachments)
+    row = next(r for r in await harness.store.thread.messages(1) if r.attachments)
     [file] = row.attachments
     assert file.name == "***.png" and file.url.split("?")[0].endswith("/***.png")
-    group = await harness.store.get_group(1)
+    group = await harness.store.groups.get_group(1)
     SECRETS.clear()
     for fmt in ("json", "md", "html"):
         parts: list[str] = []

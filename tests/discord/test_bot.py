@@ -36,7 +36,7 @@ async def test_tagged_message_then_selector_conversation(harness, script):
     # the task message shows the episode's state
     await emu.wait_for(lambda: "✅" in emu.reactions_of(task["id"]), timeout=5)
     # the rows: the task and three replies, each confirmed with its Discord id
-    rows = await harness.store.messages(1)
+    rows = await harness.store.thread.messages(1)
     assert [r.author_name for r in rows] == ["Alice", "planner", "budget", "planner"]
     assert all(r.confirmed and r.external_ids for r in rows)
     # the bot's own webhook messages were not re-ingested
@@ -56,7 +56,7 @@ async def test_reply_to_an_agent_tags_it_and_attachments_are_noted(harness, scri
                         attachments=[{"filename": "shrine.jpg", "size": 10}])
     await emu.wait_for(lambda: len(harness.webhook_posts()) >= 2, timeout=10)
     await harness.idle()
-    rows = await harness.store.messages(1)
+    rows = await harness.store.thread.messages(1)
     assert rows[2].author_name == "Bob" and rows[2].tags.agent_names == ("planner",)
     assert rows[2].text == "what about this?"
     assert [(f.name, f.kind) for f in rows[2].attachments] == [("shrine.jpg", "image")]
@@ -77,7 +77,7 @@ async def test_a_reply_to_a_message_of_earlier_work_continues_its_task(harness, 
     await emu.user_post(emu.channel_id, emu.alice_id, "@planner what about Osaka?")
     await emu.wait_for(lambda: len(harness.webhook_posts()) >= 3, timeout=10)
     await harness.idle()
-    rows = await harness.store.messages(1)
+    rows = await harness.store.thread.messages(1)
     assert [(r.author_name, r.reply_to_seq) for r in rows] == [
         ("Alice", None), ("planner", None), ("Bob", 2), ("planner", None), ("Alice", None), ("planner", None)]
     prompts = ["\n".join(message_text(m) for m in r["messages"]) for r in harness.llm_server.requests
@@ -111,7 +111,7 @@ async def test_admin_checks_and_the_prompt_modal(harness):
     refused = await harness.command("agent add", {"name": "local", "role": "knows Tokyo", "prompt": "x"},
                                     user=emu.bob_id)
     assert refused["ephemeral"] and "Manage Server" in refused["data"]["content"]
-    assert await harness.store.find_agent(1, "local") is None
+    assert await harness.store.roster.find_agent(1, "local") is None
     shown = await harness.command("agent add", {"name": "local", "role": "knows Tokyo"})
     assert shown["type"] == 9
     components = shown["data"]["components"][0]["components"]
@@ -120,7 +120,7 @@ async def test_admin_checks_and_the_prompt_modal(harness):
                                        {"prompt": "You know Tokyo's neighbourhoods."})
     answer = await submitted.wait_response(5)
     assert answer["data"]["content"].startswith("Added local")
-    agent = await harness.store.find_agent(1, "local")
+    agent = await harness.store.roster.find_agent(1, "local")
     assert agent.system_prompt == "You know Tokyo's neighbourhoods."
     bad = await harness.command("agent add", {"name": "Clyde", "role": "r", "prompt": "p"})
     assert "refuses webhook names" in bad["data"]["content"]
@@ -132,7 +132,7 @@ async def test_admin_checks_and_the_prompt_modal(harness):
     assert "Manage Server" in nonadmin_config["data"]["content"]
     ok = await harness.command("roundtable config", {"max_turns": 3})
     assert harness.embed_fields(ok)["max_turns"] == "3"
-    assert (await harness.store.get_group(1)).settings.max_agent_turns == 3
+    assert (await harness.store.groups.get_group(1)).settings.max_agent_turns == 3
     shown = await harness.command("roundtable config", user=emu.bob_id)  # showing needs no admin
     assert harness.embed_fields(shown)["max_turns"] == "3"
     status = await harness.command("roundtable status", user=emu.bob_id)
@@ -182,7 +182,7 @@ async def test_long_reply_is_split_with_balanced_fences_and_everyone_pings_nobod
             p["allowed_mentions"]["parse"] == [] and not p["allowed_mentions"].get("roles"))
     stored = [m for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id")]
     assert all(not m["mention_everyone"] for m in stored)
-    rows = await harness.store.messages(1)
+    rows = await harness.store.thread.messages(1)
     assert len(rows[-1].external_ids) == len(posts)
 
 
@@ -196,7 +196,7 @@ async def test_messages_posted_while_stopped_are_ingested_once_in_order(harness,
     await harness.start()
     await emu.wait_for(lambda: len(harness.webhook_posts()) >= 1, timeout=10)
     await harness.idle()
-    rows = await harness.store.messages(1)
+    rows = await harness.store.thread.messages(1)
     assert [(r.author_name, r.text) for r in rows] == [
         ("Alice", "@planner first while away"), ("Bob", "@planner second while away"), ("planner", "Noted both.")]
     assert script.participant_order == ["planner"]  # one coalesced run
@@ -205,9 +205,9 @@ async def test_messages_posted_while_stopped_are_ingested_once_in_order(harness,
     await emu.user_post(emu.channel_id, emu.alice_id, "thanks")  # taken after the catch-up: it had its chance
 
     async def thanks_stored() -> bool:
-        return (await harness.store.messages(1))[-1].text == "thanks"
+        return (await harness.store.thread.messages(1))[-1].text == "thanks"
     await eventually(thanks_stored, "the message after the catch-up")
-    assert len(await harness.store.messages(1)) == 4
+    assert len(await harness.store.thread.messages(1)) == 4
 
 
 async def test_a_reply_discord_did_not_confirm_before_a_stop_is_sent_on_restart(harness, script):
@@ -218,7 +218,7 @@ async def test_a_reply_discord_did_not_confirm_before_a_stop_is_sent_on_restart(
                   times=10_000)
     await emu.user_post(emu.channel_id, emu.alice_id, "@planner answer")
     await emu.wait_for(lambda: emu.requests_matching("POST", r"^/webhooks/\d+/"), timeout=10)
-    rows = await harness.store.messages(1)
+    rows = await harness.store.thread.messages(1)
     assert rows[-1].author_name == "planner" and not rows[-1].confirmed
     await harness.stop()
     emu._faults.clear()
@@ -226,7 +226,7 @@ async def test_a_reply_discord_did_not_confirm_before_a_stop_is_sent_on_restart(
     await emu.wait_for(lambda: harness.webhook_posts(), timeout=10)
     await harness.idle()  # the post is recorded (confirmed) just after Discord answers it
     assert [p["content"] for p in harness.webhook_posts()] == ["Kept safe."]
-    rows = await harness.store.messages(1)
+    rows = await harness.store.thread.messages(1)
     assert rows[-1].confirmed and rows[-1].external_ids
     assert script.participant_order == ["planner"]  # re-sent, not re-generated
 
@@ -239,10 +239,10 @@ async def test_reaction_moves_the_read_cursor(harness, script):
     await emu.wait_for(lambda: harness.webhook_posts(), timeout=10)
     await harness.idle()
     agent_msg = next(m for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id"))
-    assert await harness.store.get_seen(1, str(emu.bob_id)) is None
+    assert await harness.store.reading.get_seen(1, str(emu.bob_id)) is None
     await emu.user_react(emu.channel_id, agent_msg["id"], emu.bob_id, "👍")
     async def seen() -> bool:
-        return await harness.store.get_seen(1, str(emu.bob_id)) == 2
+        return await harness.store.reading.get_seen(1, str(emu.bob_id)) == 2
     await eventually(seen, "bob's read cursor at row 2")
 
 
@@ -251,7 +251,7 @@ async def test_setup_without_manage_webhooks_says_so(harness):
     emu.deny_manage_webhooks = True
     reply = await harness.command("roundtable setup")
     assert reply["ephemeral"] and "Manage Webhooks" in reply["data"]["content"]
-    assert await harness.store.list_groups() == []
+    assert await harness.store.groups.list_groups() == []
     not_set_up = await harness.command("agent list")
     assert "not set up" in not_set_up["data"]["content"]
 
@@ -263,7 +263,7 @@ async def test_a_thread_posts_through_the_parents_webhook(harness, script):
     await emu.wait_for(lambda: harness.bot.get_channel(int(thread_id)) is not None, timeout=5)
     rec = await emu.invoke_command(emu.guild_id, thread_id, emu.alice_id, "roundtable setup", {"mode": "tags"})
     assert "Roundtable is on" in (await rec.wait_response(5))["data"]["content"]
-    group = (await harness.store.list_groups())[0]
+    group = (await harness.store.groups.list_groups())[0]
     rec = await emu.invoke_command(emu.guild_id, thread_id, emu.alice_id, "agent add",
                                    {"name": "planner", "role": "plans", "prompt": "You plan."})
     await rec.wait_response(5)
@@ -299,7 +299,7 @@ async def _run_and_check_logs(harness, script, caplog):
     await emu.user_post(emu.channel_id, emu.alice_id, "@planner hi")
     await emu.wait_for(lambda: harness.webhook_posts(), timeout=10)
     await harness.idle()
-    hook = await harness.store.get_webhook(emu.channel_id)
+    hook = await harness.store.webhooks.get_webhook(emu.channel_id)
     text = caplog.text
     assert "turn group=1" in text  # the per-turn line is there
     for secret in (emu.token, "sk-test", hook[1]):

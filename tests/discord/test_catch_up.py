@@ -21,7 +21,7 @@ def people(emu, channel_id: str) -> list[str]:
 
 
 async def stored_people(harness, group_id: int) -> list[str]:
-    return [m.external_ids[0] for m in await harness.store.messages(group_id) if m.author_type == "user"]
+    return [m.external_ids[0] for m in await harness.store.thread.messages(group_id) if m.author_type == "user"]
 
 
 async def wait_all_stored(harness, channels: dict[int, str]) -> None:
@@ -65,7 +65,7 @@ async def test_offline_messages_in_two_channels_survive_live_messages_and_a_repu
     await wait_all_stored(harness, groups)
     for group_id, channel in groups.items():
         assert await stored_people(harness, group_id) == people(emu, channel)  # once each, in Discord's order
-        texts = [m.text for m in await harness.store.messages(group_id) if m.author_type == "user"]
+        texts = [m.text for m in await harness.store.thread.messages(group_id) if m.author_type == "user"]
         assert len(texts) == (6 if group_id == 1 else 5)
     posted = [m["content"] for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id")]
     assert len(posted) == len(set(posted)) and posted[0] == "planner answer 1"  # re-sent once, first
@@ -84,7 +84,7 @@ async def test_a_gateway_session_that_cannot_resume_loses_nothing(harness, scrip
     await emu.wait_for(lambda: len([s for s in emu.sessions.values() if s.ready and not s.invalid]) >= 1,
                        timeout=15, what="a new session")
     await wait_all_stored(harness, {1: emu.channel_id})
-    texts = [m.text for m in await harness.store.messages(1) if m.author_type == "user"]
+    texts = [m.text for m in await harness.store.thread.messages(1) if m.author_type == "user"]
     assert texts == ["@planner first", "@planner during the outage", "@planner also during the outage"]
     await emu.wait_for(lambda: len([m for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id")]) >= 2,
                        timeout=15, what="the answers")
@@ -108,7 +108,7 @@ async def test_a_cut_network_loses_nothing_and_posts_nothing_twice(harness, scri
     await harness.idle()
     posted = [m["content"] for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id")]
     assert posted == ["answer before the cut", "answer after the cut"]
-    rows = await harness.store.messages(1)
+    rows = await harness.store.thread.messages(1)
     assert [r.text for r in rows][0::3] == ["@planner first", "answer after the cut"]
     assert {r.text for r in rows[1:3]} == {"answer before the cut", "@planner during the cut"}  # either came first
 

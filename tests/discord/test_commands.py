@@ -146,11 +146,11 @@ async def test_a_picture_by_attachment_is_kept_and_its_url_refreshed(harness, sc
     assert followup["content"].startswith("Added chef: cooks.")
     kept = [m for m in emu.channel_messages(emu.channel_id) if m["attachments"]]
     assert len(kept) == 1 and kept[0]["content"] == "🖼️ chef's picture"
-    agent = await harness.store.find_agent(1, "chef")
+    agent = await harness.store.roster.find_agent(1, "chef")
     assert agent.avatar_url == kept[0]["attachments"][0]["url"]
     emu.attachment_ttl = 60.0  # the next signed URLs expire within the refresh margin
     expired = agent.avatar_url.replace(parse_qs(urlsplit(agent.avatar_url).query)["ex"][0], "1")
-    await harness.store.update_agent(agent.id, avatar_url=expired)
+    await harness.store.roster.update_agent(agent.id, avatar_url=expired)
     await emu.user_post(emu.channel_id, emu.alice_id, "@chef hungry")
     await emu.wait_for(lambda: harness.webhook_posts(), timeout=10)
     used = harness.webhook_posts()[0]["avatar_url"]
@@ -182,7 +182,7 @@ async def test_agent_edit_with_any_option_applies_it_at_once_and_alone_opens_the
     assert first["type"] != 9, first  # not a modal
     answer = (await rec.wait_followups(1, 15))[0] if first["type"] == 5 else first["data"]
     assert answer["content"].startswith(("Updated planner", "Memory is already off")), answer
-    agent = await harness.store.find_agent(1, "planner")
+    agent = await harness.store.roster.find_agent(1, "planner")
     if option == "avatar_image":
         assert agent.avatar_url
     elif option in ("temperature", "max_tokens", "context_budget"):

@@ -55,7 +55,7 @@ async def test_a_post_discord_did_not_take_arrives_without_a_restart_once_in_ord
     await harness.setup_group(("planner", "plans"), mode="tags")
     emu.fail_next("POST", WEBHOOK, **fault)
     assert await two_questions(harness) == ["First answer.", "Second answer."]
-    rows = await harness.store.messages(1)
+    rows = await harness.store.thread.messages(1)
     assert [(r.author_name, r.confirmed, len(r.external_ids)) for r in rows if r.author_type == "agent"] == [
         ("planner", True, 1), ("planner", True, 1)]
     assert script.participant_order == ["planner", "planner"]  # re-sent, never re-generated
@@ -91,7 +91,7 @@ async def test_a_lasting_refusal_is_told_once_shown_in_status_and_cleared_when_f
     assert status["data"]["embeds"][0]["color"] == 0xE74C3C  # red
     await emu.user_post(emu.channel_id, emu.alice_id, "@planner two")  # waits behind the first reply
     async def two_stored() -> bool:
-        return "@planner two" in [m.text for m in await harness.store.messages(1)]
+        return "@planner two" in [m.text for m in await harness.store.thread.messages(1)]
     await eventually(two_stored, "'two' stored")
     tried = len(emu.requests_matching("POST", WEBHOOK))
     await emu.wait_for(lambda: len(emu.requests_matching("POST", WEBHOOK)) >= tried + 2, timeout=30,
@@ -101,7 +101,7 @@ async def test_a_lasting_refusal_is_told_once_shown_in_status_and_cleared_when_f
     await emu.wait_for(lambda: len(webhook_messages(emu)) >= 2, timeout=15, what="both replies")
     await harness.idle()
     assert webhook_messages(emu) == ["First answer.", "Second answer."]
-    assert (await harness.store.get_group(1)).delivery_problem is None
+    assert (await harness.store.groups.get_group(1)).delivery_problem is None
     assert len([m for m in emu.channel_messages(emu.channel_id) if "Missing Permissions" in m["content"]]) == 1
 
 
@@ -123,7 +123,7 @@ async def test_a_long_reply_cut_off_between_chunks_resumes_with_the_missing_chun
 
 async def wait_confirmed(harness, seq: int):
     async def confirmed():
-        rows = await harness.store.messages(1)
+        rows = await harness.store.thread.messages(1)
         return rows[seq - 1] if len(rows) >= seq and rows[seq - 1].confirmed else None
     row = await eventually(confirmed, f"row {seq} confirmed")
     await harness.idle()
@@ -151,13 +151,13 @@ async def test_a_message_is_stored_after_the_database_was_locked_longer_than_the
         other.execute("BEGIN IMMEDIATE")  # another process writes for longer than the busy timeout
         await emu.user_post(emu.channel_id, emu.alice_id, "@planner one")
         await quiet_period(1.5)  # longer than the busy timeout: the store gave up at least once meanwhile
-        assert len(await harness.store.messages(1)) == 0
+        assert len(await harness.store.thread.messages(1)) == 0
     finally:
         other.execute("ROLLBACK")
         other.close()
     await emu.wait_for(lambda: webhook_messages(emu), timeout=15, what="the reply")
     await harness.idle()
-    rows = await harness.store.messages(1)
+    rows = await harness.store.thread.messages(1)
     assert [(r.author_name, r.text) for r in rows] == [("Alice", "@planner one"), ("planner", "First answer.")]
 
 
@@ -230,7 +230,7 @@ async def test_a_moved_webhook_that_cannot_be_replaced_is_reported(harness, scri
     emu.deny_manage_webhooks = False
     await wait_confirmed(harness, 2)
     assert webhook_messages(emu) == ["First answer."]
-    assert (await harness.store.get_group(1)).delivery_problem is None
+    assert (await harness.store.groups.get_group(1)).delivery_problem is None
 
 
 def agent_post_requests(emu: DiscordEmulator) -> list:

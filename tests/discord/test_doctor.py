@@ -70,8 +70,8 @@ async def test_the_bot_losing_manage_webhooks_in_the_channel(bot):
 
 async def test_a_delivery_problem_a_database_outage_and_a_model_endpoint_down(bot):
     store = bot.store
-    group = (await store.list_groups())[0]
-    await store.set_delivery_problem(group.id, "I can't post in #general: Discord answered 403.")
+    group = (await store.groups.list_groups())[0]
+    await store.groups.set_delivery_problem(group.id, "I can't post in #general: Discord answered 403.")
     await bot.llm_server.close()
     store.health.outage = Outage(since=time.time() - 120, reason="the database file or its disk is full")
     try:

@@ -125,7 +125,7 @@ async def test_two_setups_at_once_make_one_webhook(harness):
         assert "Roundtable is on" in (await record.wait_response(5))["data"]["content"]
     hooks = [h.id for h in emu.webhooks.values() if h.channel_id == emu.channel_id and not h.deleted]
     assert len(hooks) == 1
-    assert (await harness.store.get_webhook(emu.channel_id))[0] == hooks[0]
+    assert (await harness.store.webhooks.get_webhook(emu.channel_id))[0] == hooks[0]
 
 
 async def test_setup_uses_the_webhook_this_bot_made_in_the_channel_before(harness):
@@ -182,7 +182,7 @@ async def test_an_agent_add_while_the_database_is_busy_is_deferred_then_answered
 ])
 async def test_an_option_value_outside_its_choices_is_answered_by_name(harness, caplog, command, options, text):
     await harness.setup_group(("planner", "plans"), mode="tags")
-    before = (await harness.store.list_groups())[0]
+    before = (await harness.store.groups.list_groups())[0]
     emu = harness.emu
     with caplog.at_level(logging.INFO):
         record = await emu.invoke_command(emu.guild_id, emu.channel_id, emu.alice_id, command, options)
@@ -190,6 +190,6 @@ async def test_an_option_value_outside_its_choices_is_answered_by_name(harness, 
         # an export is deferred at once (it may take a while): its answer follows
         data = (await record.wait_followups())[0] if reply["type"] == 5 else reply["data"]
     assert text in data["content"] and data["flags"] & 64
-    assert (await harness.store.list_groups())[0] == before
+    assert (await harness.store.groups.list_groups())[0] == before
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 

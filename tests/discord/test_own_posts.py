@@ -31,7 +31,7 @@ async def test_a_post_through_any_webhook_this_bot_made_is_never_taken_in(harnes
     await execute(emu, theirs, "The build is green.")
     await emu.user_post(emu.channel_id, emu.alice_id, "after them")  # taken in after both, in channel order
     await wait_confirmed(harness, 3)  # "after them" (tags mode: planner answers it)
-    people = [r.text for r in await harness.store.messages(1) if r.author_type == "user"]
+    people = [r.text for r in await harness.store.thread.messages(1) if r.author_type == "user"]
     assert people == ["The build is green.", "after them"]
 
 
@@ -43,15 +43,15 @@ async def test_an_agent_post_another_process_took_in_as_a_persons_message_does_n
     (_request,) = await answer.wait_arrived()
     posted = next(m for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id"))
     # Meanwhile a process that did not know the webhook stored the post as a person's message.
-    await harness.store.append_user_message(1, NewMessage(
+    await harness.store.thread.append_user_message(1, NewMessage(
         "user", "planner", posted["content"], author_user_id=posted["author"]["id"], external_ids=(posted["id"],)))
     answer.release()
     row = await wait_confirmed(harness, 2)
     assert row.external_ids == (posted["id"],)
-    assert (await harness.store.find_message_by_external_id(posted["id"])).seq == 2
-    assert (await harness.store.get_message(1, 3)).external_ids == ()  # the copy stays, without the post
+    assert (await harness.store.thread.find_message_by_external_id(posted["id"])).seq == 2
+    assert (await harness.store.thread.get_message(1, 3)).external_ids == ()  # the copy stays, without the post
     await emu.user_post(emu.channel_id, emu.alice_id, "@planner two")
     await emu.wait_for(lambda: "Second answer." in webhook_messages(emu), what="the next reply")
     await harness.idle()
     assert webhook_messages(emu) == ["First answer.", "Second answer."]
-    assert all(r.confirmed for r in await harness.store.messages(1))
+    assert all(r.confirmed for r in await harness.store.thread.messages(1))

@@ -62,7 +62,7 @@ async def test_model_autocompletes_from_every_provider_and_the_agent_runs_on_its
     await harness.idle()
     assert harness.webhook_posts()[0]["content"] == "Done on the local box."
     assert [r["model"] for r in local_server.requests] == ["llama3.1:8b"]
-    run = (await harness.store.runs_by_id([1]))[1]
+    run = (await harness.store.record.runs_by_id([1]))[1]
     assert (run.model, run.provider) == ("llama3.1:8b", "local")
     usage = await harness.command("roundtable usage")
     assert harness.embed_fields(usage)["coder"].endswith("· on local")

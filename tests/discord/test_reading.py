@@ -59,16 +59,16 @@ async def test_unread_counts_every_row_for_someone_who_never_acted_then_after_a_
     card = embed(first)
     assert card["title"] == "6 unread messages in #general"
     assert link(emu, messages[0]) in card["fields"][0]["value"]
-    assert await harness.store.get_seen(1, str(emu.bob_id)) is None  # reading the answer moves nothing
+    assert await harness.store.reading.get_seen(1, str(emu.bob_id)) is None  # reading the answer moves nothing
     await emu.user_react(emu.channel_id, messages[2]["id"], emu.bob_id, "👍")  # row 3
     async def at_row_3() -> bool:
-        return await harness.store.get_seen(1, str(emu.bob_id)) == 3
+        return await harness.store.reading.get_seen(1, str(emu.bob_id)) == 3
     await eventually(at_row_3, "bob's read cursor at row 3")
     after = embed(await ask(harness, "unread", emu.bob_id))
     assert after["title"] == "3 unread messages in #general" and link(emu, messages[3]) in after["fields"][0]["value"]
     await emu.user_react(emu.channel_id, messages[0]["id"], emu.bob_id, "👀")  # an older one: never backwards
     await quiet_period()  # an older reaction moves nothing, so no event follows it
-    assert await harness.store.get_seen(1, str(emu.bob_id)) == 3
+    assert await harness.store.reading.get_seen(1, str(emu.bob_id)) == 3
 
 
 async def test_inbox_finds_tags_by_name_mention_and_user_across_groups_and_marks_them_read(harness, script):
@@ -84,7 +84,7 @@ async def test_inbox_finds_tags_by_name_mention_and_user_across_groups_and_marks
     await emu.user_post(emu.channel_id, carol, "@bob can you check the hotel?")
     await emu.user_post(other, carol, f"<@{emu.bob_id}> and the trains too")
     async def all_four() -> bool:
-        return len(await harness.store.messages(1)) == 3 and len(await harness.store.messages(2)) == 1
+        return len(await harness.store.thread.messages(1)) == 3 and len(await harness.store.thread.messages(2)) == 1
     await eventually(all_four, "all four stored")
     await harness.idle()
     alice = embed(await ask(harness, "inbox", emu.alice_id))
@@ -94,8 +94,8 @@ async def test_inbox_finds_tags_by_name_mention_and_user_across_groups_and_marks
     assert sorted(names) == ["Carol in #general (#3)", "Carol in #second (#1)"]  # by name, by mention, two groups
     done = await click_mark_read(harness, bob_inbox, emu.bob_id)
     assert done["type"] == 7 and done["data"]["content"] == "✅ Marked read."
-    assert await harness.store.get_seen(1, str(emu.bob_id)) == 3
-    assert await harness.store.get_seen(2, str(emu.bob_id)) == 1
+    assert await harness.store.reading.get_seen(1, str(emu.bob_id)) == 3
+    assert await harness.store.reading.get_seen(2, str(emu.bob_id)) == 1
     empty = await ask(harness, "inbox", emu.bob_id)
     assert empty["data"]["content"] == "Nobody tagged you since you last read."
 
@@ -130,12 +130,12 @@ async def test_catchup_summarises_only_the_unread_rows_once_and_moves_nothing_un
     assert len(summaries) == 1
     prompt = message_text(summaries[0]["messages"][0])
     assert "@planner step 1" in prompt and "@planner step 0" not in prompt  # only what bob has not read
-    assert await harness.store.get_seen(1, str(emu.bob_id)) == 2  # reading the summary moves nothing
+    assert await harness.store.reading.get_seen(1, str(emu.bob_id)) == 2  # reading the summary moves nothing
     again = await ask(harness, "catchup", emu.bob_id)
     assert embed(again)["description"] == card["description"]
     assert len([r for r in harness.llm_server.requests if "summarising" in message_text(r["messages"][0])]) == 1
     await click_mark_read(harness, again, emu.bob_id)
-    assert await harness.store.get_seen(1, str(emu.bob_id)) == 6
+    assert await harness.store.reading.get_seen(1, str(emu.bob_id)) == 6
 
 
 async def test_a_long_inbox_is_paged_and_mark_read_covers_what_it_lists(harness, script):
@@ -144,7 +144,7 @@ async def test_a_long_inbox_is_paged_and_mark_read_covers_what_it_lists(harness,
     for i in range(11):
         await emu.user_post(emu.channel_id, emu.alice_id, f"<@{emu.bob_id}> question {i}")
     async def eleven() -> bool:
-        return len(await harness.store.messages(1)) == 11
+        return len(await harness.store.thread.messages(1)) == 11
     await eventually(eleven, "the 11 messages stored")
     inbox = await ask(harness, "inbox", emu.bob_id)
     first = embed(inbox)
@@ -155,4 +155,4 @@ async def test_a_long_inbox_is_paged_and_mark_read_covers_what_it_lists(harness,
     turned = await (await emu.click_button(message, older["custom_id"], emu.bob_id)).wait_response(5)
     assert turned["type"] == 7 and len(turned["data"]["embeds"][0]["fields"]) == 3
     await click_mark_read(harness, inbox, emu.bob_id)
-    assert await harness.store.get_seen(1, str(emu.bob_id)) == 11
+    assert await harness.store.reading.get_seen(1, str(emu.bob_id)) == 11

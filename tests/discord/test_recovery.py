@@ -65,7 +65,7 @@ async def test_messages_posted_while_postgresql_restarts_are_stored_and_answered
             await emu.wait_for(lambda: len(answers(emu)) >= 2, timeout=30, what="the answer after the outage")
             await harness.idle()
             assert harness.store is not None
-            people = [r.text for r in await harness.store.messages(1) if r.author_type == "user"]
+            people = [r.text for r in await harness.store.thread.messages(1) if r.author_type == "user"]
         finally:
             await harness.stop()
             await admin.close()
@@ -99,7 +99,7 @@ async def test_intake_and_delivery_go_on_as_soon_as_postgresql_is_back_not_at_th
             await proxy.up()
             await emu.wait_for(lambda: answers(emu), timeout=30, what="the answer once the server is back")
             await harness.idle()
-            people = [r.text for r in await store.messages(1) if r.author_type == "user"]
+            people = [r.text for r in await store.thread.messages(1) if r.author_type == "user"]
         finally:
             await harness.stop()
             await admin.close()
@@ -135,8 +135,8 @@ async def test_an_episode_shown_while_postgresql_is_away_is_one_warning_line(
             await emu.wait_for(lambda: answers(emu) == ["planner answer 1"], timeout=30, what="the first answer")
             await harness.idle()
             assert harness.store is not None and harness.engine is not None
-            group = await harness.store.get_group(1)
-            episode = await harness.store.get_episode(1)
+            group = await harness.store.groups.get_group(1)
+            episode = await harness.store.episodes.get_episode(1)
             caplog.set_level(logging.WARNING)
             caplog.clear()
             await proxy.down(admin)
@@ -158,8 +158,8 @@ async def test_a_reaction_in_flight_at_shutdown_is_no_error(harness, script, cap
     await emu.user_post(emu.channel_id, emu.alice_id, "@planner one")
     await emu.wait_for(lambda: answers(emu), timeout=30, what="the answer")
     await harness.idle()
-    group = await harness.store.get_group(1)
-    episode = await harness.store.get_episode(1)
+    group = await harness.store.groups.get_group(1)
+    episode = await harness.store.episodes.get_episode(1)
     caplog.set_level(logging.DEBUG)
     caplog.clear()
     await harness.bot.close()  # shutting down: discord.py's session is closed

@@ -68,13 +68,13 @@ async def test_regenerate_edits_the_reply_in_place_and_refuses_others(harness, s
     assert last["id"] == first["id"]  # the first part edited, the second deleted: one message, never a copy
 
     assert harness.store is not None
-    versions = await harness.store.message_versions((await harness.store.list_groups())[0].id)
+    versions = await harness.store.thread.message_versions((await harness.store.groups.list_groups())[0].id)
     assert [(v.version, v.text) for v in versions] == [(1, SHORT), (2, LONG)]
     helped = await harness.command("help", {"topic": "chat"}, user=carol)
     assert '"Regenerate reply" has the newest agent message written again' in helped["data"]["content"]
     assert "⏹ Stop ends that turn" in helped["data"]["content"]  # the buttons are in /help chat too
     # (the help's interaction came after the part's deletion on the gateway: its event was taken by now)
-    row = await harness.store.get_message(versions[0].group_id, 2)
+    row = await harness.store.thread.get_message(versions[0].group_id, 2)
     assert (row.text, row.deleted, row.external_ids) == (AGAIN, False, (first["id"],))  # the deleted part was no row's
 
 
@@ -91,13 +91,13 @@ async def test_a_regenerate_settled_before_a_crash_is_edited_in_after_the_restar
 
     store = await SqliteStore.open(harness.db)
     try:  # what the stopped process had committed: the run settled, the message not edited yet
-        (group,) = await store.list_groups()
-        planner = await store.find_agent(group.id, "planner")
-        assert planner is not None and await store.acquire_lease(group.id, 60) is None
-        run = await store.start_run(group.id, planner.id, "regenerate", 1, replaces=2)
+        (group,) = await store.groups.list_groups()
+        planner = await store.roster.find_agent(group.id, "planner")
+        assert planner is not None and await store.leases.acquire_lease(group.id, 60) is None
+        run = await store.runs.start_run(group.id, planner.id, "regenerate", 1, replaces=2)
         new = NewMessage("agent", "planner", AGAIN, author_agent_id=planner.id, source_run_id=run.id, token_count=9)
-        await store.finish_run(run.id, RunResult("posted", reply=new), cap=0)
-        await store.release_leases()
+        await store.runs.finish_run(run.id, RunResult("posted", reply=new), cap=0)
+        await store.leases.release_leases()
     finally:
         await store.close()
 

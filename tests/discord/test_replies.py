@@ -56,7 +56,7 @@ async def test_a_reply_to_an_old_post_brings_it_into_the_prompt_quoted(harness):
     latest = planner_prompts(harness)[-1]
     assert "[OLD]" not in "\n".join(latest)  # not in the store: nothing to quote
     assert not any('reply "@planner and this?"' in m for m in latest)
-    rows = await harness.store.messages(1)
+    rows = await harness.store.thread.messages(1)
     assert [r.reply_to_seq for r in rows if r.author_name == "Bob"] == [2, None]
 
 
@@ -82,7 +82,7 @@ async def test_a_reply_across_channels_tags_nobody_and_quotes_nothing(harness):
     await harness.idle()
     there = [m for m in emu.channel_messages(other) if m.get("webhook_id")]
     assert [m["author"]["username"] for m in there] == ["local"]  # planner was not tagged there
-    rows = await harness.store.messages(2)
+    rows = await harness.store.thread.messages(2)
     assert [(r.author_name, r.reply_to_seq, r.tags.agent_names) for r in rows] == [
         ("Bob", None, ()), ("Bob", None, ("local",)), ("local", None, ())]
     assert len(harness.webhook_posts()) == 2

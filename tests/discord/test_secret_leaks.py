@@ -88,10 +88,10 @@ async def test_a_tool_returning_the_tokens_and_a_key_in_its_arguments_show_them_
             (tmp_path / "leak.txt").write_text(" ".join(f"[{s}]" for s in secrets))
             store = await open_store(bot.target)
             try:
-                group = await store.find_group(f"discord:{emu.channel_id}")
+                group = await store.groups.find_group(f"discord:{emu.channel_id}")
                 assert group is not None
-                planner = await store.find_agent(group.id, "planner")
-                await store.grant_tools(planner.id, ["bad.*"])
+                planner = await store.roster.find_agent(group.id, "planner")
+                await store.tools.grant_tools(planner.id, ["bad.*"])
             finally:
                 await store.close()
             await bot.start()

@@ -88,7 +88,7 @@ async def test_people_are_told_once_when_the_database_takes_no_writes_and_once_w
         assert notice[0]["content"].endswith("(This notice is posted directly and is not in the history: "
                                              "the database cannot store it.)")
         assert fixed[0]["content"].startswith("My database works again (it could not be written for ")
-        rows = await harness.store.messages(1)
+        rows = await harness.store.thread.messages(1)
         people = [(r.author_name, r.text) for r in rows if r.author_type == "user"]
         assert people == [("Alice", "@planner one"), ("Bob", "@planner two")]  # nothing posted meanwhile is lost
         assert rows[-1].author_name == "planner" and rows[-1].confirmed

@@ -37,8 +37,8 @@ def posted(emu: DiscordEmulator, channel_id: str | None = None) -> list[dict]:
 
 async def agent_rows(harness: BotHarness) -> list[Message]:
     assert harness.store is not None
-    group = (await harness.store.list_groups())[0]
-    return [m for m in await harness.store.messages(group.id) if m.author_type == "agent"]
+    group = (await harness.store.groups.list_groups())[0]
+    return [m for m in await harness.store.thread.messages(group.id) if m.author_type == "agent"]
 
 
 async def settled(harness: BotHarness, replies: int) -> list[Message]:
@@ -49,7 +49,7 @@ async def settled(harness: BotHarness, replies: int) -> list[Message]:
     await eventually(done, f"{replies} agent row(s) confirmed")
     await harness.idle()
     assert harness.store is not None
-    assert await harness.store.orphan_drafts(1) == []
+    assert await harness.store.drafts.orphan_drafts(1) == []
     return await agent_rows(harness)
 
 
@@ -210,11 +210,12 @@ async def test_rate_limits_are_kept_and_a_stream_never_delays_another_agents_pos
     failed = [r.getMessage() for r in caplog.records if "provisional update failed" in r.getMessage()]
     assert failed == []  # no draft request was refused (nor failed otherwise)
     quick_done = max(r.time for r in hook_requests(emu) if r.query.get("thread_id") == rooms[-1])
-    long_rows = [m for g in await streaming.store.list_groups() for m in await streaming.store.messages(g.id)
+    store = streaming.store
+    long_rows = [m for g in await store.groups.list_groups() for m in await store.thread.messages(g.id)
                  if m.author_name == "planner"]
     assert len(long_rows) == 4 and quick_done < min(m.created_at for m in long_rows)  # done while they were written
-    for group in await streaming.store.list_groups():
-        rows = [m for m in await streaming.store.messages(group.id) if m.author_type == "agent"]
+    for group in await streaming.store.groups.list_groups():
+        rows = [m for m in await streaming.store.thread.messages(group.id) if m.author_type == "agent"]
         shows_exactly(emu, rows, group.channel_id)
 
 
@@ -239,28 +240,28 @@ async def test_the_final_text_is_a_whole_posts_byte_for_byte_over_random_replies
     emu, store, surface = streaming.emu, streaming.store, streaming.surface
     assert store is not None and surface is not None
     await streaming.setup_group(("planner", "plans"), mode="tags")
-    group = (await store.list_groups())[0]
-    planner = await store.find_agent(group.id, "planner")
+    group = (await store.groups.list_groups())[0]
+    planner = await store.roster.find_agent(group.id, "planner")
     assert planner is not None
     rng = random.Random(seed)
     words = ["Tokyo", "day", "```python", "```", "print(1)", "\n", "\n\n", "—", "é", "🙂", "*bold*", "x" * 90]
-    await store.acquire_lease(group.id, 120)
+    await store.leases.acquire_lease(group.id, 120)
     for _ in range(12):
         text = " ".join(rng.choice(words) for _ in range(rng.randint(1, 900))).strip() or "x"
-        run = await store.start_run(group.id, planner.id, "group", group.latest_seq)
+        run = await store.runs.start_run(group.id, planner.id, "group", group.latest_seq)
         cut = rng.randint(1, len(text))
         for position, chunk in enumerate(split_message(text[:cut])[:rng.randint(1, 4)]):
-            part = await store.add_draft(group.id, planner.id, run.id, position, "planner", chunk)
-            await store.draft_posted(part.id, await surface.draft_post(group, planner, chunk))
-        finished = await store.finish_run(run.id, RunResult("posted", reply=NewMessage(
+            part = await store.drafts.add_draft(group.id, planner.id, run.id, position, "planner", chunk)
+            await store.drafts.draft_posted(part.id, await surface.draft_post(group, planner, chunk))
+        finished = await store.runs.finish_run(run.id, RunResult("posted", reply=NewMessage(
             "agent", "planner", text, author_agent_id=planner.id, source_run_id=run.id, tags=Tags())), cap=1000)
         assert finished.reply is not None
         streaming.engine.shown(group.id)
         await streaming.idle()  # (runs are one after another: each reply is shown before the next run)
-        group = await store.get_group(group.id)
-    rows = [m for m in await store.messages(group.id) if m.author_type == "agent"]
+        group = await store.groups.get_group(group.id)
+    rows = [m for m in await store.thread.messages(group.id) if m.author_type == "agent"]
     shows_exactly(emu, rows)
-    assert await store.orphan_drafts(group.id) == []
+    assert await store.drafts.orphan_drafts(group.id) == []
 
 
 
@@ -302,7 +303,7 @@ async def test_a_stream_that_stalls_leaves_no_half_reply_behind(tmp_path, script
             await emu.wait_for_messages(emu.channel_id, lambda m: "could not answer" in m["content"], timeout=30)
             await harness.idle()
             assert harness.store is not None
-            assert await harness.store.orphan_drafts(1) == []
+            assert await harness.store.drafts.orphan_drafts(1) == []
             assert [m["content"] for m in posted(emu) if PLAN[:20] in m["content"]] == []
             assert hook_requests(emu, "POST")[0].json["content"] == PLAN[:60].rstrip()  # it was shown meanwhile
         finally:

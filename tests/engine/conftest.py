@@ -47,10 +47,11 @@ class Harness:
         self.store = await self.place.open(**self.store_options)
         self.engine = Engine(self.store, self.llm, self.surface, make_token_counter(), retry=FAST_RETRY,
                              **self.engine_options)
-        self.group = await self.store.create_group("test:main", "main", GroupSettings(**settings))  # type: ignore[arg-type]
-        if not await self.store.list_agents(self.group.id):
+        self.group = await self.store.groups.create_group("test:main", "main",
+                                                          GroupSettings(**settings))  # type: ignore[arg-type]
+        if not await self.store.roster.list_agents(self.group.id):
             for name, role, prompt in ROSTER:
-                await self.store.add_agent(self.group.id, name, role, prompt)
+                await self.store.roster.add_agent(self.group.id, name, role, prompt)
         try:
             await self.engine.start()
             yield self
@@ -59,7 +60,7 @@ class Harness:
             await self.store.close()
 
     async def say(self, text: str, who: str = "alice") -> None:
-        group = await self.store.get_group(self.group.id)
+        group = await self.store.groups.get_group(self.group.id)
         await self.engine.post_user_message(group, author_name=who, user_id=who, text=text)
 
     async def idle(self, timeout: float | None = None) -> None:
@@ -74,7 +75,7 @@ class Harness:
         return await self.place.fetch(sql)
 
     async def thread(self) -> list[str]:
-        return [f"[{m.author_name}] {m.text}" for m in await self.store.messages(self.group.id)]
+        return [f"[{m.author_name}] {m.text}" for m in await self.store.thread.messages(self.group.id)]
 
 
 @pytest.fixture

@@ -47,7 +47,7 @@ def replies() -> GroupChatScript:
 
 
 async def notices(h: Any) -> list[str]:
-    return [m.text for m in await h.store.messages(h.group.id) if m.author_type == "system"]
+    return [m.text for m in await h.store.thread.messages(h.group.id) if m.author_type == "system"]
 
 
 # model settings -------------------------------------------------------------
@@ -122,7 +122,7 @@ async def test_a_setting_out_of_range_is_refused_and_changes_nothing(sqlite_harn
     async with FakeOpenAI(replies()) as srv, running(sqlite_harness, srv) as h:
         with pytest.raises(InvalidInput) as refused:
             await Admin(h.engine).edit_agent(h.group, "planner", settings=settings)
-        planner = await h.store.find_agent(h.group.id, "planner")
+        planner = await h.store.roster.find_agent(h.group.id, "planner")
     assert str(refused.value) == error + "."
     assert (planner.temperature, planner.max_tokens, planner.context_budget) == (None, None, None)
 
@@ -141,7 +141,7 @@ async def test_a_muted_agent_is_left_out_of_all_and_a_tag_of_it_is_told_once(har
         await h.say("@local and @planner, please")
         await h.idle(30)
         thread = await h.thread()
-        muted = await h.store.find_agent(h.group.id, "local")
+        muted = await h.store.roster.find_agent(h.group.id, "local")
     assert said.startswith("local is muted until 09:00 UTC (1h left): it is left out of selection, rotation and @all")
     assert calls_of(srv, "local") == []
     assert len(calls_of(srv, "planner")) == 2 and len(calls_of(srv, "budget")) == 1
@@ -160,8 +160,8 @@ async def test_a_muted_agent_is_left_out_of_the_selector_and_the_rotation(harnes
         await admin.mute_agent(h.group, "planner", None)
         await h.say("what should we do?")
         await h.idle(30)
-        await h.store.update_group(h.group.id, settings=h.group.settings.with_changes(mode="round_robin",
-                                                                                        max_agent_turns=3))
+        await h.store.groups.update_group(h.group.id, settings=h.group.settings.with_changes(mode="round_robin",
+                                                                                               max_agent_turns=3))
         await h.say("go round")
         await h.idle(30)
     selector = next(r for r in srv.requests if any(SELECTOR_MARK in message_text(m) for m in r["messages"]))

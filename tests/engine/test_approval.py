@@ -15,8 +15,8 @@ def add_script(after: str = "Done.") -> GroupChatScript:
 
 
 async def confirm_on(harness, *patterns: str) -> None:
-    agent = await harness.store.find_agent(harness.group.id, "planner")
-    await harness.store.grant_tools(agent.id, list(patterns), confirm=True)
+    agent = await harness.store.roster.find_agent(harness.group.id, "planner")
+    await harness.store.tools.grant_tools(agent.id, list(patterns), confirm=True)
 
 
 async def test_an_approved_call_runs_once_and_records_who_approved_it(harness):

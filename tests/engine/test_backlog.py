@@ -43,16 +43,16 @@ async def test_a_fresh_message_is_answered_while_another_groups_backlog_is_route
     llm = ScriptedLLM(selector=["planner"], agents={"planner": ["Here is the plan."]}, selector_gate=held)
     surface = RecordingSurface()
     async with await place.open() as store:
-        big = await store.create_group("test:big", "big", GroupSettings(mode="selector"))
-        fresh = await store.create_group("test:fresh", "fresh", GroupSettings(mode="tags"))
+        big = await store.groups.create_group("test:big", "big", GroupSettings(mode="selector"))
+        fresh = await store.groups.create_group("test:fresh", "fresh", GroupSettings(mode="tags"))
         for group in (big, fresh):
             for name in ("planner", "budget"):
-                await store.add_agent(group.id, name, "helps", "You help.")
+                await store.roster.add_agent(group.id, name, "helps", "You help.")
         await add_backlog(place, big.id, BACKLOG)
         engine = Engine(store, llm, surface, make_token_counter(), retry=FAST_RETRY)
         await engine.start()
         try:
-            await engine.post_user_message(await store.get_group(fresh.id), author_name="bob", user_id="bob",
+            await engine.post_user_message(await store.groups.get_group(fresh.id), author_name="bob", user_id="bob",
                                            text="@planner plan the trip")
 
             async def fresh_answered() -> bool:
@@ -68,7 +68,7 @@ async def test_a_fresh_message_is_answered_while_another_groups_backlog_is_route
             assert not any(f"group={fresh.id}:" in line for line in lines)  # a fresh message is no backlog
             held.set()
             await eventually(big_routed, "the backlog was routed")
-            decisions = await store.decisions(big.id, after=0, through=BACKLOG)
+            decisions = await store.routing.decisions(big.id, after=0, through=BACKLOG)
             assert len(decisions) == BACKLOG
             assert {d.source for seq, d in decisions.items() if seq < BACKLOG} == {"superseded"}
             assert decisions[BACKLOG].source == "selector" and decisions[BACKLOG].agent_names == ("planner",)

@@ -37,7 +37,7 @@ async def console(tmp_path):
         return out.getvalue()[start:].splitlines()
 
     async def store_agent(name: str) -> Agent | None:
-        return await store.find_agent(con.opened().id, name)
+        return await store.roster.find_agent(con.opened().id, name)
 
     con.send = send
     con.store_agent = store_agent
@@ -56,19 +56,19 @@ async def test_an_agent_another_process_removes_meanwhile_is_answered_by_name(co
     as when it was gone already, never the store's id."""
     await console.send("/agent add name:extra role:r prompt:p")
     store, other = console.engine.store, await SqliteStore.open(tmp_path / "c.db")
-    find_agent, found = store.find_agent, []
+    find_agent, found = store.roster.find_agent, []
 
     async def found_then_removed(group_id: int, name: str) -> Agent | None:
         if not found:  # the first lookup: then the other process removes it
             found.append(await find_agent(group_id, name))
-            await other.remove_agent(found[0].id)
+            await other.roster.remove_agent(found[0].id)
         return found[0]  # and a later lookup still sees it (read before the removal)
 
-    store.find_agent = found_then_removed
+    store.roster.find_agent = found_then_removed
     try:
         out = await console.send(f"/agent {verb}")
     finally:
-        del store.find_agent
+        del store.roster.find_agent
         await other.close()
     assert out == ["error: No agent named 'extra' in this group (agents: none yet)."]
 
@@ -182,7 +182,7 @@ async def test_a_console_whose_group_was_taken_over_says_so_once_and_keeps_the_m
     await console.send('/agent add name:planner role:plans prompt:"You plan."')
     group = console.group
     console.engine.drop(group.id)  # what the lease keeper does when another process took the lease
-    await console.engine.store.release_leases([group.id])
+    await console.engine.store.leases.release_leases([group.id])
     other_store = await SqliteStore.open(tmp_path / "c.db")
     other = Engine(other_store, ScriptedLLM(), ConsoleSurface(io.StringIO()), make_token_counter(),
                    scope="console:main")
@@ -193,7 +193,7 @@ async def test_a_console_whose_group_was_taken_over_says_so_once_and_keeps_the_m
         assert first[0].startswith("error: the group 'main' is run by another ") and "(pid " in first[0]
         assert first[0].endswith("your messages are saved here and answered there")
         assert not any(line.startswith("error:") for line in second)  # said once
-        texts = [m.text for m in await other_store.messages(group.id)]
+        texts = [m.text for m in await other_store.thread.messages(group.id)]
         assert texts[-2:] == ["@planner are you there?", "@planner still?"]
     finally:
         await other.close()
@@ -219,7 +219,7 @@ async def test_why_without_a_message_explains_the_newest_person_or_agent_message
     await console.send("/roundtable config max_turns:1 mode:tags")
     out = await console.send("@planner plan it")
     assert any(line.startswith("[roundtable] Stopped after 1 agent message") for line in out)
-    rows = await console.engine.store.messages(console.group.id)
+    rows = await console.engine.store.thread.messages(console.group.id)
     newest_agent = max(m.seq for m in rows if m.author_type == "agent")
     assert rows[-1].author_type == "system" and newest_agent < rows[-1].seq
     why = await console.send("/roundtable why")

@@ -84,7 +84,7 @@ async def two_episodes(replies: GroupChatScript, harness: Any, turns: int = 6, l
 
 async def test_the_task_and_the_follow_up_stay_in_every_prompt_once_the_thread_is_trimmed(harness):
     async with two_episodes(script(), harness) as server:
-        agents = [m for m in await harness.store.messages(harness.group.id) if m.author_type == "agent"]
+        agents = [m for m in await harness.store.thread.messages(harness.group.id) if m.author_type == "agent"]
         assert len(agents) == 12  # two episodes of 6 (the cap)
         for caller in ("selector", "planner", "budget", "local"):
             last = calls(server, caller)[-1]
@@ -117,13 +117,13 @@ async def test_a_rolling_summary_stands_where_the_cut_rows_were_made_once_per_mo
             assert any(row[0] == omitted + 2 for row in stored)  # the two tasks are in <task>, not counted
         selector = calls(server, "selector")[-1]
         assert "summary of the" not in selector  # a 300-token window has no room for one
-        spends = {s.who: s for s in await harness.store.spending(harness.group.id, 0)}
+        spends = {s.who: s for s in await harness.store.spending.spending(harness.group.id, 0)}
         assert spends["rolling summary"].kind == "summary" and spends["rolling summary"].calls == len(summaries)
-        line_of = {line.who: line for line in tally(await harness.store.spending(harness.group.id, 0), {})}
+        line_of = {line.who: line for line in tally(await harness.store.spending.spending(harness.group.id, 0), {})}
         assert line_of["rolling summary"].usage.prompt_tokens == sum(row[3] for row in stored)
         card = await usage_card(harness.store, harness.group, {}, 7)
         assert not isinstance(card, str) and "rolling summary" in [f.name for f in card.fields]
-        group = await harness.store.get_group(harness.group.id)
+        group = await harness.store.groups.get_group(harness.group.id)
         seen = await Admin(harness.engine).context_seen(group, group.latest_seq)
         assert seen.endswith("were trimmed to fit context_budget 1200; a rolling summary stands for them"), seen
 
@@ -131,7 +131,7 @@ async def test_a_rolling_summary_stands_where_the_cut_rows_were_made_once_per_mo
 async def test_a_failing_summary_call_leaves_the_cut_rows_out_and_never_fails_a_turn(harness) -> None:
     failure = Reply(status=500, headers={"x-should-retry": "false"}, error_body={"error": {"message": "down"}})
     async with two_episodes(script(summary=[failure] * 50), harness) as server:
-        rows = await harness.store.messages(harness.group.id)
+        rows = await harness.store.thread.messages(harness.group.id)
         assert len([m for m in rows if m.author_type == "agent"]) == 12  # every turn was posted
         assert not [m for m in rows if "could not answer" in m.text]
         assert await harness.fetch("SELECT COUNT(*) FROM context_summaries") == [(0,)]
@@ -192,7 +192,7 @@ async def test_every_prompt_still_says_who_the_agent_is_its_role_the_others_and_
     others, the selector's lists the names it may pick, and every caller's last prompt holds the task and the
     follow-up."""
     async with two_episodes(script(), harness, turns=10, layout=layout) as server:
-        roles = {a.name: a.role for a in await harness.store.list_agents(harness.group.id)}
+        roles = {a.name: a.role for a in await harness.store.roster.list_agents(harness.group.id)}
         for name, role in roles.items():
             last = calls(server, name)[-1]
             assert f"You are {name}, the {role} in a group chat" in last, (layout, name)

@@ -17,7 +17,7 @@ async def runs(harness) -> list[tuple]:
 
 
 async def agent(harness, name: str):
-    found = await harness.store.find_agent(harness.group.id, name)
+    found = await harness.store.roster.find_agent(harness.group.id, name)
     assert found is not None
     return found
 
@@ -29,11 +29,11 @@ async def test_a_private_answer_sees_the_last_ten_rows_and_changes_nothing_in_th
         for i in range(12):
             await harness.say(f"@budget note {i}")
             await harness.idle()
-        before = await harness.store.get_group(harness.group.id)
+        before = await harness.store.groups.get_group(harness.group.id)
         planner = await agent(harness, "planner")
         answer = await harness.engine.ask(harness.group, planner, "What first?", asker="alice")
         assert answer.text == "Day 1: Asakusa." and answer.posted is None and answer.not_posted is None
-        after = await harness.store.get_group(harness.group.id)
+        after = await harness.store.groups.get_group(harness.group.id)
         assert after.latest_seq == before.latest_seq  # nothing posted
         assert (await agent(harness, "planner")).delivered_through == planner.delivered_through
         kind, name, messages = llm.history[-1]
@@ -45,7 +45,7 @@ async def test_a_private_answer_sees_the_last_ten_rows_and_changes_nothing_in_th
         assert rows[0] == "[alice] @budget note 7" and "note 6" not in context
         assert messages[2].content.endswith("What first?") and "only they will see your answer" in messages[2].content
         assert (await runs(harness))[-1] == ("planner", "direct", "answered", after.latest_seq)
-        usage = await harness.store.usage_since(harness.group.id, 0)
+        usage = await harness.store.spending.usage_since(harness.group.id, 0)
         assert usage["planner"].prompt_tokens == llm.usage.prompt_tokens  # the direct run's tokens count
 
 
@@ -90,17 +90,17 @@ async def test_post_true_posts_once_and_counts_toward_the_cap(harness):
         await harness.say("hello all", who="alice")  # the selector answers TERMINATE: nobody speaks
         await harness.idle()
         planner = await agent(harness, "planner")
-        seq = (await harness.store.get_group(harness.group.id)).latest_seq
+        seq = (await harness.store.groups.get_group(harness.group.id)).latest_seq
         answer = await harness.engine.ask(harness.group, planner, "share the plan", asker="alice", post=True)
         assert answer.posted is not None and answer.posted.seq == seq + 1
         await harness.idle()
         assert harness.surface.lines().count("[planner] Shared plan: Asakusa first.") == 1
-        group = await harness.store.get_group(harness.group.id)
+        group = await harness.store.groups.get_group(harness.group.id)
         assert group.agent_streak == 1
         second = await harness.engine.ask(harness.group, planner, "more?", asker="alice", post=True)
         assert second.posted is None and second.text == "A second thought."
         assert second.not_posted is not None and "cap of 1" in second.not_posted
-        assert (await harness.store.get_group(harness.group.id)).latest_seq == seq + 1
+        assert (await harness.store.groups.get_group(harness.group.id)).latest_seq == seq + 1
         assert [r[2] for r in await runs(harness) if r[1] == "direct"] == ["posted", "refused"]
 
 
@@ -133,7 +133,7 @@ async def test_a_direct_run_spends_the_budget_and_is_refused_once_it_is_reached(
     async with harness.running(llm, monthly_budget=0.20):
         planner = await agent(harness, "planner")
         assert (await harness.engine.ask(harness.group, planner, "plan it all", asker="alice")).text
-        group = await harness.store.get_group(harness.group.id)
+        group = await harness.store.groups.get_group(harness.group.id)
         assert group.paused  # the direct run's cost counts like any other
         with pytest.raises(UserFacingError, match=r"reached the monthly budget of \$0\.20"):
             await harness.engine.ask(group, planner, "one more?", asker="alice")
@@ -144,10 +144,10 @@ async def test_a_direct_run_reads_the_agents_notes_but_writes_none(harness):
     llm = ScriptedLLM(direct={"planner": ["From my notes: Asakusa."]})
     async with harness.running(llm):
         planner = await agent(harness, "planner")
-        planner = await harness.store.update_agent(planner.id, memory=True)
-        await harness.store.add_note(planner.id, "Alice prefers temples to shopping.")
+        planner = await harness.store.roster.update_agent(planner.id, memory=True)
+        await harness.store.notes.add_note(planner.id, "Alice prefers temples to shopping.")
         await harness.engine.ask(harness.group, planner, "what do you remember?", asker="alice")
         system = llm.history[-1][2][0].content
         assert system.startswith("You plan trips.") and "<memory>" in system
         assert "- Alice prefers temples to shopping." in system
-        assert await harness.store.note_count(planner.id) == 1
+        assert await harness.store.notes.note_count(planner.id) == 1

@@ -39,7 +39,7 @@ async def test_a_summary_written_from_a_deleted_row_is_written_again_without_it(
                 asked = len(server.requests)
                 summaries_before = len(calls(server, "summary"))
 
-                tombstone = await harness.store.delete_message(harness.group.id, 1)
+                tombstone = await harness.store.thread.delete_message(harness.group.id, 1)
                 assert tombstone is not None and tombstone.text == ""
                 replies.set_summary([])  # from now on the notes say nothing of the code
                 await harness.say("one more pass, please")
@@ -91,10 +91,10 @@ async def test_an_edit_or_deletion_while_an_agents_delivery_waits_reaches_that_r
                 await harness.say("@planner @budget plan Tokyo for 3 days")
                 await wait_event(started, "the first agent's call")
                 if hand == "edit":
-                    changed = await harness.store.edit_message(harness.group.id, 1,
-                                                               "@planner @budget plan Tokyo for 5 days")
+                    changed = await harness.store.thread.edit_message(harness.group.id, 1,
+                                                                      "@planner @budget plan Tokyo for 5 days")
                 else:
-                    changed = await harness.store.delete_message(harness.group.id, 1)
+                    changed = await harness.store.thread.delete_message(harness.group.id, 1)
                 assert changed is not None
                 release.set()
                 await harness.idle(60)
@@ -108,7 +108,7 @@ async def test_an_edit_or_deletion_while_an_agents_delivery_waits_reaches_that_r
                     assert "<task>@planner @budget plan Tokyo for 5 days (edited)</task>" in prompts[waited]
                 else:
                     assert "<task>(deleted)</task>" in prompts[waited] and "plan Tokyo" not in prompts[waited]
-                assert [m.author_name for m in await harness.store.messages(harness.group.id)] == \
+                assert [m.author_name for m in await harness.store.thread.messages(harness.group.id)] == \
                     ["alice", held, waited]  # a change answers nobody: no third reply
         finally:
             await llm.aclose()

@@ -49,8 +49,8 @@ async def seed(harness) -> None:
     await harness.idle()
     await harness.say("@local what about sushi?", who="bob")
     await harness.idle()
-    budget = await harness.store.find_agent(harness.group.id, "budget")
-    await harness.store.remove_agent(budget.id)  # its messages keep its name; the export still lists it
+    budget = await harness.store.roster.find_agent(harness.group.id, "budget")
+    await harness.store.roster.remove_agent(budget.id)  # its messages keep its name; the export still lists it
 
 
 async def export(harness, fmt: str, **kwargs) -> str:
@@ -147,7 +147,7 @@ async def test_html_holds_every_message_in_order_with_its_author_and_escapes_tex
     async with harness.running(script()):
         await seed(harness)
         page = await export(harness, "html", page=2)
-        stored = await harness.store.messages(harness.group.id)
+        stored = await harness.store.thread.messages(harness.group.id)
     parser = Page()
     parser.feed(page)
     parser.close()
@@ -172,7 +172,7 @@ async def test_markdown_holds_every_message(harness):
     async with harness.running(script()):
         await seed(harness)
         md = await export(harness, "md")
-        stored = await harness.store.messages(harness.group.id)
+        stored = await harness.store.thread.messages(harness.group.id)
     at = 0
     for message in stored:
         head = f"**{message.author_name}**"
@@ -267,10 +267,10 @@ async def test_rolling_summaries_are_exported_with_their_cost_in_every_format(ha
     async with harness.running(script()):
         await seed(harness)
         store, group_id = harness.store, harness.group.id
-        await store.save_context_summary(group_id, ContextSummary(2, 0, "Notes: <b>Asakusa</b> first.", 12,
-                                                                  model="gpt-4o-mini"), Usage(300, 60, 0))
-        await store.save_context_summary(group_id, ContextSummary(4, 2, "Notes: sushi at Tsukiji.", 10,
-                                                                  model="gpt-4o-mini"), Usage(250, 50, 128))
+        await store.summaries.save_context_summary(group_id, ContextSummary(2, 0, "Notes: <b>Asakusa</b> first.", 12,
+                                                                            model="gpt-4o-mini"), Usage(300, 60, 0))
+        await store.summaries.save_context_summary(group_id, ContextSummary(4, 2, "Notes: sushi at Tsukiji.", 10,
+                                                                            model="gpt-4o-mini"), Usage(250, 50, 128))
         data = json.loads(await export(harness, "json"))
         html = await export(harness, "html")
         md = await export(harness, "md")

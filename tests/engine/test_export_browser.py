@@ -49,7 +49,7 @@ async def test_chromium_shows_every_message_and_logs_no_console_error(harness, t
         await seed(harness)
         out = io.StringIO()
         await write_export(harness.store, harness.group, "html", out.write)
-        stored = await harness.store.messages(harness.group.id)
+        stored = await harness.store.thread.messages(harness.group.id)
     page = tmp_path / "transcript.html"
     page.write_text(out.getvalue(), encoding="utf-8")
     dom, console = await render(page, tmp_path / "profile")

@@ -53,10 +53,10 @@ async def chat(harness: Any, **settings: object) -> AsyncIterator[FakeOpenAI]:
         try:
             async with harness.running(llm, **({"context_budget": 1200, "selector_budget": 300,
                                                 "max_agent_turns": 8} | settings)):
-                roster = await harness.store.list_agents(harness.group.id)
+                roster = await harness.store.roster.list_agents(harness.group.id)
                 for agent in roster:
                     if agent.name not in ("planner", "budget"):
-                        await harness.store.remove_agent(agent.id)
+                        await harness.store.roster.remove_agent(agent.id)
                 yield server
         finally:
             await llm.aclose()
@@ -84,14 +84,14 @@ async def test_a_follow_up_to_a_terminated_episode_keeps_its_task_in_every_reque
     async with chat(harness, followup_window=window) as server:
         await harness.say(TASK)
         await harness.idle(30)
-        first = await harness.engine.episode_result((await harness.store.get_group(harness.group.id)).episode_id)
+        first = await harness.engine.episode_result((await harness.store.groups.get_group(harness.group.id)).episode_id)
         assert first.status == "terminated" and first.agent_turns == FIRST_EPISODE
         if how == "after newtask":
             assert (await Admin(harness.engine).newtask(harness.group)).startswith("The next message starts a new")
         start = len(server.requests)
         if how.startswith("a reply"):
-            replied = [m for m in await harness.store.messages(harness.group.id) if m.author_type == "agent"][2]
-            group = await harness.store.get_group(harness.group.id)
+            replied = [m for m in await harness.store.thread.messages(harness.group.id) if m.author_type == "agent"][2]
+            group = await harness.store.groups.get_group(harness.group.id)
             await harness.engine.post_user_message(group, author_name="alice", user_id="alice", text=FOLLOW_UP,
                                                    reply_to=replied.seq)
         else:
@@ -114,7 +114,7 @@ async def test_in_tags_mode_a_follow_up_keeps_the_quiet_episodes_task(harness):
     async with chat(harness, mode="tags") as server:
         await harness.say(f"@planner @budget {TASK}")
         await harness.idle(30)
-        first = await harness.engine.episode_result((await harness.store.get_group(harness.group.id)).episode_id)
+        first = await harness.engine.episode_result((await harness.store.groups.get_group(harness.group.id)).episode_id)
         assert first.status == "quiet"
         start = len(server.requests)
         await harness.say(f"@planner @budget {FOLLOW_UP}")

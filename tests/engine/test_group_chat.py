@@ -26,7 +26,7 @@ async def test_seed_selector_order_and_thread_of_four(harness, layout):
         assert len(thread) == 4
         assert thread[0] == "[alice] Plan a 3-day Tokyo trip for under $1,500"
         assert thread[2] == "[budget] That plan is over by $200."
-        episode_id = (await harness.store.get_group(harness.group.id)).episode_id
+        episode_id = (await harness.store.groups.get_group(harness.group.id)).episode_id
         result = await harness.engine.episode_result(episode_id)
         assert result.status == "terminated"
         assert result.answer is not None and result.answer.text == "Swapped the hotel; now $1,450."
@@ -42,7 +42,7 @@ async def test_agent_terminate_ends_episode_and_is_hidden_from_display(harness):
     async with harness.running(llm):
         await harness.say("plan it")
         await harness.idle()
-        stored = (await harness.store.messages(harness.group.id))[-1]
+        stored = (await harness.store.thread.messages(harness.group.id))[-1]
         assert stored.text.endswith("TERMINATE")  # raw text kept
         assert harness.surface.episodes[-1].status == "terminated"
         assert len([k for k, _, _ in llm.history if k == "selector"]) == 1  # no selector call after TERMINATE
@@ -73,7 +73,7 @@ async def test_cap_stops_at_exactly_max_turns_with_one_notice(harness):
     async with harness.running(llm, max_agent_turns=3):
         await harness.say("go")
         await harness.idle()
-        msgs = await harness.store.messages(harness.group.id)
+        msgs = await harness.store.thread.messages(harness.group.id)
         agents = [m for m in msgs if m.author_type == "agent"]
         notices = [m for m in msgs if m.author_type == "system"]
         assert len(agents) == 3
@@ -82,7 +82,7 @@ async def test_cap_stops_at_exactly_max_turns_with_one_notice(harness):
         # a new user message continues
         await harness.say("continue please")
         await harness.idle()
-        assert len([m for m in await harness.store.messages(harness.group.id) if m.author_type == "agent"]) == 6
+        assert len([m for m in await harness.store.thread.messages(harness.group.id) if m.author_type == "agent"]) == 6
 
 
 async def test_no_back_to_back_repeat_even_when_selector_insists(harness):
@@ -94,7 +94,7 @@ async def test_no_back_to_back_repeat_even_when_selector_insists(harness):
         order = llm.participant_order
         assert order[0] == "planner"
         assert all(a != b for a, b in itertools.pairwise(order))
-        decision = await harness.store.get_decision(harness.group.id, 2)
+        decision = await harness.store.routing.get_decision(harness.group.id, 2)
         assert decision.source == "fallback" and decision.attempts == 2
         assert decision.usage.prompt_tokens == 2 * llm.usage.prompt_tokens  # both selector calls counted
 
@@ -132,12 +132,12 @@ async def test_a_reply_in_flight_is_dropped_when_its_agent_is_removed_or_disable
     async with harness.running(llm, mode="tags"):
         await harness.say("@planner first")
         await harness.until_called()
-        planner = await harness.store.find_agent(harness.group.id, "planner")
+        planner = await harness.store.roster.find_agent(harness.group.id, "planner")
         assert planner is not None
         if change == "removed":
-            await harness.store.remove_agent(planner.id)
+            await harness.store.roster.remove_agent(planner.id)
         else:
-            await harness.store.update_agent(planner.id, enabled=False)
+            await harness.store.roster.update_agent(planner.id, enabled=False)
         llm.gate.set()
         await harness.idle()
         assert await harness.thread() == ["[alice] @planner first"]
@@ -184,7 +184,7 @@ async def test_burst_of_untagged_messages_costs_one_selector_call(harness):
         await harness.idle()
         # routed together after the planner's run. The planner's reply (seq 6) answers the first
         # task, so it routes nobody; the person's newest message (seq 5) is the one the selector routes.
-        sources = [(await harness.store.get_decision(harness.group.id, s)).source for s in range(1, 7)]
+        sources = [(await harness.store.routing.get_decision(harness.group.id, s)).source for s in range(1, 7)]
         assert sources == ["tags", "superseded", "superseded", "superseded", "selector", "none"]
         selector_calls = [k for k, _, _ in llm.history if k == "selector"]
         assert len(selector_calls) == 2  # one for the burst, one after budget's reply (TERMINATE)
@@ -216,9 +216,9 @@ async def test_llm_failure_posts_a_notice_and_moves_on(harness):
     async with harness.running(llm):
         await harness.say("plan it")
         await harness.idle()
-        msgs = await harness.store.messages(harness.group.id)
+        msgs = await harness.store.thread.messages(harness.group.id)
         assert msgs[-1].author_type == "system" and "planner could not answer" in msgs[-1].text
-        planner = await harness.store.find_agent(harness.group.id, "planner")
+        planner = await harness.store.roster.find_agent(harness.group.id, "planner")
         assert planner.delivered_through >= 1
 
 
@@ -280,7 +280,7 @@ async def test_parroting_agents_stop_as_stalled(harness):
     async with harness.running(llm, max_agent_turns=10):
         await harness.say("go")
         await harness.idle()
-        msgs = await harness.store.messages(harness.group.id)
+        msgs = await harness.store.thread.messages(harness.group.id)
         agents = [m for m in msgs if m.author_type == "agent"]
         assert len(agents) == 3  # the first is new; the 2nd and 3rd repeat earlier ones
         assert msgs[-1].author_type == "system" and "(stalled)" in msgs[-1].text

@@ -41,11 +41,12 @@ def reference_window(tokens: list[int], budget: int, task: int | None) -> tuple[
 
 async def fill(store: SqliteStore, n: int, task_at: int, tokens: Callable[[int], int]) -> tuple[int, int]:
     """Rows 1..n: people's messages (the task and every third row) and the planner's replies."""
-    group = await store.create_group("k", "g", GroupSettings())
-    agent = await store.add_agent(group.id, "planner", "r", "p")
+    group = await store.groups.create_group("k", "g", GroupSettings())
+    agent = await store.roster.add_agent(group.id, "planner", "r", "p")
     for i in range(1, n + 1):
         if i == task_at or i % 3 == 0:
-            await store.append_user_message(group.id, NewMessage("user", "alice", f"m{i}", token_count=tokens(i)))
+            await store.thread.append_user_message(group.id, NewMessage("user", "alice", f"m{i}",
+                                                                        token_count=tokens(i)))
         else:
             await posted(store, group.id, agent.id, f"r{i}", token_count=tokens(i))
     return group.id, agent.id
@@ -75,8 +76,8 @@ async def test_load_thread_keeps_what_the_policy_says(tmp_path, n, budget, task_
             line(i, task_at) for i in range(start + 1, through + 1)]
         assert got.render() == "\n".join(lines)
         if n > 1:
-            assert await store.last_agent_author(group_id, through=n) == agent_id
-        assert await store.last_agent_author(group_id, through=0) is None
+            assert await store.thread.last_agent_author(group_id, through=n) == agent_id
+        assert await store.thread.last_agent_author(group_id, through=0) is None
 
 
 async def test_a_hand_computed_window(tmp_path):
@@ -96,7 +97,7 @@ async def test_a_hand_computed_window(tmp_path):
 
 async def test_an_empty_thread(tmp_path):
     async with await SqliteStore.open(tmp_path / "t.db") as store:
-        group = await store.create_group("k", "g", GroupSettings())
+        group = await store.groups.create_group("k", "g", GroupSettings())
         got = await load_thread(store, group.id, through=0, budget=100, task_seq=None)
     assert got.kept == () and got.omitted == 0 and got.task_pulled_up is None and got.render() == ""
 
@@ -113,10 +114,10 @@ async def test_an_agents_prompt_window_moves_by_three_quarters_of_its_budget(har
             await harness.idle()
         store, group = harness.store, harness.group
         (snapshot,) = (await harness.fetch("SELECT MAX(snapshot_seq) FROM runs"))[0]
-        total = await store.thread_tokens(group.id, through=snapshot)
+        total = await store.thread.thread_tokens(group.id, through=snapshot)
         cut = cut_point(total, 1000, MARKER_TOKENS, participant_step(1000))
         assert cut != cut_point(total, 1000, MARKER_TOKENS)  # half-budget steps would start elsewhere
-        start = await store.first_seq_at(group.id, tokens=cut)
-        rows = {m.seq: m for m in await store.messages(group.id)}
+        start = await store.thread.first_seq_at(group.id, tokens=cut)
+        rows = {m.seq: m for m in await store.thread.messages(group.id)}
         prompt = "\n".join(m.content for m in llm.history[-1][2][1:])
         assert f"] {rows[start].text}" in prompt and f"] {rows[start - 1].text}\n" not in prompt + "\n"

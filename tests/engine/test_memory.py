@@ -56,13 +56,13 @@ def planner_calls(srv: FakeOpenAI) -> list[RecordedRequest]:
 
 
 async def runs_of(harness: Any) -> list[Run]:
-    pages = [page async for page in harness.store.run_pages(harness.group.id)]
+    pages = [page async for page in harness.store.record.run_pages(harness.group.id)]
     return [run for page in pages for run in page]
 
 
 async def planner_notes(harness: Any) -> list[str]:
-    agent = await harness.store.find_agent(harness.group.id, "planner")
-    return [n.text for n in await harness.store.notes(agent.id)]
+    agent = await harness.store.roster.find_agent(harness.group.id, "planner")
+    return [n.text for n in await harness.store.notes.notes(agent.id)]
 
 
 def system_text(request: RecordedRequest) -> str:
@@ -123,7 +123,7 @@ async def test_never_writes_is_memory_skipped(harness):
         assert await planner_notes(h) == []
         (run,) = await runs_of(h)
         assert run.status == "posted" and run.memory_skipped is True
-        stored = (await h.store.runs_by_id([run.id]))[run.id]
+        stored = (await h.store.record.runs_by_id([run.id]))[run.id]
         assert stored.memory_skipped is True
         out = io.StringIO()
         await write_export(h.store, h.group, "json", out.write)
@@ -223,7 +223,7 @@ async def test_memory_cannot_be_turned_on_without_tool_calls(harness, script, re
         with pytest.raises(UserFacingError) as info:
             await Admin(h.engine).edit_agent(h.group, "planner", memory=True)
         assert str(info.value) == reason
-        assert (await h.store.find_agent(h.group.id, "planner")).memory is False  # nothing changed
+        assert (await h.store.roster.find_agent(h.group.id, "planner")).memory is False  # nothing changed
 
 
 async def test_an_agent_with_memory_on_keeps_its_model_when_the_new_one_takes_no_tool_calls(harness):
@@ -236,7 +236,7 @@ async def test_an_agent_with_memory_on_keeps_its_model_when_the_new_one_takes_no
         assert str(info.value) == ("planner keeps its model: memory is on for it, and model tiny-model answered "
                                    "without the tool call it was asked for, so it does not take tool calls; "
                                    "memory needs them.")
-        agent = await h.store.find_agent(h.group.id, "planner")
+        agent = await h.store.roster.find_agent(h.group.id, "planner")
         assert (agent.model, agent.memory) == (None, True)
         assert await admin.edit_agent(h.group, "planner", memory=False) == "Updated planner: memory is off."
         assert await admin.edit_agent(h.group, "planner", model="tiny-model") == "Updated planner."
@@ -276,7 +276,7 @@ async def test_the_memory_check_through_a_named_provider_is_counted_there(harnes
             admin = Admin(harness.engine)
             await admin.edit_agent(harness.group, "planner", model="local/small-model")
             assert await admin.edit_agent(harness.group, "planner", memory=True) == "Updated planner: memory is on."
-            spent = await harness.store.spending(harness.group.id, 0)
+            spent = await harness.store.spending.spending(harness.group.id, 0)
     assert [r["model"] for r in local.requests] == ["small-model"] and default.requests == []
     (check,) = spent
     prompt = rough_tokens(message_text(local.requests[0]["messages"][0]))

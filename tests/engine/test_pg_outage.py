@@ -32,8 +32,8 @@ async def test_a_restart_of_the_server_is_two_warnings_and_the_engine_listens_ag
     admin = await asyncpg.connect(pg.url)
     async with TcpProxy.to_url(pg.url) as proxy, await pg.open() as other:  # another process: not through it
         store = await open_store(proxy.url(pg.target))
-        group = await store.create_group("console:main", "main", GroupSettings(mode="tags"))
-        planner = await store.add_agent(group.id, "planner", "plans", "You plan.")
+        group = await store.groups.create_group("console:main", "main", GroupSettings(mode="tags"))
+        planner = await store.roster.add_agent(group.id, "planner", "plans", "You plan.")
         engine = Engine(store, llm, RecordingSurface(), make_token_counter(), retry=FAST_RETRY)
         engine.ownership.tick = 3600  # the keeper never looks: only a notification can wake the engine
         await engine.start()
@@ -55,7 +55,7 @@ async def test_a_restart_of_the_server_is_two_warnings_and_the_engine_listens_ag
             await eventually(lambda: any(RELISTENED in r.getMessage() for r in caplog.records), "listening again")
             await engine.wait_idle(group.id, bound(30))
 
-            await other.append_user_message(group.id, NewMessage(
+            await other.thread.append_user_message(group.id, NewMessage(
                 "user", "bob", "@planner from another process", author_user_id="bob",
                 tags=Tags(agent_ids=(planner.id,), agent_names=("planner",))))
             await eventually(lambda: len(llm.participant_order) == 3, "woken by the other process's row")

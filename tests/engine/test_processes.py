@@ -43,8 +43,8 @@ async def line(proc: asyncio.subprocess.Process, starts: str) -> str:
 
 async def test_kill_9_of_the_owner_mid_run_and_the_other_process_finishes_exactly_once(place: Place) -> None:
     async with await place.open() as store:
-        group = await store.create_group("console:main", "main", GroupSettings(mode="tags"))
-        await store.add_agent(group.id, "planner", "plans", "You plan.")
+        group = await store.groups.create_group("console:main", "main", GroupSettings(mode="tags"))
+        await store.roster.add_agent(group.id, "planner", "plans", "You plan.")
     # its second call never answers: it is still the owner, mid-run, whenever the other has started and posted
     owner = await spawn(place, "a", posts=2, delay=0.2, hang_from=2)
     other = None
@@ -95,9 +95,9 @@ async def test_kill_9_of_the_owner_mid_tool_call_and_the_other_process_never_run
     the run from its journal: `add` ran once (the file counts its invocations), the model is told the
     outcome is unknown (same tool_call_id), the channel is told once, and the run ends with a reply."""
     async with await place.open() as store:
-        group = await store.create_group("console:main", "main", GroupSettings(mode="tags"))
-        planner = await store.add_agent(group.id, "planner", "plans", "You plan.")
-        await store.grant_tools(planner.id, ["counter.*"])
+        group = await store.groups.create_group("console:main", "main", GroupSettings(mode="tags"))
+        planner = await store.roster.add_agent(group.id, "planner", "plans", "You plan.")
+        await store.tools.grant_tools(planner.id, ["counter.*"])
     count = tmp_path / "count"
     script = GroupChatScript(agents={"planner": [
         Reply(text="Adding.", tool_calls=[tool_call("counter__add", n=2)]), "Done, as far as I can tell."]})

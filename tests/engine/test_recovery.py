@@ -50,17 +50,17 @@ async def test_a_row_held_by_a_passing_fault_goes_as_soon_as_another_post_goes_t
     llm = ScriptedLLM(default_agent_reply=lambda name, n: f"{name} answer {n}")
     async with harness.running(llm, mode="tags"):
         store = harness.store
-        other = await store.create_group("test:other", "other", GroupSettings(mode="tags"))
-        await store.add_agent(other.id, "planner", "plans", "You plan trips.")
+        other = await store.groups.create_group("test:other", "other", GroupSettings(mode="tags"))
+        await store.roster.add_agent(other.id, "planner", "plans", "You plan trips.")
         surface = OneGroupDown(harness.group.id, times=1)
         engine = Engine(store, llm, surface, make_token_counter(), retry=HOUR)
         await engine.start()
         try:
-            main = await store.get_group(harness.group.id)
+            main = await store.groups.get_group(harness.group.id)
             await engine.post_user_message(main, author_name="alice", user_id="alice", text="@planner one")
             await eventually(lambda: surface.times == 0, "the first reply refused")
             assert not [m for m in surface.published if m.author_type == "agent"]
-            await engine.post_user_message(await store.get_group(other.id), author_name="bob", user_id="bob",
+            await engine.post_user_message(await store.groups.get_group(other.id), author_name="bob", user_id="bob",
                                            text="@planner two")
             await eventually(lambda: len([m for m in surface.published if m.author_type == "agent"]) == 2,
                         "both replies shown (the held one once the other went through)")
@@ -79,8 +79,8 @@ async def test_a_run_the_restarting_server_failed_midway_is_not_left_running_and
     admin = await asyncpg.connect(pg.url)
     async with TcpProxy.to_url(pg.url) as proxy:
         store = await open_store(proxy.url(pg.target), health=StoreHealth(after=3600))
-        group = await store.create_group("console:main", "main", GroupSettings(mode="tags"))
-        await store.add_agent(group.id, "planner", "plans", "You plan.")
+        group = await store.groups.create_group("console:main", "main", GroupSettings(mode="tags"))
+        await store.roster.add_agent(group.id, "planner", "plans", "You plan.")
         engine = Engine(store, llm, RecordingSurface(), make_token_counter(), retry=HOUR)
         await engine.start()
         try:

@@ -44,8 +44,8 @@ async def test_regenerate_runs_again_on_the_same_snapshot_and_keeps_the_old_text
             async with harness.running(llm):
                 await harness.say(TASK)
                 await harness.idle()
-                group = await harness.store.get_group(harness.group.id)
-                original = await harness.store.get_message(group.id, 2)
+                group = await harness.store.groups.get_group(harness.group.id)
+                original = await harness.store.thread.get_message(group.id, 2)
                 assert (original.author_name, original.text) == ("planner", FIRST)
 
                 done = await harness.engine.regenerate(group, None, user_id="alice", operator=False)
@@ -56,13 +56,13 @@ async def test_regenerate_runs_again_on_the_same_snapshot_and_keeps_the_old_text
                 first, again = planner_calls(server)
                 assert again["messages"] == first["messages"]  # the same prompt inputs: the same snapshot
                 assert await harness.thread() == [f"[alice] {TASK}", f"[planner] {SECOND}"]  # no new row
-                (version,) = await harness.store.message_versions(group.id)
+                (version,) = await harness.store.thread.message_versions(group.id)
                 assert (version.seq, version.version, version.text, version.run_id) == (
                     2, 1, FIRST, original.source_run_id)
                 await eventually(lambda: [m.text for m in harness.surface.published if m.seq == 2] == [FIRST, SECOND],
                                  "the row shown again with its new text")
                 await harness.idle()
-                shown = await harness.store.get_message(group.id, 2)
+                shown = await harness.store.thread.get_message(group.id, 2)
                 assert shown.confirmed and shown.regenerated_at is not None and shown.source_run_id == done.run.id
                 runs = await harness.fetch("SELECT kind, status, prompt_tokens > 0 FROM runs ORDER BY id")
                 assert runs == [("group", "posted", True), ("regenerate", "posted", True)]  # counted as any run
@@ -81,7 +81,7 @@ async def test_regenerate_runs_again_on_the_same_snapshot_and_keeps_the_old_text
 async def exported_with_versions(harness, first_run: int | None, run: int) -> None:
     """Every export keeps the earlier text: JSON (valid against docs/export-schema.json) in `versions`,
     HTML folded under the message, Markdown on a line of its own."""
-    group = await harness.store.get_group(harness.group.id)
+    group = await harness.store.groups.get_group(harness.group.id)
     out: dict[str, str] = {}
     for fmt in ("json", "html", "md"):
         buffer = io.StringIO()
@@ -109,11 +109,11 @@ async def test_a_regenerate_that_fails_leaves_the_message_as_it_was(sqlite_harne
             async with sqlite_harness.running(llm) as harness:
                 await harness.say(TASK)
                 await harness.idle()
-                group = await harness.store.get_group(harness.group.id)
+                group = await harness.store.groups.get_group(harness.group.id)
                 with pytest.raises(InvalidInput, match=r"planner could not write #2 again .*the message is unchanged"):
                     await harness.engine.regenerate(group, 2, user_id=None, operator=True)  # the script ran out
                 assert await harness.thread() == [f"[alice] {TASK}", f"[planner] {FIRST}"]  # no failure notice
-                assert await harness.store.message_versions(group.id) == []
+                assert await harness.store.thread.message_versions(group.id) == []
                 assert await harness.fetch("SELECT kind, status FROM runs ORDER BY id") == [
                     ("group", "posted"), ("regenerate", "failed")]
         finally:
@@ -130,20 +130,20 @@ async def test_a_regenerate_cut_before_it_settled_changes_nothing_after_a_restar
             async with sqlite_harness.running(llm) as harness:
                 await harness.say(TASK)
                 await harness.idle()
-                planner = await harness.store.find_agent(harness.group.id, "planner")
+                planner = await harness.store.roster.find_agent(harness.group.id, "planner")
                 assert planner is not None
                 # what a process killed during the model call leaves: the run started, nothing settled
-                await harness.store.start_run(harness.group.id, planner.id, "regenerate", 1, replaces=2)
+                await harness.store.runs.start_run(harness.group.id, planner.id, "regenerate", 1, replaces=2)
             calls = len(server.requests)
             async with sqlite_harness.running(llm) as harness:
                 await harness.idle()
                 assert await harness.fetch("SELECT kind, status FROM runs ORDER BY id") == [
                     ("group", "posted"), ("regenerate", "interrupted")]
                 assert await harness.thread() == [f"[alice] {TASK}", f"[planner] {FIRST}"]
-                assert await harness.store.message_versions(harness.group.id) == []
+                assert await harness.store.thread.message_versions(harness.group.id) == []
                 assert len(server.requests) == calls  # nothing ran again for it
                 run = (await harness.fetch("SELECT id FROM runs WHERE kind = 'regenerate'"))[0][0]
-                late = await harness.store.finish_run(run, RunResult("posted"), cap=0)  # a late settle: refused
+                late = await harness.store.runs.finish_run(run, RunResult("posted"), cap=0)  # a late settle: refused
                 assert late.run.status == "interrupted" and late.reply is None
         finally:
             await llm.aclose()
@@ -177,15 +177,15 @@ async def test_refusals_say_why(sqlite_harness, what: str, seq: int | None, user
                 await harness.idle()
                 await harness.say("And the budget?", who="bob")
                 await harness.idle()
-                await harness.store.append_system_message(harness.group.id, harness.engine.notice("a notice"))
+                await harness.store.thread.append_system_message(harness.group.id, harness.engine.notice("a notice"))
                 await harness.idle()
-                group = await harness.store.get_group(harness.group.id)
-                rows = [(m.seq, m.author_name) for m in await harness.store.messages(group.id)]
+                group = await harness.store.groups.get_group(harness.group.id)
+                rows = [(m.seq, m.author_name) for m in await harness.store.thread.messages(group.id)]
                 assert rows == [(1, "alice"), (2, "planner"), (3, "bob"), (4, "budget"), (5, "roundtable")]
                 if what == "paused":
-                    await harness.store.update_group(group.id, paused=True)
+                    await harness.store.groups.update_group(group.id, paused=True)
                 calls = len(server.requests)
-                local = await harness.store.find_agent(group.id, "local")
+                local = await harness.store.roster.find_agent(group.id, "local")
                 assert local is not None
                 async with harness.engine.locks.holding(local, "a test's run") if what == "during a run" \
                         else _nothing():
@@ -193,7 +193,7 @@ async def test_refusals_say_why(sqlite_harness, what: str, seq: int | None, user
                         await harness.engine.regenerate(group, seq, user_id=user, operator=operator)
                 assert words in str(raised.value), str(raised.value)
                 assert len(server.requests) == calls  # no model call
-                assert await harness.store.message_versions(group.id) == []
+                assert await harness.store.thread.message_versions(group.id) == []
         finally:
             await llm.aclose()
 
@@ -217,7 +217,7 @@ async def test_a_secret_in_the_new_text_is_masked_in_the_row_what_is_shown_and_t
             async with sqlite_harness.running(llm) as harness:
                 await harness.say(TASK)
                 await harness.idle()
-                group = await harness.store.get_group(harness.group.id)
+                group = await harness.store.groups.get_group(harness.group.id)
                 done = await harness.engine.regenerate(group, None, user_id="alice", operator=False)
                 await harness.idle()
                 assert secret not in done.message.text and done.message.text.startswith("Use the key ")

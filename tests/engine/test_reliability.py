@@ -34,17 +34,17 @@ async def test_a_person_posting_during_a_run_keeps_its_tokens_and_terminate_in_t
         llm.gate.set()
         await harness.idle()
         store, group_id = harness.store, harness.group.id
-        rows = await store.messages(group_id)
+        rows = await store.thread.messages(group_id)
         assert [f"[{m.author_name}] {m.text}" for m in rows] == [
             "[alice] @planner task A", "[alice] task B", "[planner] Task A is done. TERMINATE",
             "[budget] Task B costs $10."]
         a, b = rows[0].episode_id, rows[1].episode_id
         assert rows[2].episode_id == a and rows[3].episode_id == b
-        episode_a, episode_b = await store.get_episode(a), await store.get_episode(b)
+        episode_a, episode_b = await store.episodes.get_episode(a), await store.episodes.get_episode(b)
         assert (episode_a.status, episode_a.agent_turns, episode_a.prompt_tokens) == ("superseded", 1, 100)
         # B ended by the selector's TERMINATE after budget spoke, not by the planner's reply to A
         assert (episode_b.status, episode_b.agent_turns) == ("terminated", 1)
-        assert (await store.get_decision(group_id, 4)).terminate
+        assert (await store.routing.get_decision(group_id, 4)).terminate
         assert llm.participant_order == ["planner", "budget"]
         statuses = [(e.id, e.status) for e in harness.surface.episodes if not e.running]
         assert (b, "terminated") == statuses[-1] and statuses.count((b, "terminated")) == 1
@@ -53,7 +53,7 @@ async def test_a_person_posting_during_a_run_keeps_its_tokens_and_terminate_in_t
 async def test_a_persons_message_waits_out_a_locked_database_and_is_stored_once(harness):
     harness.store_options["busy_timeout_ms"] = 50
     async with harness.running(mode="tags"):
-        group = await harness.store.get_group(harness.group.id)
+        group = await harness.store.groups.get_group(harness.group.id)
         told: list[str] = []
         async with harness.place.hold_write_lock():  # another process writes for far longer than 50 ms
             posting = asyncio.create_task(harness.engine.post_user_message(
@@ -63,7 +63,7 @@ async def test_a_persons_message_waits_out_a_locked_database_and_is_stored_once(
             assert not posting.done()
         message = await asyncio.wait_for(posting, bound())
         assert told == [LOCKED_MESSAGE]  # once, at the first wait
-        rows = [(m.seq, m.text) for m in await harness.store.messages(group.id)]
+        rows = [(m.seq, m.text) for m in await harness.store.thread.messages(group.id)]
         assert rows == [(message.seq, "kept through the lock")]
 
 
@@ -97,7 +97,7 @@ async def test_a_surface_failure_is_retried_while_running_in_seq_order(harness):
         await harness.idle()
         shown = [m.text for m in harness.surface.published if m.author_type == "agent"]
         assert shown == ["First.", "Second."]
-        assert all(m.confirmed for m in await harness.store.messages(harness.group.id))
+        assert all(m.confirmed for m in await harness.store.thread.messages(harness.group.id))
         assert harness.surface.alerts == []  # a passing fault is not announced
 
 
@@ -109,7 +109,7 @@ async def test_a_lasting_refusal_is_recorded_told_once_and_cleared(harness):
         await harness.idle()
         assert harness.surface.alerts == ["Give my role Send Messages."]
         assert [m.text for m in harness.surface.published if m.author_type == "agent"] == ["Waited."]
-        assert (await harness.store.get_group(harness.group.id)).delivery_problem is None
+        assert (await harness.store.groups.get_group(harness.group.id)).delivery_problem is None
 
 
 class ScriptedFailures(RecordingSurface):
@@ -153,7 +153,7 @@ async def test_a_refusal_is_told_only_when_it_lasts(sqlite_harness, caplog, fail
         shown = [m.text for m in sqlite_harness.surface.published if m.author_type == "agent"]
         assert shown == ["Shown."]
         assert sqlite_harness.surface.alerts == (["Give my role Send Messages."] if told else [])
-        assert (await sqlite_harness.store.get_group(sqlite_harness.group.id)).delivery_problem is None
+        assert (await sqlite_harness.store.groups.get_group(sqlite_harness.group.id)).delivery_problem is None
     assert any(r.levelname == "ERROR" and "Send Messages" in r.getMessage() for r in caplog.records) == told
 
 
@@ -192,8 +192,8 @@ async def test_two_processes_on_one_group_never_run_it_together_and_the_second_t
     store_a, a, _surface_a = await open_engine(place, llm, "console:main")
     store_b, b, surface_b = await open_engine(place, llm, "console:main")
     try:
-        group = await store_a.create_group("console:main", "main", GroupSettings(mode="tags"))
-        await store_a.add_agent(group.id, "planner", "plans", "You plan.")
+        group = await store_a.groups.create_group("console:main", "main", GroupSettings(mode="tags"))
+        await store_a.roster.add_agent(group.id, "planner", "plans", "You plan.")
         await a.start()
         await b.start()
         assert a.owns(group.id) and not b.owns(group.id)
@@ -201,14 +201,14 @@ async def test_two_processes_on_one_group_never_run_it_together_and_the_second_t
         assert holder is not None and "pid" in holder
         for i in range(6):  # both processes take messages; only the owner runs them
             engine = a if i % 2 else b
-            await engine.post_user_message(await store_a.get_group(group.id), author_name="you", user_id="you",
+            await engine.post_user_message(await store_a.groups.get_group(group.id), author_name="you", user_id="you",
                                            text=f"@planner question {i}")
             await asyncio.sleep(0.03)
         await eventually(lambda: all_answered(store_a, group.id), "every question answered")
         assert surface_b.published == [m for m in surface_b.published if m.author_type == "user"]
         await a.close()  # the owner stops: the other takes the group over
         await eventually(lambda: b.owns(group.id), "the other process taking the group over")
-        await b.post_user_message(await store_b.get_group(group.id), author_name="you", user_id="you",
+        await b.post_user_message(await store_b.groups.get_group(group.id), author_name="you", user_id="you",
                                   text="@planner still there?")
         await b.wait_idle(group.id, bound())
         assert [m.text for m in surface_b.published if m.author_type == "agent"][-1].startswith("planner says")
@@ -218,7 +218,7 @@ async def test_two_processes_on_one_group_never_run_it_together_and_the_second_t
         assert [status for _, status, _ in runs] == ["posted"] * len(runs)
         snapshots = [snapshot for snapshot, _, _ in runs]
         assert snapshots == sorted(set(snapshots)) and len(runs) == llm.participant_order.count("planner")
-        replies = [m.text for m in await store_b.messages(group.id) if m.author_type == "agent"]
+        replies = [m.text for m in await store_b.thread.messages(group.id) if m.author_type == "agent"]
         assert len(replies) == len(set(replies)) == len(runs)
     finally:
         for engine in (a, b):
@@ -228,31 +228,32 @@ async def test_two_processes_on_one_group_never_run_it_together_and_the_second_t
 
 
 async def all_answered(store: SqlStore, group_id: int) -> bool:
-    group = await store.get_group(group_id)
-    agents = await store.list_agents(group_id)
+    group = await store.groups.get_group(group_id)
+    agents = await store.roster.list_agents(group_id)
     return bool(group.latest_seq) and all(x.delivered_through == group.latest_seq for x in agents) and not \
-        await store.unconfirmed_messages(group_id)
+        await store.posting.unconfirmed_messages(group_id)
 
 
 async def test_a_console_never_touches_a_discord_groups_rows(place: Place):
     bot_store = await place.open()
-    discord = await bot_store.create_group("discord:42", "#general", GroupSettings(mode="tags"))
-    agent = await bot_store.add_agent(discord.id, "planner", "plans", "You plan.")
-    await bot_store.append_user_message(discord.id, NewMessage("user", "Alice", "@planner hi", author_user_id="1"))
-    run = await bot_store.start_run(discord.id, agent.id, "group", 1)  # the bot is mid-run
-    await bot_store.finish_run((await bot_store.start_run(discord.id, agent.id, "group", 1)).id,
-                               RunResult("posted", reply=NewMessage("agent", "planner", "not shown yet",
-                                                                    author_agent_id=agent.id)), cap=5)
+    discord = await bot_store.groups.create_group("discord:42", "#general", GroupSettings(mode="tags"))
+    agent = await bot_store.roster.add_agent(discord.id, "planner", "plans", "You plan.")
+    await bot_store.thread.append_user_message(discord.id, NewMessage("user", "Alice", "@planner hi",
+                                                                      author_user_id="1"))
+    run = await bot_store.runs.start_run(discord.id, agent.id, "group", 1)  # the bot is mid-run
+    await bot_store.runs.finish_run((await bot_store.runs.start_run(discord.id, agent.id, "group", 1)).id,
+                                    RunResult("posted", reply=NewMessage("agent", "planner", "not shown yet",
+                                                                              author_agent_id=agent.id)), cap=5)
     llm = ScriptedLLM(default_agent_reply=lambda name, n: "console reply")
     store, console, surface = await open_engine(place, llm, "console:main")
     try:
-        group = await store.create_group("console:main", "main", GroupSettings())
+        group = await store.groups.create_group("console:main", "main", GroupSettings())
         await console.start()
         assert console.owns(group.id) and not console.owns(discord.id)
         console.wake(discord.id)  # even asked directly
         await quiet_period()  # it had its chance (a wake that does nothing leaves nothing to wait for)
-        assert (await store.get_run(run.id)).status == "running"  # the bot's run is not marked interrupted
-        assert [m.confirmed for m in await store.messages(discord.id)] == [True, False]  # not shown here
+        assert (await store.runs.get_run(run.id)).status == "running"  # the bot's run is not marked interrupted
+        assert [m.confirmed for m in await store.thread.messages(discord.id)] == [True, False]  # not shown here
         assert surface.published == [] and llm.history == []
         assert not console.owns(discord.id)
     finally:
@@ -286,7 +287,7 @@ async def test_a_failure_notice_names_the_kind_of_failure_and_a_refusals_reason_
             async with harness.running(llm, mode="tags"):
                 await harness.say("@planner go")
                 await harness.idle()
-                notice = (await harness.store.messages(harness.group.id))[-1]
+                notice = (await harness.store.thread.messages(harness.group.id))[-1]
         finally:
             await llm.aclose()
     assert notice.author_type == "system" and notice.text == expected
@@ -314,7 +315,7 @@ async def test_a_posted_id_another_row_holds_is_counted_as_shown_and_the_group_g
         await harness.idle()
         await harness.say("@planner two")
         await harness.idle()
-        rows = await harness.store.messages(harness.group.id)
+        rows = await harness.store.thread.messages(harness.group.id)
         assert [(r.text, r.confirmed, r.external_ids) for r in rows if r.author_type == "agent"] == [
             ("First.", True, ("same-id",)), ("Second.", True, ())]
 
@@ -328,4 +329,4 @@ async def test_a_row_that_keeps_failing_unexpectedly_is_skipped_so_the_rows_behi
         await harness.say("@planner two")
         await harness.idle()
         assert [m.text for m in harness.surface.published if m.author_type == "agent"] == ["Second."]
-        assert all(r.confirmed for r in await harness.store.messages(harness.group.id))
+        assert all(r.confirmed for r in await harness.store.thread.messages(harness.group.id))

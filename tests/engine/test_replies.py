@@ -42,7 +42,7 @@ async def test_a_reply_to_a_message_out_of_the_window_is_quoted_at_the_end(harne
     async with chat(harness) as server:
         await harness.say("@planner plan a 3-day Tokyo trip")
         await harness.idle(30)
-        planned = (await harness.store.messages(harness.group.id))[-1]
+        planned = (await harness.store.thread.messages(harness.group.id))[-1]
         assert planned.text == PLAN
         for n in range(8):  # push the window past the plan
             await harness.say(f"@planner another idea, number {n}?")
@@ -50,7 +50,7 @@ async def test_a_reply_to_a_message_out_of_the_window_is_quoted_at_the_end(harne
         before = planner_calls(server)[-1]
         assert PLAN not in "\n".join(before) and not any(HEADER in m for m in before)
 
-        group = await harness.store.get_group(harness.group.id)
+        group = await harness.store.groups.get_group(harness.group.id)
         await harness.engine.post_user_message(group, author_name="bob", user_id="bob",
                                                text="@planner make that 4 days", reply_to=planned.seq)
         await harness.idle(30)
@@ -61,7 +61,7 @@ async def test_a_reply_to_a_message_out_of_the_window_is_quoted_at_the_end(harne
         # the reply continued the plan's work: its task is in the prompt's <task> too
         assert "Earlier requests this continues (oldest first):\n[alice] @planner plan a 3-day Tokyo trip" in quoted[1]
 
-        await harness.store.delete_message(harness.group.id, planned.seq)  # an operator deletes the plan
+        await harness.store.thread.delete_message(harness.group.id, planned.seq)  # an operator deletes the plan
         await harness.say("@planner and what about day 4?")
         await harness.idle(30)
         latest = planner_calls(server)[-1]

@@ -56,7 +56,7 @@ def test_a_groups_parts_never_call_back_into_the_engine(engine):
 
 
 async def test_a_groups_dispatcher_and_outbox_share_one_runtime(engine):
-    group = await engine.store.create_group("console:shape", "shape", GroupSettings())
+    group = await engine.store.groups.create_group("console:shape", "shape", GroupSettings())
     await engine.start()
     runtime = engine.groups.get(group.id)
     assert runtime.dispatcher.outbox is runtime.outbox

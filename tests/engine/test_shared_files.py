@@ -16,7 +16,7 @@ def image(url: str) -> SharedFile:
 
 
 async def post(h, text: str, *files: SharedFile) -> None:
-    group = await h.store.get_group(h.group.id)
+    group = await h.store.groups.get_group(h.group.id)
     await h.engine.post_user_message(group, author_name="alice", user_id="alice", text=text, attachments=files)
 
 
@@ -36,7 +36,7 @@ async def test_an_image_is_fetched_once_and_a_missing_one_is_named(sqlite_harnes
         await post(h, "@planner again")
         await h.until_called(2)
         await h.idle()
-        rows = await h.store.messages(h.group.id)
+        rows = await h.store.thread.messages(h.group.id)
     first, second = images_sent(h, 0), images_sent(h, 1)
     assert [i.url[:22] for i in first] == ["data:image/png;base64,"] and second == first
     assert h.surface.fetched.count("a.png") == 1  # the second run took it from memory
@@ -74,9 +74,9 @@ async def test_exports_show_each_file_and_the_page_loads_none(sqlite_harness):
     log = SharedFile("app.log", "text", 20, "text/plain", "https://cdn.example/app.log", text="<b>boom</b>\n",
                      chars=12)
     async with h.running(mode="tags"):
-        await h.store.update_group(h.group.id, paused=True)  # nobody answers: only the record matters
+        await h.store.groups.update_group(h.group.id, paused=True)  # nobody answers: only the record matters
         await post(h, "see", shot, log)
-        group = await h.store.get_group(h.group.id)
+        group = await h.store.groups.get_group(h.group.id)
         pages: dict[str, str] = {}
         for fmt in ("html", "json", "md"):
             parts: list[str] = []
@@ -107,7 +107,7 @@ async def test_an_image_an_edit_removed_is_not_sent_from_memory_in_its_place(sql
                    replace(image("b.png"), attachment_id="b2"))
         await h.until_called(1)
         await h.idle()
-        assert await h.store.edit_message(h.group.id, 1, "@planner look at this one", attachment_ids=["b2"])
+        assert await h.store.thread.edit_message(h.group.id, 1, "@planner look at this one", attachment_ids=["b2"])
         await post(h, "@planner again")
         await h.until_called(2)
         await h.idle()

@@ -124,9 +124,9 @@ async def test_budget_reached_pauses_the_group_with_one_notice_and_resume_says_s
         admin = Admin(harness.engine)
         await harness.say("@planner go")
         await harness.idle()
-        group = await harness.store.get_group(harness.group.id)
+        group = await harness.store.groups.get_group(harness.group.id)
         assert group.paused
-        rows = await harness.store.messages(group.id)
+        rows = await harness.store.thread.messages(group.id)
         notices = [m.text for m in rows if m.author_type == "system"]
         assert notices == [
             "Paused: this month's model cost ($0.21) reached this group's monthly budget of $0.20 (monthly_budget). "
@@ -142,10 +142,10 @@ async def test_budget_reached_pauses_the_group_with_one_notice_and_resume_says_s
         assert {f.name: f.value for f in usage.fields}["this month"] == "$0.21 of the $0.20 monthly_budget"
         updated = await admin.config(group, {"monthly_budget": 5})
         assert isinstance(updated, Card) and ("monthly_budget", "$5.00") in [(f.name, f.value) for f in updated.fields]
-        assert (await admin.resume(await harness.store.get_group(group.id))).startswith("Resumed")
+        assert (await admin.resume(await harness.store.groups.get_group(group.id))).startswith("Resumed")
         await harness.idle()
         assert llm.participant_order == ["planner", "planner"]
-        notices = [m for m in await harness.store.messages(group.id) if m.author_type == "system"]
+        notices = [m for m in await harness.store.thread.messages(group.id) if m.author_type == "system"]
         assert len(notices) == 1  # under the new budget: no second notice
 
 
@@ -159,10 +159,10 @@ async def test_setting_a_budget_already_reached_pauses_at_once(harness):
         card = await admin.config(harness.group, {"monthly_budget": 0.1})
         assert isinstance(card, Card) and card.tone == "warning"
         assert card.description.startswith("This month's model cost ($0.15) has already reached monthly_budget")
-        assert (await harness.store.get_group(harness.group.id)).paused
+        assert (await harness.store.groups.get_group(harness.group.id)).paused
         off = await admin.config(harness.group, {"monthly_budget": 0})
         assert isinstance(off, Card) and ("monthly_budget", "off") in [(f.name, f.value) for f in off.fields]
-        assert (await admin.resume(await harness.store.get_group(harness.group.id))).startswith("Resumed")
+        assert (await admin.resume(await harness.store.groups.get_group(harness.group.id))).startswith("Resumed")
 
 
 @pytest.mark.parametrize("given, shown", [(0.0001, "$0.0001"), (0.016, "$0.016"), (0.005, "$0.005"), (7, "$7.00"),
@@ -173,7 +173,7 @@ async def test_a_budget_is_kept_and_shown_as_given(harness, given, shown):
         admin = Admin(harness.engine)
         card = await admin.config(harness.group, {"monthly_budget": given})
         assert isinstance(card, Card) and ("monthly_budget", shown) in [(f.name, f.value) for f in card.fields]
-        assert (await harness.store.get_group(harness.group.id)).settings.monthly_budget == given
+        assert (await harness.store.groups.get_group(harness.group.id)).settings.monthly_budget == given
 
 
 async def test_a_sub_cent_budget_is_enforced_at_its_value(harness):
@@ -183,9 +183,9 @@ async def test_a_sub_cent_budget_is_enforced_at_its_value(harness):
     async with harness.running(llm, mode="tags", monthly_budget=0.001):
         await harness.say("@planner go")
         await harness.idle()
-        group = await harness.store.get_group(harness.group.id)
+        group = await harness.store.groups.get_group(harness.group.id)
         assert group.paused
-        notices = [m.text for m in await harness.store.messages(group.id) if m.author_type == "system"]
+        notices = [m.text for m in await harness.store.thread.messages(group.id) if m.author_type == "system"]
         assert notices == ["Paused: this month's model cost ($0.0015) reached this group's monthly budget of "
                            "$0.001 (monthly_budget). Messages are still recorded; an operator can raise the budget "
                            "with /roundtable config monthly_budget:N and then /roundtable resume."]
@@ -199,6 +199,6 @@ async def test_the_pause_warning_formats_money_as_usage_does(harness, caplog):
     async with harness.running(llm, mode="tags", monthly_budget=0.0001):
         await harness.say("@planner go")
         await harness.idle()
-        assert (await harness.store.get_group(harness.group.id)).paused
+        assert (await harness.store.groups.get_group(harness.group.id)).paused
     paused = [r.getMessage() for r in caplog.records if "paused" in r.getMessage()]
     assert paused == [f"group={harness.group.id} paused: this month's cost $0.0002 reached its monthly budget $0.0001"]

@@ -52,7 +52,7 @@ async def test_a_message_waits_out_an_outage_people_told_once_each_way_and_statu
     harness.store_options["health"] = StoreHealth(after=AFTER)
     harness.llm = ScriptedLLM(agents={"planner": ["Saved at last."]})
     async with harness.running(mode="tags"):
-        group = await harness.store.get_group(harness.group.id)
+        group = await harness.store.groups.get_group(harness.group.id)
         alerts, waited = harness.surface.alerts, []
         failures = counting_failures(harness.store.health)
         async with no_writes(harness) as reason:

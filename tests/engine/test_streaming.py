@@ -75,10 +75,11 @@ async def test_stream_off_is_not_streamed_and_memory_runs_are(harness):
     async with harness.running(llm, mode="tags", stream=False):
         await harness.say("@planner go")
         await harness.idle()
-        await harness.store.update_group(harness.group.id, settings=harness.group.settings.with_changes(stream=True))
-        budget = await harness.store.find_agent(harness.group.id, "budget")
+        await harness.store.groups.update_group(harness.group.id,
+                                                settings=harness.group.settings.with_changes(stream=True))
+        budget = await harness.store.roster.find_agent(harness.group.id, "budget")
         assert budget is not None
-        await harness.store.update_agent(budget.id, memory=True)
+        await harness.store.roster.update_agent(budget.id, memory=True)
         await harness.say("@budget go")
         await harness.idle()
     # stream off: none; a memory run (tools) streams its answer and its reminder's (issue 29)
@@ -103,16 +104,16 @@ async def test_an_interrupted_runs_provisional_messages_go_to_the_agents_next_ru
     llm = ScriptedLLM(default_agent_reply=lambda name, n: f"{name} reply {n}.")
     async with harness.running(llm, mode="tags"):
         store, group_id = harness.store, harness.group.id
-        planner = await store.find_agent(group_id, "planner")
-        budget = await store.find_agent(group_id, "budget")
+        planner = await store.roster.find_agent(group_id, "planner")
+        budget = await store.roster.find_agent(group_id, "budget")
         assert planner is not None and budget is not None
         await harness.say("@budget and @planner, earlier")  # (the runs that died mid-stream)
         await harness.idle()
         for agent, text in ((planner, "Half a rep"), (budget, "Half of mine")):
-            run = await store.start_run(group_id, agent.id, "group", 1)
-            part = await store.add_draft(group_id, agent.id, run.id, 0, agent.name, text)
-            await store.draft_posted(part.id, f"msg-{agent.name}")
-        await store.interrupt_running_runs(group_id)
+            run = await store.runs.start_run(group_id, agent.id, "group", 1)
+            part = await store.drafts.add_draft(group_id, agent.id, run.id, 0, agent.name, text)
+            await store.drafts.draft_posted(part.id, f"msg-{agent.name}")
+        await store.runs.interrupt_running_runs(group_id)
         await harness.say("@planner again")
         await harness.idle()
     planner_draft = harness.surface.drafts[-1]
@@ -153,8 +154,8 @@ async def test_usage_cost_why_and_exports_are_the_same_streamed_or_not(tmp_path)
             store, group = harness.store, harness.group
             runs = await harness.fetch("SELECT prompt_tokens, completion_tokens, cached_tokens, estimated, status,"
                                        " model FROM runs ORDER BY id")
-            usage = await harness.engine.store.usage_since(group.id, 0)
-            why = [await store.get_decision(group.id, seq) for seq in range(1, 6)]
+            usage = await harness.engine.store.spending.usage_since(group.id, 0)
+            why = [await store.routing.get_decision(group.id, seq) for seq in range(1, 6)]
             pieces: list[str] = []
             await write_export(store, group, "json", pieces.append, now=0.0)
             export = json.loads("".join(pieces))

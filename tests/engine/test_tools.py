@@ -97,8 +97,8 @@ async def running(harness: Any, srv: FakeOpenAI, counter: Counter, **settings: A
 
 
 async def grant(harness: Any, *patterns: str) -> None:
-    agent = await harness.store.find_agent(harness.group.id, "planner")
-    await harness.store.grant_tools(agent.id, list(patterns))
+    agent = await harness.store.roster.find_agent(harness.group.id, "planner")
+    await harness.store.tools.grant_tools(agent.id, list(patterns))
 
 
 async def journal(harness: Any) -> list[tuple[Any, ...]]:
@@ -256,17 +256,17 @@ async def test_history_search_finds_what_the_window_dropped(harness):
                                                                                        to_seq=3)]),
         "The code word was zebra."]})
     async with FakeOpenAI(script) as srv, running(harness, srv, Counter(), context_budget=500) as h:
-        agents = {a.name: a for a in await h.store.list_agents(h.group.id)}
+        agents = {a.name: a for a in await h.store.roster.list_agents(h.group.id)}
         for agent in agents.values():  # the thread is written while nobody answers
-            await h.store.update_agent(agent.id, enabled=False)
+            await h.store.roster.update_agent(agent.id, enabled=False)
         await h.say(f"the code word is zebra_code_42, the key {SECRET}")
         await h.say("a message someone deletes: zebra_code_gone")
         await h.say("zebra 100% literal")
-        await h.store.delete_message(h.group.id, 2)
+        await h.store.thread.delete_message(h.group.id, 2)
         for i in range(40):
             await h.say(f"note {i}: {filler}")
         await h.idle()
-        await h.store.update_agent(agents["planner"].id, enabled=True)
+        await h.store.roster.update_agent(agents["planner"].id, enabled=True)
         await grant(h, "history_search", "history_read")
         await h.say("@planner what was the code word?")
         await h.idle(30)
@@ -293,11 +293,11 @@ async def test_ask_and_a_schedule_use_the_agents_grants(harness):
     harness.engine_options["clock"] = lambda: 1_800_000_000.0
     async with FakeOpenAI(script) as srv, running(harness, srv, counter) as h:
         await grant(h, "counter.*")
-        planner = await h.store.find_agent(h.group.id, "planner")
+        planner = await h.store.roster.find_agent(h.group.id, "planner")
         answer = await h.engine.ask(h.group, planner, "add five", asker="alice")
         assert answer.text == "Added: the counter is 5." and counter.value == 5
-        await h.store.add_schedule(planner.id, When(every_seconds=3600), "read the counter",
-                                   next_run_at=1_800_000_000.0 - 1)
+        await h.store.schedules.add_schedule(planner.id, When(every_seconds=3600), "read the counter",
+                                             next_run_at=1_800_000_000.0 - 1)
         await h.engine.scheduler.tick()
         await h.idle(30)
         rows = await journal(h)
@@ -338,12 +338,12 @@ async def test_the_draft_shows_each_call_and_the_reply_keeps_a_compact_line(harn
         await h.idle(30)
         published = [m.text for m in harness.surface.published if m.author_type == "agent"]
         thread = await h.thread()
-        reply = [m for m in await h.store.messages(h.group.id) if m.author_type == "agent"][-1]
+        reply = [m for m in await h.store.thread.messages(h.group.id) if m.author_type == "agent"][-1]
         why = (await Admin(h.engine).why(h.group, str(reply.seq))).lines()
         usage = {f.name: f.value for f in (await Admin(h.engine).usage(h.group, 1)).fields}
         requests = list(srv.requests)
-        group = await h.store.get_group(h.group.id)
-        await h.store.update_group(group.id, settings=group.settings.with_changes(show_tools=False))
+        group = await h.store.groups.get_group(h.group.id)
+        await h.store.groups.update_group(group.id, settings=group.settings.with_changes(show_tools=False))
         await h.say("@planner again")
         await h.idle(30)
         published_off = [m.text for m in harness.surface.published if m.author_type == "agent"]
@@ -384,7 +384,7 @@ async def test_the_exports_and_replay_show_each_call_with_its_arguments_and_resu
             out = io.StringIO()
             await write_export(h.store, h.group, fmt, out.write)
             outputs[fmt] = out.getvalue()
-        reply = [m for m in await h.store.messages(h.group.id) if m.author_type == "agent"][-1]
+        reply = [m for m in await h.store.thread.messages(h.group.id) if m.author_type == "agent"][-1]
         replayed = await replay_message(h.store, h.llm, h.group, reply.seq, model=None)
     data = json.loads(outputs["json"])
     jsonschema.Draft202012Validator(SCHEMA).validate(data)

@@ -23,8 +23,8 @@ async def running(harness: Any, srv: FakeOpenAI, **settings: Any) -> AsyncIterat
     llm = OpenAILLM(api_key="sk-test", base_url=srv.base_url, default_model="fake-model", timeout=10,
                     max_retries=0, counter=make_token_counter())
     async with llm, harness.running(llm, mode="tags", **settings) as h:
-        planner = await h.store.find_agent(h.group.id, "planner")
-        await h.store.update_agent(planner.id, mode="worker")
+        planner = await h.store.roster.find_agent(h.group.id, "planner")
+        await h.store.roster.update_agent(planner.id, mode="worker")
         yield h
 
 
@@ -49,7 +49,7 @@ async def test_a_worker_speaks_only_through_group_post_and_keeps_its_final_text(
         runs = await h.fetch("SELECT status, private_text, posted_seq FROM runs ORDER BY id")
         posts = await h.fetch("SELECT source_run_id, author_name FROM messages WHERE author_type = 'agent'"
                               " ORDER BY seq")
-        group = await h.store.get_group(h.group.id)
+        group = await h.store.groups.get_group(h.group.id)
         exports = {}
         for fmt in ("json", "html", "md"):
             out = io.StringIO()

@@ -70,19 +70,19 @@ async def main(target: str, name: str, posts: int, delay: float, hang_from: int 
     store.owner_label = f"engine {name}"
     try:
         await engine.start()
-        group = await store.find_group("console:main")
+        group = await store.groups.find_group("console:main")
         assert group is not None
         print(f"started pid {os.getpid()} owner={engine.owns(group.id)}", flush=True)
         for i in range(posts):
-            await engine.post_user_message(await store.get_group(group.id), author_name=name, user_id=name,
+            await engine.post_user_message(await store.groups.get_group(group.id), author_name=name, user_id=name,
                                            text=f"@planner question {name}-{i}")
             await asyncio.sleep(0.05)
         print("posted", flush=True)
         while True:
-            group = await store.get_group(group.id)
-            agents = await store.list_agents(group.id)
+            group = await store.groups.get_group(group.id)
+            agents = await store.roster.list_agents(group.id)
             if all(a.delivered_through == group.latest_seq for a in agents) and \
-                    not await store.unconfirmed_messages(group.id):
+                    not await store.posting.unconfirmed_messages(group.id):
                 break
             await asyncio.sleep(0.05)
         print("all answered", flush=True)

@@ -20,19 +20,19 @@ KNOWN = MIGRATIONS[-1][0]
 async def test_health_through_a_store_and_by_inspecting_agree(place: Place) -> None:
     clock = [1000.0]
     async with await place.open(clock=lambda: clock[0]) as store:
-        talk = await store.create_group("discord:1", "#talk", GroupSettings(), guild_id="9", channel_id="1")
-        quiet = await store.create_group("discord:2", "#quiet", GroupSettings(), guild_id="9", channel_id="2")
-        gone = await store.create_group("discord:3", "#gone", GroupSettings(), guild_id="9", channel_id="3")
-        await store.update_group(gone.id, enabled=False)
-        await store.save_webhook("1", "111", "secret-webhook-token")
+        talk = await store.groups.create_group("discord:1", "#talk", GroupSettings(), guild_id="9", channel_id="1")
+        quiet = await store.groups.create_group("discord:2", "#quiet", GroupSettings(), guild_id="9", channel_id="2")
+        gone = await store.groups.create_group("discord:3", "#gone", GroupSettings(), guild_id="9", channel_id="3")
+        await store.groups.update_group(gone.id, enabled=False)
+        await store.webhooks.save_webhook("1", "111", "secret-webhook-token")
         for text in ("one", "two"):
-            await store.append_system_message(talk.id, NewMessage("system", "roundtable", text))
-        await store.append_user_message(quiet.id, NewMessage("user", "ann", "people's rows are never waiting"))
-        await store.append_system_message(gone.id, NewMessage("system", "roundtable", "a disabled group's"))
+            await store.thread.append_system_message(talk.id, NewMessage("system", "roundtable", text))
+        await store.thread.append_user_message(quiet.id, NewMessage("user", "ann", "people's rows are never waiting"))
+        await store.thread.append_system_message(gone.id, NewMessage("system", "roundtable", "a disabled group's"))
         store.owner_label = "console"
-        assert await store.acquire_lease(quiet.id, 30) is None
+        assert await store.leases.acquire_lease(quiet.id, 30) is None
         clock[0] = 1060.0
-        health = await store.database_report()
+        health = await store.diagnosis.database_report()
         inspection = await inspect(place.target, 1060.0)
     assert health == inspection.report
     assert (health.version, health.known, health.exists) == (KNOWN, KNOWN, True)

@@ -91,12 +91,12 @@ async def test_a_file_from_a_newer_version_is_refused(tmp_path: Path) -> None:
 async def test_reopening_an_existing_file_keeps_its_data(tmp_path: Path) -> None:
     path = tmp_path / "rt.db"
     async with await SqliteStore.open(path) as store:
-        group = await store.create_group("g", "general", GroupSettings(max_agent_turns=5))
-        await store.add_agent(group.id, "planner", "plans", "You plan.")
+        group = await store.groups.create_group("g", "general", GroupSettings(max_agent_turns=5))
+        await store.roster.add_agent(group.id, "planner", "plans", "You plan.")
     async with await SqliteStore.open(path) as store:
-        reopened = await store.get_group(group.id)
+        reopened = await store.groups.get_group(group.id)
         assert reopened.settings.max_agent_turns == 5
-        assert [a.name for a in await store.list_agents(group.id)] == ["planner"]
+        assert [a.name for a in await store.roster.list_agents(group.id)] == ["planner"]
 
 
 @pytest.mark.parametrize(
@@ -136,13 +136,13 @@ async def test_running_token_sums_are_filled_for_rows_written_before_migration_4
             await conn.execute("INSERT INTO messages (group_id, seq, author_type, author_name, text, token_count,"
                                " created_at) VALUES (1, ?, 'user', 'a', 't', ?, 0)", (seq, tokens))
     async with await SqliteStore.open(path) as store:
-        rows = await store.messages(1)
+        rows = await store.thread.messages(1)
         assert [m.tokens_before for m in rows] == [0, 11, 13]  # costs: 10+1, max(0,1)+1, 5+1
-        assert await store.thread_tokens(1, through=3) == 19
-        assert await store.first_seq_at(1, tokens=12) == 3
-        added, _ = await store.append_user_message(1, NewMessage("user", "a", "more", token_count=3))
+        assert await store.thread.thread_tokens(1, through=3) == 19
+        assert await store.thread.first_seq_at(1, tokens=12) == 3
+        added, _ = await store.thread.append_user_message(1, NewMessage("user", "a", "more", token_count=3))
         assert added.seq == 4 and added.tokens_before == 19
-        assert await store.thread_tokens(1, through=4) == 23
+        assert await store.thread.thread_tokens(1, through=4) == 23
 
 
 async def test_migration_6_gives_agents_memory_off_and_old_runs_no_memory_verdict(tmp_path: Path) -> None:
@@ -158,14 +158,14 @@ async def test_migration_6_gives_agents_memory_off_and_old_runs_no_memory_verdic
         await conn.execute("INSERT INTO runs (id, group_id, agent_id, kind, snapshot_seq, status, started_at)"
                            " VALUES (1, 1, 1, 'group', 0, 'posted', 0)")
     async with await SqliteStore.open(path) as store:
-        assert [a.memory for a in await store.list_agents(1)] == [False, False]
-        assert (await store.runs_by_id([1]))[1].memory_skipped is None
-        assert (await store.update_agent(1, memory=True)).memory is True
+        assert [a.memory for a in await store.roster.list_agents(1)] == [False, False]
+        assert (await store.record.runs_by_id([1]))[1].memory_skipped is None
+        assert (await store.roster.update_agent(1, memory=True)).memory is True
         for text in ("first", "second", "third"):
-            await store.add_note(1, text)
-        await store.add_note(2, "other agent")
-        assert [n.text for n in await store.notes(1)] == ["first", "second", "third"]
-        assert [n.text for n in await store.notes(1, limit=2)] == ["second", "third"]  # the newest, oldest first
-        assert await store.note_count(1) == 3
-        assert await store.clear_notes(1) == 3
-        assert await store.notes(1) == [] and await store.note_count(2) == 1
+            await store.notes.add_note(1, text)
+        await store.notes.add_note(2, "other agent")
+        assert [n.text for n in await store.notes.notes(1)] == ["first", "second", "third"]
+        assert [n.text for n in await store.notes.notes(1, limit=2)] == ["second", "third"]  # the newest, oldest first
+        assert await store.notes.note_count(1) == 3
+        assert await store.notes.clear_notes(1) == 3
+        assert await store.notes.notes(1) == [] and await store.notes.note_count(2) == 1

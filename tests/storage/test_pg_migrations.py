@@ -87,10 +87,10 @@ async def test_running_token_sums_are_filled_for_rows_written_before_migration_4
     finally:
         await conn.close()
     async with await pg.open() as store:
-        rows = await store.messages(1)
+        rows = await store.thread.messages(1)
         assert [m.tokens_before for m in rows] == [0, 11, 13]
-        assert await store.thread_tokens(1, through=3) == 19
-        added, _ = await store.append_user_message(1, NewMessage("user", "a", "more", token_count=3))
+        assert await store.thread.thread_tokens(1, through=3) == 19
+        added, _ = await store.thread.append_user_message(1, NewMessage("user", "a", "more", token_count=3))
         assert added.seq == 4 and added.tokens_before == 19
 
 

@@ -38,18 +38,18 @@ async def test_a_connection_the_server_ended_in_the_pool_is_not_used_again(
     caplog.set_level(logging.DEBUG, logger="storage.pg")
     store: SqlStore = await open_store(proxy.url(pg.target))
     try:
-        group = await store.create_group("console:main", "main", GroupSettings())
-        assert await store.acquire_lease(group.id, 30) is None
-        await store.watch(lambda group_id: None)  # the listening connection is one the server ends too
-        assert [g.id for g in await store.list_groups()] == [group.id]  # a second connection, idle in the pool
+        group = await store.groups.create_group("console:main", "main", GroupSettings())
+        assert await store.leases.acquire_lease(group.id, 30) is None
+        await store.leases.watch(lambda group_id: None)  # the listening connection is one the server ends too
+        assert [g.id for g in await store.groups.list_groups()] == [group.id]  # a second connection, idle in the pool
         for _ in range(2):
             assert await proxy.end_backends(admin) >= 1  # the idle connection (the first time the listener too)
             if first == "a lease renewal":
-                assert await store.renew_leases([group.id], 30) == {group.id}
-                assert [g.id for g in await store.list_groups()] == [group.id]
+                assert await store.leases.renew_leases([group.id], 30) == {group.id}
+                assert [g.id for g in await store.groups.list_groups()] == [group.id]
             else:
-                assert [g.id for g in await store.list_groups()] == [group.id]
-                assert await store.renew_leases([group.id], 30) == {group.id}
+                assert [g.id for g in await store.groups.list_groups()] == [group.id]
+                assert await store.leases.renew_leases([group.id], 30) == {group.id}
     finally:
         await store.close()
     logged = [r.getMessage() for r in caplog.records]

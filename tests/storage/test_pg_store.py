@@ -16,7 +16,7 @@ from tests.support import eventually
 
 async def test_a_connection_the_server_ended_is_replaced(pg: PostgresPlace) -> None:
     async with await pg.open() as store:
-        group = await store.create_group("k", "n", GroupSettings())
+        group = await store.groups.create_group("k", "n", GroupSettings())
         async with store._read() as db:
             row = await db.one("SELECT pg_backend_pid()")
         assert row is not None
@@ -25,30 +25,31 @@ async def test_a_connection_the_server_ended_is_replaced(pg: PostgresPlace) -> N
         async def ended() -> bool:
             return (await pg.fetch("SELECT COUNT(*) FROM pg_stat_activity WHERE pid = ?", (row[0],)))[0][0] == 0
         await eventually(ended, "the server ending the connection")
-        assert (await store.get_group(group.id)).id == group.id
-        stored, _ = await store.append_user_message(group.id, NewMessage("user", "u", "after", author_user_id="u"))
+        assert (await store.groups.get_group(group.id)).id == group.id
+        stored, _ = await store.thread.append_user_message(group.id, NewMessage("user", "u", "after",
+                                                                                author_user_id="u"))
         assert stored.seq == 1
 
 
 async def test_reads_go_on_while_another_process_holds_the_write_lock(pg: PostgresPlace) -> None:
     async with await pg.open(busy_timeout_ms=200) as store:
-        group = await store.create_group("k", "n", GroupSettings())
+        group = await store.groups.create_group("k", "n", GroupSettings())
         async with pg.hold_write_lock():
-            write = asyncio.create_task(store.update_group(group.id, paused=True))
+            write = asyncio.create_task(store.groups.update_group(group.id, paused=True))
             for _ in range(5):
-                assert not (await store.get_group(group.id)).paused  # answered at once, the write waits
+                assert not (await store.groups.get_group(group.id)).paused  # answered at once, the write waits
             with pytest.raises(StoreError) as info:
                 await write
             assert str(info.value) == LOCKED_MESSAGE
-        assert (await store.update_group(group.id, paused=True)).paused
+        assert (await store.groups.update_group(group.id, paused=True)).paused
 
 
 async def test_two_schemas_in_one_database_write_independently(pg: PostgresPlace) -> None:
     async with postgres_place() as other:
         async with await pg.open(busy_timeout_ms=200) as mine, await other.open(busy_timeout_ms=200) as theirs:
-            group = await theirs.create_group("k", "n", GroupSettings())
+            group = await theirs.groups.create_group("k", "n", GroupSettings())
             async with pg.hold_write_lock():  # a long write in this schema
-                assert (await theirs.update_group(group.id, paused=True)).paused
+                assert (await theirs.groups.update_group(group.id, paused=True)).paused
                 with pytest.raises(StoreError, match="locked"):
-                    await mine.create_group("k", "n", GroupSettings())
-            assert await mine.list_groups() == []
+                    await mine.groups.create_group("k", "n", GroupSettings())
+            assert await mine.groups.list_groups() == []

@@ -18,22 +18,22 @@ def _person(text: str) -> NewMessage:
 async def test_a_post_and_a_turn_use_indexes_only(tmp_path: Path) -> None:
     store = await SqliteStore.open(tmp_path / "rt.db")
     try:
-        group = await store.create_group("g", "g", GroupSettings())
-        agent = await store.add_agent(group.id, "planner", "plans", "You plan.")
+        group = await store.groups.create_group("g", "g", GroupSettings())
+        agent = await store.roster.add_agent(group.id, "planner", "plans", "You plan.")
         for i in range(30):  # a history of many episodes
-            await store.append_user_message(group.id, _person(f"task {i}"))
+            await store.thread.append_user_message(group.id, _person(f"task {i}"))
         statements: list[str] = []
         for db in (store._backend._writer, store._backend._reader):  # type: ignore[attr-defined]
             db.conn.set_trace_callback(statements.append)
-        message, _ = await store.append_user_message(group.id, _person("@planner one more"))
-        await store.record_decision(group.id, Decision(message.seq, "tags", (agent.id,), ("planner",)))
-        run = await store.start_run(group.id, agent.id, "group", message.seq)
+        message, _ = await store.thread.append_user_message(group.id, _person("@planner one more"))
+        await store.routing.record_decision(group.id, Decision(message.seq, "tags", (agent.id,), ("planner",)))
+        run = await store.runs.start_run(group.id, agent.id, "group", message.seq)
         reply = NewMessage("agent", "planner", "Done.", author_agent_id=agent.id, source_run_id=run.id,
                            token_count=2)
-        await store.finish_run(run.id, RunResult("posted", Usage(10, 2, 0), Usage(), reply=reply), cap=10)
-        await store.unrouted(group.id, through=message.seq + 1)
-        await store.unconfirmed_messages(group.id)
-        await store.messages(group.id, after=message.seq - 5, through=message.seq + 1)
+        await store.runs.finish_run(run.id, RunResult("posted", Usage(10, 2, 0), Usage(), reply=reply), cap=10)
+        await store.routing.unrouted(group.id, through=message.seq + 1)
+        await store.posting.unconfirmed_messages(group.id)
+        await store.thread.messages(group.id, after=message.seq - 5, through=message.seq + 1)
     finally:
         for db in (store._backend._writer, store._backend._reader):  # type: ignore[attr-defined]
             db.conn.set_trace_callback(None)

@@ -29,30 +29,31 @@ async def store(place: Place) -> AsyncIterator[SqlStore]:
 
 
 async def test_files_are_kept_with_the_row_and_read_back_everywhere(store: SqlStore) -> None:
-    group = await store.create_group("console:f", "f", GroupSettings())
-    stored, _ = await store.append_user_message(group.id, NewMessage("user", "alice", "see these", attachments=FILES))
+    group = await store.groups.create_group("console:f", "f", GroupSettings())
+    stored, _ = await store.thread.append_user_message(group.id, NewMessage("user", "alice", "see these",
+                                                                            attachments=FILES))
     assert stored.attachments == FILES
-    assert (await store.get_message(group.id, 1)).attachments == FILES
-    assert (await store.messages(group.id))[0].attachments == FILES
-    pages = [m async for page in store.message_pages(group.id) for m in page]
+    assert (await store.thread.get_message(group.id, 1)).attachments == FILES
+    assert (await store.thread.messages(group.id))[0].attachments == FILES
+    pages = [m async for page in store.record.message_pages(group.id) for m in page]
     assert pages[0].attachments == FILES
-    plain, _ = await store.append_user_message(group.id, NewMessage("user", "bob", "no files"))
-    assert (await store.get_message(group.id, plain.seq)).attachments == ()
+    plain, _ = await store.thread.append_user_message(group.id, NewMessage("user", "bob", "no files"))
+    assert (await store.thread.get_message(group.id, plain.seq)).attachments == ()
 
 
 async def test_the_provider_of_each_call_is_recorded_and_summed(store: SqlStore) -> None:
-    group = await store.create_group("console:p", "p", GroupSettings())
-    agent = await store.add_agent(group.id, "coder", "codes", "You code.", model="local/llama3")
-    message, _ = await store.append_user_message(group.id, NewMessage("user", "alice", "go"))
-    await store.record_decision(group.id, Decision(message.seq, "selector", (agent.id,), ("coder",), attempts=1,
-                                                   usage=Usage(50, 1), model="gpt-4o-mini", provider="default"))
-    run = await store.start_run(group.id, agent.id, "group", message.seq)
-    finished = await store.finish_run(run.id, RunResult("empty", Usage(100, 10), model="llama3", provider="local"),
-                                      cap=12)
+    group = await store.groups.create_group("console:p", "p", GroupSettings())
+    agent = await store.roster.add_agent(group.id, "coder", "codes", "You code.", model="local/llama3")
+    message, _ = await store.thread.append_user_message(group.id, NewMessage("user", "alice", "go"))
+    await store.routing.record_decision(group.id, Decision(message.seq, "selector", (agent.id,), ("coder",), attempts=1,
+                                                           usage=Usage(50, 1), model="gpt-4o-mini", provider="default"))
+    run = await store.runs.start_run(group.id, agent.id, "group", message.seq)
+    finished = await store.runs.finish_run(run.id, RunResult("empty", Usage(100, 10), model="llama3", provider="local"),
+                                           cap=12)
     assert (finished.run.model, finished.run.provider) == ("llama3", "local")
-    decision = await store.get_decision(group.id, message.seq)
+    decision = await store.routing.get_decision(group.id, message.seq)
     assert decision is not None and decision.provider == "default"
-    spent = {(s.who, s.model, s.provider) for s in await store.spending(group.id, 0)}
+    spent = {(s.who, s.model, s.provider) for s in await store.spending.spending(group.id, 0)}
     assert spent == {("coder", "llama3", "local"), ("selector", "gpt-4o-mini", "default")}
 
 
@@ -85,11 +86,12 @@ async def test_a_secret_in_a_files_name_is_masked_in_its_stored_name_url_and_tex
     for secret in SECRETS_IN_NAMES:
         SECRETS.register(secret)
     async with await place.open() as store:
-        group = await store.create_group("console:s", "s", GroupSettings())
+        group = await store.groups.create_group("console:s", "s", GroupSettings())
         files = tuple(leaky(s, n) for n, s in enumerate(SECRETS_IN_NAMES))
-        stored, _ = await store.append_user_message(group.id, NewMessage("user", "alice", "see", attachments=files))
+        stored, _ = await store.thread.append_user_message(group.id, NewMessage("user", "alice", "see",
+                                                                                attachments=files))
         [(column,)] = await place.fetch("SELECT attachments FROM messages WHERE seq = ?", (stored.seq,))
-        read = (await store.get_message(group.id, stored.seq)).attachments
+        read = (await store.thread.get_message(group.id, stored.seq)).attachments
     leaves_no_form(column)
     leaves_no_form(repr(stored.attachments) + repr(read))
     assert [f.name for f in read] == ["***.txt"] * 3
@@ -106,8 +108,8 @@ async def test_migration_14_masks_the_files_of_rows_stored_before_with_the_secre
     webhooks' tokens the database holds."""
     webhook_token = "whk-" + "t0ken" * 6
     async with await place.open() as store:
-        group = await store.create_group("console:m", "m", GroupSettings())
-        await store.save_webhook("1", "55", webhook_token)
+        group = await store.groups.create_group("console:m", "m", GroupSettings())
+        await store.webhooks.save_webhook("1", "55", webhook_token)
     files = [dataclasses.asdict(leaky(s, n)) for n, s in enumerate([*SECRETS_IN_NAMES, webhook_token])]
     await place.execute("INSERT INTO messages (group_id, seq, author_type, author_name, text, created_at,"
                         " attachments) VALUES (?, 1, 'user', 'alice', 'see', 0, ?)", (group.id, json.dumps(files)))
@@ -119,7 +121,7 @@ async def test_migration_14_masks_the_files_of_rows_stored_before_with_the_secre
     for secret in SECRETS_IN_NAMES:  # as the command line registers the settings' before it opens the store
         SECRETS.register(secret)
     async with await place.open() as store:
-        read = (await store.get_message(group.id, 1)).attachments
+        read = (await store.thread.get_message(group.id, 1)).attachments
     [(column,)] = await place.fetch("SELECT attachments FROM messages WHERE seq = 1")
     leaves_no_form(column)
     assert webhook_token not in column

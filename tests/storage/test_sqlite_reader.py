@@ -24,8 +24,8 @@ def _person(text: str) -> NewMessage:
 async def test_a_read_sees_committed_rows_and_never_waits_for_an_open_write(tmp_path: Path) -> None:
     store = await SqliteStore.open(tmp_path / "rt.db")
     try:
-        group = await store.create_group("g", "g", GroupSettings())
-        await store.append_user_message(group.id, _person("first"))
+        group = await store.groups.create_group("g", "g", GroupSettings())
+        await store.thread.append_user_message(group.id, _person("first"))
         inside = asyncio.Event()
         release = asyncio.Event()
 
@@ -39,13 +39,13 @@ async def test_a_read_sees_committed_rows_and_never_waits_for_an_open_write(tmp_
         try:
             await inside.wait()
             # The write connection's lock is held: a read through it would wait for the release.
-            seen = await asyncio.wait_for(store.get_group(group.id), bound(1.0))
+            seen = await asyncio.wait_for(store.groups.get_group(group.id), bound(1.0))
             assert seen.name == "g"  # the open transaction's change is not visible yet
-            assert [m.text for m in await store.messages(group.id)] == ["first"]
+            assert [m.text for m in await store.thread.messages(group.id)] == ["first"]
         finally:
             release.set()
             await writer
-        assert (await store.get_group(group.id)).name == "renamed"
+        assert (await store.groups.get_group(group.id)).name == "renamed"
     finally:
         await store.close()
 
@@ -53,14 +53,14 @@ async def test_a_read_sees_committed_rows_and_never_waits_for_an_open_write(tmp_
 async def test_the_read_connection_cannot_write(tmp_path: Path) -> None:
     store = await SqliteStore.open(tmp_path / "rt.db")
     try:
-        group = await store.create_group("g", "g", GroupSettings())
+        group = await store.groups.create_group("g", "g", GroupSettings())
         async with store._read() as db:
             row = await db.one("SELECT id FROM groups WHERE id = ?", (group.id,))
             assert row is not None and row[0] == group.id
         with pytest.raises(StoreError, match="readonly database"):
             async with store._read() as db:
                 await db.exec("DELETE FROM groups")
-        assert (await store.get_group(group.id)).id == group.id  # nothing was deleted
+        assert (await store.groups.get_group(group.id)).id == group.id  # nothing was deleted
     finally:
         await store.close()
 
@@ -68,8 +68,8 @@ async def test_the_read_connection_cannot_write(tmp_path: Path) -> None:
 async def test_a_write_reports_the_rows_it_changed_and_the_id_it_made(tmp_path: Path) -> None:
     store = await SqliteStore.open(tmp_path / "rt.db")
     try:
-        a = await store.create_group("a", "a", GroupSettings())
-        b = await store.create_group("b", "b", GroupSettings())
+        a = await store.groups.create_group("a", "a", GroupSettings())
+        b = await store.groups.create_group("b", "b", GroupSettings())
         assert b.id == a.id + 1
         async with store._write() as db:
             assert await db.exec("UPDATE groups SET name = name WHERE id IN (?, ?)", (a.id, b.id)) == 2
@@ -81,9 +81,9 @@ async def test_a_write_reports_the_rows_it_changed_and_the_id_it_made(tmp_path: 
 async def test_an_in_memory_database_reads_its_own_writes() -> None:
     store = await SqliteStore.open(":memory:")
     try:
-        group = await store.create_group("g", "g", GroupSettings())
-        message, _ = await store.append_user_message(group.id, _person("hello"))
-        assert (await store.get_message(group.id, message.seq)).text == "hello"
+        group = await store.groups.create_group("g", "g", GroupSettings())
+        message, _ = await store.thread.append_user_message(group.id, _person("hello"))
+        assert (await store.thread.get_message(group.id, message.seq)).text == "hello"
     finally:
         await store.close()
 
@@ -93,7 +93,7 @@ async def test_a_write_waits_for_another_process_without_blocking_the_loop(tmp_p
     store = await SqliteStore.open(path, busy_timeout_ms=3000)
     other = sqlite3.connect(path, isolation_level=None)  # another process's connection, in effect
     try:
-        group = await store.create_group("g", "g", GroupSettings())
+        group = await store.groups.create_group("g", "g", GroupSettings())
         other.execute("BEGIN IMMEDIATE")  # it holds the write lock
         ticks = 0
 
@@ -104,7 +104,7 @@ async def test_a_write_waits_for_another_process_without_blocking_the_loop(tmp_p
                 ticks += 1
 
         ticker = asyncio.create_task(tick())
-        append = asyncio.create_task(store.append_user_message(group.id, _person("waits")))
+        append = asyncio.create_task(store.thread.append_user_message(group.id, _person("waits")))
         # the loop runs meanwhile: ten ticks
         await eventually(lambda: ticks >= 10 or append.done(), "ten ticks of the loop")
         assert not append.done() and ticks >= 10  # still waiting for the lock after them
@@ -114,9 +114,9 @@ async def test_a_write_waits_for_another_process_without_blocking_the_loop(tmp_p
         assert message.seq == 1
         other.execute("BEGIN IMMEDIATE")
         with pytest.raises(StoreError, match="locked by another process"):  # it waited (above), then gives up
-            await asyncio.wait_for(store.append_user_message(group.id, _person("gives up")), 60)
+            await asyncio.wait_for(store.thread.append_user_message(group.id, _person("gives up")), 60)
         other.execute("ROLLBACK")
-        assert [m.text for m in await store.messages(group.id)] == ["waits"]  # nothing half-written
+        assert [m.text for m in await store.thread.messages(group.id)] == ["waits"]  # nothing half-written
     finally:
         other.close()
         await store.close()
@@ -125,7 +125,7 @@ async def test_a_write_waits_for_another_process_without_blocking_the_loop(tmp_p
 async def test_many_store_calls_in_a_row_still_let_other_tasks_run(tmp_path: Path) -> None:
     store = await SqliteStore.open(tmp_path / "rt.db")
     try:
-        group = await store.create_group("g", "g", GroupSettings())
+        group = await store.groups.create_group("g", "g", GroupSettings())
         ran = asyncio.Event()
 
         async def other_task() -> None:
@@ -134,7 +134,7 @@ async def test_many_store_calls_in_a_row_still_let_other_tasks_run(tmp_path: Pat
         other = asyncio.create_task(other_task())
         started = time.monotonic()
         while not ran.is_set() and time.monotonic() - started < 5:
-            await store.get_group(group.id)  # statements on the loop's thread: no suspension of their own
+            await store.groups.get_group(group.id)  # statements on the loop's thread: no suspension of their own
         assert ran.is_set()
         await other
     finally:

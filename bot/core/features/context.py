@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from bot.core.models import Agent, ContextSummary, Group, GroupSettings, Message, token_cost
-from bot.core.ports import ThreadStore
+from bot.core.ports import HasThread
 from bot.core.rules.attachments import PromptFiles, brief_text
 from bot.core.rules.prompts import SYSTEM_AUTHOR, render_thread, shared_header, thread_line
 
@@ -185,7 +185,7 @@ class Window:
 
 
 async def find_window(
-    store: ThreadStore, group_id: int, *, through: int, budget: int, task_seq: int | None, task_apart: bool = False,
+    store: HasThread, group_id: int, *, through: int, budget: int, task_seq: int | None, task_apart: bool = False,
     step: int | None = None, tasks: Sequence[Message] = (), reserve: int = 0, quoted: int = 0,
 ) -> Window:
     """Where the window over rows 1..`through` starts: two indexed lookups (three with a task to load).
@@ -193,23 +193,23 @@ async def find_window(
     `tasks`: every task the prompt keeps (`bot.core.features.tasks`), loaded; `task_seq` (the episode's
     task) is loaded when it is not among them. `reserve`: room for a summary line; `quoted`: the tokens
     of the replied-to block the prompt adds (`bot.core.features.replies`), counted against the budget."""
-    total = await store.thread_tokens(group_id, through=through)
+    total = await store.thread.thread_tokens(group_id, through=through)
     chain = [t for t in tasks if t.seq <= through]
     if task_seq is not None and task_seq <= through and all(t.seq != task_seq for t in chain):
         if task_apart:
             chain.append(Message(group_id, task_seq, "user", "", ""))  # only its place matters
         else:
-            chain.append(await store.get_message(group_id, task_seq))
+            chain.append(await store.thread.get_message(group_id, task_seq))
     shown_first = [] if task_apart else chain
     extra = max(MARKER_TOKENS, reserve) + quoted + sum(token_cost(t.token_count) for t in shown_first)
     cut = cut_point(total, budget, extra, step)
-    start = 1 if cut == 0 else min(through, await store.first_seq_at(group_id, tokens=cut) or through)
+    start = 1 if cut == 0 else min(through, await store.thread.first_seq_at(group_id, tokens=cut) or through)
     cut_tasks = tuple(sorted((t for t in chain if t.seq < start), key=lambda t: t.seq))
     return Window(start, start - 1 - len(cut_tasks), () if task_apart else cut_tasks)
 
 
 async def load_thread(
-    store: ThreadStore, group_id: int, *, through: int, budget: int, task_seq: int | None, task_apart: bool = False,
+    store: HasThread, group_id: int, *, through: int, budget: int, task_seq: int | None, task_apart: bool = False,
     step: int | None = None, tasks: Sequence[Message] = (), summaries: SummarySource | None = None,
     quoted: int = 0,
 ) -> Trimmed:
@@ -222,7 +222,7 @@ async def load_thread(
     window = await find_window(store, group_id, through=through, budget=budget, task_seq=task_seq,
                                task_apart=task_apart, step=step, tasks=tasks,
                                reserve=summaries.reserve if summaries is not None else 0, quoted=quoted)
-    kept = tuple(await store.messages(group_id, after=window.start - 1, through=through))
+    kept = tuple(await store.thread.messages(group_id, after=window.start - 1, through=through))
     references: frozenset[int] = frozenset()
     if task_apart:
         seqs = {t.seq for t in tasks} | ({task_seq} if task_seq is not None else set())

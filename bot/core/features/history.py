@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bot.core.models import Message, ToolOutput, ToolSpec
-from bot.core.ports import ThreadStore, ToolContext
+from bot.core.ports import HasThread, ToolContext
 from bot.core.rules.attachments import brief_text
 from bot.core.rules.secrets import mask
 
@@ -69,7 +69,7 @@ class HistoryTools:
 
     name = ""
 
-    def __init__(self, store: ThreadStore) -> None:
+    def __init__(self, store: HasThread) -> None:
         self.store = store
 
     def tools(self) -> tuple[ToolSpec, ...]:
@@ -84,7 +84,7 @@ class HistoryTools:
         if not isinstance(query, str) or not query.strip():
             return ToolOutput('error: history_search needs a "query" (the text to look for).', error=True)
         query = " ".join(query.split())[:QUERY_MAX]
-        found = await self.store.search_messages(group_id, query, limit=SEARCH_HITS + 1)
+        found = await self.store.thread.search_messages(group_id, query, limit=SEARCH_HITS + 1)
         if not found:
             return ToolOutput(f"No message of this group contains {query!r}.")
         more = len(found) > SEARCH_HITS
@@ -102,7 +102,7 @@ class HistoryTools:
         cut = last - first + 1 > READ_ROWS
         if cut:
             last = first + READ_ROWS - 1
-        rows: Sequence[Message] = await self.store.messages(group_id, after=first - 1, through=last)
+        rows: Sequence[Message] = await self.store.thread.messages(group_id, after=first - 1, through=last)
         if not rows:
             return ToolOutput(f"There are no messages #{first} to #{last} in this group.")
         lines = [row_line(m) for m in rows]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from bot.core.errors import LLMError
 from bot.core.features.tools import LoopResult, ToolLoop
 from bot.core.models import Agent, ChatMessage, Note, Tool, ToolCall, ToolOutput, ToolSpec, Usage
-from bot.core.ports import NoteStore, TokenCounter, ToolContext
+from bot.core.ports import HasNotes, TokenCounter, ToolContext
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +66,12 @@ def memory_section(notes: Sequence[Note], total: int, counter: TokenCounter, bud
     return "\n".join(lines)
 
 
-async def load_memory(store: NoteStore, agent: Agent, counter: TokenCounter, budget: int = MEMORY_BUDGET) -> str:
+async def load_memory(store: HasNotes, agent: Agent, counter: TokenCounter, budget: int = MEMORY_BUDGET) -> str:
     """The agent's `<memory>` block as its prompts show it ('' when memory is off)."""
     if not agent.memory:
         return ""
-    notes = await store.notes(agent.id, limit=NOTES_READ)
-    return memory_section(notes, await store.note_count(agent.id), counter, budget)
+    notes = await store.notes.notes(agent.id, limit=NOTES_READ)
+    return memory_section(notes, await store.notes.note_count(agent.id), counter, budget)
 
 
 def read_note(call: ToolCall) -> tuple[str | None, str]:
@@ -99,7 +99,7 @@ class MemoryTools:
 
     name = ""
 
-    def __init__(self, store: NoteStore) -> None:
+    def __init__(self, store: HasNotes) -> None:
         self.store = store
 
     def tools(self) -> tuple[ToolSpec, ...]:
@@ -110,7 +110,7 @@ class MemoryTools:
         if note is None:
             log.info("agent_id=%s: memory_write refused: %s", context.agent_id, result)
             return ToolOutput(result, error=True)
-        await self.store.add_note(context.agent_id, note)
+        await self.store.notes.add_note(context.agent_id, note)
         log.info("agent_id=%s saved a note (%d characters)", context.agent_id, len(note))
         return ToolOutput(SAVED)
 

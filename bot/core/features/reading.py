@@ -13,10 +13,11 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from bot.core.errors import LLMError, UserFacingError
 from bot.core.models import ChatMessage, Group, Message, Summary
-from bot.core.ports import LLM, Store
+from bot.core.ports import LLM, HasGroups, HasReading, HasThread
 from bot.core.rules.attachments import said
 from bot.core.rules.card import Card, Field, MarkRead
 from bot.core.rules.prompts import fill, render_thread
@@ -64,27 +65,31 @@ def excerpt(text: str, limit: int = EXCERPT) -> str:
     return flat if len(flat) <= limit else flat[:limit - 1] + "…"
 
 
+class CatchUpStore(HasGroups, HasReading, HasThread, Protocol):
+    """What reading asks of the store: the group, people's read cursors and catch-up summaries, the rows."""
+
+
 class Reading:
-    def __init__(self, store: Store, llm: LLM, model: Callable[[Group], str | None]) -> None:
+    def __init__(self, store: CatchUpStore, llm: LLM, model: Callable[[Group], str | None]) -> None:
         self.store = store
         self.llm = llm
         self.model = model  # the model that writes summaries for a group
 
     async def seen(self, group: Group, reader: Reader) -> int:
-        return await self.store.get_seen(group.id, reader.user_id) or 0
+        return await self.store.reading.get_seen(group.id, reader.user_id) or 0
 
     async def unread_count(self, group: Group, reader: Reader) -> int:
         return max(0, group.latest_seq - await self.seen(group, reader))
 
     async def unread(self, group: Group, reader: Reader, operator: bool, link: Link) -> Card | str:
-        group = await self.store.get_group(group.id)
+        group = await self.store.groups.get_group(group.id)
         seen = await self.seen(group, reader)
         count = group.latest_seq - seen
         if count <= 0:
             return f"Nothing new in {group.name}: you have read everything."
-        first = await self.store.get_message(group.id, seen + 1)
-        tagged = await self.store.tagging(group.id, reader.user_id, after=seen, operators=operator,
-                                          limit=TAGGED_SHOWN + 1)
+        first = await self.store.thread.get_message(group.id, seen + 1)
+        tagged = await self.store.reading.tagging(group.id, reader.user_id, after=seen, operators=operator,
+                                                  limit=TAGGED_SHOWN + 1)
         start = f"#{first.seq} by {first.author_name}{elsewhere(link(group, first), first, ': ')}"
         fields = [Field("start reading at", start, inline=False)]
         if tagged:
@@ -106,8 +111,8 @@ class Reading:
         found: list[tuple[Group, Message]] = []
         for group, operator in groups:
             seen = await self.seen(group, reader)
-            rows = await self.store.tagging(group.id, reader.user_id, after=seen, operators=operator,
-                                            limit=INBOX_LIMIT)
+            rows = await self.store.reading.tagging(group.id, reader.user_id, after=seen, operators=operator,
+                                                    limit=INBOX_LIMIT)
             found.extend((group, m) for m in rows)
         if not found:
             return "Nobody tagged you since you last read."
@@ -125,23 +130,23 @@ class Reading:
                     mark_read=MarkRead(tuple(sorted(newest.items()))), page_size=INBOX_PAGE)
 
     async def read(self, group: Group, reader: Reader) -> str:
-        group = await self.store.get_group(group.id)
-        await self.store.mark_seen(group.id, reader.user_id, group.latest_seq)
+        group = await self.store.groups.get_group(group.id)
+        await self.store.reading.mark_seen(group.id, reader.user_id, group.latest_seq)
         return f"Marked {group.name} read through #{group.latest_seq}."
 
     async def mark(self, marks: Sequence[tuple[int, int]], reader: Reader) -> None:
         """The Mark read button: each group's cursor through its seq (clamped, never back)."""
         for group_id, seq in marks:
-            await self.store.mark_seen(group_id, reader.user_id, seq)
+            await self.store.reading.mark_seen(group_id, reader.user_id, seq)
 
     async def catchup(self, group: Group, reader: Reader, operator: bool, link: Link) -> Card | str:
-        group = await self.store.get_group(group.id)
+        group = await self.store.groups.get_group(group.id)
         seen = await self.seen(group, reader)
         if group.latest_seq <= seen:
             return f"Nothing new in {group.name}: you have read everything."
         summary = await self.summary(group, reader, seen, group.latest_seq)
-        tagged = await self.store.tagging(group.id, reader.user_id, after=seen, operators=operator,
-                                          limit=TAGGED_SHOWN + 1)
+        tagged = await self.store.reading.tagging(group.id, reader.user_id, after=seen, operators=operator,
+                                                  limit=TAGGED_SHOWN + 1)
         fields = (Field("waiting for you", self._tag_lines(group, tagged, link), inline=False),) if tagged else ()
         footer = (f"The oldest {summary.omitted} unread messages were left out to keep it short."
                   if summary.omitted else "")
@@ -150,13 +155,13 @@ class Reading:
 
     async def summary(self, group: Group, reader: Reader, after: int, through: int) -> Summary:
         """A summary of rows after..through: stored when the same rows were summarised lately."""
-        stored = await self.store.get_summary(group.id, after, through, newer_than=time.time() - SUMMARY_FRESH)
+        stored = await self.store.reading.get_summary(group.id, after, through, newer_than=time.time() - SUMMARY_FRESH)
         if stored is not None:
             return stored
         # Each row costs at least one token, so none older than the newest CATCHUP_BUDGET rows can
         # fit: those are not read at all (seqs have no gaps), however much is unread.
         first = max(after, through - CATCHUP_BUDGET)
-        rows = await self.store.messages(group.id, after=first, through=through)
+        rows = await self.store.thread.messages(group.id, after=first, through=through)
         kept, omitted = within_budget(rows, CATCHUP_BUDGET)
         omitted += first - after
         prompt = fill(CATCHUP_PROMPT, person=reader.name, first=str(after + 1), words=str(CATCHUP_WORDS),
@@ -170,8 +175,8 @@ class Reading:
             raise UserFacingError(f"Could not write the summary: {exc.public}. Nothing was marked read.") from None
         text = completion.text.strip() or "(the model wrote nothing)"
         summary = Summary(after, through, text, omitted, completion.model, provider=completion.provider)
-        await self.store.save_summary(group.id, summary, prompt_tokens=completion.usage.prompt_tokens,
-                                      completion_tokens=completion.usage.completion_tokens)
+        await self.store.reading.save_summary(group.id, summary, prompt_tokens=completion.usage.prompt_tokens,
+                                              completion_tokens=completion.usage.completion_tokens)
         return summary
 
 

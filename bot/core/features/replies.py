@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from bot.core.errors import NotFound
 from bot.core.features.context import SummarySource, Trimmed
 from bot.core.models import ContextSummary, Message
-from bot.core.ports import ThreadStore, TokenCounter
+from bot.core.ports import HasThread, TokenCounter
 from bot.core.rules.attachments import brief_text
 from bot.core.rules.prompts import thread_line
 from bot.core.rules.secrets import mask
@@ -106,7 +106,7 @@ def render(quotes: Sequence[Quote]) -> str:
     return "\n".join(parts)
 
 
-async def load_quotes(store: ThreadStore, group_id: int, shown: Sequence[Message], held: Collection[int],
+async def load_quotes(store: HasThread, group_id: int, shown: Sequence[Message], held: Collection[int],
                       most: int = QUOTED_REPLIES) -> tuple[Quote, ...]:
     """The quotes of the replies in `shown` whose replied-to row is not in `held` (a few indexed lookups)."""
     rows: dict[int, Message] = {}
@@ -116,7 +116,7 @@ async def load_quotes(store: ThreadStore, group_id: int, shown: Sequence[Message
         steps = 0
         while seq is not None and seq not in held and seq not in rows and steps <= CHAIN:
             try:
-                rows[seq] = await store.get_message(group_id, seq)
+                rows[seq] = await store.thread.get_message(group_id, seq)
             except NotFound:
                 break
             seq, steps = rows[seq].reply_to_seq, steps + 1
@@ -153,7 +153,7 @@ class Deferred:
         return None
 
 
-async def quoted_thread(store: ThreadStore, counter: TokenCounter, group_id: int, *, budget: int,
+async def quoted_thread(store: HasThread, counter: TokenCounter, group_id: int, *, budget: int,
                         tasks: Sequence[Message], summaries: SummarySource | None = None,
                         load: Callable[[int, SummarySource | None], Awaitable[Trimmed]]) -> tuple[Trimmed, str]:
     """The thread (`load(quoted, summaries)`: `load_thread` with `quoted` tokens kept free) and its

@@ -185,7 +185,7 @@ async def selector_decision(
     chain = await (tasks or TaskChains(store)).of(group.id, message.episode_id)
     shared = group.settings.prompt_layout == "shared"
     budget, step = window_of(group.settings, selector=True)
-    if shared and await store.thread_tokens(group.id, through=message.seq) < MIN_CACHED_PROMPT:
+    if shared and await store.thread.thread_tokens(group.id, through=message.seq) < MIN_CACHED_PROMPT:
         budget, step = group.settings.selector_budget, None  # too short to be cached: its own window costs less
     trimmed = await load_thread(store, group.id, through=message.seq, budget=budget, step=step,
                                 task_seq=chain.current.seq if chain.current else None, tasks=chain.all,
@@ -197,7 +197,7 @@ async def selector_decision(
         eligible=eligible,
         thread=trimmed.render(plain_files(group).text) if shared else trimmed.render(),
         header=(group_header(group, roster), chain.slot(plain_files(group).text)) if shared else None,
-        rotate_after=await store.last_agent_author(group.id, through=message.seq),
+        rotate_after=await store.thread.last_agent_author(group.id, through=message.seq),
         model=model,
         min_confidence=group.settings.min_confidence,
         cache_key=cache_key,

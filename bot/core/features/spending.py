@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from bot.core.models import DEFAULT_PROVIDER, Group, NewMessage, Spend, Usage
-from bot.core.ports import GroupStore, RecordStore, ThreadStore
+from bot.core.ports import HasGroups, HasSpending, HasThread
 from bot.core.rules.card import Card, Field
 from bot.core.rules.pricing import PRICES_AS_OF, Price, dollars, exact_dollars, price_of
 
@@ -108,10 +108,10 @@ def month_start(now: float) -> float:
     return moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp()
 
 
-async def month_cost(store: RecordStore, group: Group, prices: Mapping[str, Price], now: float | None = None) -> float:
+async def month_cost(store: HasSpending, group: Group, prices: Mapping[str, Price], now: float | None = None) -> float:
     """The priced cost of the group's model calls this calendar month (UTC)."""
     since = month_start(time.time() if now is None else now)
-    return total(tally(await store.spending(group.id, since), prices)).cost
+    return total(tally(await store.spending.spending(group.id, since), prices)).cost
 
 
 def budget_reached_notice(cost: float, budget: float) -> str:
@@ -125,7 +125,7 @@ def budget_refusal(cost: float, budget: float) -> str:
             "raise it with /roundtable config monthly_budget:N (0 removes it), then /roundtable resume.")
 
 
-class BudgetStore(GroupStore, ThreadStore, RecordStore, Protocol):
+class BudgetStore(HasGroups, HasThread, HasSpending, Protocol):
     """What the budget check reads and writes: the group (paused), its spending, the notice."""
 
 
@@ -140,24 +140,24 @@ class Budgets:
     async def check(self, group_id: int) -> bool:
         """When this month's cost has reached the group's monthly_budget, pause it with one notice
         naming the budget (the caller shows it). True when it paused."""
-        group = await self.store.get_group(group_id)
+        group = await self.store.groups.get_group(group_id)
         budget = group.settings.monthly_budget
         if not budget or group.paused:
             return False
         cost = await month_cost(self.store, group, self.prices)
         if cost < budget:
             return False
-        await self.store.update_group(group.id, paused=True)
-        await self.store.append_system_message(group.id, self.notice(budget_reached_notice(cost, budget)))
+        await self.store.groups.update_group(group.id, paused=True)
+        await self.store.thread.append_system_message(group.id, self.notice(budget_reached_notice(cost, budget)))
         log.warning("group=%s paused: this month's cost %s reached its monthly budget %s", group.id, dollars(cost),
                     exact_dollars(budget))
         return True
 
 
-async def usage_card(store: RecordStore, group: Group, prices: Mapping[str, Price], days: int,
+async def usage_card(store: HasSpending, group: Group, prices: Mapping[str, Price], days: int,
                      now: float | None = None) -> Card | str:
     now = time.time() if now is None else now
-    lines = tally(await store.spending(group.id, now - days * 86400), prices)
+    lines = tally(await store.spending.spending(group.id, now - days * 86400), prices)
     period = "the last day" if days == 1 else f"the last {days} days"
     if not lines:
         return f"No model calls in {period}."

@@ -36,7 +36,7 @@ from bot.core.features.context import Trimmed, group_cache_key, group_header, pl
 from bot.core.features.reading import within_budget
 from bot.core.features.tasks import Tasks
 from bot.core.models import Agent, ChatMessage, ContextSummary, Group, Message
-from bot.core.ports import LLM, SummaryStore, ThreadStore, TokenCounter
+from bot.core.ports import LLM, HasSummaries, HasThread, TokenCounter
 from bot.core.rules.prompts import fill, render_thread, shared_messages
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ NO_NOTES = "(none yet: this is the start of the conversation)"
 FORGOTTEN = 1024  # failed windows remembered (not tried again in this process)
 
 
-class SummarizedStore(SummaryStore, ThreadStore, Protocol):
+class SummarizedStore(HasSummaries, HasThread, Protocol):
     """The rolling summaries and the rows they summarise."""
 
 
@@ -116,14 +116,14 @@ class Summaries:
                       upto: int | None = None) -> ContextSummary | None:
         """The summary of rows 1..`seq`: stored, or made now (once); None when it cannot be had.
         `frame` (shared layout): the call sends the window through row `upto` as the group's prompts did."""
-        stored = await self.store.context_summary(group.id, through=seq)
+        stored = await self.store.summaries.context_summary(group.id, through=seq)
         if stored is not None and stored.through == seq:
             return stored
         llm, counter = self.llm, self.counter
         if llm is None or counter is None or (group.id, seq) in self._failed:
             return None
         async with self._locks.setdefault(group.id, asyncio.Lock()):
-            stored = await self.store.context_summary(group.id, through=seq)  # made meanwhile?
+            stored = await self.store.summaries.context_summary(group.id, through=seq)  # made meanwhile?
             if stored is not None and stored.through == seq:
                 return stored
             if frame is not None and upto is not None and upto >= seq:
@@ -141,7 +141,7 @@ class Summaries:
         """The shared layout's summary call: the window that started after `previous` (the one the group's
         prompts held until now), through row `upto`, in the shared layout's bytes; then `SUMMARY_PART`."""
         after = previous.through if previous is not None else 0
-        rows = tuple(await self.store.messages(group.id, after=after, through=upto))
+        rows = tuple(await self.store.thread.messages(group.id, after=after, through=upto))
         covered = [m for m in rows if m.seq <= seq]
         if not covered:
             return None
@@ -163,7 +163,8 @@ class Summaries:
         after = previous.through if previous is not None else 0
         # Only the newest INPUT_BUDGET tokens of rows after..seq are read (each row costs at least a token).
         first = max(after, seq - INPUT_BUDGET)
-        rows, left_out = within_budget(await self.store.messages(group.id, after=first, through=seq), INPUT_BUDGET)
+        rows, left_out = within_budget(await self.store.thread.messages(group.id, after=first, through=seq),
+                                       INPUT_BUDGET)
         omitted = left_out + first - after
         prompt = fill(SUMMARY_PROMPT, previous=previous.text if previous is not None else NO_NOTES,
                       thread=render_thread(rows, omitted), words=str(WORDS))
@@ -189,7 +190,7 @@ class Summaries:
                                  provider=completion.provider)
         summary = ContextSummary(seq, after, text, counter.count(summary_line(summary, seq)), omitted,
                                  summary.model, provider=summary.provider)
-        await self.store.save_context_summary(group.id, summary, completion.usage)
+        await self.store.summaries.save_context_summary(group.id, summary, completion.usage)
         log.info("group=%s: summarised rows %d-%d (%d read) in %d tokens (%d prompt, %d cached)",
                  group.id, after + 1, seq, read, completion.usage.completion_tokens,
                  completion.usage.prompt_tokens, completion.usage.cached_tokens)

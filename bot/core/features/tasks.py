@@ -34,7 +34,7 @@ from typing import Protocol
 
 from bot.core.errors import NotFound
 from bot.core.models import Episode, Message
-from bot.core.ports import EpisodeStore, GroupStore, ThreadStore
+from bot.core.ports import HasEpisodes, HasGroups, HasThread
 from bot.core.rules.attachments import said
 
 LOOKBACK = 20  # earlier episodes looked at
@@ -79,7 +79,7 @@ def keep(chain: list[Message], most: int = MAX_EARLIER) -> tuple[Message, ...]:
     return (chain[0], *chain[len(chain) - (most - 1):])
 
 
-class TaskStore(EpisodeStore, ThreadStore, GroupStore, Protocol):
+class TaskStore(HasEpisodes, HasThread, HasGroups, Protocol):
     """What the task chains read: episodes, their task rows, the group's followup_window."""
 
 
@@ -98,10 +98,10 @@ class TaskChains:
         seqs = self._chains.get(episode_id)
         if seqs is not None:  # the rows are read again: a person may have edited or deleted one since
             self._chains.move_to_end(episode_id)
-            rows = [await self.store.get_message(group_id, seq) for seq in seqs]
+            rows = [await self.store.thread.get_message(group_id, seq) for seq in seqs]
             return Tasks(rows[-1], tuple(rows[:-1]))
-        episode = await self.store.get_episode(episode_id)
-        current = await self.store.get_message(group_id, episode.task_seq)
+        episode = await self.store.episodes.get_episode(episode_id)
+        current = await self.store.thread.get_message(group_id, episode.task_seq)
         earlier: list[Message] = []
         if current.author_type == "user":
             earlier = await self._walk(group_id, current)
@@ -113,11 +113,12 @@ class TaskChains:
 
     async def _walk(self, group_id: int, current: Message) -> list[Message]:
         """The earlier tasks `current` (a person's) continues, newest first."""
-        before = await self.store.earlier_tasks(group_id, before_seq=current.seq, limit=LOOKBACK)
+        before = await self.store.episodes.earlier_tasks(group_id, before_seq=current.seq, limit=LOOKBACK)
         if not before:
             return []
-        window = (await self.store.get_group(group_id)).settings.followup_window * 60.0
-        breaks = await self.store.task_breaks(group_id, from_seq=before[-1][0].task_seq, before_seq=current.seq)
+        window = (await self.store.groups.get_group(group_id)).settings.followup_window * 60.0
+        breaks = await self.store.episodes.task_breaks(group_id, from_seq=before[-1][0].task_seq,
+                                                       before_seq=current.seq)
         earlier: list[Message] = []
         task, i = current, 0
         while i < len(before) and task.author_type == "user":
@@ -140,7 +141,7 @@ class TaskChains:
         if task.reply_to_seq is None:
             return None
         try:
-            episode_id = (await self.store.get_message(group_id, task.reply_to_seq)).episode_id
+            episode_id = (await self.store.thread.get_message(group_id, task.reply_to_seq)).episode_id
         except NotFound:
             return None
         return next((k for k in range(start, len(before)) if before[k][0].id == episode_id), None)

@@ -56,7 +56,7 @@ from bot.core.models import (
     ToolSpec,
     Usage,
 )
-from bot.core.ports import LLM, ToolSource, ToolStore
+from bot.core.ports import LLM, HasTools, ToolSource
 from bot.core.rules.secrets import mask, mask_error
 
 log = logging.getLogger(__name__)
@@ -265,7 +265,7 @@ Approve = Callable[[str, str, str], Awaitable[Approval]]  # (full tool name, mas
 class ToolLoop:
     """One run's tool loop over the LLM and ToolStore ports (see the module docstring)."""
 
-    def __init__(self, llm: LLM, store: ToolStore, box: ToolBox, agent: Agent, context: RunContext, *,
+    def __init__(self, llm: LLM, store: HasTools, box: ToolBox, agent: Agent, context: RunContext, *,
                  cache_key: str | None = None, max_steps: int = MAX_TOOL_STEPS,
                  result_max: int = TOOL_RESULT_MAX, final_call: bool = True,
                  on_text: Callable[[str], None] | None = None, on_step: Callable[[], None] | None = None,
@@ -324,8 +324,8 @@ class ToolLoop:
         calls = tuple(ToolCall(c.id or f"call_rt{self.context.run_id}_{result.steps}_{i}", c.name, mask(c.arguments))
                       for i, c in enumerate(completion.tool_calls))  # (a server that sends no ids gets ours)
         text = mask(completion.text)
-        entries = await self.store.journal_step(self.context.group_id, self.agent.id, self.context.run_id,
-                                                result.steps, text, calls)
+        entries = await self.store.tools.journal_step(self.context.group_id, self.agent.id, self.context.run_id,
+                                                      result.steps, text, calls)
         result.steps += 1
         result.conversation.append(ChatMessage("assistant", text, tool_calls=calls))
         if len(entries) > self.max_calls:
@@ -337,18 +337,18 @@ class ToolLoop:
     async def _run_entry(self, result: LoopResult, entry: JournaledCall) -> None:
         if entry.position >= self.max_calls:  # (by position, so a resumed answer keeps the same cap)
             text = too_many(self.max_calls)
-            await self.store.journal_result(entry.id, text)
+            await self.store.tools.journal_result(entry.id, text)
             self._answered(result, entry, text, True)
             return
         decision = await self._decision(entry)
         if decision is not None and not decision.approved:
             text = denied(self.box.entries[entry.tool][2], decision)
-            await self.store.journal_result(entry.id, text)
+            await self.store.tools.journal_result(entry.id, text)
             if self.on_call is not None:  # shown as a call that failed, with why
                 self.on_call(entry, ToolOutput(text, error=True), 0.0)
             self._answered(result, entry, text, True)
             return
-        await self.store.journal_running(entry.id)
+        await self.store.tools.journal_running(entry.id)
         started = time.monotonic()
         if self.on_call is not None:
             self.on_call(entry, None, 0.0)
@@ -356,7 +356,7 @@ class ToolLoop:
         if self.on_call is not None:
             self.on_call(entry, output, time.monotonic() - started)
         text = output.text if decision is None else approved(output.text, decision)
-        await self.store.journal_result(entry.id, text)
+        await self.store.tools.journal_result(entry.id, text)
         self._answered(result, entry, text, output.error)
 
     async def _decision(self, entry: JournaledCall) -> Approval | None:
@@ -412,7 +412,7 @@ class ToolLoop:
     async def _resume(self, result: LoopResult) -> None:
         """Take over the journal of the agent's interrupted runs of the episode and replay it into
         the conversation: recorded results reused, calls in flight re-run or told unknown."""
-        journal = await self.store.adopt_tool_calls(self.context.group_id, self.agent.id, self.context.run_id)
+        journal = await self.store.tools.adopt_tool_calls(self.context.group_id, self.agent.id, self.context.run_id)
         if not journal:
             return
         steps: dict[int, list[JournaledCall]] = {}
@@ -445,7 +445,7 @@ class ToolLoop:
                 return
             log.warning("agent=%s run=%s: %s was cut by a restart; its outcome is unknown, not repeated",
                         self.agent.name, self.context.run_id, entry.tool)
-            await self.store.journal_result(entry.id, UNKNOWN, status="unknown")
+            await self.store.tools.journal_result(entry.id, UNKNOWN, status="unknown")
             self._answered(result, entry, UNKNOWN, True)
             if self.notify is not None:
                 shown = self.box.entries[entry.tool][2] if entry.tool in self.box.entries else entry.tool

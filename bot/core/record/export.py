@@ -116,7 +116,7 @@ async def write_export(store: TranscriptStore, group: Group, fmt: str, write: Wr
     No secret the process knows is written (`bot.core.rules.secrets`, in its escaped forms too)."""
     if fmt not in FORMATS:
         raise InvalidInput(f"Unknown export format {fmt!r}: use one of {', '.join(FORMATS)}.")
-    group = await store.get_group(group.id)
+    group = await store.groups.get_group(group.id)
     record = await Record(store, group, span(group, first, last), page=page).open()
     moment = time.time() if now is None else now
 

@@ -157,7 +157,7 @@ async def write_json(record: Record, write: Write, now: float) -> Totals:
         agents.add(agent_json(agent, record.removed[agent.id]))
     agents.close()
     episodes = _List(write, "episodes")
-    async for page in store.episode_pages(group.id, after=rows.after, through=rows.through, size=record.page):
+    async for page in store.record.episode_pages(group.id, after=rows.after, through=rows.through, size=record.page):
         for episode in page:
             episodes.add(episode_json(episode))
     episodes.close()
@@ -168,14 +168,15 @@ async def write_json(record: Record, write: Write, now: float) -> Totals:
             totals.selector_usage = totals.selector_usage + entry.decision.usage
     messages.close()
     runs = _List(write, "runs")
-    async for run_page in store.run_pages(group.id, after=rows.after, through=rows.through, size=record.page):
-        journals = await store.tool_calls_by_run(run.id for run in run_page)
+    async for run_page in store.record.run_pages(group.id, after=rows.after, through=rows.through, size=record.page):
+        journals = await store.tools.tool_calls_by_run(run.id for run in run_page)
         for run in run_page:
             runs.add(run_json(run, record.agent_name(run.agent_id), journals.get(run.id, ())))
             totals.usage = totals.usage + run.usage
     runs.close()
     summaries = _List(write, "summaries")
-    for summary, usage, calls in await store.context_summaries(group.id, after=rows.after, through=rows.through):
+    for summary, usage, calls in await store.summaries.context_summaries(group.id, after=rows.after,
+                                                                         through=rows.through):
         summaries.add(summary_json(summary, usage, calls))
         totals.summary_usage = totals.summary_usage + usage
     summaries.close()

@@ -18,15 +18,32 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from bot.core.errors import InvalidInput, NotFound
 from bot.core.features.selector import selector_decision
 from bot.core.features.summary import Summaries
 from bot.core.models import Decision, Group, JournaledCall, Message
-from bot.core.ports import LLM, Store
+from bot.core.ports import (
+    LLM,
+    HasEpisodes,
+    HasGroups,
+    HasRecord,
+    HasRoster,
+    HasRouting,
+    HasSummaries,
+    HasThread,
+    HasTools,
+)
 from bot.core.rules.tool_lines import call_detail, compact_line, is_error
 
 SELECTOR_SOURCES = ("selector", "fallback", "low_confidence")  # decisions a selector call made
+
+
+class ReplayStore(HasGroups, HasThread, HasEpisodes, HasRoster, HasRouting, HasRecord, HasSummaries, HasTools,
+                  Protocol):
+    """What a replay reads (never writes): the group, its rows and episodes, today's roster, the stored
+    decisions and rolling summaries, the record in pages, the tool calls of the runs."""
 
 
 @dataclass(frozen=True)
@@ -43,38 +60,38 @@ class Replayed:
         return (set(self.stored.agent_ids), self.stored.terminate) != (set(self.now.agent_ids), self.now.terminate)
 
 
-async def replay_message(store: Store, llm: LLM, group: Group, seq: int, *, model: str | None) -> Replayed:
+async def replay_message(store: ReplayStore, llm: LLM, group: Group, seq: int, *, model: str | None) -> Replayed:
     """The selector's decision for row `seq` today, beside the stored one. `model`: the selector
     model to ask (None: the LLM's default)."""
-    group = await store.get_group(group.id)
+    group = await store.groups.get_group(group.id)
     if not 1 <= seq <= group.latest_seq:
         raise NotFound(f"{group.name} has {group.latest_seq} messages; there is no #{seq}.")
-    message = await store.get_message(group.id, seq)
+    message = await store.thread.get_message(group.id, seq)
     if message.author_type == "system" and message.tags.agent_ids:
         raise InvalidInput(f"#{seq} is a schedule's task; it goes to the agent it tags, so there is no selector "
                            "decision to replay.")
     if message.author_type == "system":
         raise InvalidInput(f"#{seq} is a notice from the bot; notices are never routed, so there is nothing to replay.")
-    roster = await store.list_agents(group.id)
+    roster = await store.roster.list_agents(group.id)
     now = await selector_decision(store, llm, group, roster, message, model=model, summaries=Summaries.stored(store))
-    calls = (tuple(await store.run_tool_calls(message.source_run_id))
+    calls = (tuple(await store.tools.run_tool_calls(message.source_run_id))
              if message.author_type == "agent" and message.source_run_id is not None else ())
-    return Replayed(message, await store.get_decision(group.id, seq), now, calls)
+    return Replayed(message, await store.routing.get_decision(group.id, seq), now, calls)
 
 
-async def replay_episode(store: Store, llm: LLM, group: Group, episode_id: int, *,
+async def replay_episode(store: ReplayStore, llm: LLM, group: Group, episode_id: int, *,
                          model: str | None) -> list[Replayed]:
     """Every stored selector decision of the episode, replayed in order."""
     try:
-        episode = await store.get_episode(episode_id)
+        episode = await store.episodes.get_episode(episode_id)
     except NotFound:
         episode = None
     if episode is None or episode.group_id != group.id:
         raise NotFound(f"{group.name} has no episode {episode_id}.")
     seqs: list[int] = []
-    async for page in store.message_pages(group.id, after=episode.task_seq - 1):
+    async for page in store.record.message_pages(group.id, after=episode.task_seq - 1):
         rows = [m for m in page if m.episode_id == episode_id]
-        decisions = await store.decisions(group.id, after=page[0].seq - 1, through=page[-1].seq)
+        decisions = await store.routing.decisions(group.id, after=page[0].seq - 1, through=page[-1].seq)
         seqs += [m.seq for m in rows if m.seq in decisions and decisions[m.seq].source in SELECTOR_SOURCES]
         if page[-1].episode_id is not None and page[-1].episode_id > episode_id:
             break

@@ -28,16 +28,16 @@ from bot.core.models import (
     SharedFile,
     Usage,
 )
-from bot.core.ports import GroupStore, ReadingStore, RecordStore, RoutingStore, ThreadStore, ToolStore
+from bot.core.ports import HasGroups, HasReading, HasRecord, HasRouting, HasSummaries, HasThread, HasTools
 from bot.core.rules.attachments import size_text
 
 PAGE = 500
 PICKS_KEPT = 8  # per agent: recent decisions that selected it, to name the one behind each reply
 
 
-class TranscriptStore(RecordStore, RoutingStore, ReadingStore, GroupStore, ToolStore, ThreadStore, Protocol):
-    """What an export reads: the record in pages, the routing decisions, people's names, the group,
-    the tool calls of the runs, regenerated replies' earlier texts."""
+class TranscriptStore(HasRecord, HasSummaries, HasRouting, HasReading, HasGroups, HasTools, HasThread, Protocol):
+    """What an export reads: the record in pages, the rolling summaries, the routing decisions, people's
+    names, the group, the tool calls of the runs, regenerated replies' earlier texts."""
 
 
 Write = Callable[[str], object]
@@ -122,10 +122,10 @@ class Record:
         self.people: dict[str, str] = {}  # user id -> name
 
     async def open(self) -> Record:
-        for agent, removed_at in await self.store.roster_ever(self.group.id):
+        for agent, removed_at in await self.store.record.roster_ever(self.group.id):
             self.agents[agent.id] = agent
             self.removed[agent.id] = removed_at
-        self.people = {uid: name for name, uid in (await self.store.people(self.group.people_scope)).items()}
+        self.people = {uid: name for name, uid in (await self.store.reading.people(self.group.people_scope)).items()}
         return self
 
     def agent_name(self, agent_id: int | None) -> str:
@@ -136,15 +136,16 @@ class Record:
         store, gid = self.store, self.group.id
         picks: dict[int, deque[tuple[int, Decision]]] = {}
         current = 0  # the newest episode shown so far
-        async for page in store.message_pages(gid, after=self.span.after, through=self.span.through, size=self.page):
-            decisions = await store.decisions(gid, after=page[0].seq - 1, through=page[-1].seq)
-            runs = await store.runs_by_id(m.source_run_id for m in page if m.source_run_id is not None)
-            episodes = await store.episodes_by_id(m.episode_id for m in page if m.episode_id is not None)
-            calls = await store.tool_calls_by_run(m.source_run_id for m in page
-                                                  if m.source_run_id is not None and m.author_type == "agent")
+        async for page in store.record.message_pages(gid, after=self.span.after, through=self.span.through,
+                                                     size=self.page):
+            decisions = await store.routing.decisions(gid, after=page[0].seq - 1, through=page[-1].seq)
+            runs = await store.record.runs_by_id(m.source_run_id for m in page if m.source_run_id is not None)
+            episodes = await store.record.episodes_by_id(m.episode_id for m in page if m.episode_id is not None)
+            calls = await store.tools.tool_calls_by_run(m.source_run_id for m in page
+                                                        if m.source_run_id is not None and m.author_type == "agent")
             regenerated = [m.seq for m in page if m.regenerated_at is not None]
             versions: dict[int, list[MessageVersion]] = {}
-            for version in await store.message_versions(gid, regenerated) if regenerated else ():
+            for version in await store.thread.message_versions(gid, regenerated) if regenerated else ():
                 versions.setdefault(version.seq, []).append(version)
             for message in page:
                 run = runs.get(message.source_run_id) if message.source_run_id is not None else None
@@ -207,8 +208,9 @@ RUNS_COUNTED = ("every run over these messages (its snapshot in the range): repl
 
 async def count_runs(record: Record, totals: Totals) -> None:
     """Add the runs over the range's messages and their tokens to `totals`: the runs a JSON export lists."""
-    async for page in record.store.run_pages(record.group.id, after=record.span.after, through=record.span.through,
-                                             size=record.page):
+    async for page in record.store.record.run_pages(record.group.id, after=record.span.after,
+                                                    through=record.span.through,
+                                                    size=record.page):
         for run in page:
             totals.runs += 1
             totals.usage = totals.usage + run.usage
@@ -237,7 +239,8 @@ def author_label(message: Message) -> str:
 async def summaries_line(record: Record, totals: Totals) -> str:
     """'2 rolling summaries (what context windows cut): … tokens', or '' when the range has none;
     their usage is added to `totals`."""
-    found = await record.store.context_summaries(record.group.id, after=record.span.after, through=record.span.through)
+    found = await record.store.summaries.context_summaries(record.group.id, after=record.span.after,
+                                                           through=record.span.through)
     for _, usage, _ in found:
         totals.summary_usage = totals.summary_usage + usage
     if not found:

@@ -28,15 +28,16 @@ from bot.core.features.tools import MAX_TOOL_STEPS, RunContext, ToolLoop, ToolRe
 from bot.core.models import Agent, ChatMessage, Completion, Group, Message, NewMessage, RunResult, Usage
 from bot.core.ports import (
     LLM,
-    GroupStore,
-    NoteStore,
-    ReadingStore,
-    RecordStore,
-    RosterStore,
-    RunStore,
-    ThreadStore,
+    HasGroups,
+    HasNotes,
+    HasReading,
+    HasRecord,
+    HasRoster,
+    HasRuns,
+    HasSpending,
+    HasThread,
+    HasTools,
     TokenCounter,
-    ToolStore,
 )
 from bot.core.rules.attachments import brief_text
 from bot.core.rules.pricing import Price
@@ -77,7 +78,7 @@ def direct_messages(group: Group, agent: Agent, recent: Sequence[Message], asker
     ]
 
 
-class DirectStore(GroupStore, RosterStore, ThreadStore, RunStore, NoteStore, ReadingStore, RecordStore, ToolStore,
+class DirectStore(HasGroups, HasRoster, HasThread, HasRuns, HasNotes, HasReading, HasRecord, HasSpending, HasTools,
                   Protocol):
     """What a direct run reads and writes: the group's recent rows and roster, the run, the agent's
     notes, the names that tag people, this month's spending, its tools' grants and journal."""
@@ -126,34 +127,34 @@ class DirectRuns:
             if cost >= budget:
                 raise UserFacingError(budget_refusal(cost, budget))
         async with deps.locks.holding(agent, "a direct run"):
-            group = await store.get_group(group.id)
+            group = await store.groups.get_group(group.id)
             snapshot = group.latest_seq
-            recent = await store.messages(group.id, after=max(0, snapshot - RECENT_ROWS), through=snapshot)
-            roster = await store.list_agents(group.id)
+            recent = await store.thread.messages(group.id, after=max(0, snapshot - RECENT_ROWS), through=snapshot)
+            roster = await store.roster.list_agents(group.id)
             memory = await load_memory(store, agent, deps.counter)
             messages = direct_messages(group, agent, recent, asker, prompt, post=post, memory=memory)
-            run = await store.start_run(group.id, agent.id, "direct", snapshot)
+            run = await store.runs.start_run(group.id, agent.id, "direct", snapshot)
             try:
                 completion, calls = await self._answer(group, agent, run.id, messages)
             except LLMError as exc:
                 log.warning("group=%s agent=%s direct run=%s failed: %s", group.id, agent.name, run.id, exc)
-                await store.finish_run(run.id, RunResult("failed", error=str(exc), calls=1), cap=0)
+                await store.runs.finish_run(run.id, RunResult("failed", error=str(exc), calls=1), cap=0)
                 raise UserFacingError(f"{agent.name} could not answer: {exc.public}. Try again later.") from None
             except asyncio.CancelledError:
-                await store.finish_run(run.id, RunResult("interrupted"), cap=0)
+                await store.runs.finish_run(run.id, RunResult("interrupted"), cap=0)
                 raise
             others = others_in(recent, roster, agent)
             cleaned = guard_impersonation(completion.text, agent.name, others)
             text = strip_terminate(cleaned)
             if not text:
-                await store.finish_run(run.id, RunResult("empty", completion.usage, model=completion.model,
-                                                         provider=completion.provider, calls=calls), cap=0)
+                await store.runs.finish_run(run.id, RunResult("empty", completion.usage, model=completion.model,
+                                                              provider=completion.provider, calls=calls), cap=0)
                 return DirectAnswer(agent, "", completion.usage,
                                     not_posted=why_nothing_shown(completion.text) if post else None)
             if not post:
-                await store.finish_run(run.id, RunResult("answered", completion.usage, model=completion.model,
-                                                 provider=completion.provider, calls=calls),
-                                       cap=0)
+                await store.runs.finish_run(run.id, RunResult("answered", completion.usage, model=completion.model,
+                                                      provider=completion.provider, calls=calls),
+                                            cap=0)
                 log.info("group=%s agent=%s direct run=%s answered %s privately", group.id, agent.name, run.id, asker)
                 return DirectAnswer(agent, text, completion.usage)
             return await self._post(group, agent, run.id, cleaned, text, completion, roster, calls)
@@ -164,7 +165,7 @@ class DirectRuns:
         granted (SPEC §6b: direct runs use the agent's grants) the tool loop, journaled in the run."""
         deps = self.deps
         key = cache_key(group, agent.id) + "-direct"
-        box = deps.tools.offered(await deps.store.tool_grants(agent.id)) if deps.tools is not None else None
+        box = deps.tools.offered(await deps.store.tools.tool_grants(agent.id)) if deps.tools is not None else None
         if not box:
             return await deps.llm.complete(messages, model=agent.model, cache_key=key, max_tokens=agent.max_tokens,
                                            temperature=agent.temperature), 1
@@ -184,18 +185,20 @@ class DirectRuns:
         store = deps.store
         reply = NewMessage(
             author_type="agent", author_name=agent.name, text=cleaned,
-            tags=parse_tags(cleaned, roster, people=await store.people(group.people_scope), author_agent_id=agent.id),
+            tags=parse_tags(cleaned, roster, people=await store.reading.people(group.people_scope),
+                            author_agent_id=agent.id),
             author_agent_id=agent.id, source_run_id=run_id,
             token_count=deps.counter.count(thread_line(agent.name, cleaned)),
         )
-        fresh = await store.get_group(group.id)
+        fresh = await store.groups.get_group(group.id)
         try:
-            finished = await store.finish_run(
+            finished = await store.runs.finish_run(
                 run_id, RunResult("posted", usage, reply=reply, model=model, provider=provider, calls=calls),
                 cap=fresh.settings.max_agent_turns)
         except LeaseLost:
-            await store.finish_run(run_id, RunResult("answered", usage, model=model, provider=provider, calls=calls,
-                                                     error="another process runs the group"), cap=0)
+            await store.runs.finish_run(run_id, RunResult("answered", usage, model=model, provider=provider,
+                                                          calls=calls,
+                                                          error="another process runs the group"), cap=0)
             return DirectAnswer(agent, text, usage, not_posted="another process runs this group right now")
         if finished.reply is None:
             return DirectAnswer(agent, text, usage, not_posted=finished.run.error or finished.run.status)
@@ -206,4 +209,4 @@ class DirectRuns:
         runtime.wake()
         with contextlib.suppress(asyncio.TimeoutError):  # shown: the asker gets a link that works
             await asyncio.wait_for(runtime.all_shown(), SHOWN_WAIT)
-        return DirectAnswer(agent, text, usage, posted=await store.get_message(group.id, finished.reply.seq))
+        return DirectAnswer(agent, text, usage, posted=await store.thread.get_message(group.id, finished.reply.seq))

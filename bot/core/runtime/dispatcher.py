@@ -34,7 +34,7 @@ from bot.core.features.spending import Budgets
 from bot.core.features.summary import Summaries
 from bot.core.features.tasks import TaskChains
 from bot.core.models import Agent, Decision, Episode, Group, Message, NewMessage, Usage
-from bot.core.ports import LLM, EpisodeStore, GroupStore, HealthStore, RosterStore, RoutingStore, ThreadStore
+from bot.core.ports import LLM, HasEpisodes, HasGroups, HasRoster, HasRouting, HasThread, HealthStore
 from bot.core.rules.mute import tag_notice
 from bot.core.rules.routing import (
     eligible_speakers,
@@ -60,7 +60,7 @@ STALLED_NOTICE = ("Stopped: the last two agent messages repeat earlier ones (sta
                   "Post a message to continue.")
 
 
-class DispatchStore(GroupStore, RosterStore, ThreadStore, RoutingStore, EpisodeStore, HealthStore, Protocol):
+class DispatchStore(HasGroups, HasRoster, HasThread, HasRouting, HasEpisodes, HealthStore, Protocol):
     """What the dispatcher reads and writes: the group, its roster and cursors, the thread, the routing
     decisions, the episodes (the selector's reads included)."""
 
@@ -106,13 +106,13 @@ class DispatcherDeps:
     notice: Callable[[str], NewMessage]  # a notice from the bot, ready to append (`bot_notice`)
 
 
-async def end_episode(store: EpisodeStore, episode_id: int | None, status: str,
+async def end_episode(store: HasEpisodes, episode_id: int | None, status: str,
                       notice: NewMessage | None = None) -> tuple[Episode, bool] | None:
     """End the episode with `status` (and post `notice` with it): the episode, and whether a notice
     row was committed; None when it had ended already (or there is none)."""
     if episode_id is None:
         return None
-    ended = await store.end_episode(episode_id, status, notice=notice)
+    ended = await store.episodes.end_episode(episode_id, status, notice=notice)
     if ended is None:
         return None
     episode, shown = ended
@@ -135,23 +135,23 @@ class GroupDispatcher(GroupWorker):
     async def drain(self) -> None:
         store = self.deps.store
         while True:
-            group = await store.get_group(self.group_id)
+            group = await store.groups.get_group(self.group_id)
             if not group.enabled or group.paused:
                 return
             snapshot = group.latest_seq
             if await self.route(group, snapshot):
-                group = await store.get_group(self.group_id)  # it may have changed while routing
-            roster = await store.list_agents(group.id)
+                group = await store.groups.get_group(self.group_id)  # it may have changed while routing
+            roster = await store.roster.list_agents(group.id)
             pending = [a for a in roster if a.delivered_through < snapshot]
             if not pending:
-                group = await store.get_group(self.group_id)
+                group = await store.groups.get_group(self.group_id)
                 if group.latest_seq != snapshot:
                     continue  # a message arrived meanwhile: route it before settling anything
                 await self._settle_episode(group)
                 await self.drafts.sweep(group)
                 return
             low = min(a.delivered_through for a in pending)
-            decisions = await store.decisions(group.id, after=low, through=snapshot)
+            decisions = await store.routing.decisions(group.id, after=low, through=snapshot)
             selected: list[tuple[Agent, Usage, str]] = []
             now = self.deps.clock()
             for agent in pending:
@@ -159,7 +159,7 @@ class GroupDispatcher(GroupWorker):
                 if agent.available(now) and chosen is not None:  # one muted since it was chosen does not run
                     selected.append((agent, *chosen))
                 else:
-                    await store.set_delivered_through(agent.id, snapshot)
+                    await store.roster.set_delivered_through(agent.id, snapshot)
             if not selected:
                 continue
             idle = [s for s in selected if not self.deps.locks.locked(s[0].id)]
@@ -187,7 +187,7 @@ class GroupDispatcher(GroupWorker):
                                       shown=self.outbox.wake)
         if outcome.run.status == "stopped" and outcome.run.episode_id is not None:
             # A person stopped it: its episode ended as `stopped` with the run (shown as any end is).
-            episode = await deps.store.get_episode(outcome.run.episode_id)
+            episode = await deps.store.episodes.get_episode(outcome.run.episode_id)
             log.info("episode group=%s episode=%s ended: %s after %d agent turns, %d tokens", group.id, episode.id,
                      episode.status, episode.agent_turns, episode.total_tokens)
             await self.outbox.announce(group, episode)
@@ -224,7 +224,7 @@ class GroupDispatcher(GroupWorker):
         at a time. Otherwise the rows are routed now, together."""
         store = self.deps.store
         catching_up, self.catching_up = self.catching_up, False
-        batch = await store.unrouted(group.id, through=snapshot, limit=1 if catching_up else ROUTE_CHUNK)
+        batch = await store.routing.unrouted(group.id, through=snapshot, limit=1 if catching_up else ROUTE_CHUNK)
         if not batch:
             return False
         if catching_up or (len(batch) == ROUTE_CHUNK and batch[-1].seq < snapshot):
@@ -244,12 +244,12 @@ class GroupDispatcher(GroupWorker):
         log.info("group=%s: routing a backlog of %d row(s) (seq %d-%d) in the background",
                  group_id, snapshot - first + 1, first, snapshot)
         began = time.monotonic()
-        group = await store.get_group(group_id)
+        group = await store.groups.get_group(group_id)
         newest = await self._newest_routable(group, first, snapshot)
         decided: dict[int, Decision] = {}
         if newest is not None:
             now = deps.clock()
-            listed = await store.list_agents(group.id)
+            listed = await store.roster.list_agents(group.id)
             roster = unmuted(listed, now)
             [(_, plan)] = plan_batch([newest], {a.id for a in roster if a.enabled}, group.episode_id,
                                      muted=[a for a in listed if a.enabled and a.muted(now)])
@@ -257,7 +257,7 @@ class GroupDispatcher(GroupWorker):
                 decided[newest.seq] = await self._route_by_mode(group, roster, newest)
         while True:
             async with deps.backlog_turn:
-                batch = await store.unrouted(group_id, through=snapshot, limit=ROUTE_CHUNK)
+                batch = await store.routing.unrouted(group_id, through=snapshot, limit=ROUTE_CHUNK)
                 if not batch:
                     break
                 await self._route_rows(group, batch, decided=decided,
@@ -273,7 +273,7 @@ class GroupDispatcher(GroupWorker):
         while through >= first:
             after = max(first - 1, through - ROUTE_CHUNK)
             async with self.deps.backlog_turn:
-                rows = await self.deps.store.messages(group.id, after=after, through=through)
+                rows = await self.deps.store.thread.messages(group.id, after=after, through=through)
             found = next((m for m in reversed(rows) if routable(m, group.episode_id)), None)
             if found is not None:
                 return found
@@ -287,7 +287,7 @@ class GroupDispatcher(GroupWorker):
         (unless `decided` holds it already)."""
         store = self.deps.store
         now = self.deps.clock()
-        listed = await store.list_agents(group.id)
+        listed = await store.roster.list_agents(group.id)
         muted = [a for a in listed if a.enabled and a.muted(now)]
         roster = unmuted(listed, now)  # muted agents as disabled ones: routing never picks them
         enabled_ids = {a.id for a in roster if a.enabled}
@@ -320,7 +320,7 @@ class GroupDispatcher(GroupWorker):
             routed.append((message, decision))
         await self._record(group, routed)
         for message, silent in told:  # after the decisions: a message is told once, never again on a re-route
-            await store.append_system_message(group.id, self.deps.notice(tag_notice(silent, now)))
+            await store.thread.append_system_message(group.id, self.deps.notice(tag_notice(silent, now)))
             log.info("group=%s seq=%s tags muted agent(s) %s: told once", group.id, message.seq,
                      ", ".join(a.name for a in silent))
         if told:
@@ -329,7 +329,7 @@ class GroupDispatcher(GroupWorker):
     async def _record(self, group: Group, routed: list[tuple[Message, Decision]]) -> None:
         if not routed:
             return
-        await self.deps.store.record_decisions(group.id, [decision for _, decision in routed])
+        await self.deps.store.routing.record_decisions(group.id, [decision for _, decision in routed])
         for message, decision in routed:
             log.debug("group=%s seq=%s routed: %s %s %s", group.id, message.seq, decision.source,
                       decision.agent_names, decision.note)
@@ -345,7 +345,7 @@ class GroupDispatcher(GroupWorker):
         store = self.deps.store
         mode = group.settings.mode
         if message.author_type == "agent" and message.episode_id is not None:
-            episode = await store.get_episode(message.episode_id)
+            episode = await store.episodes.get_episode(message.episode_id)
             if not episode.running:
                 return Decision(message.seq, "none", note=f"the episode ended ({episode.status})")
         if mode == "tags":
@@ -356,7 +356,7 @@ class GroupDispatcher(GroupWorker):
         if mode == "round_robin":
             eligible = eligible_speakers(roster, message, group.settings.allow_repeat)
             exclude = {a.id for a in roster if a not in eligible}
-            agent = next_in_rotation(roster, await store.last_agent_author(group.id, through=message.seq),
+            agent = next_in_rotation(roster, await store.thread.last_agent_author(group.id, through=message.seq),
                                      exclude=exclude)
             if agent is None:
                 return Decision(message.seq, "none", note="no agent is eligible")
@@ -376,7 +376,7 @@ class GroupDispatcher(GroupWorker):
             return
         if message is None:
             return
-        fresh = await deps.store.get_group(run.group_id)
+        fresh = await deps.store.groups.get_group(run.group_id)
         if fresh.episode_id != message.episode_id:
             return  # an older episode's reply: it does not count toward the current streak
         cap = fresh.settings.max_agent_turns
@@ -392,7 +392,7 @@ class GroupDispatcher(GroupWorker):
         if ended is None:
             return
         episode, shown = ended
-        group = await self.deps.store.get_group(episode.group_id)
+        group = await self.deps.store.groups.get_group(episode.group_id)
         if shown:
             self.outbox.wake()
         await self.outbox.announce(group, episode)
@@ -401,7 +401,7 @@ class GroupDispatcher(GroupWorker):
         """Seed 003's parrot check: two agent messages in a row nearly repeat earlier ones."""
         if message.episode_id is None:
             return False
-        earlier = await self.deps.store.messages(
+        earlier = await self.deps.store.thread.messages(
             message.group_id, after=max(0, message.seq - REPEAT_WINDOW), through=message.seq - 1)
         agent_rows = [m for m in earlier if m.author_type == "agent" and m.episode_id == message.episode_id]
         if not agent_rows or not near_repeat(message.text, [m.text for m in agent_rows]):

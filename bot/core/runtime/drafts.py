@@ -11,19 +11,19 @@ import logging
 
 from bot.core.errors import DeliveryError
 from bot.core.models import Group
-from bot.core.ports import DraftStore, Surface
+from bot.core.ports import HasDrafts, Surface
 
 log = logging.getLogger(__name__)
 
 
 class Drafts:
-    def __init__(self, store: DraftStore, surface: Surface) -> None:
+    def __init__(self, store: HasDrafts, surface: Surface) -> None:
         self.store = store
         self.surface = surface
 
     async def sweep(self, group: Group) -> None:
         """Take back the provisional messages that no row owns and no run will use."""
-        parts = await self.store.orphan_drafts(group.id)
+        parts = await self.store.drafts.orphan_drafts(group.id)
         if not parts:
             return
         try:
@@ -32,5 +32,5 @@ class Drafts:
             log.warning("group=%s: %d provisional message(s) could not be taken back yet: %s", group.id, len(parts),
                         exc)
             return
-        await self.store.drop_drafts(gone)
+        await self.store.drafts.drop_drafts(gone)
         log.info("group=%s: took back %d provisional message(s) of replies never posted", group.id, len(gone))

@@ -156,11 +156,11 @@ class Engine:
         yet waited while no process ran it (this process is starting, or takes it over), and
         are routed as a backlog (`GroupDispatcher.route`)."""
         self.outages.seen(group)
-        await self.store.interrupt_running_runs(group.id)
-        unsure = {m.seq for m in await self.store.unconfirmed_messages(group.id)}
+        await self.store.runs.interrupt_running_runs(group.id)
+        unsure = {m.seq for m in await self.store.posting.unconfirmed_messages(group.id)}
         if unsure:
             log.info("group=%s: %d row(s) not confirmed by the surface yet; showing them now", group.id, len(unsure))
-        waited = backlog and bool(await self.store.unrouted(group.id, through=group.latest_seq, limit=1))
+        waited = backlog and bool(await self.store.routing.unrouted(group.id, through=group.latest_seq, limit=1))
         self.groups.get(group.id).resume(unsure, backlog=waited)
         self.wake(group.id)
 
@@ -294,9 +294,9 @@ class Engine:
 
     async def stop_episode(self, group: Group) -> Episode | None:
         """Operator stop: end the episode and skip every pending delivery."""
-        fresh = await self.store.get_group(group.id)
+        fresh = await self.store.groups.get_group(group.id)
         ended = await end_episode(self.store, fresh.episode_id, "stopped")
-        fresh = await self.store.get_group(group.id)
+        fresh = await self.store.groups.get_group(group.id)
         episode = ended[0] if ended is not None else None
         if episode is not None:
             runtime = self.groups.live(group.id)
@@ -304,8 +304,8 @@ class Engine:
                 await runtime.outbox.announce(fresh, episode)
             else:
                 await self.episode_changed(fresh, episode)
-        for agent in await self.store.list_agents(group.id):
-            await self.store.set_delivered_through(agent.id, fresh.latest_seq)
+        for agent in await self.store.roster.list_agents(group.id):
+            await self.store.roster.set_delivered_through(agent.id, fresh.latest_seq)
         return episode
 
     async def episode_changed(self, group: Group, episode: Episode) -> None:
@@ -315,8 +315,8 @@ class Engine:
     # results -------------------------------------------------------------
     async def episode_result(self, episode_id: int) -> EpisodeResult:
         """Seed 000 step 6: the last substantive message as the answer, the thread, the status."""
-        episode = await self.store.get_episode(episode_id)
-        thread = [m for m in await self.store.messages(episode.group_id, after=episode.task_seq - 1)
+        episode = await self.store.episodes.get_episode(episode_id)
+        thread = [m for m in await self.store.thread.messages(episode.group_id, after=episode.task_seq - 1)
                   if m.episode_id == episode.id]
         answer = next((m for m in reversed(thread) if m.author_type == "agent" and strip_terminate(m.text)), None)
         usage = Usage(episode.prompt_tokens, episode.completion_tokens, episode.cached_tokens)

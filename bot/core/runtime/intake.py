@@ -15,7 +15,7 @@ from typing import Protocol
 
 from bot.core.errors import DeliveryError, StoreBusy, StoreError, StoreUnavailable, StoreUnwritable
 from bot.core.models import Agent, Group, Message, NewMessage, SharedFile
-from bot.core.ports import GroupStore, HealthStore, ReadingStore, RosterStore, Surface, ThreadStore, TokenCounter
+from bot.core.ports import HasGroups, HasReading, HasRoster, HasThread, HealthStore, Surface, TokenCounter
 from bot.core.rules.attachments import counted_text, images_tokens, unused_files, unused_line
 from bot.core.rules.prompts import thread_line
 from bot.core.rules.tags import parse_tags, with_agents
@@ -28,7 +28,7 @@ async def _nothing(_external_id: str) -> None:
     return None
 
 
-class IntakeStore(GroupStore, RosterStore, ReadingStore, ThreadStore, HealthStore, Protocol):
+class IntakeStore(HasGroups, HasRoster, HasReading, HasThread, HealthStore, Protocol):
     """What the intake reads and writes: the roster and people (for tags), the group's thread."""
 
 
@@ -60,8 +60,8 @@ class Intake:
         failures = 0
         while True:
             try:
-                roster = await deps.store.list_agents(group.id)
-                people = await deps.store.people(group.people_scope)
+                roster = await deps.store.roster.list_agents(group.id)
+                people = await deps.store.reading.people(group.people_scope)
                 tags = with_agents(parse_tags(text, roster, people=people), [a for a in extra_agents if a.enabled])
                 new = NewMessage(
                     author_type="user",
@@ -76,7 +76,7 @@ class Intake:
                     attachments=files,
                     reply_to_seq=reply_to,
                 )
-                message, episode = await deps.store.append_user_message(group.id, new)
+                message, episode = await deps.store.thread.append_user_message(group.id, new)
                 break
             except (StoreBusy, StoreUnwritable, StoreUnavailable) as exc:
                 failures += 1
@@ -97,7 +97,7 @@ class Intake:
         unused = unused_files(message.attachments, settings.max_images)
         if unused:  # what agents cannot use is told to the person too, not only to the model (SPEC §8)
             try:
-                await deps.store.append_system_message(group.id, deps.notice(unused_line(author_name, unused)))
+                await deps.store.thread.append_system_message(group.id, deps.notice(unused_line(author_name, unused)))
                 deps.show(group.id)
             except StoreError as exc:  # the message is stored; the line is a courtesy
                 log.warning("group=%s seq=%s: could not tell %s what agents cannot use: %s", group.id,

@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection
 
 from bot.core.errors import StoreError
 from bot.core.models import Group
-from bot.core.ports import GroupStore, Surface
+from bot.core.ports import HasGroups, Surface
 from bot.core.rules.secrets import mask_error
 from bot.core.rules.store_health import Outage, fixed_notice, outage_notice
 from bot.core.runtime.worker import Spawn
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 class OutageNotices:
     """`owned()`: the groups run here now; `spawn`: the notices go out in the background."""
 
-    def __init__(self, store: GroupStore, surface: Surface, owned: Callable[[], Collection[int]],
+    def __init__(self, store: HasGroups, surface: Surface, owned: Callable[[], Collection[int]],
                  spawn: Spawn) -> None:
         self.store = store
         self.surface = surface
@@ -57,7 +57,7 @@ class OutageNotices:
             for group_id in sorted(self.owned()):
                 group: Group | None
                 try:
-                    group = self.seen(await self.store.get_group(group_id))
+                    group = self.seen(await self.store.groups.get_group(group_id))
                 except StoreError as exc:
                     group = self._groups_seen.get(group_id)
                     if group is None:

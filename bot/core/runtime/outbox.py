@@ -38,16 +38,7 @@ from typing import Protocol
 from bot.core.errors import AlreadyStored, DeliveryError, LeaseLost, NotFound, StoreError
 from bot.core.features import memory, worker
 from bot.core.models import Agent, Episode, Group, Message
-from bot.core.ports import (
-    GroupStore,
-    HealthStore,
-    LeaseStore,
-    PostingStore,
-    RosterStore,
-    Surface,
-    ThreadStore,
-    ToolStore,
-)
+from bot.core.ports import HasGroups, HasLeases, HasPosting, HasRoster, HasThread, HasTools, HealthStore, Surface
 from bot.core.rules.secrets import mask_error
 from bot.core.rules.tool_lines import compact_line, is_error
 from bot.core.runtime.worker import GroupWorker, Pulse, RetryPolicy, Spawn, tell_episode
@@ -58,7 +49,7 @@ GIVE_UP_AFTER = 5  # unexpected failures (a bug, not Discord or the database) sh
 LASTING_AFTER = 10.0  # seconds after a refusal when a row still not shown makes it a lasting one
 
 
-class OutboxStore(GroupStore, RosterStore, ThreadStore, PostingStore, LeaseStore, HealthStore, ToolStore, Protocol):
+class OutboxStore(HasGroups, HasRoster, HasThread, HasPosting, HasLeases, HealthStore, HasTools, Protocol):
     """What an outbox reads and writes: the rows to show, their parts, the group's lease."""
 
 
@@ -102,8 +93,8 @@ class Outbox(GroupWorker):
     async def drain(self) -> None:
         store = self.deps.store
         while True:
-            group = await store.get_group(self.group_id)
-            rows = await store.unconfirmed_messages(self.group_id) if group.enabled else []
+            group = await store.groups.get_group(self.group_id)
+            rows = await store.posting.unconfirmed_messages(self.group_id) if group.enabled else []
             if not rows:
                 # Turned off: what waits is shown when it is set up again (its episode changes are told now).
                 announcements, self._announcements = self._announcements, []
@@ -124,11 +115,11 @@ class Outbox(GroupWorker):
         problem, refused_at = "", 0.0  # the latest refusal's text for people; the engine's clock at the first
         seq = row.seq
         while True:
-            if await store.leased_elsewhere(self.group_id):
+            if await store.leases.leased_elsewhere(self.group_id):
                 raise LeaseLost(f"group {self.group_id} is run by another process now")
             if failures:  # read again: what an attempt recorded, and the group's state now
-                group = await store.get_group(self.group_id)
-                row = await store.get_message(self.group_id, seq)
+                group = await store.groups.get_group(self.group_id)
+                row = await store.thread.get_message(self.group_id, seq)
             if not group.enabled:
                 return False
             if row.confirmed:
@@ -165,7 +156,7 @@ class Outbox(GroupWorker):
                               "rows behind it go out", self.group_id, seq, self._broken[seq])
             else:
                 self.deps.sent.fire()  # the surface takes posts: rows waiting after a passing fault go now
-            await store.confirm_message(self.group_id, seq)
+            await store.posting.confirm_message(self.group_id, seq)
             self.unsure.discard(seq)
             self._broken.pop(seq, None)
             if group.delivery_problem:
@@ -174,7 +165,7 @@ class Outbox(GroupWorker):
 
     async def report_problem(self, group: Group, problem: str | None) -> None:
         """Record a lasting delivery problem (None: it is fixed); tell people once when it appears."""
-        if not await self.deps.store.set_delivery_problem(group.id, problem):
+        if not await self.deps.store.groups.set_delivery_problem(group.id, problem):
             return
         if problem is None:
             log.info("group=%s: the surface takes posts again", group.id)
@@ -190,7 +181,7 @@ class Outbox(GroupWorker):
 
         async def record(external_id: str) -> None:
             try:
-                await store.record_posted(group.id, row.seq, external_id)
+                await store.posting.record_posted(group.id, row.seq, external_id)
             except AlreadyStored:
                 await self._take_back(group, row, external_id)
 
@@ -206,7 +197,7 @@ class Outbox(GroupWorker):
         how it speaks: the post is its message, not a reply that used tools)."""
         if row.author_type != "agent" or row.source_run_id is None or not group.settings.show_tools:
             return row
-        calls = await self.deps.store.run_tool_calls(row.source_run_id)
+        calls = await self.deps.store.tools.run_tool_calls(row.source_run_id)
         if any(c.tool == worker.TOOL_NAME for c in calls):
             return row
         line = compact_line((c.tool, is_error(c.status, c.result)) for c in calls if c.tool != memory.TOOL_NAME)
@@ -217,7 +208,7 @@ class Outbox(GroupWorker):
         process took our own post in as a person's message. That id moves to `row`; a holder
         that is not a person's row keeps it, and the part counts as shown all the same."""
         try:
-            person_seq = await self.deps.store.take_posted(group.id, row.seq, external_id)
+            person_seq = await self.deps.store.posting.take_posted(group.id, row.seq, external_id)
         except AlreadyStored as exc:
             log.warning("group=%s seq=%s: its post %s is stored as another row (%s); counted as shown",
                         group.id, row.seq, external_id, exc)
@@ -230,6 +221,6 @@ class Outbox(GroupWorker):
         if message.author_agent_id is None:
             return None
         try:
-            return await self.deps.store.get_agent(message.author_agent_id)
+            return await self.deps.store.roster.get_agent(message.author_agent_id)
         except NotFound:
             return Agent(message.author_agent_id, message.group_id, message.author_name, "", "")

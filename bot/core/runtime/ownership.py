@@ -22,7 +22,7 @@ from typing import Protocol
 
 from bot.core.errors import StoreError, StoreUnavailable
 from bot.core.models import Group
-from bot.core.ports import GroupStore, LeaseStore, RosterStore
+from bot.core.ports import HasGroups, HasLeases, HasRoster
 from bot.core.rules.shards import Shards
 from bot.core.runtime.worker import Spawn
 
@@ -33,7 +33,7 @@ KEEP_EVERY = 2.0
 HEALTH_EVERY = 60.0  # seconds between two health lines in the log
 
 
-class OwnershipStore(LeaseStore, GroupStore, RosterStore, Protocol):
+class OwnershipStore(HasLeases, HasGroups, HasRoster, Protocol):
     """What the lease keeper reads and writes: the leases, the groups, the agents' cursors (for its health line)."""
 
 
@@ -76,10 +76,10 @@ class Ownership:
 
     async def start(self) -> None:
         try:
-            await self.deps.store.watch(self._appended_elsewhere)
+            await self.deps.store.leases.watch(self._appended_elsewhere)
         except StoreError as exc:  # the keeper's look every tick still notices other processes' rows
             log.warning("cannot listen for other processes' messages (%s); polling every %.0fs instead", exc, self.tick)
-        for group in await self.deps.store.list_groups():
+        for group in await self.deps.store.groups.list_groups():
             if self.mine(group):
                 await self.claim(group, backlog=True)
         self.deps.spawn(self._keep(), "lease-keeper")
@@ -92,7 +92,7 @@ class Ownership:
         async with self._claiming.setdefault(group.id, asyncio.Lock()):  # one claim of a group at a time
             if group.id in self.owned:
                 return None
-            holder = await self.deps.store.acquire_lease(group.id, self.ttl)
+            holder = await self.deps.store.leases.acquire_lease(group.id, self.ttl)
             if holder is not None:
                 log.debug("group=%s is run by %s", group.id, holder)
                 return holder
@@ -123,7 +123,7 @@ class Ownership:
 
     async def _claim_by_id(self, group_id: int) -> None:
         try:
-            group = await self.deps.store.get_group(group_id)
+            group = await self.deps.store.groups.get_group(group_id)
             if group.enabled and self.mine(group):
                 await self.claim(group)
         except StoreError as exc:  # the keeper tries again on its next tick
@@ -137,7 +137,7 @@ class Ownership:
     async def release(self) -> None:
         owned, self.owned = set(self.owned), set()
         if owned:
-            await self.deps.store.release_leases(owned)
+            await self.deps.store.leases.release_leases(owned)
 
     # the keeper ---------------------------------------------------------
     async def _keep(self) -> None:
@@ -155,12 +155,12 @@ class Ownership:
     async def keep_once(self) -> None:
         store = self.deps.store
         if self.owned:
-            held = await store.renew_leases(self.owned, self.ttl)
+            held = await store.leases.renew_leases(self.owned, self.ttl)
             for group_id in sorted(self.owned - held):
                 log.warning("group=%s: another process took it over; stopping it here", group_id)
                 self.deps.drop(group_id)
-        groups = await store.list_groups()
-        taken = await store.held_elsewhere() if any(g.id not in self.owned for g in groups) else set()
+        groups = await store.groups.list_groups()
+        taken = await store.leases.held_elsewhere() if any(g.id not in self.owned for g in groups) else set()
         for group in groups:
             if not self.mine(group):
                 continue
@@ -180,7 +180,7 @@ class Ownership:
         led = [g for g in mine if g.id in self.owned]
         behind = 0
         for group in led:
-            behind += sum(1 for a in await self.deps.store.list_agents(group.id, enabled_only=True)
+            behind += sum(1 for a in await self.deps.store.roster.list_agents(group.id, enabled_only=True)
                           if a.delivered_through < group.latest_seq)
         where = f" ({self.shards})" if self.shards is not None else ""
         return (f"health{where}: leading {len(led)} of {len(mine)} groups in scope, "

@@ -21,7 +21,7 @@ from typing import Protocol
 from bot.core.errors import Busy, Forbidden, InvalidInput, NotFound
 from bot.core.features.spending import Budgets
 from bot.core.models import Agent, Group, Message, Run
-from bot.core.ports import EpisodeStore, GroupStore, RecordStore, RosterStore, RunStore, ThreadStore
+from bot.core.ports import HasEpisodes, HasGroups, HasRecord, HasRoster, HasRuns, HasThread
 from bot.core.runtime.locks import AgentLocks
 from bot.core.runtime.turn import TurnOutcome
 
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 NOTHING_YET = "There is no agent message here to regenerate yet."
 
 
-class RegenerateStore(GroupStore, ThreadStore, RunStore, EpisodeStore, RosterStore, RecordStore, Protocol):
+class RegenerateStore(HasGroups, HasThread, HasRuns, HasEpisodes, HasRoster, HasRecord, Protocol):
     """What a regenerate reads: the rows, the reply's run and episode, the agent."""
 
 
@@ -79,7 +79,7 @@ class Regenerations:
         store = self.deps.store
         through = group.latest_seq
         while through > 0:
-            rows = await store.messages(group.id, after=max(0, through - 50), through=through)
+            rows = await store.thread.messages(group.id, after=max(0, through - 50), through=through)
             for row in reversed(rows):
                 if row.author_type == "agent" and not row.deleted:
                     return row
@@ -90,20 +90,20 @@ class Regenerations:
         """Regenerate row `seq` (None: the newest agent message) for person `user_id`
         (`operator`: they run the group). See the module docstring; refusals raise."""
         store = self.deps.store
-        group = await store.get_group(group.id)  # as it is now
+        group = await store.groups.get_group(group.id)  # as it is now
         newest = await self.newest_agent_message(group)
         if seq is None:
             if newest is None:
                 raise InvalidInput(NOTHING_YET)
             seq = newest.seq
         try:
-            target = await store.get_message(group.id, seq)
+            target = await store.thread.get_message(group.id, seq)
         except NotFound:
             raise InvalidInput(f"There is no message #{seq} in this group.") from None
         run = await self._checked(group, target, newest)
         agent = await self._agent(target)
         await self._allowed(target, run, user_id, operator)
-        roster = await store.list_agents(group.id)
+        roster = await store.roster.list_agents(group.id)
         if group.paused:  # held deliveries, or the monthly budget reached: no model call either
             raise Busy("The group is paused: /roundtable resume first, then regenerate.")
         runtime = self.deps.runtime(group.id)
@@ -137,7 +137,7 @@ class Regenerations:
                                f"#{newest.seq}, by {newest.author_name}).")
         run = None
         if target.source_run_id is not None:
-            run = (await self.deps.store.runs_by_id([target.source_run_id])).get(target.source_run_id)
+            run = (await self.deps.store.record.runs_by_id([target.source_run_id])).get(target.source_run_id)
         if run is None or run.kind == "direct":
             raise InvalidInput(f"#{seq} is an /ask answer posted in the group: only a reply of the group chat can "
                                "be regenerated.")
@@ -150,7 +150,7 @@ class Regenerations:
         if target.author_agent_id is None:
             raise InvalidInput(f"#{target.seq} has no agent to run again.")
         try:
-            agent = await self.deps.store.get_agent(target.author_agent_id)
+            agent = await self.deps.store.roster.get_agent(target.author_agent_id)
         except NotFound:
             raise InvalidInput(f"{target.author_name} was removed, so its reply cannot be regenerated.") from None
         if not agent.enabled:
@@ -166,8 +166,8 @@ class Regenerations:
             return
         starter = None
         if run.episode_id is not None:
-            episode = await self.deps.store.get_episode(run.episode_id)
-            task = await self.deps.store.get_message(target.group_id, episode.task_seq)
+            episode = await self.deps.store.episodes.get_episode(run.episode_id)
+            task = await self.deps.store.thread.get_message(target.group_id, episode.task_seq)
             starter = task if task.author_type == "user" else None
         if starter is not None and user_id is not None and starter.author_user_id == str(user_id):
             return

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from bot.core.errors import NotFound, RoundtableError, StoreUnavailable, UserFacingError
 from bot.core.models import Message, NewMessage, Tags
-from bot.core.ports import GroupStore, RosterStore, ScheduleStore, TokenCounter
+from bot.core.ports import HasGroups, HasRoster, HasSchedules, TokenCounter
 from bot.core.rules.prompts import SYSTEM_AUTHOR, thread_line
 from bot.core.rules.schedule import Schedule, format_time, next_after
 from bot.core.runtime.locks import AgentLocks
@@ -37,7 +37,7 @@ def task_text(agent_name: str, prompt: str) -> str:
     return f"⏰ Scheduled for @{agent_name}: {prompt}"
 
 
-class SchedulerStore(ScheduleStore, GroupStore, RosterStore, Protocol):
+class SchedulerStore(HasSchedules, HasGroups, HasRoster, Protocol):
     """What the ticker reads and writes: the due schedules, their groups and agents."""
 
 
@@ -86,7 +86,7 @@ class Scheduler:
         async with self._ticking:
             now = self.deps.clock()
             fired: list[Message] = []
-            for schedule in await self.deps.store.due_schedules(now):
+            for schedule in await self.deps.store.schedules.due_schedules(now):
                 if not self.deps.owns(schedule.group_id):
                     continue  # another process runs that group (and its schedules)
                 try:
@@ -100,9 +100,9 @@ class Scheduler:
 
     async def _try(self, schedule: Schedule, now: float) -> Message | None:
         store = self.deps.store
-        group = await store.get_group(schedule.group_id)
+        group = await store.groups.get_group(schedule.group_id)
         try:
-            agent = await store.get_agent(schedule.agent_id)
+            agent = await store.roster.get_agent(schedule.agent_id)
         except NotFound:
             return None  # removed meanwhile: its schedules went with it
         reason = ("its group is off" if not group.enabled else "its group is paused" if group.paused
@@ -116,7 +116,7 @@ class Scheduler:
                           tags=Tags(agent_ids=(agent.id,), agent_names=(agent.name,)),
                           token_count=self.deps.counter.count(thread_line(SYSTEM_AUTHOR, text)))
         following = next_after(schedule.when, now, schedule.next_run_at)
-        fired = await store.fire_schedule(schedule, task, ran_at=now, next_run_at=following)
+        fired = await store.schedules.fire_schedule(schedule, task, ran_at=now, next_run_at=following)
         self._waiting.pop(schedule.id, None)
         if fired is None:
             log.debug("group=%s schedule=%s fired elsewhere or was removed", group.id, schedule.id)

@@ -78,18 +78,18 @@ from bot.core.models import (
 from bot.core.ports import (
     LLM,
     Draft,
-    DraftStore,
-    EpisodeStore,
-    GroupStore,
+    HasDrafts,
+    HasEpisodes,
+    HasGroups,
+    HasNotes,
+    HasReading,
+    HasRoster,
+    HasRuns,
+    HasThread,
+    HasTools,
     HealthStore,
-    NoteStore,
-    ReadingStore,
-    RosterStore,
-    RunStore,
     Surface,
-    ThreadStore,
     TokenCounter,
-    ToolStore,
 )
 from bot.core.rules.attachments import ImageKey, ImageSource, PromptFiles, unused_line
 from bot.core.rules.draft import ReplyStream
@@ -180,8 +180,8 @@ def cache_key(group: Group, agent_id: int | None) -> str:
     return f"roundtable-{group.id}-{'selector' if agent_id is None else agent_id}"
 
 
-class TurnStore(GroupStore, RosterStore, ThreadStore, EpisodeStore, RunStore, DraftStore, NoteStore, ReadingStore,
-                ToolStore, HealthStore, Protocol):
+class TurnStore(HasGroups, HasRoster, HasThread, HasEpisodes, HasRuns, HasDrafts, HasNotes, HasReading,
+                HasTools, HealthStore, Protocol):
     """What a run reads and writes: its group, roster and thread, its episode, the run itself, the
     provisional messages it takes over, the agent's notes and tools, the names that tag people."""
 
@@ -225,13 +225,13 @@ class AgentTurn:
         """`shown`: rows were committed before the run settled (the group's outbox wakes)."""
         deps = self.deps
         store = deps.store
-        run = await store.start_run(group.id, agent.id, "group", snapshot)
+        run = await store.runs.start_run(group.id, agent.id, "group", snapshot)
         draft: Draft | None = None
         posts = Posts() if agent.mode == "worker" else None  # a worker speaks through group_post only
         unused: dict[tuple[int, int], tuple[str, str]] = {}  # images the run could not send
         steer = self.steering.begin(group.id, agent.id, run.id, run.episode_id)
         try:
-            fresh = await store.get_group(group.id)
+            fresh = await store.groups.get_group(group.id)
             cap = fresh.settings.max_agent_turns
             if run.episode_id is not None and run.episode_id == fresh.episode_id and fresh.agent_streak >= cap:
                 # The cap was reached while this run waited (another agent posted): a model call
@@ -262,7 +262,7 @@ class AgentTurn:
             log.info("group=%s agent=%s run=%s not posted: %s", group.id, agent.name, run.id, run.error)
         if run.status == "refused" and result.status != "refused":  # the store refused it: another agent posted first
             told = await self._refusal_notice(run, agent, cap)
-            notice = await store.append_system_message(group.id, told) if told else notice
+            notice = await store.thread.append_system_message(group.id, told) if told else notice
         if reply is not None:
             usage = result.usage
             log.info(
@@ -288,10 +288,10 @@ class AgentTurn:
         is whole), takes over nobody's provisional messages or tool journal, and posts no notice: a
         failed or empty answer leaves the message as it was (the outcome's run says why)."""
         store = self.deps.store
-        run = await store.start_run(group.id, agent.id, "regenerate", snapshot, replaces=target.seq)
+        run = await store.runs.start_run(group.id, agent.id, "regenerate", snapshot, replaces=target.seq)
         unused: dict[tuple[int, int], tuple[str, str]] = {}
         try:
-            fresh = await store.get_group(group.id)
+            fresh = await store.groups.get_group(group.id)
             quiet = replace(fresh, settings=replace(fresh.settings, stream=False))
             result, terminated, _ = await self._call(quiet, agent, run, Usage(), unused)
         except asyncio.CancelledError:
@@ -329,7 +329,7 @@ class AgentTurn:
         if steer.draft is not None:
             await steer.draft.stop()  # its last update is finished, its ids recorded
         shown = steer.shown() if steer.draft is not None else ""
-        provisional = bool(shown) or bool(await deps.store.draft_parts(run.id))
+        provisional = bool(shown) or bool(await deps.store.drafts.draft_parts(run.id))
         reply = notice = None
         if provisional:
             text = stopped_text(shown)
@@ -351,7 +351,7 @@ class AgentTurn:
         store, failures = self.deps.store, 0
         while True:
             try:
-                finished = await store.finish_run(run.id, result, cap=cap)
+                finished = await store.runs.finish_run(run.id, result, cap=cap)
             except (StoreBusy, StoreUnavailable, StoreUnwritable) as exc:
                 failures += 1
                 delay = self.deps.retry.store_delay(failures, exc)
@@ -361,13 +361,14 @@ class AgentTurn:
                 await wait_for_store(store.health, exc, delay)
                 continue
             if failures and finished.reply is None and finished.run.posted_seq is not None:
-                reply = await store.get_message(finished.run.group_id, finished.run.posted_seq)
+                reply = await store.thread.get_message(finished.run.group_id, finished.run.posted_seq)
                 return FinishedRun(finished.run, reply, finished.notice)
             return finished
 
     async def _refusal_notice(self, run: Run, agent: Agent, cap: int) -> NewMessage | None:
         """Why `agent` did not answer, unless its episode already ended at the cap (that notice says it)."""
-        if run.episode_id is not None and (await self.deps.store.get_episode(run.episode_id)).status == "max_turns":
+        episodes = self.deps.store.episodes
+        if run.episode_id is not None and (await episodes.get_episode(run.episode_id)).status == "max_turns":
             return None
         return self.deps.notice(cap_refusal_notice(agent.name, cap))
 
@@ -379,7 +380,7 @@ class AgentTurn:
         and the draft that showed it while it was written); `unused` gets the images it could not send."""
         deps = self.deps
         store = deps.store
-        roster = await store.list_agents(group.id)
+        roster = await store.roster.list_agents(group.id)
         tasks = await deps.tasks.of(group.id, run.episode_id)
         budget, step = window_of(group.settings, selector=False)
         if agent.context_budget:  # the agent's own window (SPEC §6): under the shared layout it shares less
@@ -441,7 +442,8 @@ class AgentTurn:
             author_type="agent",
             author_name=agent.name,
             text=cleaned,
-            tags=parse_tags(cleaned, roster, people=await store.people(group.people_scope), author_agent_id=agent.id),
+            tags=parse_tags(cleaned, roster, people=await store.reading.people(group.people_scope),
+                            author_agent_id=agent.id),
             author_agent_id=agent.id,
             source_run_id=run.id,
             token_count=deps.counter.count(thread_line(agent.name, cleaned)),
@@ -477,7 +479,7 @@ class AgentTurn:
         deps = self.deps
         llm, key = deps.llm, cache_key(group, agent.id)
         regenerating = run.kind == "regenerate"  # its reply edits the message it replaces: nothing to take over
-        parts = [] if regenerating else await deps.store.adopt_drafts(group.id, agent.id, run.id)
+        parts = [] if regenerating else await deps.store.drafts.adopt_drafts(group.id, agent.id, run.id)
         box = await self._tools(agent)
         if posts is not None:  # a worker: group_post offered, the run not shown while it is written
             box = self._group_post(group, agent, run, others, roster, posts, box, shown)
@@ -505,7 +507,7 @@ class AgentTurn:
         registry = self.deps.tools or ToolRegistry()
         if not any(isinstance(source, memory.MemoryTools) for source in registry.sources):
             registry.add(memory.MemoryTools(self.deps.store))
-        grants = await self.deps.store.tool_grants(agent.id)
+        grants = await self.deps.store.tools.tool_grants(agent.id)
         return registry.offered(grants, (memory.TOOL_NAME,) if agent.memory else ())
 
     def _group_post(self, group: Group, agent: Agent, run: Run, others: Sequence[str], roster: Sequence[Agent],
@@ -515,15 +517,16 @@ class AgentTurn:
         store = self.deps.store
 
         async def post(cap: int, message: NewMessage) -> Message:
-            posted = await store.post_from_run(run.id, message, cap=cap)
+            posted = await store.runs.post_from_run(run.id, message, cap=cap)
             shown()
             return posted
 
         async def cap() -> int:
-            return (await store.get_group(group.id)).settings.max_agent_turns
+            return (await store.groups.get_group(group.id)).settings.max_agent_turns
 
         source = GroupPost(agent, others, posts, post=post, roster=roster,
-                           people=lambda: store.people(group.people_scope), count=self.deps.counter.count, cap=cap)
+                           people=lambda: store.reading.people(group.people_scope), count=self.deps.counter.count,
+                           cap=cap)
         spec = source.tools()[0]
         return ToolBox({**box.entries, GROUP_POST: (source, spec, GROUP_POST)})
 
@@ -560,7 +563,7 @@ class AgentTurn:
             shown[0] = ReplyStream(agent.name, others)
 
         async def notify(text: str) -> None:
-            await deps.store.append_system_message(group.id, deps.notice(text))
+            await deps.store.thread.append_system_message(group.id, deps.notice(text))
 
         async def approve(tool: str, arguments: str, key: str) -> Approval:
             starter = await self._starter(group, run)
@@ -618,8 +621,8 @@ class AgentTurn:
                 fresh.setdefault(seq, []).append(found)
         for seq, files in fresh.items():
             try:
-                author = (await store.get_message(group.id, seq)).author_name
-                await store.append_system_message(group.id, self.deps.notice(unused_line(author, files)))
+                author = (await store.thread.get_message(group.id, seq)).author_name
+                await store.thread.append_system_message(group.id, self.deps.notice(unused_line(author, files)))
             except (StoreError, NotFound) as exc:  # a courtesy: the run is settled either way
                 log.warning("group=%s seq=%s: could not tell what agents cannot use: %s", group.id, seq, exc)
         if fresh:
@@ -647,16 +650,16 @@ class AgentTurn:
         """The person's message that started the episode of a run that may be stopped (who may stop it)."""
         if steer.episode_id is None:
             return None
-        episode = await self.deps.store.get_episode(steer.episode_id)
-        message = await self.deps.store.get_message(steer.group_id, episode.task_seq)
+        episode = await self.deps.store.episodes.get_episode(steer.episode_id)
+        message = await self.deps.store.thread.get_message(steer.group_id, episode.task_seq)
         return message if message.author_type == "user" else None
 
     async def _starter(self, group: Group, run: Run) -> Message | None:
         """The person's message that started the run's episode (who may approve its held tool calls)."""
         if run.episode_id is None:
             return None
-        episode = await self.deps.store.get_episode(run.episode_id)
-        message = await self.deps.store.get_message(group.id, episode.task_seq)
+        episode = await self.deps.store.episodes.get_episode(run.episode_id)
+        message = await self.deps.store.thread.get_message(group.id, episode.task_seq)
         return message if message.author_type == "user" else None
 
     async def _streamed(self, agent: Agent, messages: list[ChatMessage], key: str, reply: ReplyStream,
@@ -680,7 +683,8 @@ class AgentTurn:
 
     async def _interrupt(self, run: Run, selector_usage: Usage) -> None:
         try:
-            await self.deps.store.finish_run(run.id, RunResult("interrupted", selector_usage=selector_usage), cap=0)
+            await self.deps.store.runs.finish_run(run.id, RunResult("interrupted", selector_usage=selector_usage),
+                                                  cap=0)
         except Exception as exc:  # the next owner marks it interrupted anyway
             log.warning("run=%s: could not record the interruption: %s", run.id, exc)
 

@@ -19,6 +19,7 @@ from bot.core.features.spending import budget_refusal, month_cost, usage_card
 from bot.core.features.summary import MIN_WINDOW, Summaries
 from bot.core.features.tools import decision_of
 from bot.core.models import DEFAULT_PROVIDER, MUTED_FOREVER, Agent, Completion, Decision, Group, GroupSettings, Message
+from bot.core.ports import AgentChanges
 from bot.core.record.export import file_name, write_export
 from bot.core.record.transcript import plural, when
 from bot.core.rules import mute
@@ -139,13 +140,13 @@ class Admin:
         self.schedules = ScheduleVerbs(engine.store, engine.clock)
 
     async def setup(self, key: str, name: str, settings: GroupSettings, **ids: str | None) -> Group:
-        group = await self.store.create_group(key, name, settings, **ids)
+        group = await self.store.groups.create_group(key, name, settings, **ids)
         self.engine.wake(group.id)
         return group
 
     async def disable(self, group: Group) -> str:
         await self.engine.stop_episode(group)
-        await self.store.update_group(group.id, enabled=False)
+        await self.store.groups.update_group(group.id, enabled=False)
         return "Roundtable is off here. The history is kept; /roundtable setup turns it back on."
 
     async def config(self, group: Group, changes: Mapping[str, object]) -> Card:
@@ -153,7 +154,7 @@ class Admin:
             return Card("Settings", fields=settings_fields(group.settings))
         if changes.get("selector_model"):
             await self.check_model(str(changes["selector_model"]))
-        updated = await self.store.update_group(
+        updated = await self.store.groups.update_group(
             group.id, settings=group.settings.with_changes(**parse_config(changes)))
         if "monthly_budget" in changes and await self.engine.check_budget(group.id):
             cost = await month_cost(self.store, updated, self.engine.prices)
@@ -167,7 +168,7 @@ class Admin:
         """/roundtable doctor's checks that any surface can make: the database (and an outage of its
         writes), the group's delivery problem, the model endpoints, the MCP servers."""
         try:
-            checks = database_checks(await self.store.database_report())
+            checks = database_checks(await self.store.diagnosis.database_report())
         except StoreError as exc:
             checks = [Check("database", False, f"cannot be read: {exc}", "check the database (the disk, the file's "
                                                                             "permissions, the server)")]
@@ -177,7 +178,7 @@ class Admin:
                                 "fix what it names (disk space, the file's permissions, the database server); "
                                 "the bot keeps trying by itself"))
         if group is not None:
-            checks.append(delivery_check(await self.store.get_group(group.id)))
+            checks.append(delivery_check(await self.store.groups.get_group(group.id)))
         if self.engine.endpoint_checks is not None:
             checks.extend(await self.engine.endpoint_checks())
         if self.engine.tool_checks is not None:
@@ -185,7 +186,7 @@ class Admin:
         return checks
 
     async def pause(self, group: Group) -> str:
-        await self.store.update_group(group.id, paused=True)
+        await self.store.groups.update_group(group.id, paused=True)
         return "Paused: messages are still recorded, agents wait until /roundtable resume."
 
     async def resume(self, group: Group) -> str:
@@ -194,7 +195,7 @@ class Admin:
             cost = await month_cost(self.store, group, self.engine.prices)
             if cost >= budget:
                 raise UserFacingError(budget_refusal(cost, budget))
-        await self.store.update_group(group.id, paused=False)
+        await self.store.groups.update_group(group.id, paused=False)
         self.engine.wake(group.id)
         return "Resumed: waiting deliveries go out now."
 
@@ -207,21 +208,21 @@ class Admin:
     async def newtask(self, group: Group) -> str:
         """`/roundtable newtask`: the next person's message starts a fresh task (SPEC §6), even within
         followup_window or as a reply; kept in the store, so it holds after a restart."""
-        await self.store.break_tasks(group.id)
+        await self.store.episodes.break_tasks(group.id)
         return "The next message starts a new task: earlier requests are not carried into its prompts."
 
     async def status(self, group: Group, viewer: Reader | None = None) -> Card:
-        group = await self.store.get_group(group.id)
+        group = await self.store.groups.get_group(group.id)
         state = "paused" if group.paused else "on" if group.enabled else "off"
         fields = [Field("messages", str(group.latest_seq)),
                   Field("agent messages in a row", f"{group.agent_streak} of {group.settings.max_agent_turns}")]
         if group.episode_id is not None:
-            ep = await self.store.get_episode(group.episode_id)
+            ep = await self.store.episodes.get_episode(group.episode_id)
             fields.append(Field("episode", f"#{ep.id} {ep.status}, task #{ep.task_seq}, "
                                            f"{plural(ep.agent_turns, 'agent message')}, "
                                            f"{plural(ep.total_tokens, 'token')} ({ep.cached_tokens:,} cached)",
                                 inline=False))
-        agents, now = await self.store.list_agents(group.id), self.engine.clock()
+        agents, now = await self.store.roster.list_agents(group.id), self.engine.clock()
         fields.append(Field("agents", "\n".join(
             f"{a.name}{agent_flags(a, now)}: read through #{a.delivered_through}" for a in agents)
             or "(none yet: /agent add)", inline=False))
@@ -236,7 +237,7 @@ class Admin:
         outage = self.store.health.outage
         if outage is not None:
             fields.append(Field("database problem", outage_status(outage, self.store.health.clock()), inline=False))
-        upcoming = await self.store.next_schedule(group.id)
+        upcoming = await self.store.schedules.next_schedule(group.id)
         if upcoming is not None:
             fields.append(Field("next schedule", f"#{upcoming.id} {await self.schedules.describe(upcoming)}",
                                 inline=False))
@@ -253,7 +254,7 @@ class Admin:
         through, oldest = group.latest_seq, max(0, group.latest_seq - LAST_DECISION_WITHIN)
         while through > oldest:
             after = max(oldest, through - 50)
-            decisions = await self.store.decisions(group.id, after=after, through=through)
+            decisions = await self.store.routing.decisions(group.id, after=after, through=through)
             for seq in sorted(decisions, reverse=True):
                 if decisions[seq].source not in ("none", "superseded"):
                     return decisions[seq]
@@ -276,12 +277,12 @@ class Admin:
                 + ("; a rolling summary stands for them" if summarised else ""))
 
     async def why(self, group: Group, ref: str | None = None) -> Card:
-        group = await self.store.get_group(group.id)
+        group = await self.store.groups.get_group(group.id)
         seq = await self.message_seq(group, ref) if ref else await self.newest_spoken(group)
         if not 1 <= seq <= group.latest_seq:
             raise NotFound(f"There is no message #{seq} in this group (it has {group.latest_seq}).")
-        decision = await self.store.get_decision(group.id, seq)
-        message = await self.store.get_message(group.id, seq)
+        decision = await self.store.routing.get_decision(group.id, seq)
+        message = await self.store.thread.get_message(group.id, seq)
         title = f"#{seq} by {message.author_name}"
         calls = await self._tool_fields(message)
         if decision is None:
@@ -298,12 +299,12 @@ class Admin:
                                                    f"{u.cached_tokens} cached"))
         fields.extend(calls)
         if message.source_run_id is not None:
-            held = [said for call in await self.store.run_tool_calls(message.source_run_id)
+            held = [said for call in await self.store.tools.run_tool_calls(message.source_run_id)
                     if (said := decision_of(call.tool, call.result)) is not None]
             if held:
                 fields.append(Field("tool approvals", "; ".join(held), inline=False))
         if message.source_run_id is not None:  # a worker's post: the run's final text, never posted
-            run = (await self.store.runs_by_id([message.source_run_id])).get(message.source_run_id)
+            run = (await self.store.record.runs_by_id([message.source_run_id])).get(message.source_run_id)
             if run is not None and run.private_text is not None:
                 private = run.private_text if len(run.private_text) <= WHY_PRIVATE else (
                     run.private_text[:WHY_PRIVATE] + " [...]")
@@ -314,7 +315,7 @@ class Admin:
         """Each tool call of the run behind an agent's reply, with its arguments and result (cut, masked)."""
         if message.author_type != "agent" or message.source_run_id is None:
             return ()
-        calls = await self.store.run_tool_calls(message.source_run_id)
+        calls = await self.store.tools.run_tool_calls(message.source_run_id)
         fields = [Field(*call_detail(c.tool, c.arguments, c.status, c.result), inline=False)
                   for c in calls[:CALLS_SHOWN]]
         if len(calls) > CALLS_SHOWN:
@@ -327,7 +328,7 @@ class Admin:
         message explains the newest message people read as the conversation); the newest row when none is."""
         through = group.latest_seq
         while through > max(0, group.latest_seq - LAST_DECISION_WITHIN):
-            page = await self.store.messages(group.id, after=max(0, through - WHY_PAGE), through=through)
+            page = await self.store.thread.messages(group.id, after=max(0, through - WHY_PAGE), through=through)
             spoken = [m.seq for m in page if m.author_type != "system"]
             if spoken:
                 return spoken[-1]
@@ -345,7 +346,7 @@ class Admin:
             raise InvalidInput("message must be a message link, a message id or a number such as 12.")
         if len(token) < 15:
             return int(token)
-        found = await self.store.find_message_by_external_id(token)
+        found = await self.store.thread.find_message_by_external_id(token)
         if found is None or found.group_id != group.id:
             raise InvalidInput("That message is not part of this group chat.")
         return found.seq
@@ -353,7 +354,7 @@ class Admin:
     async def usage(self, group: Group, days: int = 7) -> Card | str:
         """Calls, tokens and cost per agent and selector, and a total (`bot.core.features.spending`)."""
         days = v.integer("days", days, 1, 365)
-        return await usage_card(self.store, await self.store.get_group(group.id), self.engine.prices, days)
+        return await usage_card(self.store, await self.store.groups.get_group(group.id), self.engine.prices, days)
 
     async def export(self, group: Group, fmt: str = "html") -> Attachment:
         """The whole thread as a file (html, json or md), built in a temporary file a page at a time."""
@@ -371,13 +372,13 @@ class Admin:
 
     # agents --------------------------------------------------------------
     async def agent(self, group: Group, name: str) -> Agent:
-        agent = await self.store.find_agent(group.id, name.strip().lstrip("@"))
+        agent = await self.store.roster.find_agent(group.id, name.strip().lstrip("@"))
         if agent is None:
             raise await self._no_agent(group, name)
         return agent
 
     async def _no_agent(self, group: Group, name: str) -> NotFound:
-        names = ", ".join(a.name for a in await self.store.list_agents(group.id)) or "none yet"
+        names = ", ".join(a.name for a in await self.store.roster.list_agents(group.id)) or "none yet"
         return NotFound(f"No agent named {name!r} in this group (agents: {names}).")
 
     @contextlib.asynccontextmanager
@@ -390,7 +391,7 @@ class Admin:
             raise await self._no_agent(group, name) from None
 
     async def check_name_free(self, group: Group, name: str) -> None:
-        v.check_name_free(name, [a.name for a in await self.store.list_agents(group.id)])
+        v.check_name_free(name, [a.name for a in await self.store.roster.list_agents(group.id)])
 
     async def check_model(self, model: str | None) -> None:
         """Refuse a model whose `name/` prefix names no provider, when the default provider (where
@@ -414,7 +415,7 @@ class Admin:
     async def add_agent(self, group: Group, name: str, role: str, prompt: str,
                         model: str | None = None, avatar: str | None = None) -> str:
         await self.check_model(v.model(model))
-        agent = await self.store.add_agent(
+        agent = await self.store.roster.add_agent(
             group.id, v.agent_name(name), v.role(role), v.system_prompt(prompt),
             model=v.model(model), avatar_url=v.avatar_url(avatar),
         )
@@ -424,18 +425,23 @@ class Admin:
                          settings: Mapping[str, float | int | None] | None = None, **changes: str | None) -> str:
         """`settings`: model settings to set (temperature, max_tokens, context_budget; None clears one)."""
         agent = await self.agent(group, name)
-        update: dict[str, object] = {}
+        update: AgentChanges = {}
         for key, value in (settings or {}).items():
             value = v.agent_setting(key, "default" if value is None else value)
             if value != getattr(agent, key):
-                update[key] = value
+                if key == "temperature":
+                    update["temperature"] = value
+                elif key == "max_tokens":
+                    update["max_tokens"] = None if value is None else int(value)
+                elif key == "context_budget":
+                    update["context_budget"] = None if value is None else int(value)
         if changes.get("role") is not None:
             update["role"] = v.role(changes["role"] or "")
         if changes.get("prompt") is not None and changes["prompt"] != agent.system_prompt:
             update["system_prompt"] = v.system_prompt(changes["prompt"] or "")
         if changes.get("model") is not None:
             update["model"] = v.model(changes["model"])
-            await self.check_model(update["model"])  # type: ignore[arg-type]  # v.model gives str | None
+            await self.check_model(update["model"])
         if changes.get("avatar") is not None:
             update["avatar_url"] = v.avatar_url(changes["avatar"])
         if memory is not None and memory != agent.memory:
@@ -453,7 +459,7 @@ class Admin:
                     "temperature, max_tokens or context_budget.")
         await self._check_tools(agent, update)
         async with self._still_there(group, name):
-            agent = await self.store.update_agent(agent.id, **update)
+            agent = await self.store.roster.update_agent(agent.id, **update)
         if "mode" in update:
             if agent.mode == "worker":
                 return f"Updated {agent.name}: worker mode: its runs are private and it speaks only through group_post."
@@ -464,7 +470,7 @@ class Admin:
             return f"Updated {agent.name}: {model_settings(agent)}."
         return f"Updated {agent.name}."
 
-    async def _check_tools(self, agent: Agent, update: Mapping[str, object]) -> None:
+    async def _check_tools(self, agent: Agent, update: AgentChanges) -> None:
         """Memory and worker mode need tool calls: refuse (changing nothing) to turn either on, or to
         change the model of an agent that has one on, when the model does not take them or that
         cannot be checked."""
@@ -475,7 +481,7 @@ class Admin:
         spent: list[Completion] = []
         reason = await self.engine.llm.tools_refusal(str(model) if model else None, spent=spent)
         for call in spent:  # a model call like any other: /roundtable usage counts it with the agent's
-            await self.store.record_call(agent.group_id, agent.id, "memory check", call)
+            await self.store.spending.record_call(agent.group_id, agent.id, "memory check", call)
         if reason is not None:
             if "mode" in update and worker:
                 raise UserFacingError(f"{agent.name} stays in talk mode: {reason}.")
@@ -486,26 +492,26 @@ class Admin:
     async def rename_agent(self, group: Group, name: str, new_name: str) -> str:
         agent = await self.agent(group, name)
         async with self._still_there(group, name):
-            renamed = await self.store.update_agent(agent.id, name=v.agent_name(new_name))
+            renamed = await self.store.roster.update_agent(agent.id, name=v.agent_name(new_name))
         return (f"Renamed {agent.name} to {renamed.name}: tag it with @{renamed.name}. "
                 f"Its earlier messages keep the name {agent.name}.")
 
     async def remove_agent(self, group: Group, name: str) -> str:
         agent = await self.agent(group, name)
         async with self._still_there(group, name):
-            await self.store.remove_agent(agent.id)
+            await self.store.roster.remove_agent(agent.id)
         return f"Removed {agent.name}. Its messages stay in the history."
 
     async def set_enabled(self, group: Group, name: str, enabled: bool) -> str:
         agent = await self.agent(group, name)
         async with self._still_there(group, name):
-            await self.store.update_agent(agent.id, enabled=enabled)
+            await self.store.roster.update_agent(agent.id, enabled=enabled)
         if enabled:
             self.engine.wake(group.id)
         return f"{agent.name} is {'enabled' if enabled else 'disabled'}."
 
     async def list_agents(self, group: Group) -> Card | str:
-        agents = await self.store.list_agents(group.id)
+        agents = await self.store.roster.list_agents(group.id)
         if not agents:
             return "No agents yet: add one with /agent add."
         now = self.engine.clock()
@@ -514,7 +520,7 @@ class Admin:
 
     async def show_agent(self, group: Group, name: str) -> Card:
         agent = await self.agent(group, name)
-        return agent_card(agent, await self.store.note_count(agent.id), self.engine.clock())
+        return agent_card(agent, await self.store.notes.note_count(agent.id), self.engine.clock())
 
     async def mute_agent(self, group: Group, name: str, duration: str | None = None) -> str:
         """/agent mute: out of selection, rotation and @all until `duration` ('1h', '30m', '2d') has
@@ -525,7 +531,7 @@ class Admin:
         now = self.engine.clock()
         until = MUTED_FOREVER if seconds is None else now + seconds
         async with self._still_there(group, name):
-            agent = await self.store.update_agent(agent.id, muted_until=until)
+            agent = await self.store.roster.update_agent(agent.id, muted_until=until)
         return (f"{agent.name} is muted {mute.until(until, now)}: it is left out of selection, rotation and @all, "
                 f"and a tag of it gets a notice instead of a reply. /agent unmute {agent.name} lifts it.")
 
@@ -534,14 +540,14 @@ class Admin:
         if not agent.muted(self.engine.clock()):
             return f"{agent.name} is not muted."
         async with self._still_there(group, name):
-            await self.store.update_agent(agent.id, muted_until=None)
+            await self.store.roster.update_agent(agent.id, muted_until=None)
         return f"{agent.name} is unmuted: it can be selected and tagged again."
 
     async def show_memory(self, group: Group, name: str) -> Card | str:
         """The agent's notes, newest first, with when each was saved."""
         agent = await self.agent(group, name)
         state = f"memory is {'on' if agent.memory else 'off'}"
-        notes = await self.store.notes(agent.id)
+        notes = await self.store.notes.notes(agent.id)
         if not notes:
             return f"{agent.name} has no notes ({state})."
         fields = tuple(Field(when(n.created_at) or f"note {n.id}", n.text, inline=False) for n in reversed(notes))
@@ -550,7 +556,7 @@ class Admin:
 
     async def clear_memory(self, group: Group, name: str) -> str:
         agent = await self.agent(group, name)
-        cleared = await self.store.clear_notes(agent.id)
+        cleared = await self.store.notes.clear_notes(agent.id)
         if not cleared:
             return f"{agent.name} had no notes to clear."
         return f"Cleared {plural(cleared, 'note')} of {agent.name}."

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from bot.core.models import Agent, Group
-from bot.core.ports import RosterStore, ScheduleStore
+from bot.core.ports import HasRoster, HasSchedules
 from bot.core.rules.card import Card, Field
 from bot.core.rules.schedule import Schedule, first_run, format_time, parse_when, schedule_prompt
 
@@ -22,7 +22,7 @@ def when_line(schedule: Schedule) -> str:
     return f"{schedule.when.describe()}; next run {format_time(schedule.next_run_at, schedule.when.tz)}"
 
 
-class ScheduleVerbsStore(ScheduleStore, RosterStore, Protocol):
+class ScheduleVerbsStore(HasSchedules, HasRoster, Protocol):
     """What the verbs read and write: the schedules, and the roster that names their agents."""
 
 
@@ -37,17 +37,18 @@ class ScheduleVerbs:
         when = parse_when(every, at, tz)
         text = schedule_prompt(prompt)
         next_run = first_run(when, self.clock())
-        schedule = await self.store.add_schedule(agent.id, when, text, next_run_at=next_run, created_by=created_by)
+        schedule = await self.store.schedules.add_schedule(agent.id, when, text, next_run_at=next_run,
+                                                           created_by=created_by)
         waits = "" if agent.enabled else f" ({agent.name} is disabled: it waits until /agent enable {agent.name})"
         return (f"Scheduled #{schedule.id} for {agent.name}, {when.describe()}: next run "
                 f"{format_time(next_run, when.tz)}{waits}. /agent schedule remove id:{schedule.id} removes it.")
 
     async def list(self, group: Group, agent: Agent | None) -> Card | str:
-        schedules = await self.store.schedules(group.id, agent_id=None if agent is None else agent.id)
+        schedules = await self.store.schedules.schedules(group.id, agent_id=None if agent is None else agent.id)
         if not schedules:
             whose = f" for {agent.name}" if agent is not None else ""
             return f"No schedules{whose} here: add one with /agent schedule add."
-        names = {a.id: a.name for a in await self.store.list_agents(group.id)}
+        names = {a.id: a.name for a in await self.store.roster.list_agents(group.id)}
         fields = tuple(
             Field(f"#{s.id} {names.get(s.agent_id, '?')}", f"{when_line(s)}\n{_shortened(s.prompt)}", inline=False)
             for s in schedules)
@@ -56,12 +57,12 @@ class ScheduleVerbs:
 
     async def describe(self, schedule: Schedule) -> str:
         """'planner, every 2h; next run ...' (for /roundtable status)."""
-        names = {a.id: a.name for a in await self.store.list_agents(schedule.group_id)}
+        names = {a.id: a.name for a in await self.store.roster.list_agents(schedule.group_id)}
         return f"{names.get(schedule.agent_id, '?')}, {when_line(schedule)}"
 
     async def remove(self, group: Group, schedule_id: int) -> str:
-        schedule = await self.store.remove_schedule(group.id, schedule_id)
-        names = {a.id: a.name for a in await self.store.list_agents(group.id)}
+        schedule = await self.store.schedules.remove_schedule(group.id, schedule_id)
+        names = {a.id: a.name for a in await self.store.roster.list_agents(group.id)}
         return f"Removed schedule #{schedule.id} ({names.get(schedule.agent_id, '?')}, {schedule.when.describe()})."
 
 

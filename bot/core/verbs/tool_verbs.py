@@ -14,7 +14,7 @@ import re
 from bot.core.errors import InvalidInput
 from bot.core.features.tools import ToolRegistry, check_pattern, full_name, matches
 from bot.core.models import Agent, ToolGrant
-from bot.core.ports import ToolStore
+from bot.core.ports import HasTools
 
 SHOWN_MAX = 40  # tools named in the answer (the rest counted)
 
@@ -26,7 +26,7 @@ def patterns(text: str | None) -> list[str]:
 
 
 class ToolVerbs:
-    def __init__(self, store: ToolStore, registry: ToolRegistry) -> None:
+    def __init__(self, store: HasTools, registry: ToolRegistry) -> None:
         self.store = store
         self.registry = registry
 
@@ -40,26 +40,26 @@ class ToolVerbs:
                                    "/agent edit memory:on).")
         said: list[str] = []
         if revoking:
-            removed = await self.store.revoke_tools(agent.id, revoking)
+            removed = await self.store.tools.revoke_tools(agent.id, revoking)
             said.append(f"Revoked {removed} of {len(revoking)} ({', '.join(revoking)})." if removed
                         else f"{', '.join(revoking)} {'was' if len(revoking) == 1 else 'were'} not granted.")
         if granting:
-            await self.store.grant_tools(agent.id, granting, confirm=confirm)
+            await self.store.tools.grant_tools(agent.id, granting, confirm=confirm)
             said.append(f"Granted {', '.join(granting)}.")
             names = self.registry.names()
             idle = [p for p in granting if not any(matches(p, n) for n in names)]
             if idle:
                 said.append(f"{', '.join(idle)} matches no tool offered now (a server down, or a name to check).")
         elif confirm is not None:
-            current = [g.pattern for g in await self.store.tool_grants(agent.id)]
+            current = [g.pattern for g in await self.store.tools.tool_grants(agent.id)]
             if current:
-                await self.store.grant_tools(agent.id, current, confirm=confirm)
+                await self.store.tools.grant_tools(agent.id, current, confirm=confirm)
             what = ", ".join(current) or "nothing (none granted)"
             said.append(f"confirm is {'on' if confirm else 'off'} for {what}.")
         if confirm:
             said.append("Its calls of those tools wait for Approve by the person who started the episode or an "
                         "operator (denied after approval_timeout).")
-        said.append(self._listing(agent, await self.store.tool_grants(agent.id)))
+        said.append(self._listing(agent, await self.store.tools.tool_grants(agent.id)))
         return "\n".join(said)
 
     def _listing(self, agent: Agent, grants: list[ToolGrant]) -> str:

@@ -146,7 +146,7 @@ async def run_bot(settings: Settings, open_engine: OpenEngine, defaults: GroupSe
     stopped_by: list[int] = []
     async with open_engine(settings, DiscordSurface, scope="discord:", label="discord bot",
                            before_store=functools.partial(check_token, settings.discord_token or "")) as engine:
-        await engine.store.register_webhook_tokens()  # masked from the start (bot.core.rules.secrets)
+        await engine.store.webhooks.register_webhook_tokens()  # masked from the start (bot.core.rules.secrets)
         surface = engine.surface
         if not isinstance(surface, DiscordSurface):
             raise TypeError(f"the engine opened for the Discord bot has a {type(surface).__name__} surface")

@@ -150,7 +150,7 @@ class ApprovalButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=AP
         if held is None:
             await send(interaction, {"content": "This request is no longer waiting for a decision."})
             return
-        group = await slash.store.get_group(held.group_id)
+        group = await slash.store.groups.get_group(held.group_id)
         starter = held.ask.starter_user_id
         if str(interaction.user.id) != starter and not is_operator(interaction.user, group):
             who = f"<@{starter}>" if starter else "the person who started this"
@@ -182,7 +182,7 @@ class StopButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=STOP_I
 
     async def callback(self, interaction: discord.Interaction) -> None:
         slash = slash_of(interaction)
-        group = await slash.store.get_group(self.group_id)
+        group = await slash.store.groups.get_group(self.group_id)
         answer = await slash.engine.stop_reply(self.group_id, self.agent_id, user_id=str(interaction.user.id),
                                                operator=is_operator(interaction.user, group),
                                                by=interaction.user.display_name)
@@ -336,7 +336,7 @@ class DiscordCaller:
 
     async def group(self) -> Group | None:
         channel = self.interaction.channel
-        self._group = await self.slash.store.find_group(group_key(channel.id)) if channel is not None else None
+        self._group = await self.slash.store.groups.find_group(group_key(channel.id)) if channel is not None else None
         return self._group
 
     async def setup(self, mode: str | None) -> Group:
@@ -356,7 +356,7 @@ class DiscordCaller:
             setup_message_id=str(interaction.id),
         )
         if mode and existing is not None:
-            group = await self.slash.store.update_group(group.id, settings=settings)
+            group = await self.slash.store.groups.update_group(group.id, settings=settings)
         self.slash.ingest.resync_channel(channel.id)  # what was posted since the command is the group's from now on
         return group
 
@@ -383,7 +383,7 @@ class DiscordCaller:
         guild = self.interaction.guild
         if guild is None:
             return []
-        groups = await self.slash.store.list_groups(guild_id=str(guild.id))
+        groups = await self.slash.store.groups.list_groups(guild_id=str(guild.id))
         return [(g, is_operator(self.interaction.user, g)) for g in groups if g.key.startswith("discord:")]
 
     async def checks(self, group: Group | None) -> list[Check]:
@@ -398,7 +398,7 @@ class DiscordCaller:
                 return []
             return [permission_check(f"#{channel.name}", parent.permissions_for(channel.guild.me),
                                      thread=isinstance(channel, discord.Thread))]
-        return await channel_checks(self.slash.client, group, await self.slash.store.get_webhook(
+        return await channel_checks(self.slash.client, group, await self.slash.store.webhooks.get_webhook(
             group.parent_channel_id or group.channel_id or ""))
 
     async def keep_image(self, image: object, label: str) -> str:
@@ -465,13 +465,13 @@ class SlashCommands:
         made there before (an earlier setup, whose row was lost or never written), else a new one.
         One setup of a channel at a time (two admins, a double click), so they end with one webhook."""
         async with self._webhook_locks.setdefault(channel_id, asyncio.Lock()):
-            if await self.store.get_webhook(channel_id) is not None:
+            if await self.store.webhooks.get_webhook(channel_id) is not None:
                 return
             made = await self._made_before(channel_id)
             if made is None or made.token is None:  # (`_made_before` keeps only webhooks with a token)
                 await self.surface.create_webhook(channel_id)
                 return
-            await self.store.save_webhook(channel_id, str(made.id), made.token)
+            await self.store.webhooks.save_webhook(channel_id, str(made.id), made.token)
             log.info("channel %s: using the webhook %s this bot made there before", channel_id, made.id)
 
     async def _made_before(self, channel_id: str) -> discord.Webhook | None:
@@ -513,12 +513,12 @@ class SlashCommands:
         self, interaction: discord.Interaction, current: str
     ) -> list[app_commands.Choice[str]]:
         channel = interaction.channel
-        group = await self.store.find_group(group_key(channel.id)) if channel is not None else None
+        group = await self.store.groups.find_group(group_key(channel.id)) if channel is not None else None
         if group is None:
             return []
         typed = current.casefold()
         return [app_commands.Choice(name=a.name, value=a.name)
-                for a in await self.store.list_agents(group.id) if typed in a.name.casefold()][:25]
+                for a in await self.store.roster.list_agents(group.id) if typed in a.name.casefold()][:25]
 
     async def autocomplete_model(
         self, interaction: discord.Interaction, current: str
@@ -552,10 +552,10 @@ class SlashCommands:
 
     async def _regenerate(self, interaction: discord.Interaction, message: discord.Message) -> str:
         channel = interaction.channel
-        group = await self.store.find_group(group_key(channel.id)) if channel is not None else None
+        group = await self.store.groups.find_group(group_key(channel.id)) if channel is not None else None
         if group is None or not group.enabled:
             return declared.NOT_SET_UP
-        stored = await self.store.find_message_by_external_id(str(message.id))
+        stored = await self.store.thread.find_message_by_external_id(str(message.id))
         if stored is None or stored.group_id != group.id:
             return "That message is not in this group's record, so it cannot be regenerated."
         done = await self.engine.regenerate(group, stored.seq, user_id=str(interaction.user.id),

@@ -43,7 +43,7 @@ from typing import Any, Protocol
 
 from bot.core.errors import DeliveryError, StoreError
 from bot.core.models import Agent, DraftPart, Group, Message
-from bot.core.ports import Recorder, Store
+from bot.core.ports import HasDrafts, Recorder
 from bot.surfaces.discord.render import neutralize_mass_mentions, split_message
 
 log = logging.getLogger(__name__)
@@ -115,7 +115,10 @@ Controls = Sequence[Mapping[str, Any]]  # action rows of buttons, as Discord tak
 class DraftHooks(Protocol):
     """What drafts and `publish_over` ask of the Discord surface (`bot.surfaces.discord.webhooks`)."""
 
-    store: Store
+    @property
+    def store(self) -> HasDrafts:
+        """The store's drafts: each provisional message recorded before it is posted."""
+        ...
 
     def pace(self, group: Group) -> HookPace: ...
 
@@ -199,9 +202,9 @@ class DiscordDraft:
     async def discard(self) -> None:
         store = self.hooks.store
         try:
-            parts = await store.draft_parts(self.run_id)
+            parts = await store.drafts.draft_parts(self.run_id)
             gone = await remove_parts(self.hooks, self.group, parts)
-            await store.drop_drafts(gone)
+            await store.drafts.drop_drafts(gone)
         except (DeliveryError, StoreError) as exc:  # the sweep takes them back later
             log.warning("group=%s run=%s: its provisional messages could not be taken back yet: %s", self.group.id,
                         self.run_id, exc)
@@ -253,7 +256,7 @@ class DiscordDraft:
 
     async def _post(self, index: int, chunk: str, controls: Controls) -> None:
         store = self.hooks.store
-        part = await store.add_draft(self.group.id, self.agent.id, self.run_id, index, self.agent.name, chunk)
+        part = await store.drafts.add_draft(self.group.id, self.agent.id, self.run_id, index, self.agent.name, chunk)
         self.hooks.pace(self.group).last_draft = time.monotonic()
         try:
             message_id = await self.hooks.draft_post(self.group, self.agent, chunk, components=controls)
@@ -263,10 +266,10 @@ class DiscordDraft:
                 log.warning("group=%s run=%s: a provisional post may not have landed (%s); the reply is posted "
                             "whole when done", self.group.id, self.run_id, exc)
                 return
-            await store.drop_drafts([part.id])
+            await store.drafts.drop_drafts([part.id])
             self._failed(exc)
             return
-        await store.draft_posted(part.id, message_id)
+        await store.drafts.draft_posted(part.id, message_id)
         self.parts.append(replace(part, external_id=message_id))
         self._controls[message_id] = controls
         self._edited[message_id] = time.monotonic()
@@ -293,7 +296,7 @@ class DiscordDraft:
         for part in dropped[1:]:
             with contextlib.suppress(DeliveryError):
                 await self.hooks.draft_delete(self.group, part.external_id or "")
-        await self.hooks.store.drop_drafts(p.id for p in dropped)
+        await self.hooks.store.drafts.drop_drafts(p.id for p in dropped)
 
     def _failed(self, exc: DeliveryError) -> None:
         if exc.problem:  # a lasting refusal (a permission, a moved webhook): the committed post deals with it

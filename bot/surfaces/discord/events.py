@@ -44,7 +44,7 @@ import discord
 
 from bot.core.errors import AlreadyStored, StoreError, StoreUnavailable
 from bot.core.models import Agent, Group, SharedFile
-from bot.core.ports import Store
+from bot.core.ports import HasGroups, HasReading, HasRoster, HasThread, HealthStore
 from bot.core.rules.attachments import FileUnavailable, take_in
 from bot.core.runtime.outbox import RetryPolicy
 from bot.core.runtime.worker import wait_for_store
@@ -101,12 +101,17 @@ def later(a: str | None, b: str | None) -> str | None:
     return a if int(a) >= int(b) else b
 
 
+class IngestStore(HasGroups, HasRoster, HasThread, HasReading, HealthStore, Protocol):
+    """What ingest asks of the store: the groups (and their watermark), the roster (its names tag
+    agents), the thread it appends to and edits, the people it remembers, whether the database takes writes."""
+
+
 class Intake(Protocol):
     """What ingest asks of the engine (`bot.core.runtime.engine.Engine`): its store, a background task,
     the waits between retries, a person's message posted, a group woken after a batch."""
 
     @property
-    def store(self) -> Store: ...
+    def store(self) -> IngestStore: ...
 
     @property
     def retry(self) -> RetryPolicy: ...
@@ -187,7 +192,7 @@ class Ingest:
         """After a (re)connect: every group's channel catches up before its next live message."""
         for channel_id in list(self.feeds):  # first, before any event of the new session is taken
             self.resync_channel(channel_id)
-        for group in await self._retrying(self.store.list_groups):
+        for group in await self._retrying(self.store.groups.list_groups):
             if group.key.startswith("discord:") and group.channel_id is not None and self.serves(group.guild_id):
                 feed = self._feed(int(group.channel_id))
                 if feed.queue.empty():
@@ -204,16 +209,16 @@ class Ingest:
         """`@name` tags this person from now on (stored once per change of their names)."""
         names = person_names(user)
         if self._known.get((guild_id, user.id)) != names:
-            await self.store.remember_person(guild_id, str(user.id), names)
+            await self.store.reading.remember_person(guild_id, str(user.id), names)
             self._known[(guild_id, user.id)] = names
 
     async def on_reaction(self, payload: discord.RawReactionActionEvent) -> None:
         """A person's reaction on a message moves their read cursor through it."""
         if self.client.user is not None and payload.user_id == self.client.user.id:
             return
-        found = await self._retrying(self.store.find_message_by_external_id, str(payload.message_id))
+        found = await self._retrying(self.store.thread.find_message_by_external_id, str(payload.message_id))
         if found is not None:
-            await self._retrying(self.store.mark_seen, found.group_id, str(payload.user_id), found.seq)
+            await self._retrying(self.store.reading.mark_seen, found.group_id, str(payload.user_id), found.seq)
 
     # the feed's worker ---------------------------------------------------------
     def _feed(self, channel_id: int) -> Feed:
@@ -265,18 +270,18 @@ class Ingest:
             return
         await self._store(group, message, wake=True)
         if not feed.behind and not feed.blind:
-            await self._retrying(self.store.advance_watermark, group.id, str(message.id))
+            await self._retrying(self.store.groups.advance_watermark, group.id, str(message.id))
 
     async def _edited(self, payload: discord.RawMessageUpdateEvent) -> None:
         """A person's edit changes their row's text (marked edited); the files they removed go with it."""
         message = payload.message
         if "content" not in payload.data or message.edited_at is None:
             return  # not the author's edit (an embed unfolded), or a partial update without the text
-        found = await self._retrying(self.store.find_message_by_external_id, str(message.id))
+        found = await self._retrying(self.store.thread.find_message_by_external_id, str(message.id))
         if found is None or found.author_type != "user" or found.author_user_id != str(message.author.id):
             return  # not stored, or not a person's own row (our own webhook posts are edited as they stream)
         kept = [str(a.id) for a in message.attachments] if "attachments" in payload.data else None
-        edited = await self._retrying(self.store.edit_message, found.group_id, found.seq,
+        edited = await self._retrying(self.store.thread.edit_message, found.group_id, found.seq,
                                       message_text(message)[:8000], attachment_ids=kept)
         if edited is not None:
             log.info("group=%s seq=%s: edited by its author; later prompts read the new text",
@@ -285,10 +290,10 @@ class Ingest:
     async def _removed(self, removed: Removed) -> None:
         """Each stored message deleted in Discord becomes a tombstone (see the module docstring)."""
         for message_id in removed.message_ids:
-            found = await self._retrying(self.store.find_message_by_external_id, str(message_id))
+            found = await self._retrying(self.store.thread.find_message_by_external_id, str(message_id))
             if found is None or found.deleted:
                 continue
-            if await self._retrying(self.store.delete_message, found.group_id, found.seq) is None:
+            if await self._retrying(self.store.thread.delete_message, found.group_id, found.seq) is None:
                 continue
             log.info("group=%s seq=%s: deleted in Discord; its text and files are purged (a tombstone now)",
                      found.group_id, found.seq)
@@ -300,7 +305,7 @@ class Ingest:
                               message_ids: list[str]) -> None:
         """The other chunks of an agent's reply an operator deleted go too (best effort: one that stays
         is only a copy of what the store no longer holds, and an operator can delete it)."""
-        group = await self._retrying(self.store.get_group, group_id)
+        group = await self._retrying(self.store.groups.get_group, group_id)
         for message_id in message_ids:
             try:
                 await take_down(group, message_id)
@@ -323,7 +328,7 @@ class Ingest:
             async for message in channel.history(  # type: ignore[union-attr]  # text channels, threads and partials all have it
                     limit=None, after=discord.Object(int(after)), oldest_first=True):
                 count += await self._store(group, message, wake=False)
-                await self._retrying(self.store.advance_watermark, group.id, str(message.id))
+                await self._retrying(self.store.groups.advance_watermark, group.id, str(message.id))
             feed.blind = None
         except (discord.Forbidden, discord.NotFound) as exc:
             if feed.blind is None:
@@ -349,20 +354,22 @@ class Ingest:
         if not seen:
             return  # nothing to compare with (an unreadable or emptied channel is not taken as deletions)
         floor = min(seen) if len(seen) >= LOOK_BACK else 0
-        rows = await self._retrying(self.store.messages, group.id, after=max(0, group.latest_seq - 3 * LOOK_BACK))
+        rows = await self._retrying(self.store.thread.messages, group.id, after=max(0,
+                                                                                    group.latest_seq - 3 * LOOK_BACK))
         for row in rows:
             ids = [int(i) for i in row.external_ids if i.isdigit()]
             if row.deleted or not ids or len(ids) != len(row.external_ids) or min(ids) < floor or max(ids) > upto:
                 continue
             if any(i not in seen for i in ids):
-                if await self._retrying(self.store.delete_message, group.id, row.seq) is not None:
+                if await self._retrying(self.store.thread.delete_message, group.id, row.seq) is not None:
                     log.info("group=%s seq=%s: deleted in Discord while the bot was away; a tombstone now",
                              group.id, row.seq)
                 continue
             message = seen[ids[0]]
             if (row.author_type == "user" and message.edited_at is not None
                     and row.author_user_id == str(message.author.id)):
-                edited = await self._retrying(self.store.edit_message, group.id, row.seq, message_text(message)[:8000],
+                edited = await self._retrying(self.store.thread.edit_message, group.id, row.seq,
+                                              message_text(message)[:8000],
                                               attachment_ids=[str(a.id) for a in message.attachments])
                 if edited is not None:
                     log.info("group=%s seq=%s: edited in Discord while the bot was away", group.id, row.seq)
@@ -394,18 +401,18 @@ class Ingest:
     async def _store_once(self, group: Group, message: discord.Message, *, wake: bool) -> bool:
         if not await self.accepts(group, message):
             return False
-        if await self.store.find_message_by_external_id(str(message.id)) is not None:
+        if await self.store.thread.find_message_by_external_id(str(message.id)) is not None:
             return False
         if group.guild_id is not None:
             await self.remember(group.guild_id, message.author)
         replied: list[Agent] = []
         reply_to: int | None = None
         if message.reference is not None and message.reference.message_id is not None:
-            target = await self.store.find_message_by_external_id(str(message.reference.message_id))
+            target = await self.store.thread.find_message_by_external_id(str(message.reference.message_id))
             if target is not None and target.group_id == group.id:  # (another group's row: neither)
                 reply_to = target.seq  # a reply continues the work of the message it answers (SPEC §6)
                 if target.author_type == "agent" and target.author_agent_id is not None:
-                    replied.append(await self.store.get_agent(target.author_agent_id))  # and tags its agent
+                    replied.append(await self.store.roster.get_agent(target.author_agent_id))  # and tags its agent
         await self.engine.post_user_message(
             group, author_name=message.author.display_name, user_id=str(message.author.id),
             text=message_text(message)[:8000], extra_agents=replied, external_ids=[str(message.id)], wake=wake,
@@ -426,7 +433,7 @@ class Ingest:
 
     # helpers -------------------------------------------------------------------
     async def _group(self, channel_id: int) -> Group | None:
-        group = await self._retrying(self.store.find_group, f"discord:{channel_id}")
+        group = await self._retrying(self.store.groups.find_group, f"discord:{channel_id}")
         return group if group is not None and group.enabled else None
 
     @staticmethod

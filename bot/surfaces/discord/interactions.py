@@ -20,12 +20,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import discord
 
 from bot.core.errors import StoreError, StoreUnavailable
-from bot.core.ports import Store
+from bot.core.ports import HasGroups, HasInteractions, HasLeases
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +35,15 @@ ALREADY_ACKNOWLEDGED = 40060  # Discord's code: the interaction's first answer w
 FIRST_ANSWER, ACKNOWLEDGED, LATE = "roundtable.first_answer", "roundtable.acknowledged", "roundtable.late"  # extras
 
 
+class ClaimStore(HasInteractions, HasGroups, HasLeases, Protocol):
+    """What claiming an interaction asks of the store: the claim, and whether another process runs
+    the channel's group (then it answers first)."""
+
+
 class Interactions:
     """Claims interactions for this process and defers the slow ones."""
 
-    def __init__(self, store: Store, group_key: Callable[[int], str]) -> None:
+    def __init__(self, store: ClaimStore, group_key: Callable[[int], str]) -> None:
         self.store = store
         self.group_key = group_key  # a channel's group key
         self._late: set[asyncio.Task[None]] = set()
@@ -51,7 +56,7 @@ class Interactions:
         try:
             if await self._run_elsewhere(interaction.channel_id):
                 await asyncio.sleep(LEADER_FIRST)  # the process that runs the group claims first
-            won = await self.store.claim_interaction(str(interaction.id))
+            won = await self.store.interactions.claim_interaction(str(interaction.id))
         except StoreError as exc:  # better a second answer than none
             log.log(logging.DEBUG if isinstance(exc, StoreUnavailable) else logging.WARNING,  # (the store logs it)
                     "could not claim interaction %s (%s); handling it here", interaction.id, exc)
@@ -63,8 +68,8 @@ class Interactions:
 
     async def _run_elsewhere(self, channel_id: int | None) -> bool:
         """Whether the channel is a group that another process runs (holds its lease)."""
-        group = await self.store.find_group(self.group_key(channel_id)) if channel_id is not None else None
-        return group is not None and await self.store.leased_elsewhere(group.id)
+        group = await self.store.groups.find_group(self.group_key(channel_id)) if channel_id is not None else None
+        return group is not None and await self.store.leases.leased_elsewhere(group.id)
 
     def _defer_when_late(self, interaction: discord.Interaction) -> None:
         async def late() -> None:

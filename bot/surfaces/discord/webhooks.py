@@ -38,7 +38,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
@@ -47,7 +47,7 @@ from discord.http import Route
 
 from bot.core.errors import DeliveryError, UserFacingError
 from bot.core.models import Agent, Approval, ApprovalAsk, DraftPart, Episode, Group, Message, SharedFile
-from bot.core.ports import Draft, Recorder, Store
+from bot.core.ports import Draft, HasDrafts, HasThread, HasWebhooks, Recorder
 from bot.core.rules.attachments import FileUnavailable
 from bot.core.rules.secrets import MASK
 from bot.core.rules.stop import strip_terminate
@@ -121,10 +121,15 @@ class _MovedWebhook(Exception):
     """The post landed in another channel: an admin moved the webhook (its copy there is deleted)."""
 
 
+class SurfaceStore(HasThread, HasDrafts, HasWebhooks, Protocol):
+    """What the Discord surface asks of the store: the rows it shows (and finds again after a crash),
+    the provisional messages of replies being written, and each channel's webhook."""
+
+
 class DiscordSurface:
     """Implements the engine's Surface over a connected discord.py client."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: SurfaceStore) -> None:
         self.store = store
         self.client: discord.Client | None = None
         self._webhooks: dict[str, tuple[str, str]] = {}  # channel id -> (webhook id, token)
@@ -229,7 +234,7 @@ class DiscordSurface:
             raise UserFacingError(f"Discord refused to create the webhook ({exc.status}); try again.") from None
         if webhook.token is None:
             raise UserFacingError("Discord created the webhook without its token; run /roundtable setup again.")
-        await self.store.save_webhook(channel_id, str(webhook.id), webhook.token)
+        await self.store.webhooks.save_webhook(channel_id, str(webhook.id), webhook.token)
         self._webhooks[channel_id] = (str(webhook.id), webhook.token)
         return self._webhooks[channel_id]
 
@@ -237,7 +242,7 @@ class DiscordSurface:
         cached = self._webhooks.get(channel_id)
         if cached is not None:
             return cached
-        stored = await self.store.get_webhook(channel_id)
+        stored = await self.store.webhooks.get_webhook(channel_id)
         if stored is None:
             return await self.create_webhook(channel_id)
         self._webhooks[channel_id] = stored
@@ -255,7 +260,7 @@ class DiscordSurface:
         hook_id = str(message.webhook_id)
         if hook_id in {cached for cached, _ in self._webhooks.values()}:
             return True
-        stored = await self.store.get_webhook(group.parent_channel_id or group.channel_id or "")
+        stored = await self.store.webhooks.get_webhook(group.parent_channel_id or group.channel_id or "")
         if stored is not None and stored[0] == hook_id:
             return True
         if hook_id not in self._makers:
@@ -287,7 +292,7 @@ class DiscordSurface:
         chunks = split_message(rendered(message))
         if message.author_type == "agent" and message.source_run_id is not None:
             await self._asked_done(message.source_run_id)
-            parts = await self.store.draft_parts(message.source_run_id)
+            parts = await self.store.drafts.draft_parts(message.source_run_id)
             if parts:  # it was streamed: its provisional messages become its chunks
                 tagged = message.tags.user_ids
                 message = await publish_over(self, group, message, chunks, parts, record,
@@ -348,7 +353,7 @@ class DiscordSurface:
     async def episode_updated(self, group: Group, episode: Episode) -> None:
         """The episode's state as a reaction on its task, set in the background: a slow
         reactions endpoint never holds up ingest or the next run."""
-        task = await self.store.get_message(group.id, episode.task_seq)
+        task = await self.store.thread.get_message(group.id, episode.task_seq)
         if task.external_ids:
             self._background(self._react(group, int(task.external_ids[0]), episode), f"react-{group.id}")
 
@@ -423,7 +428,7 @@ class DiscordSurface:
                         f"Integrations and give my role Manage Webhooks in {where}.")) from None
                 log.warning("group=%s webhook %s was moved to another channel; creating a new one", group.id, hook_id)
             self._webhooks.pop(hook_channel, None)
-            await self.store.forget_webhook(hook_channel)
+            await self.store.webhooks.forget_webhook(hook_channel)
         raise AssertionError("unreachable")
 
     async def _execute(self, group: Group, hook_id: str, token: str, payload: dict[str, Any],
@@ -616,7 +621,7 @@ class DiscordSurface:
         if draft is None or not draft.live or draft.run_id != run_id:
             draft = self._asked.get(run_id)
             if draft is None:
-                parts = await self.store.draft_parts(run_id)
+                parts = await self.store.drafts.draft_parts(run_id)
                 draft = self._asked[run_id] = DiscordDraft(self, group, agent, run_id, parts, lambda: "")
         lines = self._asking.setdefault(run_id, {})
         held = self.approvals.hold(group.id, ask)
@@ -715,8 +720,8 @@ class DiscordSurface:
             if part.id in found:
                 log.info("group=%s run=%s: a provisional message had landed unrecorded (%s)", group.id, part.run_id,
                          found[part.id])
-                await self.store.draft_posted(part.id, found[part.id])
-        await self.store.drop_drafts(p.id for p in pending if p.id not in found)
+                await self.store.drafts.draft_posted(part.id, found[part.id])
+        await self.store.drafts.drop_drafts(p.id for p in pending if p.id not in found)
         return [replace(p, external_id=found.get(p.id, p.external_id)) for p in parts
                 if p.external_id is not None or p.id in found]
 
@@ -733,7 +738,7 @@ class DiscordSurface:
                 for part in pending:
                     if (part.id not in found and seen.author.name == part.author_name
                             and seen.content.strip() == part.text.strip()
-                            and await self.store.find_message_by_external_id(str(seen.id)) is None):
+                            and await self.store.thread.find_message_by_external_id(str(seen.id)) is None):
                         found[part.id] = str(seen.id)
                         known.add(str(seen.id))
                         break
@@ -771,7 +776,7 @@ class DiscordSurface:
                         limit=SCAN_LIMIT, after=after, oldest_first=True):
                     if (str(seen.webhook_id) == hook[0] and str(seen.id) != kept and self._ours(seen, message, None)
                             and seen.content.strip() == chunk.strip()
-                            and await self.store.find_message_by_external_id(str(seen.id)) is None):
+                            and await self.store.thread.find_message_by_external_id(str(seen.id)) is None):
                         log.warning("group=%s seq=%s: an earlier attempt's post landed late; deleting that copy",
                                     group.id, message.seq)
                         await self._delete_post(group, f"{Route.BASE}/webhooks/{hook[0]}/{hook[1]}",
@@ -802,7 +807,8 @@ class DiscordSurface:
         """Where the row's posts can start: after its last recorded part (`parts`), or else after
         the rows before it (or the group's setup; or else the last ten minutes)."""
         anchor = (message.external_ids[-1] if parts and message.external_ids
-                  else await self.store.last_external_id(group.id, before_seq=message.seq) or group.setup_message_id)
+                  else await self.store.thread.last_external_id(group.id,
+                                                                before_seq=message.seq) or group.setup_message_id)
         return discord.Object(int(anchor)) if anchor else discord.Object(
             discord.utils.time_snowflake(discord.utils.utcnow()) - (600_000 << 22))
 
