@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from bot.core.features.spending import tally, usage_card
+from bot.core.rules.prompts import PARTICIPANT_PROMPT
 from bot.core.verbs.admin import Admin
 from bot.llm.openai_llm import OpenAILLM
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, RecordedRequest, Reply, message_text
@@ -189,13 +190,17 @@ async def test_under_the_shared_layout_every_caller_sends_the_same_bytes_first_w
 @pytest.mark.parametrize("layout", ["seed", "shared"])
 async def test_every_prompt_still_says_who_the_agent_is_its_role_the_others_and_the_eligible_names(harness, layout):
     """The quality guard (issue 31): under either layout each agent's last prompt names it, its role and the
-    others, the selector's lists the names it may pick, and every caller's last prompt holds the task and the
-    follow-up."""
+    others and holds every sentence of seed 000's Participant instructions, the selector's lists the names it
+    may pick, and every caller's last prompt holds the task and the follow-up."""
+    sentences = re.split(r"(?<=\.)\s+", " ".join(PARTICIPANT_PROMPT.split("</conversation>\n\n", 1)[1].split()))
     async with two_episodes(script(), harness, turns=10, layout=layout) as server:
         roles = {a.name: a.role for a in await harness.store.roster.list_agents(harness.group.id)}
         for name, role in roles.items():
             last = calls(server, name)[-1]
             assert f"You are {name}, the {role} in a group chat" in last, (layout, name)
+            assert all(sentence in " ".join(last.split()) for sentence in sentences), (layout, name)
+            if layout == "shared":  # its own part (who it is, the others, "Write your next message.") comes last
+                assert re.search(r"The other participants are: [^\n]*\.\n\nWrite your next message\.$", last), name
             others = re.search(r"The other participants are: ([^\n]*)\.", last)
             assert others is not None and set(roles) - {name} <= set(others.group(1).split(", ")), (layout, name)
             assert TASK in last and FOLLOW_UP in last, (layout, name)

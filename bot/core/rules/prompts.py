@@ -2,10 +2,13 @@
 
 `prompt_layout: seed` sends seed 000's templates as they are. `prompt_layout: shared` (the
 default, SPEC §6) gives every caller of a group the same first bytes: a system message with
-the group's brief and the roster (`shared_header`), then a user message that opens with the
-task chain and the thread window (`conversation`); each caller's own part comes last in it
-(`participant_part`, `selector_part`, and the rolling summary's `summary_part`). So the
-provider's prompt cache reads a new reply once for the whole group, not once per caller.
+the group's brief, the roster and the rules every participant's message follows (the
+Participant prompt's own sentences, the same for every agent: `PARTICIPANT_RULES`)
+(`shared_header`), then a user message that opens with the task chain and the thread window
+(`conversation`); each caller's own part comes last in it (`participant_part`,
+`selector_part`, and the rolling summary's `summary_part`). So the provider's prompt cache
+reads a new reply once for the whole group, not once per caller, and the part each caller
+reads anew on every call (after the newest reply) holds only what is its own.
 
 Filling uses plain `{{key}}` replacement (never `str.format`), so braces in
 people's messages are safe.
@@ -47,13 +50,23 @@ Never write messages for other participants.
 If the task is complete and nothing is left for anyone to do, end with TERMINATE."""
 
 # The shared layout (SPEC §6): the same words as seed 000's, split into what every caller shares
-# (the header and the conversation) and each caller's own part, which comes last.
+# (the header and the conversation) and each caller's own part, which comes last. The Participant
+# prompt's closing instructions are the same for every agent: past "Write your next message." they sit
+# in the header (PARTICIPANT_RULES, cut from the seed's template so they stay its words), which every
+# call reads cached, instead of in each agent's own part, which each call reads uncached (issue 31:
+# 12k uncached tokens at the bench's 200 turns).
+WRITE = "Write your next message."
+PARTICIPANT_RULES = PARTICIPANT_PROMPT.split("</conversation>\n\n", 1)[1].removeprefix(WRITE).strip()
+
 SHARED_HEADER = """\
 {{brief}}This is a group chat between people and AI participants.
 
 <roles>
 {{roles}}
-</roles>"""
+</roles>
+
+When an AI participant writes its next message:
+{{rules}}"""
 
 SELECTOR_PART = """\
 You are coordinating a group chat. Choose who speaks next.
@@ -68,10 +81,7 @@ PARTICIPANT_PART = """\
 You are {{name}}, the {{role}} in a group chat working on the task above.
 The other participants are: {{others}}.
 
-Write your next message. Speak only for your own role: build on or correct
-what others said, and name who you are answering. Keep it under 150 words.
-Never write messages for other participants.
-If the task is complete and nothing is left for anyone to do, end with TERMINATE."""
+{{write}}"""
 
 SYSTEM_AUTHOR = "roundtable"
 
@@ -144,9 +154,10 @@ def system_message(agent: Agent, brief: str, memory: str = "") -> str:
 
 
 def shared_header(agents: Sequence[Agent], brief: str) -> str:
-    """The shared layout's system message: the group's brief (when set) and the roster."""
+    """The shared layout's system message: the group's brief (when set), the roster and the participants' rules."""
     brief = brief.strip()
-    return fill(SHARED_HEADER, brief=f"<brief>\n{brief}\n</brief>\n\n" if brief else "", roles=roles_block(agents))
+    return fill(SHARED_HEADER, brief=f"<brief>\n{brief}\n</brief>\n\n" if brief else "", roles=roles_block(agents),
+                rules=PARTICIPANT_RULES)
 
 
 def conversation(task: str, thread: str) -> str:
@@ -166,6 +177,8 @@ def selector_part(eligible: Sequence[str]) -> str:
 
 def participant_part(agent: Agent, others: Sequence[str], memory: str = "") -> str:
     """An agent's own part under the shared layout: its system prompt (and memory), then seed 000's
-    Participant instructions."""
+    Participant instructions that are its own (who it is, its role, the others) and "Write your next
+    message." (the rest of them, the same for every agent, are in the header: `PARTICIPANT_RULES`)."""
     system = "\n\n".join(part for part in (agent.system_prompt.strip(), memory.strip()) if part)
-    return fill(PARTICIPANT_PART, system=system, name=agent.name, role=agent.role, others=name_list(others)).lstrip()
+    return fill(PARTICIPANT_PART, system=system, name=agent.name, role=agent.role, others=name_list(others),
+                write=WRITE).lstrip()

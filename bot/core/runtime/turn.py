@@ -140,8 +140,9 @@ def build_messages(
     memory: str = "", files: PromptFiles | None = None,
 ) -> tuple[list[ChatMessage], list[str]]:
     """The agent's messages. Under `prompt_layout: shared` (the default): the group's shared header
-    and thread window, then the agent's own part (its system prompt, memory and the Participant
-    instructions) last (`bot.core.rules.prompts.shared_messages`). Under `seed`: the system message,
+    (with the Participant instructions every agent shares) and thread window, then the agent's own part
+    (its system prompt, memory, who it is, its role, the others, "Write your next message.") last
+    (`bot.core.rules.prompts.shared_messages`, `participant_part`). Under `seed`: the system message,
     the Participant prompt, and the episode's newer rows after it, as follows.
 
     The prompt's thread holds the window's rows up to the episode's task (fixed
