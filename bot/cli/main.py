@@ -67,7 +67,7 @@ def version() -> str:
     import tomllib
 
     try:
-        with open(Path(__file__).resolve().parents[1] / "pyproject.toml", "rb") as f:
+        with open(Path(__file__).resolve().parents[2] / "pyproject.toml", "rb") as f:
             return str(tomllib.load(f)["project"]["version"])
     except (OSError, KeyError, tomllib.TOMLDecodeError):
         return "unknown"

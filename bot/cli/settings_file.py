@@ -20,7 +20,7 @@ from pathlib import Path
 
 from bot.core.errors import ConfigError, InvalidInput
 
-TEMPLATE = Path(__file__).resolve().parents[1] / "config.example.env"
+TEMPLATE = Path(__file__).resolve().parents[2] / "config.example.env"
 _PLAIN = re.compile(r"[A-Za-z0-9_./:@%+,~=-]*")
 PRIVATE = 0o600
 
