@@ -66,21 +66,28 @@ class Setting:
     def range(self) -> tuple[float, float] | None:
         return None if self.low is None or self.high is None else (self.low, self.high)
 
-    def range_text(self, sep: str = "-") -> str:
-        """`1-100`, `0-1,000,000`, `shared, seed`, `on/off`, or "" for text."""
+    def range_text(self) -> str:
+        """`1-100`, `0-1000000`, `selector, round_robin, tags`, `on/off`, or "" (text), as config.example.env
+        and docs/settings.md write it."""
         if self.kind == "boolean":
             return "on/off"
         if self.choices:
             return ", ".join(self.choices)
         if self.low is None or self.high is None:
             return ""
-        return f"{self.low:,g}{sep}{self.high:,g}" if self.kind == "number" else f"{self.low:,.0f}{sep}{self.high:,.0f}"
+        return f"{_number(self.low)}-{_number(self.high)}"
 
     def default_text(self) -> str:
-        """The default as the environment writes it: `on`, `12`, `gpt-4o-mini`, or "" (none)."""
+        """The default as the environment writes it: `on`, `12`, `60`, `gpt-4o-mini`, or "" (none)."""
         if isinstance(self.default, bool):
             return "on" if self.default else "off"
+        if isinstance(self.default, float):
+            return _number(self.default)
         return "" if self.default is None else str(self.default)
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def setting(default: T, kind: SettingKind, help: str, *, low: float | None = None, high: float | None = None,
