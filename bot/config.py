@@ -2,8 +2,11 @@
 
 `load_env_file(path)` reads the settings file (`--env-file`, else `./.env`) into
 the environment; `load_settings(env)` returns a frozen `Settings` or raises one
-`ConfigError` whose text names every bad key and its fix, one line each. Every
-key is documented in `config.example.env`. A URL setting is never echoed back (it
+`ConfigError` whose text names every bad key and its fix, one line each. Each
+variable is declared once: a process setting on a field of `Settings` (`setting(...)`,
+`scope="process"`), the default of new groups on its field of `GroupSettings`
+(`bot.core.settings`); how it is read and its fix come from the declaration. Every
+key is documented in `config.example.env` and docs/settings.md (tests/test_settings_declared.py). A URL setting is never echoed back (it
 may carry credentials); `redact_url` (from `bot.core.rules.secrets`) gives the form that is safe to log.
 `configure_logging` masks every secret in every log record (`bot.masking`) and keeps
 discord.py's voice warnings out of the log.
@@ -271,22 +274,22 @@ def _providers(env: Mapping[str, str], problems: list[str]) -> tuple[Provider, .
     return tuple(providers)
 
 
-def _parser(declared: Setting) -> tuple[Callable[[str], object], str] | None:
+def _parser(one: Setting) -> tuple[Callable[[str], object], str] | None:
     """How the environment's text of a setting is read, and the fix its error names (None: as text)."""
-    low, high = declared.low, declared.high
-    of = f" of {declared.unit}" if declared.unit else ""
-    if declared.parse is not None:
-        return declared.parse, declared.fix
-    if declared.kind == "boolean":
+    low, high = one.low, one.high
+    of = f" of {one.unit}" if one.unit else ""
+    if one.parse is not None:
+        return one.parse, one.fix
+    if one.kind == "boolean":
         return _switch, SWITCH_FIX
-    if declared.kind == "choice":
-        return _choice(declared.choices), declared.fix or f"use one of {', '.join(declared.choices)}"
-    if declared.kind in ("integer", "number") and low is not None and high is not None:
-        zero = f" ({declared.zero})" if declared.zero and low == 0 else ""
-        if declared.kind == "number":
-            return _in_range(low, high, float), declared.fix or f"use a number{of} from {low:g}{zero} to {high:,g}"
+    if one.kind == "choice":
+        return _choice(one.choices), one.fix or f"use one of {', '.join(one.choices)}"
+    if one.kind in ("integer", "number") and low is not None and high is not None:
+        zero = f" ({one.zero})" if one.zero and low == 0 else ""
+        if one.kind == "number":
+            return _in_range(low, high, float), one.fix or f"use a number{of} from {low:g}{zero} to {high:,g}"
         return (_in_range(low, high, int),
-                declared.fix or f"use a whole number{of} from {low:.0f}{zero} to {high:,.0f}")
+                one.fix or f"use a whole number{of} from {low:.0f}{zero} to {high:,.0f}")
     return None
 
 
@@ -299,12 +302,12 @@ def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
     return parse
 
 
-def _declared(r: _Reader, declared: Setting, *, required: bool = False) -> Any:
-    """One declared setting's value from the environment (its default when unset; a problem when malformed)."""
-    how = _parser(declared)
-    if how is None:
-        return r.text(declared.env, declared.default, required=required, fix=declared.fix)  # type: ignore[arg-type]  # a text setting's default is a str or None
-    return r.parsed(declared.env, declared.default, how[0], how[1], secret=declared.secret)
+def _read(r: _Reader, one: Setting, *, required: bool = False) -> Any:
+    """A declared setting's value from the environment (its default when unset; a problem when malformed)."""
+    how = _parser(one)
+    if how is None:  # text: its default is a str or None
+        return r.text(one.env, one.default, required=required, fix=one.fix)  # type: ignore[arg-type]
+    return r.parsed(one.env, one.default, how[0], how[1], secret=one.secret)
 
 
 PROCESS_SETTINGS = declared(Settings)
@@ -322,8 +325,8 @@ def load_settings(env: Mapping[str, str], *, need_discord: bool, missing_note: s
     added to the last "is missing" line."""
     r = _Reader(env)
     required = {"OPENAI_API_KEY": need_llm, "DISCORD_TOKEN": need_discord}
-    values = {s.name: _declared(r, s, required=required.get(s.env, False)) for s in PROCESS_SETTINGS}
-    new_groups = GroupSettings(**{s.name: _declared(r, s) for s in GROUP_SETTINGS if s.env})
+    values = {s.name: _read(r, s, required=required.get(s.env, False)) for s in PROCESS_SETTINGS}
+    new_groups = GroupSettings(**{s.name: _read(r, s) for s in GROUP_SETTINGS if s.env})
     settings = Settings(**values, providers=_providers(env, r.problems), new_groups=new_groups)
     try:
         shards = parse_shards(env.get("ROUNDTABLE_SHARDS"), env.get("ROUNDTABLE_SHARD_COUNT") or None)

@@ -62,10 +62,6 @@ class Setting:
     def option_name(self) -> str:
         return self.option or self.name
 
-    @property
-    def range(self) -> tuple[float, float] | None:
-        return None if self.low is None or self.high is None else (self.low, self.high)
-
     def range_text(self) -> str:
         """`1-100`, `0-1000000`, `selector, round_robin, tags`, `on/off`, or "" (text), as config.example.env
         and docs/settings.md write it."""
