@@ -8,9 +8,9 @@ its name and type, the declaration the rest. Everything else is derived from `GR
   (`bot.config`), and the checks of `config.example.env` and of docs/settings.md's table
   against it (tests/test_settings_declared.py).
 
-Adding a group setting is one field here (and the test that it acts). Process-wide
-settings (the token, the API key, the database ...) are declared the same way on
-`bot.config.Settings`.
+Adding a group setting is one field here, and the test of what it does; the checks then name
+the lines config.example.env and docs/settings.md lack. Process-wide settings (the token, the
+API key, the database ...) are declared the same way on `bot.config.Settings`.
 """
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ class GroupSettings:
     # the providers' 1,024-token caching minimum and costs less than a cached 1,500-token one.
     context_budget: int = setting(
         3000, "integer", "tokens of thread in each prompt", low=CONTEXT_BUDGET_RANGE[0], high=CONTEXT_BUDGET_RANGE[1],
-        env="ROUNDTABLE_CONTEXT_BUDGET", fix="use a whole number of tokens from 500 to 200000")
+        env="ROUNDTABLE_CONTEXT_BUDGET", fix="use a whole number of tokens from 500 to 200000")  # as it always read
     selector_budget: int = setting(  # the selector reads the newest row or two (issue 22's measurements)
         400, "integer", "tokens of thread the selector reads", low=300, high=200_000,
         env="ROUNDTABLE_SELECTOR_BUDGET", fix="use a whole number of tokens from 300 to 200000")
