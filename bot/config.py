@@ -6,8 +6,9 @@ the environment; `load_settings(env)` returns a frozen `Settings` or raises one
 variable is declared once: a process setting on a field of `Settings` (`setting(...)`,
 `scope="process"`), the default of new groups on its field of `GroupSettings`
 (`bot.core.settings`); how it is read and its fix come from the declaration. Every
-key is documented in `config.example.env` and docs/settings.md (tests/test_settings_declared.py). A URL setting is never echoed back (it
-may carry credentials); `redact_url` (from `bot.core.rules.secrets`) gives the form that is safe to log.
+key is documented in `config.example.env` and docs/settings.md (tests/test_settings_declared.py).
+A URL setting is never echoed back (it may carry credentials); `redact_url` (from
+`bot.core.rules.secrets`) gives the form that is safe to log.
 `configure_logging` masks every secret in every log record (`bot.masking`) and keeps
 discord.py's voice warnings out of the log.
 """
@@ -91,6 +92,9 @@ class Settings:
         "", "text", "the model provider's API key (required; any non-empty value for a local server that needs none)",
         env="OPENAI_API_KEY", secret=True, scope="process",
         fix="set it to your provider's API key (any non-empty value for a local server that needs none)")
+    discord_token: str | None = setting(
+        None, "text", "the bot's token (required by `roundtable run`)", env="DISCORD_TOKEN", secret=True,
+        fix="set it to your bot's token from the Discord developer portal (Bot > Reset Token)", scope="process")
     openai_base_url: str | None = setting(
         None, "text", "any OpenAI-compatible server (default: OpenAI)", env="OPENAI_BASE_URL", secret=True,
         parse=_url, fix="use an http(s) URL such as http://127.0.0.1:8000/v1", scope="process")
@@ -114,9 +118,6 @@ class Settings:
                                    env="ROUNDTABLE_LLM_RETRIES", scope="process")
     log_level: str = setting("INFO", "choice", "the log's level for `roundtable run`", choices=LOG_LEVELS,
                              env="ROUNDTABLE_LOG_LEVEL", scope="process")
-    discord_token: str | None = setting(
-        None, "text", "the bot's token (required by `roundtable run`)", env="DISCORD_TOKEN", secret=True,
-        fix="set it to your bot's token from the Discord developer portal (Bot > Reset Token)", scope="process")
     discord_api_base_url: str | None = setting(
         None, "text", "a Discord-compatible server instead of discord.com", env="DISCORD_API_BASE_URL",
         secret=True, parse=_url, scope="process",
@@ -324,7 +325,7 @@ def load_settings(env: Mapping[str, str], *, need_discord: bool, missing_note: s
     `missing_note` (why a key may be missing, e.g. no settings file was found) is
     added to the last "is missing" line."""
     r = _Reader(env)
-    required = {"OPENAI_API_KEY": need_llm, "DISCORD_TOKEN": need_discord}
+    required = {"OPENAI_API_KEY": need_llm, "DISCORD_TOKEN": need_discord}  # the first two: their lines come first
     values = {s.name: _read(r, s, required=required.get(s.env, False)) for s in PROCESS_SETTINGS}
     new_groups = GroupSettings(**{s.name: _read(r, s) for s in GROUP_SETTINGS if s.env})
     settings = Settings(**values, providers=_providers(env, r.problems), new_groups=new_groups)
