@@ -2,9 +2,13 @@
 
 `load_env_file(path)` reads the settings file (`--env-file`, else `./.env`) into
 the environment; `load_settings(env)` returns a frozen `Settings` or raises one
-`ConfigError` whose text names every bad key and its fix, one line each. Every
-key is documented in `config.example.env`. A URL setting is never echoed back (it
-may carry credentials); `redact_url` (from `bot.core.rules.secrets`) gives the form that is safe to log.
+`ConfigError` whose text names every bad key and its fix, one line each. Each
+variable is declared once: a process setting on a field of `Settings` (`setting(...)`,
+`scope="process"`), the default of new groups on its field of `GroupSettings`
+(`bot.core.settings`); how it is read and its fix come from the declaration. Every
+key is documented in `config.example.env` and docs/settings.md (tests/test_settings_declared.py).
+A URL setting is never echoed back (it may carry credentials); `redact_url` (from
+`bot.core.rules.secrets`) gives the form that is safe to log.
 `configure_logging` masks every secret in every log record (`bot.masking`) and keeps
 discord.py's voice warnings out of the log.
 """
@@ -16,31 +20,16 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from bot.core.errors import ConfigError, InvalidInput
-from bot.core.models import (
-    APPROVAL_TIMEOUT_RANGE,
-    DEFAULT_APPROVAL_TIMEOUT,
-    DEFAULT_CONTEXT_BUDGET,
-    DEFAULT_FOLLOWUP_WINDOW,
-    DEFAULT_MAX_IMAGES,
-    DEFAULT_MAX_TEXT,
-    DEFAULT_MAX_TOOL_STEPS,
-    DEFAULT_MAX_TURNS,
-    DEFAULT_PROVIDER,
-    DEFAULT_SELECTOR_BUDGET,
-    FOLLOWUP_WINDOW_RANGE,
-    MAX_IMAGES_RANGE,
-    MAX_TEXT_RANGE,
-    MAX_TOOL_STEPS_RANGE,
-    MAX_TURNS_RANGE,
-)
+from bot.core.models import DEFAULT_PROVIDER
 from bot.core.rules.pricing import Price, merged_prices, parse_prices
 from bot.core.rules.secrets import REDACTED_URL, redact_url  # noqa: F401  (imported from here by bot/llm and bot/surfaces)
 from bot.core.rules.shards import Shards, parse_shards
-from bot.core.rules.validation import CONTEXT_BUDGET_RANGE, FALSE_WORDS, SELECTOR_BUDGET_RANGE, TRUE_WORDS
+from bot.core.rules.validation import FALSE_WORDS, TRUE_WORDS
+from bot.core.settings import GROUP_SETTINGS, GroupSettings, Setting, declared, setting
 
 T = TypeVar("T")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -62,49 +51,100 @@ class Provider:
         return f"Provider(name={self.name!r}, base_url={redact_url(self.base_url)!r})"
 
 
+class _Malformed(ValueError):
+    """A parse failure whose text is safe to show: it says what is wrong, never the value."""
+
+
+def _url(raw: str) -> str:
+    """An http(s) URL with a host; the error says what is wrong without quoting `raw`."""
+    try:
+        parts = urlsplit(raw)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        raise _Malformed("it is not a valid URL") from None
+    if parts.scheme not in ("http", "https"):
+        raise _Malformed("it must start with http:// or https://")
+    if not parts.hostname:
+        raise _Malformed("it names no host")
+    return raw.rstrip("/")
+
+
+def _prices(raw: str) -> dict[str, Price]:
+    try:
+        return parse_prices(raw)
+    except ValueError as exc:
+        raise _Malformed(str(exc)) from None
+
+
+def _guild_id(raw: str) -> int:
+    value = int(raw)
+    if not 1 <= value <= 2**64:
+        raise ValueError(raw)
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
-    openai_api_key: str
-    openai_base_url: str | None = None
-    model: str = "gpt-4o-mini"
-    selector_model: str | None = None
-    summary_model: str | None = None  # ROUNDTABLE_SUMMARY_MODEL: writes rolling summaries (default: the selector's)
-    mcp_config: str | None = None  # ROUNDTABLE_MCP_CONFIG: the MCP servers' file (default: mcp.json when present)
-    db_path: str = "roundtable.db"
-    max_agent_turns: int = DEFAULT_MAX_TURNS
-    context_budget: int = DEFAULT_CONTEXT_BUDGET
-    selector_budget: int = DEFAULT_SELECTOR_BUDGET
-    llm_timeout: float = 60.0
-    llm_max_retries: int = 2
-    log_level: str = "INFO"
-    discord_token: str | None = None
-    discord_api_base_url: str | None = None
-    discord_guild_id: int | None = None
-    price_overrides: dict[str, Price] = field(default_factory=dict)  # ROUNDTABLE_PRICES
+    """The process's settings: each field that the environment sets declares its variable (`setting`);
+    `new_groups` holds the defaults of new groups, from the variables `GroupSettings` declares."""
+
+    openai_api_key: str = setting(
+        "", "text", "the model provider's API key (required; any non-empty value for a local server that needs none)",
+        env="OPENAI_API_KEY", secret=True, scope="process",
+        fix="set it to your provider's API key (any non-empty value for a local server that needs none)")
+    discord_token: str | None = setting(
+        None, "text", "the bot's token (required by `roundtable run`)", env="DISCORD_TOKEN", secret=True,
+        fix="set it to your bot's token from the Discord developer portal (Bot > Reset Token)", scope="process")
+    openai_base_url: str | None = setting(
+        None, "text", "any OpenAI-compatible server (default: OpenAI)", env="OPENAI_BASE_URL", secret=True,
+        parse=_url, fix="use an http(s) URL such as http://127.0.0.1:8000/v1", scope="process")
+    model: str = setting("gpt-4o-mini", "model", "the default model of agents that set none", env="ROUNDTABLE_MODEL",
+                         scope="process")
+    selector_model: str | None = setting(
+        None, "model", "the model that picks the next speaker (default: ROUNDTABLE_MODEL)",
+        env="ROUNDTABLE_SELECTOR_MODEL", scope="process")
+    summary_model: str | None = setting(
+        None, "model", "the model that writes rolling summaries (default: the group's selector model)",
+        env="ROUNDTABLE_SUMMARY_MODEL", scope="process")
+    mcp_config: str | None = setting(
+        None, "text", "the MCP servers' file (default: mcp.json when present)", env="ROUNDTABLE_MCP_CONFIG",
+        scope="process")
+    db_path: str = setting(
+        "roundtable.db", "text", "the database: a SQLite file, or a postgresql:// URL", env="ROUNDTABLE_DB",
+        scope="process")
+    llm_timeout: float = setting(60.0, "number", "seconds before one model call is given up", low=1, high=600,
+                                 unit="seconds", env="ROUNDTABLE_LLM_TIMEOUT", scope="process")
+    llm_max_retries: int = setting(2, "integer", "retries of a failed model call", low=0, high=10,
+                                   env="ROUNDTABLE_LLM_RETRIES", scope="process")
+    log_level: str = setting("INFO", "choice", "the log's level for `roundtable run`", choices=LOG_LEVELS,
+                             env="ROUNDTABLE_LOG_LEVEL", scope="process")
+    discord_api_base_url: str | None = setting(
+        None, "text", "a Discord-compatible server instead of discord.com", env="DISCORD_API_BASE_URL",
+        secret=True, parse=_url, scope="process",
+        fix="use the API URL with its version path, e.g. http://127.0.0.1:8080/api/v10")
+    discord_guild_id: int | None = setting(
+        None, "integer", "a server to sync slash commands to instantly", env="DISCORD_GUILD_ID", parse=_guild_id,
+        fix="use the numeric id of your server (Developer Mode > Copy Server ID)", scope="process")
+    price_overrides: dict[str, Price] | None = setting(  # noqa: RUF009  (its default is None, not shared)
+        None, "text", "prices per model in dollars per million tokens, input/cached/output",
+        env="ROUNDTABLE_PRICES", secret=True, parse=_prices, scope="process",
+        fix="use model=input/cached/output;... in dollars per million tokens, e.g. gpt-4o=2.50/1.25/10;llama3=0/0/0")
+    fetch_private: bool = setting(
+        False, "boolean", "fetch_url may read loopback, private and link-local addresses",
+        env="ROUNDTABLE_FETCH_PRIVATE", scope="process")
     shards: Shards | None = None  # ROUNDTABLE_SHARDS / ROUNDTABLE_SHARD_COUNT (or run --shards / --shard-count)
     providers: tuple[Provider, ...] = ()  # the named ones; the default is openai_base_url / openai_api_key
-    max_images: int = DEFAULT_MAX_IMAGES
-    max_text: int = DEFAULT_MAX_TEXT
-    stream: bool = True  # ROUNDTABLE_STREAM: new groups show replies as they are written
-    fetch_private: bool = False  # ROUNDTABLE_FETCH_PRIVATE: fetch_url may read private/loopback addresses
-    show_tools: bool = True  # ROUNDTABLE_SHOW_TOOLS: new groups' replies keep a compact line of their tool calls
-    followup_window: int = DEFAULT_FOLLOWUP_WINDOW  # ROUNDTABLE_FOLLOWUP_WINDOW: minutes (new groups)
-    approval_timeout: int = DEFAULT_APPROVAL_TIMEOUT  # ROUNDTABLE_APPROVAL_TIMEOUT: seconds (new groups)
-    max_tool_steps: int = DEFAULT_MAX_TOOL_STEPS  # ROUNDTABLE_MAX_TOOL_STEPS (new groups)
+    new_groups: GroupSettings = field(default_factory=GroupSettings)  # ROUNDTABLE_MAX_TURNS, ROUNDTABLE_STREAM ...
 
     @property
     def prices(self) -> dict[str, Price]:
         """The built-in prices with ROUNDTABLE_PRICES on top."""
-        return merged_prices(self.price_overrides)
+        return merged_prices(self.price_overrides or {})
 
     def __repr__(self) -> str:  # never print secrets
         base_url = redact_url(self.openai_base_url) if self.openai_base_url else None
         db = redact_url(self.db_path) if "://" in self.db_path else self.db_path
         return f"Settings(model={self.model!r}, db_path={db!r}, base_url={base_url!r})"
-
-
-class _Malformed(ValueError):
-    """A parse failure whose text is safe to show: it says what is wrong, never the value."""
 
 
 class _Reader:
@@ -148,20 +188,6 @@ def _in_range(low: float, high: float, cast: Callable[[str], T]) -> Callable[[st
     return parse
 
 
-def _url(raw: str) -> str:
-    """An http(s) URL with a host; the error says what is wrong without quoting `raw`."""
-    try:
-        parts = urlsplit(raw)
-        parts.port  # noqa: B018 - raises on a port that is not a number
-    except ValueError:
-        raise _Malformed("it is not a valid URL") from None
-    if parts.scheme not in ("http", "https"):
-        raise _Malformed("it must start with http:// or https://")
-    if not parts.hostname:
-        raise _Malformed("it names no host")
-    return raw.rstrip("/")
-
-
 def _switch(raw: str) -> bool:
     """A boolean setting, in the forms every boolean option takes (`bot.core.rules.validation.boolean`)."""
     value = raw.strip().lower()
@@ -171,12 +197,6 @@ def _switch(raw: str) -> bool:
 
 
 SWITCH_FIX = f"use {'/'.join(TRUE_WORDS)} or {'/'.join(FALSE_WORDS)}"
-
-
-def _level(raw: str) -> str:
-    if raw.upper() not in LOG_LEVELS:
-        raise ValueError(raw)
-    return raw.upper()
 
 
 def load_env_file(path: str | None, *, cwd: Path | None = None) -> str | None:
@@ -218,13 +238,6 @@ def load_env_file(path: str | None, *, cwd: Path | None = None) -> str | None:
     return None
 
 
-def _prices(raw: str) -> dict[str, Price]:
-    try:
-        return parse_prices(raw)
-    except ValueError as exc:
-        raise _Malformed(str(exc)) from None
-
-
 def _providers(env: Mapping[str, str], problems: list[str]) -> tuple[Provider, ...]:
     """The providers named by ROUNDTABLE_PROVIDER_<NAME>_BASE_URL / _API_KEY (problems appended)."""
     found: dict[str, dict[str, str]] = {}
@@ -262,6 +275,48 @@ def _providers(env: Mapping[str, str], problems: list[str]) -> tuple[Provider, .
     return tuple(providers)
 
 
+def _parser(one: Setting) -> tuple[Callable[[str], object], str] | None:
+    """How the environment's text of a setting is read, and the fix its error names (None: as text)."""
+    low, high = one.low, one.high
+    of = f" of {one.unit}" if one.unit else ""
+    if one.parse is not None:
+        return one.parse, one.fix
+    if one.kind == "boolean":
+        return _switch, SWITCH_FIX
+    if one.kind == "choice":
+        return _choice(one.choices), one.fix or f"use one of {', '.join(one.choices)}"
+    if one.kind in ("integer", "number") and low is not None and high is not None:
+        zero = f" ({one.zero})" if one.zero and low == 0 else ""
+        if one.kind == "number":
+            return _in_range(low, high, float), one.fix or f"use a number{of} from {low:g}{zero} to {high:,g}"
+        return (_in_range(low, high, int),
+                one.fix or f"use a whole number{of} from {low:.0f}{zero} to {high:,.0f}")
+    return None
+
+
+def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        found = [c for c in choices if c.lower() == raw.lower()]
+        if not found:
+            raise ValueError(raw)
+        return found[0]
+    return parse
+
+
+def _read(r: _Reader, one: Setting, *, required: bool = False) -> Any:
+    """A declared setting's value from the environment (its default when unset; a problem when malformed)."""
+    how = _parser(one)
+    if how is None:  # text: its default is a str or None
+        return r.text(one.env, one.default, required=required, fix=one.fix)  # type: ignore[arg-type]
+    return r.parsed(one.env, one.default, how[0], how[1], secret=one.secret)
+
+
+PROCESS_SETTINGS = declared(Settings)
+ENV_SETTINGS = PROCESS_SETTINGS + tuple(s for s in GROUP_SETTINGS if s.env)  # every variable declared
+OTHER_KEYS = ("ROUNDTABLE_SHARDS", "ROUNDTABLE_SHARD_COUNT", "ROUNDTABLE_PROVIDER_<NAME>_BASE_URL",
+              "ROUNDTABLE_PROVIDER_<NAME>_API_KEY")  # read by hand below: not one variable each
+
+
 def load_settings(env: Mapping[str, str], *, need_discord: bool, missing_note: str | None = None,
                   need_llm: bool = True) -> Settings:
     """The settings in `env`, or one `ConfigError` naming every problem. `need_llm=False`
@@ -270,64 +325,10 @@ def load_settings(env: Mapping[str, str], *, need_discord: bool, missing_note: s
     `missing_note` (why a key may be missing, e.g. no settings file was found) is
     added to the last "is missing" line."""
     r = _Reader(env)
-    key = r.text("OPENAI_API_KEY", required=need_llm,
-                 fix="set it to your provider's API key (any non-empty value for a local server that needs none)")
-    token = r.text("DISCORD_TOKEN", required=need_discord,
-                   fix="set it to your bot's token from the Discord developer portal (Bot > Reset Token)")
-    low, high = MAX_TURNS_RANGE
-    budgets = CONTEXT_BUDGET_RANGE
-    budget_fix = f"use a whole number of tokens from {budgets[0]} to {budgets[1]}"
-    settings = Settings(
-        openai_api_key=key or "",
-        openai_base_url=r.parsed("OPENAI_BASE_URL", None, _url, "use an http(s) URL such as http://127.0.0.1:8000/v1",
-                                 secret=True),
-        model=r.text("ROUNDTABLE_MODEL", "gpt-4o-mini") or "gpt-4o-mini",
-        selector_model=r.text("ROUNDTABLE_SELECTOR_MODEL"),
-        summary_model=r.text("ROUNDTABLE_SUMMARY_MODEL"),
-        mcp_config=r.text("ROUNDTABLE_MCP_CONFIG"),
-        db_path=r.text("ROUNDTABLE_DB", "roundtable.db") or "roundtable.db",
-        max_agent_turns=r.parsed("ROUNDTABLE_MAX_TURNS", DEFAULT_MAX_TURNS, _in_range(low, high, int),
-                                 f"use a whole number from {low} to {high}"),
-        context_budget=r.parsed("ROUNDTABLE_CONTEXT_BUDGET", DEFAULT_CONTEXT_BUDGET, _in_range(*budgets, int),
-                                budget_fix),
-        selector_budget=r.parsed("ROUNDTABLE_SELECTOR_BUDGET", DEFAULT_SELECTOR_BUDGET,
-                                 _in_range(*SELECTOR_BUDGET_RANGE, int),
-                                 f"use a whole number of tokens from {SELECTOR_BUDGET_RANGE[0]} to "
-                                 f"{SELECTOR_BUDGET_RANGE[1]}"),
-        llm_timeout=r.parsed("ROUNDTABLE_LLM_TIMEOUT", 60.0, _in_range(1, 600, float),
-                             "use a number of seconds from 1 to 600"),
-        llm_max_retries=r.parsed("ROUNDTABLE_LLM_RETRIES", 2, _in_range(0, 10, int), "use a whole number from 0 to 10"),
-        log_level=r.parsed("ROUNDTABLE_LOG_LEVEL", "INFO", _level, f"use one of {', '.join(LOG_LEVELS)}"),
-        discord_token=token,
-        discord_api_base_url=r.parsed("DISCORD_API_BASE_URL", None, _url,
-                                      "use the API URL with its version path, e.g. http://127.0.0.1:8080/api/v10",
-                                      secret=True),
-        discord_guild_id=r.parsed("DISCORD_GUILD_ID", None, _in_range(1, 2**64, int),
-                                  "use the numeric id of your server (Developer Mode > Copy Server ID)"),
-        stream=r.parsed("ROUNDTABLE_STREAM", True, _switch, SWITCH_FIX),
-        fetch_private=r.parsed("ROUNDTABLE_FETCH_PRIVATE", False, _switch, SWITCH_FIX),
-        show_tools=r.parsed("ROUNDTABLE_SHOW_TOOLS", True, _switch, SWITCH_FIX),
-        price_overrides=r.parsed("ROUNDTABLE_PRICES", {}, _prices,
-                                 "use model=input/cached/output;... in dollars per million tokens, "
-                                 "e.g. gpt-4o=2.50/1.25/10;llama3=0/0/0", secret=True),
-        providers=_providers(env, r.problems),
-        max_images=r.parsed("ROUNDTABLE_MAX_IMAGES", DEFAULT_MAX_IMAGES, _in_range(*MAX_IMAGES_RANGE, int),
-                            f"use a whole number of images from {MAX_IMAGES_RANGE[0]} to {MAX_IMAGES_RANGE[1]}"),
-        max_text=r.parsed("ROUNDTABLE_MAX_TEXT", DEFAULT_MAX_TEXT, _in_range(*MAX_TEXT_RANGE, int),
-                          f"use a whole number of characters from {MAX_TEXT_RANGE[0]} to {MAX_TEXT_RANGE[1]:,}"),
-        followup_window=r.parsed("ROUNDTABLE_FOLLOWUP_WINDOW", DEFAULT_FOLLOWUP_WINDOW,
-                                 _in_range(*FOLLOWUP_WINDOW_RANGE, int),
-                                 f"use a whole number of minutes from {FOLLOWUP_WINDOW_RANGE[0]} (never) to "
-                                 f"{FOLLOWUP_WINDOW_RANGE[1]:,}"),
-        approval_timeout=r.parsed("ROUNDTABLE_APPROVAL_TIMEOUT", DEFAULT_APPROVAL_TIMEOUT,
-                                  _in_range(*APPROVAL_TIMEOUT_RANGE, int),
-                                  f"use a whole number of seconds from {APPROVAL_TIMEOUT_RANGE[0]} to "
-                                  f"{APPROVAL_TIMEOUT_RANGE[1]:,}"),
-        max_tool_steps=r.parsed("ROUNDTABLE_MAX_TOOL_STEPS", DEFAULT_MAX_TOOL_STEPS,
-                                _in_range(*MAX_TOOL_STEPS_RANGE, int),
-                                f"use a whole number of model calls from {MAX_TOOL_STEPS_RANGE[0]} to "
-                                f"{MAX_TOOL_STEPS_RANGE[1]}"),
-    )
+    required = {"OPENAI_API_KEY": need_llm, "DISCORD_TOKEN": need_discord}  # the first two: their lines come first
+    values = {s.name: _read(r, s, required=required.get(s.env, False)) for s in PROCESS_SETTINGS}
+    new_groups = GroupSettings(**{s.name: _read(r, s) for s in GROUP_SETTINGS if s.env})
+    settings = Settings(**values, providers=_providers(env, r.problems), new_groups=new_groups)
     try:
         shards = parse_shards(env.get("ROUNDTABLE_SHARDS"), env.get("ROUNDTABLE_SHARD_COUNT") or None)
     except InvalidInput as exc:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from bot.config import Settings
 from bot.core.errors import StoreError
-from bot.core.models import DEFAULT_PROVIDER, GroupSettings
+from bot.core.models import DEFAULT_PROVIDER
 from bot.core.ports import Store, Surface, TokenCounter
 from bot.core.rules.secrets import register_url
 from bot.core.runtime.engine import Engine
@@ -22,15 +22,6 @@ if TYPE_CHECKING:
     from bot.llm.providers import Providers
 
 log = logging.getLogger(__name__)
-
-
-def group_defaults(settings: Settings) -> GroupSettings:
-    return GroupSettings(max_agent_turns=settings.max_agent_turns, context_budget=settings.context_budget,
-                         selector_budget=settings.selector_budget, max_images=settings.max_images,
-                         max_text=settings.max_text, stream=settings.stream,
-                         show_tools=settings.show_tools,
-                         followup_window=settings.followup_window, approval_timeout=settings.approval_timeout,
-                         max_tool_steps=settings.max_tool_steps)
 
 
 def make_providers(settings: Settings, counter: TokenCounter) -> Providers:
@@ -174,7 +165,7 @@ async def run_console(settings: Settings, *, db: str | None, group: str, person:
         surface = ConsoleSurface(term.screen)
         async with open_engine(settings, lambda store: surface, scope=f"console:{group}", label="console",
                                db=db, strict_models=True) as engine:
-            console = Console(engine, surface, person=person, group_name=group, defaults=group_defaults(settings),
+            console = Console(engine, surface, person=person, group_name=group, defaults=settings.new_groups,
                               interactive=sys.stdin.isatty())
             term.read_line.interrupt = console.interrupter(asyncio.get_running_loop())
             await console.run(term.read_line, greet=term.is_tty)
@@ -184,4 +175,4 @@ async def run_console(settings: Settings, *, db: str | None, group: str, person:
 async def run_discord(settings: Settings) -> int:
     from bot.surfaces.discord.client import run_bot
 
-    return await run_bot(settings, open_engine, group_defaults(settings))
+    return await run_bot(settings, open_engine, settings.new_groups)

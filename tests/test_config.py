@@ -8,7 +8,7 @@ BASE = {"OPENAI_API_KEY": "sk-x", "DISCORD_TOKEN": "tok"}
 
 def test_defaults():
     s = load_settings(BASE, need_discord=True)
-    assert (s.model, s.db_path, s.max_agent_turns, s.llm_timeout, s.discord_guild_id) == (
+    assert (s.model, s.db_path, s.new_groups.max_agent_turns, s.llm_timeout, s.discord_guild_id) == (
         "gpt-4o-mini", "roundtable.db", 12, 60.0, None)
     assert "sk-x" not in repr(s) and "tok" not in repr(s)
 
@@ -225,7 +225,7 @@ def test_providers_are_read_from_their_settings():
     assert [(p.name, p.base_url, p.api_key) for p in s.providers] == [
         ("local", "http://127.0.0.1:11434/v1", "none"), ("open_router", "https://openrouter.ai/api/v1", "sk-or-secret")]
     assert "sk-or-secret" not in repr(s) + repr(s.providers)
-    assert (s.max_images, s.max_text) == (4, 40_000)
+    assert (s.new_groups.max_images, s.new_groups.max_text) == (4, 40_000)
 
 
 @pytest.mark.parametrize("env, problem", [
@@ -249,18 +249,14 @@ def test_provider_and_attachment_problems_are_one_line(env, problem):
 
 @pytest.mark.parametrize("value, stream", [("on", True), ("OFF", False), ("true", True), ("0", False), ("", True)])
 def test_roundtable_stream_is_the_default_of_new_groups(value, stream):
-    from bot.wiring import group_defaults
-
     settings = load_settings(dict(BASE, ROUNDTABLE_STREAM=value), need_discord=True)
-    assert settings.stream is stream and group_defaults(settings).stream is stream
+    assert settings.new_groups.stream is stream
 
 
 @pytest.mark.parametrize("value, shown", [("on", True), ("off", False), ("no", False), ("", True)])
 def test_roundtable_show_tools_is_the_default_of_new_groups(value, shown):
-    from bot.wiring import group_defaults
-
     settings = load_settings(dict(BASE, ROUNDTABLE_SHOW_TOOLS=value), need_discord=True)
-    assert settings.show_tools is shown and group_defaults(settings).show_tools is shown
+    assert settings.new_groups.show_tools is shown
 
 
 def test_a_malformed_roundtable_show_tools_is_one_line():
@@ -277,10 +273,8 @@ def test_a_malformed_roundtable_stream_is_one_line():
 
 @pytest.mark.parametrize("value, minutes", [("", 120), ("0", 0), ("45", 45), ("10080", 10_080)])
 def test_roundtable_followup_window_is_the_default_of_new_groups(value, minutes):
-    from bot.wiring import group_defaults
-
     settings = load_settings(dict(BASE, ROUNDTABLE_FOLLOWUP_WINDOW=value), need_discord=True)
-    assert settings.followup_window == minutes and group_defaults(settings).followup_window == minutes
+    assert settings.new_groups.followup_window == minutes
 
 
 @pytest.mark.parametrize("value", ["-1", "10081", "two hours"])
@@ -306,10 +300,8 @@ def test_roundtable_fetch_private_is_off_by_default(value, private):
     ("ROUNDTABLE_MAX_TOOL_STEPS", "3", "max_tool_steps", 3),
 ])
 def test_approval_timeout_and_max_tool_steps_are_the_defaults_of_new_groups(name, value, field, expected):
-    from bot.wiring import group_defaults
-
     settings = load_settings(dict(BASE, **{name: value}), need_discord=True)
-    assert getattr(settings, field) == expected and getattr(group_defaults(settings), field) == expected
+    assert getattr(settings.new_groups, field) == expected
 
 
 @pytest.mark.parametrize("name, value, told", [

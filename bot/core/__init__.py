@@ -2,6 +2,7 @@
 
 Layers, each importing only its own and the ones above it (tests/core/test_import_graph.py):
 
+  settings         every group setting, declared once (GroupSettings)
   models, errors   value objects and the error tree
   rules/           pure rules over values (no I/O)
   ports            what the core asks of the store (one role per concept), the model, the surface

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from bot.core.settings import GroupSettings as GroupSettings  # declared with every other setting; imported from here
+
 Mode = Literal["selector", "round_robin", "tags"]
-MODES: tuple[str, ...] = ("selector", "round_robin", "tags")
-PROMPT_LAYOUTS: tuple[str, ...] = ("shared", "seed")  # SPEC §6: how a group's prompts are laid out
 AuthorType = Literal["user", "agent", "system"]
 EpisodeStatus = Literal["running", "terminated", "max_turns", "stopped", "stalled", "superseded", "quiet"]
 DecisionSource = Literal[
@@ -23,23 +23,6 @@ SUMMARY_SPENDER = "rolling summary"  # who spent kind 'summary' (the usage repor
 RunStatus = Literal["running", "posted", "answered", "worked", "empty", "failed", "refused", "discarded",
                    "interrupted", "stopped"]
 
-DEFAULT_MAX_TURNS = 12
-MAX_TURNS_RANGE = (1, 100)
-# Measured on the bench's Tokyo task (docs/benchmarks.md, issue 22): with rolling summaries a 3,000-token
-# window bills less than 6,000 at a 50% and a 90% cache discount; a 400-token selector window stays under
-# the providers' 1,024-token caching minimum and costs less than a cached 1,500-token one.
-DEFAULT_CONTEXT_BUDGET = 3000
-DEFAULT_SELECTOR_BUDGET = 400
-DEFAULT_MAX_IMAGES = 4
-DEFAULT_MAX_TEXT = 40_000
-MAX_IMAGES_RANGE = (0, 20)
-MAX_TEXT_RANGE = (0, 1_000_000)
-DEFAULT_FOLLOWUP_WINDOW = 120  # minutes after an episode's end in which a person's message continues its work
-FOLLOWUP_WINDOW_RANGE = (0, 10_080)  # 0: never; at most a week
-DEFAULT_APPROVAL_TIMEOUT = 600  # seconds a tool call that needs approval waits for a person; then it is denied
-APPROVAL_TIMEOUT_RANGE = (1, 86_400)  # at most a day
-DEFAULT_MAX_TOOL_STEPS = 8  # model calls of a run that offer granted tools (then one last call without them)
-MAX_TOOL_STEPS_RANGE = (1, 50)
 MUTED_FOREVER = 253_402_300_799.0  # 9999-12-31T23:59:59Z: an agent's muted_until when muted until /agent unmute
 DEFAULT_PROVIDER = "default"  # the provider of OPENAI_BASE_URL / OPENAI_API_KEY
 FileKind = Literal["image", "text", "other"]
@@ -48,36 +31,6 @@ FileKind = Literal["image", "text", "other"]
 def token_cost(token_count: int) -> int:
     """A thread line's cost in a prompt: its counted tokens plus the newline."""
     return max(token_count, 1) + 1
-
-
-@dataclass(frozen=True)
-class GroupSettings:
-    """What an operator can change with `/roundtable config`."""
-
-    mode: str = "selector"
-    max_agent_turns: int = DEFAULT_MAX_TURNS
-    allow_repeat: bool = False
-    context_budget: int = DEFAULT_CONTEXT_BUDGET
-    selector_budget: int = DEFAULT_SELECTOR_BUDGET
-    pace: float = 0.0
-    selector_model: str | None = None
-    operator_role: str | None = None
-    allow_bots: bool = False
-    brief: str = ""
-    min_confidence: float | None = None
-    monthly_budget: float | None = None  # dollars a calendar month (UTC); reached: the group pauses
-    max_images: int = DEFAULT_MAX_IMAGES  # images sent from one message, and in one prompt
-    max_text: int = DEFAULT_MAX_TEXT  # characters of a message's text files inlined in prompts
-    stream: bool = True  # replies appear as they are written (provisional messages, then the committed text)
-    show_tools: bool = True  # a reply that used tools ends with a compact line of its calls (SPEC §6b)
-    followup_window: int = DEFAULT_FOLLOWUP_WINDOW  # minutes: a person's message this soon after an episode's
-    # end continues its work (its task stays in the prompts, SPEC §6); 0: never
-    approval_timeout: int = DEFAULT_APPROVAL_TIMEOUT  # seconds a tool call held for approval waits (then denied)
-    max_tool_steps: int = DEFAULT_MAX_TOOL_STEPS  # model calls of a run that offer granted tools
-    prompt_layout: str = "shared"  # 'shared': every caller's prompt opens with the same bytes; 'seed': seed 000's
-
-    def with_changes(self, **changes: Any) -> GroupSettings:
-        return replace(self, **changes)
 
 
 @dataclass(frozen=True)

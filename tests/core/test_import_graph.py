@@ -82,6 +82,7 @@ def test_no_part_of_the_engine_imports_it() -> None:
 
 
 LAYERS = (  # bot/core/__init__.py draws them; a module imports only its own layer and the ones before it
+    ("bot.core.settings",),
     ("bot.core", "bot.core.models", "bot.core.errors"),
     ("bot.core.rules",),
     ("bot.core.ports",),
@@ -103,8 +104,8 @@ def layer(module: str) -> tuple[int, str]:
 
 def test_every_core_module_has_a_layer() -> None:
     assert [m for m in graph() if layer(m)[0] < 0] == []
-    assert layer("bot.core.rules.tags") == (1, "bot.core.rules")
-    assert layer("bot.core.ports")[0] == 2 and layer("bot.core.verbs.admin")[0] == 5
+    assert layer("bot.core.rules.tags") == (2, "bot.core.rules")
+    assert layer("bot.core.ports")[0] == 3 and layer("bot.core.verbs.admin")[0] == 6
 
 
 def test_no_core_module_imports_a_later_layer_or_a_neighbour() -> None:

@@ -7,7 +7,7 @@ import logging
 
 from bot.config import load_settings
 from bot.surfaces.discord.client import run_bot
-from bot.wiring import group_defaults, open_engine
+from bot.wiring import open_engine
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript
 
@@ -21,7 +21,7 @@ async def test_run_bot_answers_in_the_channel(tmp_path, original_discord_endpoin
             "DISCORD_API_BASE_URL": emu.api_base, "DISCORD_GUILD_ID": emu.guild_id,
             "ROUNDTABLE_DB": str(tmp_path / "run.db"), "ROUNDTABLE_MAX_TURNS": "7",
         }, need_discord=True)
-        task = asyncio.create_task(run_bot(settings, open_engine, group_defaults(settings)))
+        task = asyncio.create_task(run_bot(settings, open_engine, settings.new_groups))
         try:
             await emu.wait_until_ready(10)
             await emu.wait_for(lambda: emu.synced_commands.get(emu.guild_id), timeout=10)

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from difflib import SequenceMatcher
 
-from bot.core.models import DEFAULT_MAX_TURNS
+from bot.core.settings import DEFAULT_MAX_TURNS
 
 TERMINATE = "TERMINATE"
 # TERMINATE at the very end, allowing markdown emphasis, quotes and punctuation around it.

@@ -10,21 +10,24 @@ from collections import Counter
 from collections.abc import Iterable
 
 from bot.core.errors import InvalidInput
-from bot.core.models import MAX_TURNS_RANGE, MODES, PROMPT_LAYOUTS
+from bot.core.settings import (
+    BRIEF_MAX,
+    CONTEXT_BUDGET_RANGE,
+    MAX_TURNS_RANGE,
+    MODEL_MAX,
+    MODES,
+    PROMPT_LAYOUTS,
+    Setting,
+)
 
 NAME_MAX = 32
 ROLE_MAX = 200
 PROMPT_MAX = 4000
-BRIEF_MAX = 4000
-MODEL_MAX = 100
 URL_MAX = 2048
 MESSAGE_MAX = 8000
 ASK_MAX = 4000  # an /ask prompt (Discord takes up to 6,000 characters in an option)
 RESERVED_NAMES = frozenset({"user", "all", "everyone", "here", "roundtable", "selector"})
 WEBHOOK_FORBIDDEN = ("discord", "clyde")
-CONTEXT_BUDGET_RANGE = (500, 200_000)
-SELECTOR_BUDGET_RANGE = (300, 200_000)  # the selector reads the newest row or two (issue 22's measurements)
-PACE_RANGE = (0.0, 60.0)
 TEMPERATURE_RANGE = (0.0, 2.0)  # an agent's temperature, as OpenAI's API takes it
 AGENT_MAX_TOKENS_RANGE = (1, 128_000)  # an agent's reply cap (the largest output models offer)
 CLEAR_WORD = "default"  # /agent edit temperature:default (max_tokens, context_budget): back to the default
@@ -159,9 +162,13 @@ def system_prompt(value: str) -> str:
 
 
 def brief(value: str) -> str:
+    return long_text("brief", value, BRIEF_MAX)
+
+
+def long_text(name: str, value: str, limit: int) -> str:
     text = (value or "").strip()
-    if len(text) > BRIEF_MAX:
-        raise InvalidInput(f"The brief is {len(text)} characters long; the limit is {BRIEF_MAX}.")
+    if len(text) > limit:
+        raise InvalidInput(f"The {name} is {len(text)} characters long; the limit is {limit}.")
     return text
 
 
@@ -184,17 +191,40 @@ def avatar_url(value: str | None) -> str | None:
 
 
 def mode(value: str) -> str:
-    text = (value or "").strip().lower().replace("-", "_")
-    if text not in MODES:
-        raise InvalidInput(f"Unknown mode {value!r}: choose one of {', '.join(MODES)}.")
-    return text
+    return choice("mode", value, MODES)
 
 
 def prompt_layout(value: str) -> str:
-    text = (value or "").strip().lower()
-    if text not in PROMPT_LAYOUTS:
-        raise InvalidInput(f"Unknown prompt_layout {value!r}: choose one of {', '.join(PROMPT_LAYOUTS)}.")
+    return choice("prompt_layout", value, PROMPT_LAYOUTS)
+
+
+def choice(name: str, value: str, choices: tuple[str, ...]) -> str:
+    text = (value or "").strip().lower().replace("-", "_")
+    if text not in choices:
+        raise InvalidInput(f"Unknown {name} {value!r}: choose one of {', '.join(choices)}.")
     return text
+
+
+def group_setting(declared: Setting, value: object) -> object:
+    """A /roundtable config value as its `GroupSettings` field holds it, checked against its declaration."""
+    name = declared.option_name
+    if declared.kind == "choice":
+        return choice(name, str(value), declared.choices)
+    if declared.kind == "boolean":
+        return boolean(name, value)
+    if declared.kind == "integer":
+        whole = integer(name, value, int(declared.low or 0), int(declared.high if declared.high is not None else 2**31))
+        return None if whole == 0 and declared.default is None else whole
+    if declared.kind == "number":
+        real = number(name, value, declared.low or 0.0, declared.high if declared.high is not None else 1e9)
+        return None if real == 0 and declared.default is None else real  # 0 turns off what is off by default
+    if declared.kind == "model":
+        return model(str(value))
+    if declared.kind == "role":
+        return str(value).strip() or None
+    if declared.kind == "long_text":
+        return long_text(name, str(value), declared.max_length or MESSAGE_MAX)
+    return str(value)
 
 
 def integer(name: str, value: object, low: int, high: int) -> int:

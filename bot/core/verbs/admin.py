@@ -30,66 +30,44 @@ from bot.core.rules.pricing import dollars, exact_dollars
 from bot.core.rules.store_health import outage_status
 from bot.core.rules.tool_lines import CALLS_SHOWN, call_detail
 from bot.core.runtime.engine import Engine
+from bot.core.settings import GROUP_SETTINGS, Setting
 from bot.core.verbs.schedule_verbs import ScheduleVerbs
 
 MEMORY_PAGE = 10  # notes per page where a surface pages (Discord)
 LAST_DECISION_WITHIN = 200  # rows /roundtable status looks back for the last decision that chose someone
 WHY_PAGE = 50  # rows /roundtable why (no message) reads at a time looking for the newest person's or agent's row
 
-CONFIG_FIELDS = {  # option name -> GroupSettings field
-    "mode": "mode", "max_turns": "max_agent_turns", "allow_repeat": "allow_repeat",
-    "context_budget": "context_budget", "selector_budget": "selector_budget", "pace": "pace",
-    "selector_model": "selector_model",
-    "operator_role": "operator_role", "allow_bots": "allow_bots", "brief": "brief", "min_confidence": "min_confidence",
-    "monthly_budget": "monthly_budget", "max_images": "max_images", "max_text": "max_text", "stream": "stream",
-    "show_tools": "show_tools",
-    "followup_window": "followup_window", "approval_timeout": "approval_timeout",
-    "max_tool_steps": "max_tool_steps", "prompt_layout": "prompt_layout",
-}
+CONFIG_SETTINGS = {s.option_name: s for s in GROUP_SETTINGS}  # /roundtable config's options
 
 
 def parse_config(changes: Mapping[str, object]) -> dict[str, object]:
-    """Option values (already typed by the command declaration) -> GroupSettings field values."""
+    """Option values -> GroupSettings field values, each checked against its declaration."""
     out: dict[str, object] = {}
     for key, value in changes.items():
-        if key not in CONFIG_FIELDS:
-            raise InvalidInput(f"Unknown option {key!r}: the options are {', '.join(CONFIG_FIELDS)}.")
-        if key == "mode":
-            value = v.mode(str(value))
-        elif key == "prompt_layout":
-            value = v.prompt_layout(str(value))
-        elif key == "selector_model":
-            value = v.model(str(value))
-        elif key == "operator_role":
-            value = str(value).strip() or None
-        elif key == "brief":
-            value = v.brief(str(value))
-        elif key == "min_confidence":
-            value = float(value) or None  # type: ignore[arg-type]  # 0 turns it off
-        elif key == "monthly_budget":
-            value = float(value) or None  # type: ignore[arg-type]  # dollars, as given; only 0 turns it off
-        out[CONFIG_FIELDS[key]] = value
+        if key not in CONFIG_SETTINGS:
+            raise InvalidInput(f"Unknown option {key!r}: the options are {', '.join(CONFIG_SETTINGS)}.")
+        out[CONFIG_SETTINGS[key].name] = v.group_setting(CONFIG_SETTINGS[key], value)
     return out
 
 
+def shown_setting(declared: Setting, value: object) -> str:
+    """A setting's value on the settings card: `on`, `40,000`, `120 min`, `$5.00`, `(default)`, `off`."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value is None or value == "":
+        return declared.unset or "off"
+    if declared.zero and value == 0:
+        return "off"
+    if declared.kind == "long_text":
+        text = str(value)
+        return (text[:60] + "...") if len(text) > 60 else text
+    if declared.unit == "dollars":
+        return exact_dollars(float(value))  # type: ignore[arg-type]  # a number setting's value
+    return declared.shown.format(value)
+
+
 def settings_fields(settings: GroupSettings) -> tuple[Field, ...]:
-    brief = (settings.brief[:60] + "...") if len(settings.brief) > 60 else (settings.brief or "(none)")
-    shown = {
-        "mode": settings.mode, "max_turns": settings.max_agent_turns, "allow_repeat": settings.allow_repeat,
-        "context_budget": settings.context_budget, "selector_budget": settings.selector_budget,
-        "pace": settings.pace,
-        "selector_model": settings.selector_model or "(default)",
-        "operator_role": settings.operator_role or "(Manage Server)", "allow_bots": settings.allow_bots,
-        "brief": brief, "min_confidence": settings.min_confidence or "off",
-        "monthly_budget": exact_dollars(settings.monthly_budget) if settings.monthly_budget else "off",
-        "max_images": settings.max_images, "max_text": f"{settings.max_text:,}",
-        "stream": "on" if settings.stream else "off",
-        "show_tools": "on" if settings.show_tools else "off",
-        "followup_window": f"{settings.followup_window} min" if settings.followup_window else "off",
-        "approval_timeout": f"{settings.approval_timeout} s", "max_tool_steps": settings.max_tool_steps,
-        "prompt_layout": settings.prompt_layout,
-    }
-    return tuple(Field(k, str(val)) for k, val in shown.items())
+    return tuple(Field(s.option_name, shown_setting(s, getattr(settings, s.name))) for s in GROUP_SETTINGS)
 
 
 def model_settings(agent: Agent) -> str:

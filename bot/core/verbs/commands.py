@@ -22,23 +22,13 @@ from typing import Literal, Protocol
 
 from bot.core.errors import Forbidden, InvalidInput, UserFacingError
 from bot.core.features.reading import Reader
-from bot.core.models import (
-    APPROVAL_TIMEOUT_RANGE,
-    FOLLOWUP_WINDOW_RANGE,
-    MAX_IMAGES_RANGE,
-    MAX_TEXT_RANGE,
-    MAX_TOOL_STEPS_RANGE,
-    MAX_TURNS_RANGE,
-    MODES,
-    PROMPT_LAYOUTS,
-    Group,
-    Message,
-)
+from bot.core.models import Group, Message
 from bot.core.record.export import FORMATS
 from bot.core.rules import schedule as sched
 from bot.core.rules import validation as v
 from bot.core.rules.card import Attachment, Reply, masked
 from bot.core.rules.doctor import Check, doctor_card
+from bot.core.settings import CONTEXT_BUDGET_RANGE, GROUP_SETTINGS
 from bot.core.verbs.admin import Admin
 from bot.core.verbs.tool_verbs import ToolVerbs
 
@@ -462,15 +452,17 @@ def help_text(surface: str, topic: str | None = None) -> str:
 # the declaration ------------------------------------------------------------
 AGENT = Option("name", "the agent", "agent", required=True)
 PROMPT = Option("prompt", "its system prompt (without it, you are asked)", "long_text", max_length=v.PROMPT_MAX)
-MODE = Option("mode", "who speaks when nobody is tagged", "choice", choices=MODES)
+CONFIG_OPTIONS = tuple(  # /roundtable config's: one per group setting (bot.core.settings)
+    Option(s.option_name, s.help, s.kind, low=s.low, high=s.high, choices=s.choices, max_length=s.max_length)
+    for s in GROUP_SETTINGS)
+MODE = next(o for o in CONFIG_OPTIONS if o.name == "mode")
 AVATAR_IMAGE = Option("avatar_image", "an image to use as its picture (instead of a URL)", "image",
                       surfaces=frozenset({"discord"}))
 ROLE_HELP = "who it is, read as 'You are NAME, the ROLE': e.g. trip planner who drafts the itinerary"
 MODEL_SETTINGS = ("temperature", "max_tokens", "context_budget")  # an agent's; `default` clears one
 low_temp, high_temp = v.TEMPERATURE_RANGE
 low_cap, high_cap = v.AGENT_MAX_TOKENS_RANGE
-low_budget, high_budget = v.CONTEXT_BUDGET_RANGE
-low_turns, high_turns = MAX_TURNS_RANGE
+low_budget, high_budget = CONTEXT_BUDGET_RANGE
 
 COMMANDS: tuple[Command, ...] = (
     Command(("roundtable", "setup"), "Make this channel a group chat (creates its webhook)", _setup,
@@ -478,41 +470,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(("roundtable", "disable"), "Stop the group chat here; the history is kept",
             lambda inv: inv.admin.disable(inv.group), who="operators"),
     Command(("roundtable", "config"), "Change this group's settings (no options: show them)",
-            lambda inv: inv.admin.config(inv.group, inv.options), (
-                MODE,
-                Option("max_turns", f"cap on consecutive agent messages ({low_turns}-{high_turns})", "integer",
-                       low=low_turns, high=high_turns),
-                Option("allow_repeat", "let an agent speak twice in a row", "boolean"),
-                Option("context_budget", "tokens of thread in each prompt", "integer",
-                       low=v.CONTEXT_BUDGET_RANGE[0], high=v.CONTEXT_BUDGET_RANGE[1]),
-                Option("selector_budget", "tokens of thread the selector reads", "integer",
-                       low=v.SELECTOR_BUDGET_RANGE[0], high=v.SELECTOR_BUDGET_RANGE[1]),
-                Option("pace", "seconds between agent messages", "number", low=v.PACE_RANGE[0], high=v.PACE_RANGE[1]),
-                Option("selector_model", "the model that picks the next speaker (provider/model on a named "
-                       "provider)", "model", max_length=v.MODEL_MAX),
-                Option("operator_role", "the role whose members run the group", "role"),
-                Option("allow_bots", "take in messages of other bots and webhooks", "boolean"),
-                Option("brief", "text added to every agent's system prompt", "long_text", max_length=v.BRIEF_MAX),
-                Option("min_confidence", "below this selector confidence, the rotation picks (0: off)", "number",
-                       low=0.0, high=1.0),
-                Option("monthly_budget", "dollars of model calls a month; reached: the group pauses (0: no budget)",
-                       "number", low=0.0, high=1_000_000.0),
-                Option("max_images", "images of a message (and of a prompt) sent to models that take images",
-                       "integer", low=MAX_IMAGES_RANGE[0], high=MAX_IMAGES_RANGE[1]),
-                Option("max_text", "characters of a message's text files put in prompts (the rest is cut)",
-                       "integer", low=MAX_TEXT_RANGE[0], high=MAX_TEXT_RANGE[1]),
-                Option("stream", "show replies as they are written (off: whole messages)", "boolean"),
-                Option("prompt_layout", "shared: every prompt of the group opens alike (cached once); seed: seed 000's "
-                       "prompts", "choice", choices=PROMPT_LAYOUTS),
-                Option("show_tools", "a reply that used tools keeps a line of its calls (off: the reply only)",
-                       "boolean"),
-                Option("followup_window", "minutes after an episode's end in which a message continues its task "
-                       "(0: never)", "integer", low=FOLLOWUP_WINDOW_RANGE[0], high=FOLLOWUP_WINDOW_RANGE[1]),
-                Option("approval_timeout", "seconds a tool call held for approval waits; then it is denied",
-                       "integer", low=APPROVAL_TIMEOUT_RANGE[0], high=APPROVAL_TIMEOUT_RANGE[1]),
-                Option("max_tool_steps", "model calls of a run that offer its granted tools", "integer",
-                       low=MAX_TOOL_STEPS_RANGE[0], high=MAX_TOOL_STEPS_RANGE[1]),
-            ), who="operators_to_change"),
+            lambda inv: inv.admin.config(inv.group, inv.options), CONFIG_OPTIONS, who="operators_to_change"),
     Command(("roundtable", "newtask"), "The next message starts a fresh task (no earlier requests carried)",
             lambda inv: inv.admin.newtask(inv.group)),
     Command(("roundtable", "pause"), "Hold deliveries (messages are still recorded)",
