@@ -38,7 +38,7 @@ from bot.core.models import (
     MAX_TURNS_RANGE,
 )
 from bot.core.rules.pricing import Price, merged_prices, parse_prices
-from bot.core.rules.secrets import REDACTED_URL, redact_url  # noqa: F401  (imported from here by bot/llm and bot/surfaces)
+from bot.core.rules.secrets import redact_url
 from bot.core.rules.shards import Shards, parse_shards
 from bot.core.rules.validation import CONTEXT_BUDGET_RANGE, FALSE_WORDS, SELECTOR_BUDGET_RANGE, TRUE_WORDS
 

@@ -50,7 +50,7 @@ class Roster:
             )
             return to_agent(await self._access.agent_row(db, agent_id))
 
-    async def update_agent(self, agent_id: int, **fields: object) -> Agent:
+    async def update_agent(self, /, agent_id: int, **fields: object) -> Agent:
         """Change any of `AGENT_FIELDS` (None clears muted_until and the model settings)."""
         unknown = sorted(set(fields) - set(AGENT_FIELDS))
         if unknown:

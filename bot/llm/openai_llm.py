@@ -75,11 +75,10 @@ import httpx2
 import openai
 from openai.types.chat import ChatCompletion
 
-from bot.config import redact_url
 from bot.core.errors import ConfigError, LLMError, LLMRateLimited, LLMRejected, LLMTimeout, LLMUnavailable
 from bot.core.models import DEFAULT_PROVIDER, ChatMessage, Completion, Tool, ToolCall, Usage
 from bot.core.ports import TokenCounter
-from bot.core.rules.secrets import SECRETS, mask, mask_error
+from bot.core.rules.secrets import SECRETS, mask, mask_error, redact_url
 from bot.llm.tokens import make_token_counter
 
 log = logging.getLogger(__name__)

@@ -9,6 +9,7 @@ import asyncio
 import random
 import sqlite3
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -40,11 +41,11 @@ async def bot(tmp_path, replies) -> AsyncIterator[BotProcess]:
             emu.release_all()
 
 
-async def ask(bot: BotProcess, channel: Channel, text: str) -> dict:
+async def ask(bot: BotProcess, channel: Channel, text: str) -> dict[str, Any]:
     return await bot.emu.user_post(channel.channel_id, bot.emu.alice_id, text)
 
 
-async def wait_rows(bot: BotProcess, sql: str, params: tuple = (), timeout: float = 20) -> None:
+async def wait_rows(bot: BotProcess, sql: str, params: tuple[Any, ...] = (), timeout: float = 20) -> None:
     def found() -> bool:
         return bool(bot.query(sql, params)[0][0])
     await bot.emu.wait_for(found, timeout=timeout, interval=0.005, what=sql)
