@@ -557,7 +557,7 @@ class AgentTurn:
             if draft is not None:
                 await draft.stop(wait=False)  # shutting down: what was shown is recorded for the next run
             raise
-        except BaseException:
+        except BaseException:  # anything else ends the draft too (KeyboardInterrupt); re-raised
             if draft is not None:
                 await draft.stop()
             raise
@@ -594,7 +594,7 @@ class AgentTurn:
         except asyncio.CancelledError:
             await draft.stop(wait=False)  # shutting down: what was shown is recorded for the next run
             raise
-        except BaseException:
+        except BaseException:  # anything else ends the draft too (KeyboardInterrupt); re-raised
             await draft.stop()
             raise
         await draft.stop()

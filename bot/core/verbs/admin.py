@@ -361,7 +361,7 @@ class Admin:
         try:
             with os.fdopen(descriptor, "w", encoding="utf-8", newline="\n") as out:
                 totals = await write_export(self.store, group, fmt, out.write)
-        except BaseException:
+        except BaseException:  # a cancel too: no half-written export left behind; re-raised
             os.unlink(path)
             raise
         label = {"html": "a page to read", "json": "JSON data", "md": "Markdown"}[fmt]

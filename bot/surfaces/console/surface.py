@@ -516,7 +516,7 @@ class Console:
         try:
             await self.engine.post_user_message(self.group, author_name=self.person, user_id=self.person, text=text,
                                                  waiting=self._not_saved_yet, attachments=files)
-        except BaseException:
+        except BaseException:  # a cancel too (Ctrl-C, quit): the files are kept; re-raised
             self.attached = files + self.attached  # not stored: they wait for the next message
             raise
         for hint in await self.hints(text):
