@@ -108,7 +108,7 @@ def load_config(path: Path) -> list[ServerConfig]:
     return [_server(where, name, entry) for name, entry in servers.items()]
 
 
-def _server(where: str, name: str, entry: object) -> ServerConfig:
+def _server(where: str, name: str, entry: object) -> ServerConfig:  # noqa: C901 - one check per key of the entry, in order, each with its message: reads best as one list
     def bad(problem: str) -> ConfigError:
         return ConfigError(f"{where}: server {name!r} {problem}")
 

@@ -167,23 +167,25 @@ class InteractionsMixin(Emulator):
             if name == focused:
                 out.append({"type": t, "name": name, "value": str(value), "focused": True})
                 continue
-            if t == 4:
-                value = int(value)
-            elif t == 10:
-                value = float(value)
-            elif t == 5:
-                value = value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
-            elif t in (6, 7, 8, 9, 11):
-                value = str(value)
-                self._resolve(resolved, guild_id, t, value)
-            else:
-                value = str(value)
-            out.append({"type": t, "name": name, "value": value})
+            out.append({"type": t, "name": name, "value": self._option_value(t, value, guild_id, resolved)})
         if focused is None:
             missing = [o["name"] for o in defs if o.get("required") and o["name"] not in values]
             if missing:
                 raise ValueError(f"missing required option(s) {missing}")
         return out
+
+    def _option_value(self, t: int, value: Any, guild_id: str, resolved: dict[str, Any]) -> Any:
+        """An option's value as Discord sends one of type `t`; a user, channel, role, mentionable or
+        attachment is added to `resolved` too."""
+        if t == 4:
+            return int(value)
+        if t == 10:
+            return float(value)
+        if t == 5:
+            return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
+        if t in (6, 7, 8, 9, 11):
+            self._resolve(resolved, guild_id, t, str(value))
+        return str(value)
 
     def _command_data(self, guild_id: str, name: str, options: Mapping[str, Any] | None,
                       subcommand_path: Sequence[str], focused: str | None = None) -> dict[str, Any]:

@@ -193,19 +193,10 @@ class WebhookMixin(Emulator):
         return u.no_content()
 
     async def _h_webhook_message(self, request: web.Request) -> web.Response:
-        token, mid = request.match_info["token"], request.match_info["mid"]
-        rec = self.interactions_by_token.get(token)
-        if rec is not None:
-            msg = rec.find_message(mid)
-            if msg is None:
-                return u.error(404, 10008, "Unknown Message")
-        else:
-            hook = self._live_hook(request)
-            if hook is None:
-                return u.error(404, 10015, "Unknown Webhook")
-            msg = self.get_message(mid)
-            if msg is None or msg.get("webhook_id") != hook.id:
-                return u.error(404, 10008, "Unknown Message")
+        rec = self.interactions_by_token.get(request.match_info["token"])
+        msg = self._webhook_message_of(request, rec)
+        if isinstance(msg, web.Response):
+            return msg
         stored = self.get_message(msg["id"]) is not None
         if request.method == "GET":
             return u.json_response(msg)
@@ -225,6 +216,22 @@ class WebhookMixin(Emulator):
         if stored:
             self._dispatch_message("MESSAGE_UPDATE", msg, None)
         return u.json_response(msg)
+
+    def _webhook_message_of(self, request: web.Request,
+                            rec: InteractionRecord | None) -> dict[str, Any] | web.Response:
+        """The message the URL names: one of the interaction's (`rec`), else one the webhook posted;
+        404 when there is none."""
+        mid = request.match_info["mid"]
+        if rec is not None:
+            msg = rec.find_message(mid)
+            return u.error(404, 10008, "Unknown Message") if msg is None else msg
+        hook = self._live_hook(request)
+        if hook is None:
+            return u.error(404, 10015, "Unknown Webhook")
+        msg = self.get_message(mid)
+        if msg is None or msg.get("webhook_id") != hook.id:
+            return u.error(404, 10008, "Unknown Message")
+        return msg
 
     # ------------------------------------------------------------- interactions
     async def _h_callback(self, request: web.Request) -> web.Response:

@@ -499,7 +499,7 @@ class AgentTurn:
         spec = source.tools()[0]
         return ToolBox({**box.entries, GROUP_POST: (source, spec, GROUP_POST)})
 
-    async def _with_tools(self, group: Group, agent: Agent, run: Run, messages: list[ChatMessage],
+    async def _with_tools(self, group: Group, agent: Agent, run: Run, messages: list[ChatMessage],  # noqa: C901 - runtime redesign (issue 32 item 1, another branch) reshapes it
                           others: Sequence[str], box: ToolBox, parts: Sequence[DraftPart], *, private: bool = False,
                           steer: Steer | None = None) -> tuple[Answer, Draft | None]:
         """The tool loop; with the group streaming, each step's text shown as it is written (not a

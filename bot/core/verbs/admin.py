@@ -420,7 +420,7 @@ class Admin:
         )
         return f"Added {agent.name}: {agent.role}. Tag it with @{agent.name}."
 
-    async def edit_agent(self, group: Group, name: str, *, memory: bool | None = None, mode: str | None = None,
+    async def edit_agent(self, group: Group, name: str, *, memory: bool | None = None, mode: str | None = None,  # noqa: C901 - update_agent's typed fields (issue 32 item 2, another branch) reshape it
                          settings: Mapping[str, float | int | None] | None = None, **changes: str | None) -> str:
         """`settings`: model settings to set (temperature, max_tokens, context_budget; None clears one)."""
         agent = await self.agent(group, name)
