@@ -60,7 +60,7 @@ class GatewayConnection:
 class GatewaySession:
     """A Discord session (survives websocket drops until invalidated)."""
 
-    def __init__(self, session_id: str, intents: int, shard: tuple[Any, ...] = (0, 1)) -> None:
+    def __init__(self, session_id: str, intents: int, shard: tuple[int, int] = (0, 1)) -> None:
         self.session_id = session_id
         self.intents = intents
         self.shard = shard                    # (id, count) from IDENTIFY; (0, 1) unsharded

@@ -132,7 +132,7 @@ class RestMixin(Emulator):
         return u.json_response(self.synced_commands.get(request.match_info.get("guild"), []))
 
     # ------------------------------------------------------------- channels & guilds
-    def _channel_or_404(self, cid: str):
+    def _channel_or_404(self, cid: str) -> tuple[Any, web.Response | None]:
         ch = self.channels.get(cid)
         return ch, (None if ch else u.error(404, 10003, "Unknown Channel"))
 

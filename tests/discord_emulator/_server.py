@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import BodyPartReader, web
+from aiohttp.typedefs import Handler
 
 from tests.support import WAIT, eventually
 
@@ -285,11 +286,13 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
         def check():
             found = [m for m in self.channel_messages(channel_id) if pred(m)]
             return found if len(found) >= count else None
-        return await self.wait_for(check, timeout=timeout, what=f"{count} message(s) in {channel_id}")
+        found: list[dict[str, Any]] = await self.wait_for(check, timeout=timeout,
+                                                          what=f"{count} message(s) in {channel_id}")
+        return found
 
     # ------------------------------------------------------------- middleware
     @web.middleware
-    async def _middleware(self, request: web.Request, handler) -> web.StreamResponse:
+    async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path == "/gateway" or request.path.startswith("/cdn/"):
             return await handler(request)
         m = re.match(r"^/api/v\d+(/.*)$", request.path)
@@ -333,7 +336,7 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
         headers["X-RateLimit-Remaining"] = str(limit - bucket[1])
         return None, headers
 
-    async def _handle(self, request: web.Request, handler, rec: RequestRecord) -> web.StreamResponse:
+    async def _handle(self, request: web.Request, handler: Handler, rec: RequestRecord) -> web.StreamResponse:
         if not _NO_AUTH.match(rec.path) and request.headers.get("Authorization") != f"Bot {self.token}":
             return u.json_response({"message": "401: Unauthorized", "code": 0}, status=401)
         try:
