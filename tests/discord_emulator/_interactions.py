@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import _util as u
@@ -20,7 +20,7 @@ _SUBCOMMAND_TYPES = (1, 2)
 class InteractionRecord:
     """What happened to one interaction the emulator sent to the bot."""
 
-    def __init__(self, emu, payload: dict[str, Any]) -> None:
+    def __init__(self, emu: Emulator, payload: dict[str, Any]) -> None:
         self._emu = emu
         self.payload = payload
         self.id: str = payload["id"]
@@ -62,7 +62,8 @@ class InteractionRecord:
                                  what=f"{count} followup(s) for interaction {self.id}")
         return list(self.followups)
 
-    async def wait_original(self, predicate=None, timeout: float = 5.0) -> dict[str, Any]:
+    async def wait_original(self, predicate: Callable[[dict[str, Any]], bool] | None = None,
+                            timeout: float = 5.0) -> dict[str, Any]:
         """The original response message, optionally once predicate(msg) holds
         (e.g. lambda m: not m["flags"] & 128 for a finished deferral)."""
         pred = predicate or (lambda m: True)

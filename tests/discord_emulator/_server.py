@@ -283,7 +283,7 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
         """Wait until >= count stored messages in the channel satisfy predicate; return them."""
         pred = predicate or (lambda m: True)
 
-        def check():
+        def check() -> list[dict[str, Any]] | None:
             found = [m for m in self.channel_messages(channel_id) if pred(m)]
             return found if len(found) >= count else None
         found: list[dict[str, Any]] = await self.wait_for(check, timeout=timeout,
@@ -313,7 +313,7 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
             resp.headers.update(limit_headers)
         return resp
 
-    def _rate_limit(self, rec: RequestRecord):
+    def _rate_limit(self, rec: RequestRecord) -> tuple[web.Response | None, dict[str, str]]:
         """(a 429 or None, the X-RateLimit headers) for a request to a webhook's token routes."""
         m = re.match(r"^/webhooks/(\d+)/([^/]+)", rec.path)
         if self.webhook_rate_limit is None or m is None or m.group(2) in self.interactions_by_token:
@@ -393,7 +393,7 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
         return web.Response(status=500)
 
     @staticmethod
-    async def _read_body(request: web.Request):
+    async def _read_body(request: web.Request) -> tuple[Any, list[dict[str, Any]]]:
         files: list[dict[str, Any]] = []
         if not request.body_exists:
             return None, files

@@ -274,8 +274,8 @@ class WebhookMixin(Emulator):
             resource["message"] = msg
         return u.json_response({"interaction": inter, "resource": resource})
 
-    def _interaction_message(self, rec, content: str, data: dict[str, Any], files: list[Any], *, flags: int,
-                             msg_type: int) -> dict[str, Any]:
+    def _interaction_message(self, rec: InteractionRecord, content: str, data: dict[str, Any], files: list[Any], *,
+                             flags: int, msg_type: int) -> dict[str, Any]:
         meta = {"id": rec.id, "type": rec.type, "user": self.user_json(rec.user_id),
                 "authorizing_integration_owners": {"0": rec.guild_id}}
         if rec.type == 2:
@@ -290,7 +290,7 @@ class WebhookMixin(Emulator):
             self._dispatch_message("MESSAGE_CREATE", msg, self.bot_user_id)
         return msg
 
-    async def _followup(self, request: web.Request, rec) -> web.Response:
+    async def _followup(self, request: web.Request, rec: InteractionRecord) -> web.Response:
         if not rec.callbacks:
             return u.error(404, 10015, "Unknown Webhook")
         body = request[u.BODY] or {}
