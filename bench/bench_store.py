@@ -121,7 +121,7 @@ def throughput(target: str, ids: list[int], processes: int, seconds: float) -> f
     children = [subprocess.Popen([sys.executable, __file__, "--worker", target, "--seconds", str(seconds),
                                   "--ids", ",".join(map(str, share))], stdout=subprocess.PIPE, text=True)
                 for share in shares]
-    total = sum(json.loads(child.communicate()[0])["turns"] for child in children)
+    total: int = sum(json.loads(child.communicate()[0])["turns"] for child in children)
     return total / seconds
 
 

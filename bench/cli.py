@@ -16,7 +16,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from bench.cache_server import Tokenizer
     from bench.report import Results
+    from bench.streaming import StreamingFigures
+    from bench.tool_figures import ToolFigures
 
 DESCRIPTION = ("Prompt tokens, cache and prefix on the Tokyo task (Roundtable vs AutoGen's SelectorGroupChat, "
                "with its defaults and with token-limited contexts) against a local server that bills cached "
@@ -82,24 +85,42 @@ def _progress(text: str) -> None:
 
 
 async def collect(args: argparse.Namespace) -> Results:
-    from bench import engine_figures
-    from bench.cache_server import BLOCK_TOKENS, MIN_CACHED_PROMPT, Tokenizer
+    from bench.cache_server import Tokenizer
     from bench.report import Results
-    from bench.scenario import FOLLOW_UP, REPLY_TOKENS, TASK
-    from bench.tokyo import AUTOGEN_MISSING, TUNED_AGENT_TOKENS, TUNED_SELECTOR_TOKENS, autogen_available, run_all
+    from bench.tokyo import AUTOGEN_MISSING, autogen_available, run_all
 
     turns = args.turns or list(QUICK_TURNS if args.quick else FULL_TURNS)
-    sizes = args.sizes or list(engine_figures.QUICK_SIZES if args.quick else engine_figures.DEFAULT_SIZES)
-    engine_turns = args.engine_turns or (engine_figures.QUICK_TURNS if args.quick else engine_figures.TURNS)
     tokenizer = Tokenizer()
     results = Results()
     use_autogen = not args.no_autogen and autogen_available()
+    results.header = _header(args, tokenizer, use_autogen)
+    if not use_autogen:
+        results.autogen_line = AUTOGEN_MISSING if not args.no_autogen else "AutoGen: skipped (--no-autogen)"
+    if not args.no_tokens:
+        for n in turns:
+            _progress(f"Tokyo task, {n} turns (Roundtable{', AutoGen, AutoGen tuned' if use_autogen else ''})")
+            results.pairs.append(await run_all(n, tokenizer, autogen=use_autogen))
+    if not args.no_engine:
+        await _engine_figures(args, results)
+    if not args.no_streaming:
+        results.streaming = await _streaming_figures(args)
+    if not args.no_tools:
+        results.tools = await _tool_figures(args)
+    return results
+
+
+def _header(args: argparse.Namespace, tokenizer: Tokenizer, use_autogen: bool) -> list[str]:
+    """The table's first lines: the task, the server's token counts, AutoGen's set-up, the databases."""
+    from bench.cache_server import BLOCK_TOKENS, MIN_CACHED_PROMPT
+    from bench.scenario import FOLLOW_UP, REPLY_TOKENS, TASK
+    from bench.tokyo import TUNED_AGENT_TOKENS, TUNED_SELECTOR_TOKENS
+
     ag_version = ""
     if use_autogen:
         from importlib.metadata import version
 
         ag_version = f" (autogen-agentchat {version('autogen-agentchat')})"
-    results.header = [
+    header = [
         "Roundtable bench",
         f"task: {TASK!r}; agents planner, budget, local; replies ~{REPLY_TOKENS} tokens, all distinct; "
         f"the selector rotates planner->budget->local; episodes of at most 100 turns, each later one opened "
@@ -114,37 +135,42 @@ async def collect(args: argparse.Namespace) -> Results:
     if args.pg and not args.no_engine:
         from storage.pg import mask_url
 
-        results.header.append(f"engine figures: SQLite (a temporary file) and PostgreSQL {mask_url(args.pg)} "
-                              "(a fresh schema per size, dropped afterwards)")
-    if not use_autogen:
-        results.autogen_line = AUTOGEN_MISSING if not args.no_autogen else "AutoGen: skipped (--no-autogen)"
-    if not args.no_tokens:
-        for n in turns:
-            _progress(f"Tokyo task, {n} turns (Roundtable{', AutoGen, AutoGen tuned' if use_autogen else ''})")
-            results.pairs.append(await run_all(n, tokenizer, autogen=use_autogen))
-    if not args.no_engine:
-        _progress("engine: 100 messages during a run")
-        results.mid_run = await engine_figures.runs_mid_run()
-        for n in sizes:
-            for pg_url in (None, args.pg) if args.pg else (None,):
-                where = ", PostgreSQL" if pg_url else (", SQLite" if args.pg else "")
-                _progress(f"engine: history {n:,}{where}, {args.repeats} fresh starts x {engine_turns} turns")
-                results.sizes.append(await engine_figures.measure_size(n, engine_turns, args.repeats, pg_url))
-    if not args.no_streaming:
-        from bench import streaming
+        header.append(f"engine figures: SQLite (a temporary file) and PostgreSQL {mask_url(args.pg)} "
+                      "(a fresh schema per size, dropped afterwards)")
+    return header
 
-        replies = args.streaming_replies or (streaming.QUICK_REPLIES if args.quick else streaming.REPLIES)
-        _progress(f"streaming: {replies} replies streamed and {replies} with stream:off over the Discord emulator")
-        results.streaming = await streaming.measure(replies)
-    if not args.no_tools:
-        from bench import tool_figures
 
-        calls = args.tool_calls or (tool_figures.QUICK_CALLS if args.quick else tool_figures.CALLS)
-        tool_ms = tool_figures.QUICK_TOOL_MS if args.quick else tool_figures.TOOL_MS
-        _progress(f"tools: {calls} MCP tool calls per tool time ({', '.join(f'{ms:g} ms' for ms in tool_ms)}); "
-                  "a turn with tool steps vs without, in tokens")
-        results.tools = await tool_figures.measure(calls, tool_ms)
-    return results
+async def _engine_figures(args: argparse.Namespace, results: Results) -> None:
+    """Runs mid-run, and each history size's start and turns (on SQLite, and PostgreSQL with --pg)."""
+    from bench import engine_figures
+
+    sizes = args.sizes or list(engine_figures.QUICK_SIZES if args.quick else engine_figures.DEFAULT_SIZES)
+    engine_turns = args.engine_turns or (engine_figures.QUICK_TURNS if args.quick else engine_figures.TURNS)
+    _progress("engine: 100 messages during a run")
+    results.mid_run = await engine_figures.runs_mid_run()
+    for n in sizes:
+        for pg_url in (None, args.pg) if args.pg else (None,):
+            where = ", PostgreSQL" if pg_url else (", SQLite" if args.pg else "")
+            _progress(f"engine: history {n:,}{where}, {args.repeats} fresh starts x {engine_turns} turns")
+            results.sizes.append(await engine_figures.measure_size(n, engine_turns, args.repeats, pg_url))
+
+
+async def _streaming_figures(args: argparse.Namespace) -> StreamingFigures:
+    from bench import streaming
+
+    replies = args.streaming_replies or (streaming.QUICK_REPLIES if args.quick else streaming.REPLIES)
+    _progress(f"streaming: {replies} replies streamed and {replies} with stream:off over the Discord emulator")
+    return await streaming.measure(replies)
+
+
+async def _tool_figures(args: argparse.Namespace) -> ToolFigures:
+    from bench import tool_figures
+
+    calls = args.tool_calls or (tool_figures.QUICK_CALLS if args.quick else tool_figures.CALLS)
+    tool_ms = tool_figures.QUICK_TOOL_MS if args.quick else tool_figures.TOOL_MS
+    _progress(f"tools: {calls} MCP tool calls per tool time ({', '.join(f'{ms:g} ms' for ms in tool_ms)}); "
+              "a turn with tool steps vs without, in tokens")
+    return await tool_figures.measure(calls, tool_ms)
 
 
 def check_pg(url: str) -> str | None:

@@ -243,6 +243,39 @@ class FakeOpenAI:
         recorded.at = time.monotonic()
         self.requests.append(recorded)
         streamed = bool(body.get("stream")) and self.streams is True
+        refusal = self._refusal(body)
+        if refusal is not None:
+            return refusal
+        reply = await self._reply(recorded)
+        if isinstance(reply, web.Response):
+            return reply
+        if streamed and reply.status == 200 and reply.raw_body is None:
+            if reply.delay > 0:
+                await self._pause(reply.delay)
+            return await self._stream(request, reply, recorded)
+        if reply.trickle > 0:
+            return await self._trickle(request, reply, recorded)
+        if reply.delay > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), reply.delay)
+        return self._render(reply, recorded)
+
+    async def _reply(self, recorded: RecordedRequest) -> Reply | web.Response:
+        """The responder's reply to the request; a 500 (not retried) when it raises."""
+        try:
+            reply = self.responder(recorded)
+            if inspect.isawaitable(reply):
+                reply = await reply
+        except Exception as exc:
+            self.errors.append(exc)
+            log.exception("FakeOpenAI responder raised")
+            return self._error(500, f"FakeOpenAI responder raised {type(exc).__name__}: {exc}",
+                               headers={"x-should-retry": "false"})
+        return Reply(text=reply) if isinstance(reply, str) else reply
+
+    def _refusal(self, body: dict[str, Any]) -> web.Response | None:
+        """The 400 a request gets before the responder is asked: what this server was told not to take
+        (streaming, stream_options, a parameter), a malformed request, images for a text-only model."""
         if body.get("stream") and not self.streams:
             return self._error(400, "FakeOpenAI(streams=False) does not support stream=true; send a non-streaming "
                                     "request")
@@ -261,27 +294,7 @@ class FakeOpenAI:
             return self._error(400, problem)
         if body["model"] in self.text_only and image_urls(body):
             return self._error(400, IMAGES_REFUSED)
-        try:
-            reply = self.responder(recorded)
-            if inspect.isawaitable(reply):
-                reply = await reply
-        except Exception as exc:
-            self.errors.append(exc)
-            log.exception("FakeOpenAI responder raised")
-            return self._error(500, f"FakeOpenAI responder raised {type(exc).__name__}: {exc}",
-                               headers={"x-should-retry": "false"})
-        if isinstance(reply, str):
-            reply = Reply(text=reply)
-        if streamed and reply.status == 200 and reply.raw_body is None:
-            if reply.delay > 0:
-                await self._pause(reply.delay)
-            return await self._stream(request, reply, recorded)
-        if reply.trickle > 0:
-            return await self._trickle(request, reply, recorded)
-        if reply.delay > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._closing.wait(), reply.delay)
-        return self._render(reply, recorded)
+        return None
 
     async def _trickle(self, request: web.Request, reply: Reply, recorded: RecordedRequest) -> web.StreamResponse:
         rendered = self._render(reply, recorded)
@@ -312,21 +325,8 @@ class FakeOpenAI:
             await stream.write(f"data: {json.dumps({**base, 'choices': choices, **extra})}\n\n".encode())
 
         await send([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
-        pieces = list(reply.pieces) if reply.pieces is not None else re.findall(r"\S+\s*|\s+", reply.text)
-        began = time.monotonic()
-        for i, piece in enumerate(pieces):
-            if reply.break_after is not None and i >= reply.break_after:
-                if request.transport is not None:
-                    request.transport.abort()  # the connection drops mid-stream
-                return stream
-            # Each piece at its time from the start (no drift from the sleeps' own overshoot).
-            await self._pause(max(0.0, began + reply.first + i * reply.every - time.monotonic()))
-            if self._closing.is_set():
-                return stream
-            await send([{"index": 0, "delta": {"content": piece}, "finish_reason": None}])
-            recorded.last_piece_at = time.monotonic()
-            if recorded.first_piece_at is None:
-                recorded.first_piece_at = recorded.last_piece_at
+        if not await self._send_pieces(request, reply, recorded, send):
+            return stream
         for i, call in enumerate(reply.tool_calls):  # as OpenAI streams them: id and name, then the arguments
             arguments = call.get("arguments", "{}")
             await send([{"index": 0, "delta": {"tool_calls": [
@@ -349,6 +349,27 @@ class FakeOpenAI:
         await stream.write_eof()
         recorded.ended_at = time.monotonic()
         return stream
+
+    async def _send_pieces(self, request: web.Request, reply: Reply, recorded: RecordedRequest,
+                           send: Callable[[list[dict[str, Any]]], Awaitable[None]]) -> bool:
+        """The reply's text, a piece at its time; False when the stream ends before it all went (a
+        scripted break, or the server closing)."""
+        pieces = list(reply.pieces) if reply.pieces is not None else re.findall(r"\S+\s*|\s+", reply.text)
+        began = time.monotonic()
+        for i, piece in enumerate(pieces):
+            if reply.break_after is not None and i >= reply.break_after:
+                if request.transport is not None:
+                    request.transport.abort()  # the connection drops mid-stream
+                return False
+            # Each piece at its time from the start (no drift from the sleeps' own overshoot).
+            await self._pause(max(0.0, began + reply.first + i * reply.every - time.monotonic()))
+            if self._closing.is_set():
+                return False
+            await send([{"index": 0, "delta": {"content": piece}, "finish_reason": None}])
+            recorded.last_piece_at = time.monotonic()
+            if recorded.first_piece_at is None:
+                recorded.first_piece_at = recorded.last_piece_at
+        return True
 
     def _error(self, status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
         body = {"error": {"message": message, "type": _error_type(status), "param": None, "code": None}}

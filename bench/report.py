@@ -91,6 +91,24 @@ def _ran(report: RunReport) -> bool:
     return bool(report.records)
 
 
+def _calls(r: RunReport) -> str:
+    return " / ".join(str(len(r.calls(k))) for k in ("selector", "participant", "summary", "other"))
+
+
+def _per_turn(r: RunReport) -> str:
+    mean, thread = r.last_turns()
+    return f"{_n(mean)} vs {_n(thread)} ({mean / thread:.2f}x)" if thread else "-"
+
+
+def _shares(r: RunReport) -> str:
+    return f"{_pct(r.cached_share_of('selector'))} / {_pct(r.cached_share_of('participant'))}"
+
+
+def _summary_tokens(r: RunReport) -> str:
+    calls = r.calls("summary")
+    return f"{_n(sum(x.prompt_tokens for x in calls))} / {_n(sum(x.uncached_tokens for x in calls))}"
+
+
 def _run_rows(c: Comparison) -> list[tuple[str, ...]]:
     reports = c.reports
     rt, ag, tuned = reports
@@ -103,31 +121,17 @@ def _run_rows(c: Comparison) -> list[tuple[str, ...]]:
             ratios = [_x(_ratio(ratio(rt), ratio(other))) if _ran(other) else "-" for other in (ag, tuned)]
         return (label, *cells, *ratios)
 
-    def calls(r: RunReport) -> str:
-        return " / ".join(str(len(r.calls(k))) for k in ("selector", "participant", "summary", "other"))
-
-    def per_turn(r: RunReport) -> str:
-        mean, thread = r.last_turns()
-        return f"{_n(mean)} vs {_n(thread)} ({mean / thread:.2f}x)" if thread else "-"
-
-    def shares(r: RunReport) -> str:
-        return f"{_pct(r.cached_share_of('selector'))} / {_pct(r.cached_share_of('participant'))}"
-
-    def summary_tokens(r: RunReport) -> str:
-        calls = r.calls("summary")
-        return f"{_n(sum(x.prompt_tokens for x in calls))} / {_n(sum(x.uncached_tokens for x in calls))}"
-
     rows = [
-        row("  calls: selector / participant / summary / other", calls),
+        row("  calls: selector / participant / summary / other", _calls),
         row("  prompt tokens (every call)", lambda r: _n(r.prompt), lambda r: r.prompt),
         row("  cached tokens (share of prompt)", lambda r: f"{_n(r.cached)} ({_pct(r.cached_share)})",
             lambda r: r.cached),
-        row("  cached share: selector / participant calls", shares),
+        row("  cached share: selector / participant calls", _shares),
         row("  uncached prompt tokens (every call)", lambda r: _n(r.uncached), lambda r: r.uncached),
         row(f"  effective: uncached + {CACHED_PRICE:g} x cached", lambda r: _n(r.effective), lambda r: r.effective),
-        row("  summary calls: prompt / uncached tokens", summary_tokens),
+        row("  summary calls: prompt / uncached tokens", _summary_tokens),
         row("  completion tokens", lambda r: _n(r.completion)),
-        row(f"  prompt tokens/turn, last {LAST_TURNS}, vs thread", per_turn),
+        row(f"  prompt tokens/turn, last {LAST_TURNS}, vs thread", _per_turn),
         row("  prefix kept (mean after 1st call)", lambda r: _pct(r.prefix_kept)),
         row("  participant calls under half cached", lambda r: _pct(r.under_half_cached)),
         row("  prompt_cache_key values sent", lambda r: str(r.cache_keys)),

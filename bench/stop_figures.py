@@ -78,7 +78,7 @@ async def measure(presses: int = PRESSES) -> StopFigures:
     figures = StopFigures(presses=presses, counter=counter.kind)
     edits: list[tuple[float, str, str, bool]] = []  # (monotonic, message id, content, has components)
 
-    class TimedEmulator(emulator_module.DiscordEmulator):  # type: ignore[name-defined]  # (from tests/)
+    class TimedEmulator(emulator_module.DiscordEmulator):  # type: ignore[name-defined,misc]  # from tests/ at run time: Any
         def _apply_edit(self, msg: dict[str, Any], body: dict[str, Any]) -> None:
             super()._apply_edit(msg, body)
             if msg.get("webhook_id"):
@@ -123,9 +123,9 @@ async def _one_press(emu: Any, server: Any, db: Path, k: int, lead: float,
     def provisional() -> dict[str, Any] | None:
         for m in emu.channel_messages(emu.channel_id):
             if m["id"] not in before and m.get("webhook_id"):
-                m = emu.get_message(m["id"]) or m
-                if m.get("components"):
-                    return m
+                shown: dict[str, Any] = emu.get_message(m["id"]) or m  # (the emulator is Any: from tests/)
+                if shown.get("components"):
+                    return shown
         return None
     message = await _until(provisional, f"press {k}: the provisional message with its Stop button")
     await asyncio.sleep(lead)  # the reply streams a while

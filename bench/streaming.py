@@ -26,7 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -132,7 +132,7 @@ async def _measure_mode(modules: tuple[ModuleType, ModuleType], stream: bool, re
     emulator_module, openai_server = modules
     shown: Shown = []
 
-    class TimedEmulator(emulator_module.DiscordEmulator):  # type: ignore[name-defined]  # (from tests/)
+    class TimedEmulator(emulator_module.DiscordEmulator):  # type: ignore[name-defined,misc]  # from tests/ at run time: Any
         def _store_message(self, msg: dict[str, Any]) -> None:
             super()._store_message(msg)
             if msg.get("webhook_id") and msg["author"].get("username") == "planner":
@@ -266,7 +266,7 @@ def render(figures: StreamingFigures, *, with_targets: bool = True) -> list[str]
     columns = [("streamed" if m.stream else "stream:off") + (f", {m.rooms} at once" if m.rooms > 1 else "")
                for m in figures.modes]
     rows = [("figure", *columns)]
-    for label, cell in (
+    cells: tuple[tuple[str, Callable[[ModeFigures], str]], ...] = (
         ("first visible text after the message, s (median / max)", lambda m: _s(m.first_visible)),
         ("complete reply after the message, s (median / max)", lambda m: _s(m.complete)),
         ("complete reply after the model's last token, s", lambda m: _s(m.after_last_token)),
@@ -275,7 +275,8 @@ def render(figures: StreamingFigures, *, with_targets: bool = True) -> list[str]
         ("REST calls per answered message: webhook / all",
          lambda m: f"{_mean(m.webhook_calls)} / {_mean(m.rest_calls)}"),
         ("webhook requests in the busiest 2 s (sliding); 429s", lambda m: f"{m.burst}; {m.limited}"),
-    ):
+    )
+    for label, cell in cells:
         rows.append((f"  {label}", *(cell(m) for m in figures.modes)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     replies = len(figures.modes[0].first_visible) if figures.modes else 0  # (one room: one reply a round)

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 from bot.core.errors import ConfigError, InvalidInput
 from bot.core.models import DEFAULT_PROVIDER
 from bot.core.rules.pricing import Price, merged_prices, parse_prices
-from bot.core.rules.secrets import REDACTED_URL, redact_url  # noqa: F401  (imported from here by bot/llm and bot/surfaces)
+from bot.core.rules.secrets import redact_url
 from bot.core.rules.shards import Shards, parse_shards
 from bot.core.rules.validation import FALSE_WORDS, TRUE_WORDS
 from bot.core.settings import GROUP_SETTINGS, GroupSettings, Setting, declared, setting

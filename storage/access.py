@@ -99,7 +99,7 @@ class _Watched:
         self.statements.add(sql)
         try:
             return await self.db.exec(sql, params)
-        except BaseException:
+        except BaseException:  # whatever ended it (a cancel too), this statement was in flight; re-raised
             self.failed = sql
             raise
 
@@ -107,7 +107,7 @@ class _Watched:
         self.statements.add(sql)
         try:
             return await self.db.insert(sql, params)
-        except BaseException:
+        except BaseException:  # as in exec; re-raised
             self.failed = sql
             raise
 
@@ -115,7 +115,7 @@ class _Watched:
         self.statements.add(sql)
         try:
             await self.db.exec_many(sql, rows)
-        except BaseException:
+        except BaseException:  # as in exec; re-raised
             self.failed = sql
             raise
 

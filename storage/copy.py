@@ -150,11 +150,37 @@ async def table_sums(store: SqlStore) -> dict[str, tuple[int, str]]:
 async def copy_database(source: SqlStore, target: SqlStore) -> list[TableCopy]:
     """Copy every row of `source` into the empty `target`, then compare both; return what each
     table holds. StoreError when the target holds rows, or when the comparison fails."""
+    await _check_empty(target)
+    source_columns, target_columns = await _same_columns(source, target)
+    episodes: list[tuple[Any, Any]] = []
+    async with target._write() as db:  # every table: alone
+        for table, key in TABLES:
+            await _copy_table(db, source, table, key, list(source_columns[table]), target_columns[table], episodes)
+            if table == "episodes" and episodes:
+                await db.exec_many("UPDATE groups SET episode_id = ? WHERE id = ?", episodes)
+        if target._sql.name == "postgresql":
+            for table in IDENTITY_TABLES:
+                await db.exec(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), COALESCE(MAX(id), 1),"  # noqa: S608 (table: from IDENTITY_TABLES)
+                              f" MAX(id) IS NOT NULL) FROM {table}")
+    after = await _compared(source, target)
+    log.info("copied %d rows", sum(n for n, _ in after.values()))
+    return [TableCopy(t, *after[t]) for t, _ in TABLES]
+
+
+async def _check_empty(target: SqlStore) -> None:
+    """StoreError when any table of `target` holds a row."""
     async with target._read() as db:
         for table, _ in TABLES:
             row = await db.one(f"SELECT COUNT(*) FROM {table}")  # noqa: S608 (table: from TABLES)
             if row is not None and int(row[0]):
                 raise StoreError(f"the destination already holds rows (table {table}); copy into an empty database")
+
+
+Columns = dict[str, dict[str, str]]  # table -> its columns (name -> kind)
+
+
+async def _same_columns(source: SqlStore, target: SqlStore) -> tuple[Columns, Columns]:
+    """Each table's columns (name: kind) in `source` and in `target`; StoreError when they differ."""
     async with source._read() as db:
         source_columns = {t: await columns(db, source._sql.name, t) for t, _ in TABLES}
     async with target._read() as db:
@@ -162,33 +188,32 @@ async def copy_database(source: SqlStore, target: SqlStore) -> list[TableCopy]:
     for table, _ in TABLES:
         if set(source_columns[table]) != set(target_columns[table]):
             raise StoreError(f"table {table} has other columns in the destination; are both at one schema version?")
-    episodes: list[tuple[Any, Any]] = []
-    async with target._write() as db:  # every table: alone
-        for table, key in TABLES:
-            names = list(source_columns[table])
-            kinds = target_columns[table]
-            coerce = [_coerce(kinds[n]) for n in names]
-            episode_at = names.index("episode_id") if table == "groups" else -1
-            insert = f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"  # noqa: S608 (names from TABLES and the checked catalog; values bound)
-            async for page in _pages(source, table, key, names):
-                rows = []
-                for row in page:
-                    values = [c(v) for c, v in zip(coerce, row)]
-                    if episode_at >= 0 and values[episode_at] is not None:  # set once episodes exist
-                        episodes.append((values[episode_at], values[0]))
-                        values[episode_at] = None
-                    rows.append(values)
-                await db.exec_many(insert, rows)
-            if table == "episodes" and episodes:
-                await db.exec_many("UPDATE groups SET episode_id = ? WHERE id = ?", episodes)
-        if target._sql.name == "postgresql":
-            for table in IDENTITY_TABLES:
-                await db.exec(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), COALESCE(MAX(id), 1),"  # noqa: S608 (table: from IDENTITY_TABLES)
-                              f" MAX(id) IS NOT NULL) FROM {table}")
+    return source_columns, target_columns
+
+
+async def _copy_table(db: Db, source: SqlStore, table: str, key: tuple[str, ...], names: list[str],
+                      kinds: dict[str, str], episodes: list[tuple[Any, Any]]) -> None:
+    """Insert `source`'s rows of `table` through `db`, a page at a time, each value as the target's
+    column kind wants it; a group's episode is left out, added to `episodes` (set once they exist)."""
+    coerce = [_coerce(kinds[n]) for n in names]
+    episode_at = names.index("episode_id") if table == "groups" else -1
+    insert = f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"  # noqa: S608 (names from TABLES and the checked catalog; values bound)
+    async for page in _pages(source, table, key, names):
+        rows = []
+        for row in page:
+            values = [c(v) for c, v in zip(coerce, row)]
+            if episode_at >= 0 and values[episode_at] is not None:  # set once episodes exist
+                episodes.append((values[episode_at], values[0]))
+                values[episode_at] = None
+            rows.append(values)
+        await db.exec_many(insert, rows)
+
+
+async def _compared(source: SqlStore, target: SqlStore) -> dict[str, tuple[int, str]]:
+    """Each table's rows and checksum in `target`; StoreError when they differ from `source`'s."""
     before, after = await table_sums(source), await table_sums(target)
     for table, _ in TABLES:
         if before[table] != after[table]:
             raise StoreError(f"table {table} differs after the copy: {before[table][0]} rows (checksum "
                              f"{before[table][1]}) in the source, {after[table][0]} ({after[table][1]}) in the copy")
-    log.info("copied %d rows", sum(n for n, _ in after.values()))
-    return [TableCopy(t, *after[t]) for t, _ in TABLES]
+    return after

@@ -126,7 +126,7 @@ def open_loop_connection(name: str, *, read_only: bool,
             conn.execute("PRAGMA query_only = ON")
         conn.execute("SELECT 1 FROM groups LIMIT 1").fetchall()
         conn.execute("PRAGMA busy_timeout = 0")
-    except BaseException:
+    except BaseException:  # Ctrl-C too: the connection is closed; re-raised
         conn.close()
         raise
     return conn
@@ -151,7 +151,7 @@ async def open_db_migrated(
         pending = aiosqlite.connect(name, isolation_level=None, timeout=busy_timeout_ms / 1000)
         try:
             conn = await pending
-        except BaseException:
+        except BaseException:  # a cancel too: aiosqlite's thread is ended; re-raised
             await _thread_ended(pending)
             raise
         conn.row_factory = aiosqlite.Row
@@ -168,7 +168,7 @@ async def open_db_migrated(
             await _close_quietly(conn)
         reason = LOCKED_MESSAGE if is_locked(exc) else _one_line(exc)
         raise StoreError(f"cannot open the database {path}: {reason}") from exc
-    except BaseException:
+    except BaseException:  # a cancel too: the connection is closed; re-raised
         if conn is not None:
             await _close_quietly(conn)
         raise
@@ -329,7 +329,7 @@ class SqliteBackend:
             for read_only in (False, True):
                 opened.append(await asyncio.to_thread(open_loop_connection, name, read_only=read_only,
                                                       busy_timeout_ms=busy_timeout_ms))
-        except BaseException as exc:
+        except BaseException as exc:  # a cancel too closes them; re-raised below
             for c in opened:
                 c.close()
             if isinstance(exc, sqlite3.Error):
@@ -374,7 +374,7 @@ class SqliteBackend:
             try:
                 yield self._writer
                 conn.execute("COMMIT")
-            except BaseException as exc:
+            except BaseException as exc:  # a cancel too: no transaction left open; re-raised
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 if isinstance(exc, sqlite3.Error):
@@ -404,7 +404,7 @@ class SqliteBackend:
             await db.conn.execute("BEGIN IMMEDIATE")
             yield db
             await db.conn.execute("COMMIT")
-        except BaseException as exc:
+        except BaseException as exc:  # re-raised below
             # Shielded: a cancelled caller must still leave no open transaction.
             await asyncio.shield(self._rollback(db.conn))
             if isinstance(exc, sqlite3.Error):

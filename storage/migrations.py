@@ -677,7 +677,7 @@ async def apply_migrations(
                 )
                 applied.append(mid)
             await conn.execute("COMMIT")
-        except BaseException:
+        except BaseException:  # a cancel too: no transaction left open on the connection; re-raised
             with contextlib.suppress(sqlite3.Error):
                 await conn.execute("ROLLBACK")
             raise

@@ -273,7 +273,7 @@ class PostgresBackend:
                 write_key = f"roundtable.write:{await schema_of(conn)}"
                 schema_key = int(await conn.fetchval("SELECT hashtext($1)", write_key))
                 version = int(await conn.fetchval(VERSION_SQL))
-        except BaseException as exc:
+        except BaseException as exc:  # a cancel too must end the pool; the rest is re-raised below
             if pool is not None:
                 pool.terminate()
             if isinstance(exc, StoreError):
@@ -331,7 +331,7 @@ class PostgresBackend:
             await self._listen()
         except StoreUnavailable:  # the server is away already: listen once it is back
             self._listen_again()
-        except BaseException:
+        except BaseException:  # a cancel too: no callback left behind; re-raised
             self._on_notify = None
             raise
 
@@ -342,7 +342,7 @@ class PostgresBackend:
             try:
                 await conn.add_listener(self.channel, self._on_notify)
                 conn.add_termination_listener(self._on_lost)
-            except BaseException as exc:
+            except BaseException as exc:  # a cancel too: the connection goes back; re-raised
                 if server_gone(exc):
                     _terminate(conn)
                 await self.pool.release(conn)
@@ -438,7 +438,7 @@ class PostgresBackend:
             conn = await taken.enter_async_context(self.pool.acquire())
             try:
                 await taken.enter_async_context(conn.transaction())
-            except BaseException as exc:
+            except BaseException as exc:  # a cancel too: the connection goes back; re-raised unless retried
                 gone = server_gone(exc)
                 if gone:
                     _terminate(conn)  # never back into the pool as it is

@@ -51,7 +51,7 @@ class Roster:
             )
             return to_agent(await self._access.agent_row(db, agent_id))
 
-    async def update_agent(self, agent_id: int, **fields: Unpack[AgentChanges]) -> Agent:
+    async def update_agent(self, /, agent_id: int, **fields: Unpack[AgentChanges]) -> Agent:
         """Change the fields given (None clears muted_until and the model settings); a caller that is not
         type-checked may still pass a field an agent does not have: InvalidInput."""
         unknown = sorted(set(fields) - set(AGENT_FIELDS))

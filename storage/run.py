@@ -108,30 +108,11 @@ class Runs:
             posts = result.reply if result.status in ("posted", "stopped") else None
             if result.status != "interrupted" and (run.kind == "group" or posts is not None):
                 await self._leases.require_lease(db, run.group_id)
-            status, error = result.status, result.error
-            reply: Message | None = None
-            if posts is not None and run.kind == "regenerate":
-                status, error, reply = await self._replace_reply(db, run, posts, result.error)
-            elif posts is not None:
-                status, error, reply = await self._post_reply(db, run, group, posts, result.error, cap,
-                                                              stopping=stopping)
+            status, error, reply = await self._take_reply(db, run, group, result, posts, cap, stopping=stopping)
             if status != "interrupted" and run.kind == "group":  # a direct run leaves the group's queue alone
-                # Through the reply too when nothing else arrived after the snapshot: its own words are not news.
-                through = reply.seq if reply is not None and reply.seq == run.snapshot_seq + 1 else run.snapshot_seq
-                through = await self._own_posts_through(db, run, through)
-                await db.exec(
-                    f"UPDATE agents SET delivered_through = {self._access.sql.greatest}(delivered_through, ?)"  # noqa: S608 (the dialect's function)
-                        " WHERE id = ?",
-                    (through, run.agent_id),
-                )
-            spent = result.usage + result.selector_usage
-            counts = run.kind != "direct" or reply is not None  # a private answer is not the episode's
-            if counts and run.episode_id is not None and (spent.prompt_tokens or spent.completion_tokens):
-                await db.exec(
-                    "UPDATE episodes SET prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?,"
-                    " cached_tokens = cached_tokens + ? WHERE id = ?",
-                    (spent.prompt_tokens, spent.completion_tokens, spent.cached_tokens, run.episode_id),
-                )
+                await self._delivered(db, run, reply)
+            if run.kind != "direct" or reply is not None:  # a private answer is not the episode's
+                await self._add_to_episode(db, run, result.usage + result.selector_usage)
             notice = None
             if result.notice is not None:
                 notice = await self._access.append(db, run.group_id, result.notice, episode_id=run.episode_id)
@@ -162,6 +143,36 @@ class Runs:
                     raise CapReached(cap)
                 raise InvalidInput(error or status)
             return posted
+
+    async def _take_reply(self, db: Db, run: Run, group: Row, result: RunResult, posts: NewMessage | None, cap: int,
+                          *, stopping: bool) -> tuple[str, str | None, Message | None]:
+        """The run's status, error and reply row once its reply `posts` is posted (`_post_reply`), or put
+        in place of the row a 'regenerate' run names (`_replace_reply`); as `result` says without one."""
+        if posts is None:
+            return result.status, result.error, None
+        if run.kind == "regenerate":
+            return await self._replace_reply(db, run, posts, result.error)
+        return await self._post_reply(db, run, group, posts, result.error, cap, stopping=stopping)
+
+    async def _delivered(self, db: Db, run: Run, reply: Message | None) -> None:
+        """Move the run's agent's cursor through its snapshot, and through the reply too when nothing
+        else arrived after the snapshot: its own words are not news."""
+        through = reply.seq if reply is not None and reply.seq == run.snapshot_seq + 1 else run.snapshot_seq
+        through = await self._own_posts_through(db, run, through)
+        await db.exec(
+            f"UPDATE agents SET delivered_through = {self._access.sql.greatest}(delivered_through, ?)"  # noqa: S608 (the dialect's function)
+                " WHERE id = ?",
+            (through, run.agent_id),
+        )
+
+    async def _add_to_episode(self, db: Db, run: Run, spent: Usage) -> None:
+        """Count the tokens the run `spent` (its model's and its selector's) toward its episode's."""
+        if run.episode_id is not None and (spent.prompt_tokens or spent.completion_tokens):
+            await db.exec(
+                "UPDATE episodes SET prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?,"
+                " cached_tokens = cached_tokens + ? WHERE id = ?",
+                (spent.prompt_tokens, spent.completion_tokens, spent.cached_tokens, run.episode_id),
+            )
 
     async def _own_posts_through(self, db: Db, run: Run, through: int) -> int:
         """`through`, or past the run's own posts (a worker's group_post rows) that follow it with

@@ -1,7 +1,8 @@
 import pytest
 
-from bot.config import load_settings, redact_url
+from bot.config import load_settings
 from bot.core.errors import ConfigError
+from bot.core.rules.secrets import redact_url
 
 BASE = {"OPENAI_API_KEY": "sk-x", "DISCORD_TOKEN": "tok"}
 

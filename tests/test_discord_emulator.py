@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import sys
+from typing import Any
 
 import aiohttp
 import discord
@@ -177,7 +178,7 @@ async def test_webhook_thread_send(emu):
 class CfgModal(discord.ui.Modal, title="Configure"):
     persona: discord.ui.TextInput[CfgModal] = discord.ui.TextInput(label="Persona", custom_id="persona")
 
-    def __init__(self, sink: list):
+    def __init__(self, sink: list[Any]):
         super().__init__(custom_id="cfg_modal", timeout=T)
         self.sink = sink
 
@@ -407,7 +408,7 @@ def _hook_url(emu, hook, wait: bool = True) -> str:
     return f"{emu.api_base}/webhooks/{hook.id}/{hook.token}" + ("?wait=1" if wait else "")
 
 
-def _quiet(caplog) -> list:
+def _quiet(caplog) -> list[Any]:
     """Log records above DEBUG or carrying a traceback (the emulator must not produce any)."""
     return [r for r in caplog.records if r.levelno > logging.DEBUG or r.exc_info]
 

@@ -405,7 +405,7 @@ def ask_model_key(env_file: str | None) -> None:
     """`roundtable console` on a terminal without OPENAI_API_KEY: ask for it (hidden input), check it
     against the model server, and offer to save it in the settings file. An empty answer asks
     nothing more (start-up then says the key is missing, as on a pipe)."""
-    from bot.llm.endpoints import OPENAI_API, model_ids
+    from bot.llm.endpoints import OPENAI_API
     from bot.llm.providers import is_served
 
     base = os.environ.get("OPENAI_BASE_URL", "").strip()
@@ -413,24 +413,13 @@ def ask_model_key(env_file: str | None) -> None:
         return  # start-up names the malformed URL
     where = base or f"{OPENAI_API} (OpenAI)"
     print(f"OPENAI_API_KEY is not set: the console needs the API key of the model server, {where}.")
-    while True:
-        key = getpass.getpass("API key (hidden; any text for a local server that needs none; Enter: stop): ").strip()
-        if not key:
-            return
-        try:
-            listed = asyncio.run(model_ids(base or OPENAI_API, key))
-        except ConfigError as exc:
-            if "OPENAI_API_KEY" in str(exc):  # the key was refused: another try
-                print(f"✗ {exc}")
-                continue
-            # The server did not answer: the key could not be checked, so it is not offered for
-            # saving; start-up then says why in its one line (said once, not here too).
-            os.environ["OPENAI_API_KEY"] = key
-            return
-        except LLMError:
-            listed = []  # it answers without a model list: the key is not refused
-        break
+    asked = _ask_checked_key(base or OPENAI_API)
+    if asked is None:
+        return
+    key, listed = asked
     os.environ["OPENAI_API_KEY"] = key
+    if listed is None:
+        return  # not checked: not offered for saving
     model = os.environ.get("ROUNDTABLE_MODEL", "").strip() or DEFAULT_MODEL
     if listed and not is_served(model, listed):
         return  # a set-up that cannot start is not saved: start-up names the models the server serves
@@ -439,6 +428,34 @@ def ask_model_key(env_file: str | None) -> None:
         return
     if input(f"Save it in {path} (readable by you only)? [y/N] ").strip().lower() not in ("y", "yes"):
         return
+    _save_key(path, key, base)
+
+
+def _ask_checked_key(url: str) -> tuple[str, list[str] | None] | None:
+    """Ask for the model server's key until `url` takes one: (the key, the models it lists, [] when it
+    lists none); the models None when the server did not answer (the key could not be checked); None
+    when the person gave no key."""
+    from bot.llm.endpoints import model_ids
+
+    while True:
+        key = getpass.getpass("API key (hidden; any text for a local server that needs none; Enter: stop): ").strip()
+        if not key:
+            return None
+        try:
+            return key, asyncio.run(model_ids(url, key))
+        except ConfigError as exc:
+            if "OPENAI_API_KEY" in str(exc):  # the key was refused: another try
+                print(f"✗ {exc}")
+                continue
+            # The server did not answer: the key could not be checked, so it is not offered for
+            # saving; start-up then says why in its one line (said once, not here too).
+            return key, None
+        except LLMError:
+            return key, []  # it answers without a model list: the key is not refused
+
+
+def _save_key(path: Path, key: str, base: str) -> None:
+    """Save the model key in the settings file at `path`, with its server and the model given inline."""
     try:
         file = SettingsFile.read(path)
         file.set("OPENAI_API_KEY", key)

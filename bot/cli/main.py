@@ -207,9 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench.cli import run as run_bench
 
         return run_bench(args)
-    from bot.config import configure_logging, load_env_file, load_settings
-    from bot.core.rules.secrets import mask_error, register_url
-    from bot.masking import register_settings
+    from bot.core.rules.secrets import mask_error
 
     if args.verb in ("init", "doctor"):  # each reads the settings file its own way
         return setup_verb(args)
@@ -218,40 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"roundtable: unknown format {args.format!r}: use html, json or md", file=sys.stderr)
         return 2
     try:
-        missing_note = load_env_file(args.env_file)
-        register_settings(None, os.environ)  # every secret the process knows, before anything can show it
-        for url in (getattr(args, "db", None), getattr(args, "source", None), getattr(args, "target", None)):
-            register_url(url)
-        if args.verb == "console" and not os.environ.get("OPENAI_API_KEY", "").strip() and sys.stdin.isatty():
-            from bot.cli.init import ask_model_key
-
-            ask_model_key(args.env_file)
-        settings = load_settings(os.environ, need_discord=args.verb == "run", missing_note=missing_note,
-                                 need_llm=args.verb not in ("export", "migrate", "copy"))
-        register_settings(settings, {})
-        configure_logging(log_level(args, settings.log_level))
-        if args.verb in ("export", "replay"):
-            return asyncio.run(record_verb(args, settings))
-        if args.verb == "copy":
-            from bot.wiring import copy
-
-            return asyncio.run(copy(args.source, args.target))
-        if args.verb == "migrate":
-            from bot.wiring import migrate
-
-            return asyncio.run(migrate(args.db, settings.db_path))
-        if args.verb == "console":
-            from bot.wiring import run_console
-
-            return asyncio.run(run_console(settings, db=args.db, group=args.group, person=args.person))
-        from bot.wiring import run_discord
-
-        if args.shards is not None or args.shard_count is not None:
-            shards = parse_shards(args.shards if args.shards is not None else os.environ.get("ROUNDTABLE_SHARDS"),
-                                  args.shard_count if args.shard_count is not None
-                                  else os.environ.get("ROUNDTABLE_SHARD_COUNT"))
-            settings = dataclasses.replace(settings, shards=shards)
-        return asyncio.run(run_discord(settings))
+        return run_verb(args, settings_for(args))
     except (ConfigError, StoreError, UserFacingError) as exc:
         print(f"roundtable: {mask_error(str(exc))}", file=sys.stderr)
         return 2
@@ -260,6 +225,54 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `roundtable export ... | head`: the reader left
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+
+
+def settings_for(args: argparse.Namespace) -> Settings:
+    """The settings a verb runs with (the env file, then the environment), every secret among them
+    registered before anything can show it, and logging set up."""
+    from bot.config import configure_logging, load_env_file, load_settings
+    from bot.core.rules.secrets import register_url
+    from bot.masking import register_settings
+
+    missing_note = load_env_file(args.env_file)
+    register_settings(None, os.environ)  # every secret the process knows, before anything can show it
+    for url in (getattr(args, "db", None), getattr(args, "source", None), getattr(args, "target", None)):
+        register_url(url)
+    if args.verb == "console" and not os.environ.get("OPENAI_API_KEY", "").strip() and sys.stdin.isatty():
+        from bot.cli.init import ask_model_key
+
+        ask_model_key(args.env_file)
+    settings = load_settings(os.environ, need_discord=args.verb == "run", missing_note=missing_note,
+                             need_llm=args.verb not in ("export", "migrate", "copy"))
+    register_settings(settings, {})
+    configure_logging(log_level(args, settings.log_level))
+    return settings
+
+
+def run_verb(args: argparse.Namespace, settings: Settings) -> int:
+    """Run `args.verb` (export, replay, copy, migrate, console, run) with `settings`; its exit status."""
+    if args.verb in ("export", "replay"):
+        return asyncio.run(record_verb(args, settings))
+    if args.verb == "copy":
+        from bot.wiring import copy
+
+        return asyncio.run(copy(args.source, args.target))
+    if args.verb == "migrate":
+        from bot.wiring import migrate
+
+        return asyncio.run(migrate(args.db, settings.db_path))
+    if args.verb == "console":
+        from bot.wiring import run_console
+
+        return asyncio.run(run_console(settings, db=args.db, group=args.group, person=args.person))
+    from bot.wiring import run_discord
+
+    if args.shards is not None or args.shard_count is not None:
+        shards = parse_shards(args.shards if args.shards is not None else os.environ.get("ROUNDTABLE_SHARDS"),
+                              args.shard_count if args.shard_count is not None
+                              else os.environ.get("ROUNDTABLE_SHARD_COUNT"))
+        settings = dataclasses.replace(settings, shards=shards)
+    return asyncio.run(run_discord(settings))
 
 
 def setup_verb(args: argparse.Namespace) -> int:

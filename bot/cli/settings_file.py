@@ -116,7 +116,7 @@ class SettingsFile:
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(temporary, target)
-        except BaseException:
+        except BaseException:  # Ctrl-C too: no temporary file left beside .env; re-raised
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temporary)
             raise

@@ -14,10 +14,11 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bot.config import Settings, redact_url
+from bot.config import Settings
 from bot.core.errors import ConfigError, LLMError, LLMUnavailable
 from bot.core.models import DEFAULT_PROVIDER
 from bot.core.rules.doctor import AgentModel, Check
+from bot.core.rules.secrets import redact_url
 from bot.llm.openai_llm import OpenAILLM
 from bot.llm.providers import is_served, route
 

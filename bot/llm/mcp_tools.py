@@ -108,7 +108,7 @@ def load_config(path: Path) -> list[ServerConfig]:
     return [_server(where, name, entry) for name, entry in servers.items()]
 
 
-def _server(where: str, name: str, entry: object) -> ServerConfig:
+def _server(where: str, name: str, entry: object) -> ServerConfig:  # noqa: C901 - one check per key of the entry, in order, each with its message: reads best as one list
     def bad(problem: str) -> ConfigError:
         return ConfigError(f"{where}: server {name!r} {problem}")
 
@@ -250,7 +250,9 @@ class McpServer:
                     await self._serve(session)
             except asyncio.CancelledError:
                 raise
-            except BaseException as exc:  # the SDK raises exception groups; any failure means "down"
+            # BaseException: the SDK's task groups raise BaseExceptionGroup (their tasks' cancels inside), and
+            # any failure means "down"; this task's own cancel is re-raised above.
+            except BaseException as exc:
                 self.problem = _why(exc)
                 if self._tried.is_set() and self._session is not None:
                     log.error("MCP server %s went down: %s; tried again with back-off", self.name, self.problem)

@@ -75,11 +75,10 @@ import httpx2
 import openai
 from openai.types.chat import ChatCompletion
 
-from bot.config import redact_url
 from bot.core.errors import ConfigError, LLMError, LLMRateLimited, LLMRejected, LLMTimeout, LLMUnavailable
 from bot.core.models import DEFAULT_PROVIDER, ChatMessage, Completion, Tool, ToolCall, Usage
 from bot.core.ports import TokenCounter
-from bot.core.rules.secrets import SECRETS, mask, mask_error
+from bot.core.rules.secrets import SECRETS, mask, mask_error, redact_url
 from bot.llm.tokens import make_token_counter
 
 log = logging.getLogger(__name__)
@@ -292,49 +291,68 @@ class OpenAILLM:
         if stream:
             kwargs["stream"] = True
         while True:
-            attempt = dict(kwargs)
-            if cache_key and model not in self._no_cache_key_models:
-                attempt["prompt_cache_key"] = cache_key
-            dropped = self._dropped_settings.get(model, set())
-            if max_tokens is not None and "max_tokens" not in dropped:
-                limit = "max_completion_tokens" if model in self._completion_tokens_models else "max_tokens"
-                attempt[limit] = max_tokens
-            if temperature is not None and "temperature" not in dropped:
-                attempt["temperature"] = temperature
-            if stream and model not in self._no_stream_options_models:
-                attempt["stream_options"] = {"include_usage": True}
+            attempt = self._with_settings(kwargs, model, cache_key, max_tokens, temperature, stream)
             try:
                 async with asyncio.timeout(self.deadline):
                     return await self._send(attempt)
             except TimeoutError:
                 raise _Overdue(self.deadline, self._client.base_url) from None
             except openai.APIStatusError as exc:
-                if images and exc.status_code in (400, 422) and _BAD_IMAGE.search(self._detail(exc)):
-                    log.warning("model %s at %s could not read an image (HTTP %s%s); asked again without the "
-                                "images", model, self.host, exc.status_code, self._detail(exc))
-                    images = False  # that call only: the model takes images
-                    kwargs["messages"] = [_message_json(m.without_images()) for m in messages]
-                elif images and exc.status_code in (400, 415, 422, 500) and _IMAGEISH.search(self._detail(exc)):
-                    log.warning("model %s at %s does not take images (HTTP %s%s); its prompts name the images "
-                                "instead from now on", model, self.host, exc.status_code, self._detail(exc))
-                    self._no_image_models.add(model)
+                if images and self._refused_images(model, exc):
                     images = False
                     kwargs["messages"] = [_message_json(m.without_images()) for m in messages]
-                elif not isinstance(exc, openai.BadRequestError):
+                elif not self._adapted_to(model, attempt, exc):
                     raise
-                elif "prompt_cache_key" in attempt and _names(exc, "prompt_cache_key"):
-                    log.info("model %s rejects prompt_cache_key; sending none from now on", model)
-                    self._no_cache_key_models.add(model)
-                elif "max_tokens" in attempt and _names(exc, "max_completion_tokens"):
-                    log.info("model %s rejects max_tokens; using max_completion_tokens from now on", model)
-                    self._completion_tokens_models.add(model)
-                elif (refused := next((p for p in _SETTINGS if p in attempt and _names(exc, p)), None)) is not None:
-                    self._drop_setting(model, "max_tokens" if refused == "max_completion_tokens" else refused, exc)
-                elif "stream_options" in attempt and _names(exc, "stream_options"):
-                    log.info("model %s rejects stream_options; its usage is estimated from now on", model)
-                    self._no_stream_options_models.add(model)
-                else:
-                    raise
+
+    def _with_settings(self, kwargs: dict[str, Any], model: str, cache_key: str | None, max_tokens: int | None,
+                       temperature: float | None, stream: bool) -> dict[str, Any]:
+        """`kwargs` with the settings this model is sent (what it refused before left out or renamed)."""
+        attempt = dict(kwargs)
+        if cache_key and model not in self._no_cache_key_models:
+            attempt["prompt_cache_key"] = cache_key
+        dropped = self._dropped_settings.get(model, set())
+        if max_tokens is not None and "max_tokens" not in dropped:
+            limit = "max_completion_tokens" if model in self._completion_tokens_models else "max_tokens"
+            attempt[limit] = max_tokens
+        if temperature is not None and "temperature" not in dropped:
+            attempt["temperature"] = temperature
+        if stream and model not in self._no_stream_options_models:
+            attempt["stream_options"] = {"include_usage": True}
+        return attempt
+
+    def _refused_images(self, model: str, exc: openai.APIStatusError) -> bool:
+        """Whether `exc` refuses a request's images: this one's (it could not read one), or any (the
+        model takes none: remembered). Said at WARNING; the caller asks again without them."""
+        if exc.status_code in (400, 422) and _BAD_IMAGE.search(self._detail(exc)):
+            log.warning("model %s at %s could not read an image (HTTP %s%s); asked again without the "
+                        "images", model, self.host, exc.status_code, self._detail(exc))
+            return True  # that call only: the model takes images
+        if exc.status_code in (400, 415, 422, 500) and _IMAGEISH.search(self._detail(exc)):
+            log.warning("model %s at %s does not take images (HTTP %s%s); its prompts name the images "
+                        "instead from now on", model, self.host, exc.status_code, self._detail(exc))
+            self._no_image_models.add(model)
+            return True
+        return False
+
+    def _adapted_to(self, model: str, attempt: dict[str, Any], exc: openai.APIStatusError) -> bool:
+        """Whether `exc` is a 400 naming a parameter of `attempt` that the model is now sent otherwise
+        (or not at all), remembered for later calls; False: the error stands."""
+        if not isinstance(exc, openai.BadRequestError):
+            return False
+        if "prompt_cache_key" in attempt and _names(exc, "prompt_cache_key"):
+            log.info("model %s rejects prompt_cache_key; sending none from now on", model)
+            self._no_cache_key_models.add(model)
+        elif "max_tokens" in attempt and _names(exc, "max_completion_tokens"):
+            log.info("model %s rejects max_tokens; using max_completion_tokens from now on", model)
+            self._completion_tokens_models.add(model)
+        elif (refused := next((p for p in _SETTINGS if p in attempt and _names(exc, p)), None)) is not None:
+            self._drop_setting(model, "max_tokens" if refused == "max_completion_tokens" else refused, exc)
+        elif "stream_options" in attempt and _names(exc, "stream_options"):
+            log.info("model %s rejects stream_options; its usage is estimated from now on", model)
+            self._no_stream_options_models.add(model)
+        else:
+            return False
+        return True
 
     def _drop_setting(self, model: str, setting: str, exc: openai.APIStatusError) -> None:
         """A model refused an agent's setting (`temperature`, `max_tokens`): sent no more to it, said once."""
@@ -469,18 +487,8 @@ class OpenAILLM:
                 answered_by = getattr(chunk, "model", None) or answered_by
                 usage = getattr(chunk, "usage", None) or usage
                 for choice in getattr(chunk, "choices", None) or ():
-                    if getattr(choice, "index", 0) != 0:
-                        continue
-                    for delta in getattr(getattr(choice, "delta", None), "tool_calls", None) or ():
-                        _add_call_piece(calls, delta)
-                    piece = getattr(getattr(choice, "delta", None), "content", None)
-                    if piece:
-                        pieces.append(piece)
-                        try:
-                            on_text(piece)
-                        except Exception as exc:
-                            raise _Caller(exc) from exc
-                    finish = getattr(choice, "finish_reason", None) or finish
+                    if getattr(choice, "index", 0) == 0:
+                        finish = _take_choice(choice, calls, pieces, on_text) or finish
         except openai.APITimeoutError:
             raise
         except (openai.APIConnectionError, openai.APIError) as exc:  # the response had begun: it broke off
@@ -715,6 +723,22 @@ def _message_json(message: ChatMessage) -> dict[str, Any]:
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
             for c in message.tool_calls]}
     return {"role": message.role, "content": message.content}
+
+
+def _take_choice(choice: Any, calls: dict[int, list[str]], pieces: list[str],
+                 on_text: Callable[[str], None]) -> str | None:
+    """A streamed chunk's first choice: its tool calls' pieces into `calls`, its text into `pieces`
+    and to `on_text` (whose error is the caller's: `_Caller`); its finish reason, if it has one."""
+    for delta in getattr(getattr(choice, "delta", None), "tool_calls", None) or ():
+        _add_call_piece(calls, delta)
+    piece = getattr(getattr(choice, "delta", None), "content", None)
+    if piece:
+        pieces.append(piece)
+        try:
+            on_text(piece)
+        except Exception as exc:
+            raise _Caller(exc) from exc
+    return getattr(choice, "finish_reason", None)
 
 
 def _add_call_piece(calls: dict[int, list[str]], delta: Any) -> None:

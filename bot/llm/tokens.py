@@ -89,7 +89,7 @@ def _get_with_timeout(tiktoken: Any, encoding: str, timeout: float) -> Any:
     def target() -> None:
         try:
             box["enc"] = tiktoken.get_encoding(encoding)
-        except BaseException as exc:  # reported to the caller below
+        except BaseException as exc:  # any, SystemExit too: re-raised in the caller below, not lost with the thread
             box["exc"] = exc
 
     thread = threading.Thread(target=target, name=f"tiktoken-load-{encoding}", daemon=True)

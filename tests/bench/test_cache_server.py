@@ -106,7 +106,7 @@ def classify(texts: Sequence[str]) -> tuple[str, str | None]:
 
 
 async def test_usage_cached_tokens_and_records_through_the_openai_client() -> None:
-    def respond(record: CallRecord, body: dict) -> str:
+    def respond(record: CallRecord, body: dict[str, Any]) -> str:
         return "budget" if record.kind == "selector" else f"reply {record.index}"
 
     long_text = " ".join(f"word{i}" for i in range(1500))  # well over 1,024 tokens
@@ -175,7 +175,7 @@ def test_tool_definitions_are_billed_ahead_of_the_messages_and_tool_calls_count(
 
 
 async def test_a_responder_may_answer_with_tool_calls() -> None:
-    def respond(record: CallRecord, body: dict) -> str | Reply:
+    def respond(record: CallRecord, body: dict[str, Any]) -> str | Reply:
         return Reply(tool_calls=[tool_call("bench__wait", ms=0)]) if record.index == 0 else "done"
 
     async with CacheServer(respond) as server:

@@ -1,15 +1,17 @@
 import random
+from collections.abc import Iterable
 
 import pytest
 
-from bot.core.models import Agent, Message, Tags
+from bot.core.models import Agent, AuthorType, Message, Tags
 from bot.core.rules.routing import eligible_speakers, explicit_recipients, next_in_rotation, plan_batch, routable
 
 A = [Agent(1, 1, "planner", "r", "p", position=0), Agent(2, 1, "budget", "r", "p", position=1),
      Agent(3, 1, "local", "r", "p", position=2)]
 
 
-def msg(seq, author_type="user", agent_ids=(), author_agent_id=None):
+def msg(seq: int, author_type: AuthorType = "user", agent_ids: Iterable[int] = (),
+        author_agent_id: int | None = None) -> Message:
     return Message(1, seq, author_type, "x", "t", Tags(agent_ids=tuple(agent_ids)), author_agent_id=author_agent_id)
 
 

@@ -12,10 +12,11 @@ import pytest
 
 from bot.core.models import GroupSettings
 from bot.core.runtime.engine import Engine
-from bot.core.runtime.outbox import RetryPolicy
+from bot.core.runtime.worker import RetryPolicy
 from bot.llm.openai_llm import OpenAILLM
 from bot.llm.tokens import make_token_counter
-from bot.surfaces.discord.client import RoundtableBot, point_at
+from bot.surfaces.discord.api import point_at
+from bot.surfaces.discord.client import RoundtableBot
 from bot.surfaces.discord.webhooks import DiscordSurface
 from storage.store import SqliteStore, SqlStore
 from tests.discord_emulator import DiscordEmulator
@@ -85,7 +86,8 @@ class BotHarness:
         self.bot = self.engine = self.store = self.surface = None
 
     # helpers -------------------------------------------------------------
-    async def command(self, name: str, options: dict | None = None, *, user: str | None = None) -> dict:
+    async def command(self, name: str, options: dict[str, Any] | None = None, *,
+                      user: str | None = None) -> dict[str, Any]:
         rec = await self.emu.invoke_command(self.emu.guild_id, self.emu.channel_id, user or self.emu.alice_id,
                                             name, options or {})
         return await rec.wait_response(5)
@@ -101,11 +103,11 @@ class BotHarness:
             assert reply["data"]["embeds"][0]["title"] == "Updated", reply
 
     @staticmethod
-    def embed_fields(reply: dict) -> dict[str, str]:
+    def embed_fields(reply: dict[str, Any]) -> dict[str, str]:
         """The fields of an answer's first embed, by name."""
         return {f["name"]: f["value"] for f in reply["data"]["embeds"][0]["fields"]}
 
-    def webhook_posts(self) -> list[dict]:
+    def webhook_posts(self) -> list[dict[str, Any]]:
         """What the bot posted through channel webhooks (not interaction follow-ups)."""
         return [r.json for r in self.emu.requests_matching("POST", r"^/webhooks/\d+/[\w.\-]{60,}")
                 if r.status == 200 and r.json and not r.path.startswith(f"/webhooks/{self.emu.application_id}/")]

@@ -166,7 +166,7 @@ class BotProcess:
             " WHERE a.removed_at IS NULL AND a.enabled = 1 AND a.delivered_through < g.latest_seq")[0]
         (unrouted,) = self.query("SELECT COUNT(*) FROM groups WHERE routed_through < latest_seq")[0]
         (drafts,) = self.query("SELECT COUNT(*) FROM drafts")[0]  # provisional messages not finished or taken back
-        return running == unshown == behind == unrouted == drafts == 0
+        return (running, unshown, behind, unrouted, drafts) == (0, 0, 0, 0, 0)
 
     async def wait_settled(self, timeout: float = 90) -> None:
         async def stable() -> bool:

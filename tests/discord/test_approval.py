@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -41,27 +42,27 @@ def script() -> GroupChatScript:
                                                "Finished."]})
 
 
-def requests_of(harness) -> list[dict]:
+def requests_of(harness) -> list[dict[str, Any]]:
     """The webhook messages that ask for approval, as the emulator holds them now."""
     found = [m for m in harness.emu.channel_messages(harness.emu.channel_id) if "wants to run" in (m["content"]
              or "") or "files.delete**" in (m["content"] or "")]
     return [harness.emu.get_message(m["id"]) or m for m in found]
 
 
-def shown(harness, message_id: str) -> list[tuple[str, list]]:
+def shown(harness, message_id: str) -> list[tuple[str, list[Any]]]:
     """What a message showed, edit by edit: (content, the labels of its buttons)."""
     edits = [r.json for r in harness.emu.requests_matching("PATCH", rf"^/webhooks/\d+/[\w.\-]+/messages/{message_id}$")
              if r.status == 200]
     return [(e["content"], [c["label"] for row in e.get("components", []) for c in row["components"]]) for e in edits]
 
 
-def only_message(harness) -> dict:
+def only_message(harness) -> dict[str, Any]:
     """The channel's one agent message (the request was posted as the reply's provisional message)."""
     (message,) = [m for m in harness.emu.channel_messages(harness.emu.channel_id) if m.get("webhook_id")]
     return harness.emu.get_message(message["id"]) or message
 
 
-async def held(harness) -> dict:
+async def held(harness) -> dict[str, Any]:
     """Set up the group, grant files.*, and let Bob start an episode whose call is held; the request."""
     files = Files()
     harness.engine.tools.add(files)
@@ -75,7 +76,7 @@ async def held(harness) -> dict:
     return request
 
 
-def labels(message: dict) -> list[tuple[str, str]]:
+def labels(message: dict[str, Any]) -> list[tuple[str, str]]:
     return [(c["label"], c["custom_id"]) for row in message["components"] for c in row["components"]]
 
 

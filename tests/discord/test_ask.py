@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,7 @@ def script() -> GroupChatScript:
     return GroupChatScript(selector=lambda body: "TERMINATE", default_agent_reply=lambda name, n: f"{name} says {n}")
 
 
-async def ask(harness, options: dict, user: str | None = None) -> tuple[dict, dict]:
+async def ask(harness, options: dict[str, Any], user: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the first callback, the answer) of an /ask: deferred ephemerally while it works, then a follow-up."""
     rec = await harness.emu.invoke_command(harness.emu.guild_id, harness.emu.channel_id,
                                            user or harness.emu.bob_id, "ask", options)

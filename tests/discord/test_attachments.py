@@ -8,6 +8,7 @@ import logging
 import struct
 import time
 import zlib
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from bot.core.rules.attachments import image_format
@@ -24,7 +25,7 @@ def png(width: int, height: int) -> bytes:
             + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
 
 
-def participant_requests(harness, name: str) -> list[dict]:
+def participant_requests(harness, name: str) -> list[dict[str, Any]]:
     return [r for r in harness.llm_server.requests
             if GroupChatScript.classify(r) == ("participant", name)]
 

@@ -8,6 +8,7 @@ import logging
 import sqlite3
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ from tests.fakes.openai_server import GroupChatScript
 BACKLOG = 1200  # rows: more than two chunks
 
 
-def query(db: Path, sql: str, params: tuple = ()) -> list[tuple]:
+def query(db: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     """Read or write the database as another process would, at once (no await)."""
     with closing(sqlite3.connect(db, timeout=30)) as conn, conn:
         return conn.execute(sql, params).fetchall()
@@ -61,7 +62,7 @@ async def test_the_bot_identifies_before_routing_a_backlog_and_answers_another_c
     at_identify: list[tuple[int, int]] = []
     identify = emu._identify
 
-    async def identify_seen(conn: GatewayConnection, d: dict) -> None:
+    async def identify_seen(conn: GatewayConnection, d: dict[str, Any]) -> None:
         at_identify.append(routed_through(harness.db, 1))  # the database as the session starts
         await identify(conn, d)
 

@@ -2,6 +2,7 @@
 tables of facts as embeds, the "Why this reply?" menu, /agent rename, pictures by attachment."""
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -23,11 +24,11 @@ def script() -> GroupChatScript:
     return GroupChatScript(selector=["TERMINATE"], default_agent_reply=lambda name, n: f"{name} says {n}")
 
 
-def synced(emu) -> dict[tuple[str, ...], dict]:
+def synced(emu) -> dict[tuple[str, ...], dict[str, Any]]:
     """Every synced slash command by path, sub-commands and sub-command groups' commands included."""
-    found: dict[tuple[str, ...], dict] = {}
+    found: dict[tuple[str, ...], dict[str, Any]] = {}
 
-    def walk(path: tuple[str, ...], node: dict) -> None:
+    def walk(path: tuple[str, ...], node: dict[str, Any]) -> None:
         nested = [o for o in node.get("options", []) if o["type"] in (1, 2)]  # sub-command, sub-command group
         if not nested:
             found[path] = node

@@ -9,6 +9,7 @@ import asyncio
 import random
 import sqlite3
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -40,11 +41,11 @@ async def bot(tmp_path, replies) -> AsyncIterator[BotProcess]:
             emu.release_all()
 
 
-async def ask(bot: BotProcess, channel: Channel, text: str) -> dict:
+async def ask(bot: BotProcess, channel: Channel, text: str) -> dict[str, Any]:
     return await bot.emu.user_post(channel.channel_id, bot.emu.alice_id, text)
 
 
-async def wait_rows(bot: BotProcess, sql: str, params: tuple = (), timeout: float = 20) -> None:
+async def wait_rows(bot: BotProcess, sql: str, params: tuple[Any, ...] = (), timeout: float = 20) -> None:
     def found() -> bool:
         return bool(bot.query(sql, params)[0][0])
     await bot.emu.wait_for(found, timeout=timeout, interval=0.005, what=sql)
@@ -62,7 +63,7 @@ KILL_POINTS = [
 
 
 @pytest.mark.parametrize("point", KILL_POINTS)
-async def test_kill_9_at_each_step_of_a_turn_loses_nothing_and_posts_nothing_twice(bot, replies, point):
+async def test_kill_9_at_each_step_of_a_turn_loses_nothing_and_posts_nothing_twice(bot, replies, point):  # noqa: C901 - each kill point's set-up side by side, read against the others
     emu = bot.emu
     replies.long = point.startswith("between chunks")
     channel = await bot.add_group(emu.channel_id, agents=("echo", "other"), stream=False)  # whole posts

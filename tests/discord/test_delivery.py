@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -233,7 +234,7 @@ async def test_a_moved_webhook_that_cannot_be_replaced_is_reported(harness, scri
     assert (await harness.store.groups.get_group(1)).delivery_problem is None
 
 
-def agent_post_requests(emu: DiscordEmulator) -> list:
+def agent_post_requests(emu: DiscordEmulator) -> list[Any]:
     return [r for r in emu.requests_matching("POST", WEBHOOK)
             if not r.path.startswith(f"/webhooks/{emu.application_id}/")]  # not interaction follow-ups
 

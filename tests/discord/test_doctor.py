@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import time
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from bot.llm.endpoints import endpoint_checks
 from tests.discord_emulator import perms
 
 
-async def doctor(harness, user: str | None = None, channel: str | None = None) -> dict:
+async def doctor(harness, user: str | None = None, channel: str | None = None) -> dict[str, Any]:
     """The answer of a /roundtable doctor: deferred while it looks (it asks the model server), then a follow-up."""
     emu = harness.emu
     rec = await emu.invoke_command(emu.guild_id, channel or emu.channel_id, user or emu.alice_id,
@@ -26,7 +27,7 @@ async def doctor(harness, user: str | None = None, channel: str | None = None) -
     return (await rec.wait_followups(1, 15))[0]
 
 
-def fields(answer: dict) -> dict[str, str]:
+def fields(answer: dict[str, Any]) -> dict[str, str]:
     return {f["name"]: f["value"] for f in answer["embeds"][0]["fields"]}
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,7 @@ def script() -> GroupChatScript:
     return GroupChatScript(selector=["TERMINATE"], default_agent_reply=lambda name, n: f"{name} answer {n}")
 
 
-def row(harness, message_id: str) -> tuple | None:
+def row(harness, message_id: str) -> tuple[Any, ...] | None:
     """The stored row of a Discord message (text, attachments, edited_at, deleted_at), as another process reads it."""
     with sqlite3.connect(harness.db) as db:
         return db.execute("SELECT m.text, m.attachments, m.edited_at, m.deleted_at FROM messages m"

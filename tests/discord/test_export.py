@@ -3,6 +3,7 @@ is built, then the file arrives attached to the answer. /roundtable usage is an 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ async def conversation(harness) -> None:
     await harness.idle()
 
 
-async def export(harness, options: dict, user: str | None = None) -> tuple[dict, dict]:
+async def export(harness, options: dict[str, Any], user: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     emu = harness.emu
     rec = await emu.invoke_command(emu.guild_id, emu.channel_id, user or emu.alice_id, "roundtable export", options)
     first = await rec.wait_response(5)

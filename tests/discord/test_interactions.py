@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from typing import Any
 
 import pytest
 
@@ -139,7 +140,7 @@ async def test_setup_uses_the_webhook_this_bot_made_in_the_channel_before(harnes
     assert [(m["webhook_id"], m["content"]) for m in posted] == [(earlier.id, "planner answer 1")]
 
 
-async def answered_late(harness, record, release) -> list[dict]:
+async def answered_late(harness, record, release) -> list[dict[str, Any]]:
     """The callbacks the interaction got while it was held (Discord takes none after its third second);
     `release()` lets it go once they came, and its answer follows."""
     await harness.emu.wait_for(lambda: record.callbacks, timeout=30, what="the deferral")

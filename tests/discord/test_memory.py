@@ -3,6 +3,8 @@
 real openai client against a local server that speaks tool calls."""
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.fakes.openai_server import GroupChatScript, Reply, message_text, tool_call
@@ -18,7 +20,8 @@ def script() -> GroupChatScript:
     ]})
 
 
-async def ask(harness, name: str, options: dict | None = None, user: str | None = None) -> tuple[dict, dict]:
+async def ask(harness, name: str, options: dict[str, Any] | None = None,
+              user: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """The first answer, and what the user finally reads (the follow-up of a deferred answer)."""
     rec = await harness.emu.invoke_command(harness.emu.guild_id, harness.emu.channel_id,
                                            user or harness.emu.alice_id, name, options or {})

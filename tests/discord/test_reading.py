@@ -1,6 +1,8 @@
 """What did I miss? /unread, /inbox, /read, /catchup through the emulator with the real client."""
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.fakes.openai_server import GroupChatScript, message_text
@@ -13,11 +15,12 @@ def script() -> GroupChatScript:
                            summary=["Alice asked for a plan; planner drafted one. Nothing is open."])
 
 
-def link(emu, message: dict) -> str:
+def link(emu, message: dict[str, Any]) -> str:
     return f"https://discord.com/channels/{emu.guild_id}/{message['channel_id']}/{message['id']}"
 
 
-async def ask(harness, name: str, user: str, options: dict | None = None, channel: str | None = None) -> dict:
+async def ask(harness, name: str, user: str, options: dict[str, Any] | None = None,
+              channel: str | None = None) -> dict[str, Any]:
     rec = await harness.emu.invoke_command(harness.emu.guild_id, channel or harness.emu.channel_id, user, name,
                                            options or {})
     answer = await rec.wait_response(5)
@@ -27,11 +30,11 @@ async def ask(harness, name: str, user: str, options: dict | None = None, channe
     return answer
 
 
-def embed(answer: dict) -> dict:
+def embed(answer: dict[str, Any]) -> dict[str, Any]:
     return answer["data"]["embeds"][0]
 
 
-async def click_mark_read(harness, answer: dict, user: str) -> dict:
+async def click_mark_read(harness, answer: dict[str, Any], user: str) -> dict[str, Any]:
     rec = answer["rec"]
     message = rec.followups[0] if rec.followups else rec.original
     button = next(c for row in message["components"] for c in row["components"] if "read" in c.get("custom_id", ""))
@@ -39,7 +42,7 @@ async def click_mark_read(harness, answer: dict, user: str) -> dict:
     return await clicked.wait_response(5)
 
 
-async def conversation(harness, n: int = 2) -> list[dict]:
+async def conversation(harness, n: int = 2) -> list[dict[str, Any]]:
     """`n` questions to the planner, each answered: 2n rows."""
     emu = harness.emu
     for _ in range(n):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import asyncpg
 import pytest
@@ -31,7 +32,7 @@ WEBHOOK = r"^/webhooks/\d+/[\w.\-]{60,}"
 OURS = ("bot", "storage", "asyncpg", "asyncio")  # the loggers of the bot and what it runs on (not discord.py's)
 
 
-def bot_posts(emu: DiscordEmulator, text: str) -> list[dict]:
+def bot_posts(emu: DiscordEmulator, text: str) -> list[dict[str, Any]]:
     return [m for m in emu.channel_messages(emu.channel_id)
             if text in m["content"] and m["author"]["id"] == str(emu.bot_user_id) and not m.get("webhook_id")]
 

@@ -3,6 +3,8 @@ the newest agent message is written again and edited in place (a reply of severa
 ones edited, the rest posted or deleted as the new text needs), refusals are private and say why."""
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from bot.core.models import NewMessage, RunResult
@@ -21,11 +23,11 @@ def script() -> GroupChatScript:
     return GroupChatScript(selector=["TERMINATE"], agents={"planner": [SHORT, LONG, AGAIN]})
 
 
-def hook_messages(emu) -> list[dict]:
+def hook_messages(emu) -> list[dict[str, Any]]:
     return [m for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id")]
 
 
-async def regenerate(emu, user: str, message_id: str) -> dict:
+async def regenerate(emu, user: str, message_id: str) -> dict[str, Any]:
     """The menu's answer: "thinking…" for the person only (a model call may follow), then a private follow-up."""
     rec = await emu.invoke_message_command(emu.guild_id, emu.channel_id, user, MENU, message_id)
     first = await rec.wait_response(10)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+from typing import Any
 
 from tests.discord.conftest import BotHarness
 from tests.fakes.openai_server import Reply
@@ -14,18 +15,18 @@ from tests.support import eventually
 SHOWN = "Here is the first half of the plan"
 
 
-def buttons(message: dict) -> list[tuple[str, str]]:
+def buttons(message: dict[str, Any]) -> list[tuple[str, str]]:
     return [(c["label"], c["custom_id"]) for row in message["components"] for c in row["components"]]
 
 
-async def streaming_forever(harness: BotHarness, script, starter: str) -> dict:
+async def streaming_forever(harness: BotHarness, script, starter: str) -> dict[str, Any]:
     """`starter` asks planner, whose stream shows SHOWN and then never ends; its provisional message."""
     emu = harness.emu
     script.set_agent("planner", [Reply(SHOWN, every=0.01, hold_end=asyncio.Event())])  # never set
     await harness.setup_group(("planner", "plans"), mode="tags")
     await emu.user_post(emu.channel_id, starter, "@planner plan it")
 
-    def shown() -> list[dict]:
+    def shown() -> list[dict[str, Any]]:
         found = [m for m in emu.channel_messages(emu.channel_id) if m.get("webhook_id") and m["content"] == SHOWN]
         return [emu.get_message(m["id"]) or m for m in found]
     await eventually(lambda: shown() and shown()[0]["components"], "the provisional message, with its button",
@@ -33,7 +34,7 @@ async def streaming_forever(harness: BotHarness, script, starter: str) -> dict:
     return shown()[0]
 
 
-def row(harness: BotHarness, sql: str) -> tuple:
+def row(harness: BotHarness, sql: str) -> tuple[Any, ...]:
     with contextlib.closing(sqlite3.connect(harness.db)) as db:
         return db.execute(sql).fetchone()
 

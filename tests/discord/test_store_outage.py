@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bot.core.rules.store_health import StoreHealth
+from storage.store import SqlStore
 from tests.discord.conftest import BotHarness
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.faults import FullDisk, read_only, refusing_inserts
@@ -26,7 +28,7 @@ def script() -> GroupChatScript:
     return GroupChatScript(default_agent_reply=lambda name, n: f"{name} answer {n}")
 
 
-def bot_posts(emu: DiscordEmulator, text: str) -> list[dict]:
+def bot_posts(emu: DiscordEmulator, text: str) -> list[dict[str, Any]]:
     return [m for m in emu.channel_messages(emu.channel_id) if text in m["content"]]
 
 
@@ -40,10 +42,15 @@ def full_disk(harness: BotHarness) -> Iterator[None]:
         disk.free()
 
 
-FAULTS = {
+def opened(harness: BotHarness) -> SqlStore:
+    assert harness.store is not None, "the harness has started"
+    return harness.store
+
+
+FAULTS: dict[str, Callable[[BotHarness], contextlib.AbstractContextManager[None]]] = {
     "a full disk": full_disk,  # for real: a tmpfs filled up (root with mount rights only)
-    "a read-only database": lambda h: read_only(h.store),  # SQLite's own refusal
-    "a full file (inserts refused at the sqlite3 level)": lambda h: refusing_inserts(h.store),
+    "a read-only database": lambda h: read_only(opened(h)),  # SQLite's own refusal
+    "a full file (inserts refused at the sqlite3 level)": lambda h: refusing_inserts(opened(h)),
 }
 
 

@@ -9,6 +9,7 @@ import itertools
 import logging
 import random
 import re
+from typing import Any
 
 import pytest
 
@@ -26,12 +27,12 @@ HOOK = r"^/webhooks/\d+/[\w.\-]{60,}"
 NO_MENTIONS = {"parse": [], "users": [], "replied_user": False}
 
 
-def hook_requests(emu: DiscordEmulator, method: str | None = None) -> list:
+def hook_requests(emu: DiscordEmulator, method: str | None = None) -> list[Any]:
     """Requests to the channel webhooks (not interaction follow-ups), in order."""
     return [r for r in emu.requests_matching(method, HOOK) if not r.path.startswith(f"/webhooks/{emu.application_id}/")]
 
 
-def posted(emu: DiscordEmulator, channel_id: str | None = None) -> list[dict]:
+def posted(emu: DiscordEmulator, channel_id: str | None = None) -> list[dict[str, Any]]:
     return [m for m in emu.channel_messages(channel_id or emu.channel_id) if m.get("webhook_id")]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from typing import Any
 
 import pytest
 
@@ -38,7 +39,7 @@ def script() -> GroupChatScript:
     return GroupChatScript(agents={"planner": [Reply(tool_calls=[tool_call("counter__add")]), "Counted: 1."]})
 
 
-async def command(harness, options: dict, user: str | None = None) -> dict:
+async def command(harness, options: dict[str, Any], user: str | None = None) -> dict[str, Any]:
     rec = await harness.emu.invoke_command(harness.emu.guild_id, harness.emu.channel_id,
                                            user or harness.emu.alice_id, "agent tools", options)
     return await rec.wait_response(5)

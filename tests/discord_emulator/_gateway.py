@@ -35,7 +35,7 @@ class GatewayConnection:
 
     def __init__(self, ws: web.WebSocketResponse) -> None:
         self.ws = ws
-        self.queue: asyncio.Queue = asyncio.Queue()
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.session: GatewaySession | None = None
         self.closed_by_server = False
         self.writer = asyncio.create_task(self._write())
@@ -60,12 +60,12 @@ class GatewayConnection:
 class GatewaySession:
     """A Discord session (survives websocket drops until invalidated)."""
 
-    def __init__(self, session_id: str, intents: int, shard: tuple = (0, 1)) -> None:
+    def __init__(self, session_id: str, intents: int, shard: tuple[int, int] = (0, 1)) -> None:
         self.session_id = session_id
         self.intents = intents
         self.shard = shard                    # (id, count) from IDENTIFY; (0, 1) unsharded
         self.seq = 0
-        self.log: list[tuple] = []           # (seq, frame json) for RESUME replay
+        self.log: list[tuple[Any, ...]] = []           # (seq, frame json) for RESUME replay
         self.conn: GatewayConnection | None = None
         self.ready = False                    # READY + GUILD_CREATE written
         self.invalid = False
@@ -99,7 +99,7 @@ class GatewayMixin(Emulator):
     def _init_gateway(self) -> None:
         self.sessions: dict[str, GatewaySession] = {}
         self._connections: list[GatewayConnection] = []
-        self.gateway_log: list[dict] = []     # every op received from clients
+        self.gateway_log: list[dict[str, Any]] = []     # every op received from clients
 
     @property
     def gateway_url(self) -> str:
@@ -190,7 +190,7 @@ class GatewayMixin(Emulator):
                     session.invalid = True
         return ws
 
-    async def _on_gateway_frame(self, conn: GatewayConnection, frame: dict) -> None:
+    async def _on_gateway_frame(self, conn: GatewayConnection, frame: dict[str, Any]) -> None:
         op, d = frame.get("op"), frame.get("d")
         if op == 1:
             conn.send({"op": 11, "s": None, "t": None, "d": None})
@@ -205,7 +205,7 @@ class GatewayMixin(Emulator):
         elif op is None or op not in (1, 2, 3, 4, 6, 8):
             await conn.ws.close(code=4001, message=b"Unknown opcode.")
 
-    async def _identify(self, conn: GatewayConnection, d: dict) -> None:
+    async def _identify(self, conn: GatewayConnection, d: dict[str, Any]) -> None:
         if conn.session is not None:
             await conn.ws.close(code=4005, message=b"Already authenticated.")
             return
@@ -242,7 +242,7 @@ class GatewayMixin(Emulator):
             session.push("GUILD_CREATE", guild)
         conn.send(lambda: setattr(session, "ready", True))
 
-    async def _resume(self, conn: GatewayConnection, d: dict) -> None:
+    async def _resume(self, conn: GatewayConnection, d: dict[str, Any]) -> None:
         session = self.sessions.get(d.get("session_id") or "")
         if d.get("token") != self.token:
             await conn.ws.close(code=4004, message=b"Authentication failed.")
@@ -259,7 +259,7 @@ class GatewayMixin(Emulator):
                 conn.send(frame)
         session.push("RESUMED", {})
 
-    def _member_chunk(self, session: GatewaySession, d: dict) -> None:
+    def _member_chunk(self, session: GatewaySession, d: dict[str, Any]) -> None:
         gid = str(d.get("guild_id"))
         if gid not in self.guilds:
             return

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import _util as u
@@ -20,7 +20,7 @@ _SUBCOMMAND_TYPES = (1, 2)
 class InteractionRecord:
     """What happened to one interaction the emulator sent to the bot."""
 
-    def __init__(self, emu, payload: dict) -> None:
+    def __init__(self, emu: Emulator, payload: dict[str, Any]) -> None:
         self._emu = emu
         self.payload = payload
         self.id: str = payload["id"]
@@ -29,19 +29,19 @@ class InteractionRecord:
         self.guild_id: str = payload["guild_id"]  # (the emulator's interactions are all in a guild's channel)
         self.channel_id: str = payload["channel_id"]
         self.user_id: str = payload["member"]["user"]["id"] if "member" in payload else payload["user"]["id"]
-        self.message: dict | None = payload.get("message")
+        self.message: dict[str, Any] | None = payload.get("message")
         self.created = time.monotonic()
-        self.callbacks: list[dict] = []    # {"type", "data", "flags", "ephemeral", "time"}
-        self.followups: list[dict] = []    # message payloads
-        self.edits: list[dict] = []        # {"message_id", "body"} for PATCH @original / messages/{id}
+        self.callbacks: list[dict[str, Any]] = []    # {"type", "data", "flags", "ephemeral", "time"}
+        self.followups: list[dict[str, Any]] = []    # message payloads
+        self.edits: list[dict[str, Any]] = []        # {"message_id", "body"} for PATCH @original / messages/{id}
         self.deleted_messages: list[str] = []
-        self.original: dict | None = None
+        self.original: dict[str, Any] | None = None
 
     @property
-    def response(self) -> dict | None:
+    def response(self) -> dict[str, Any] | None:
         return self.callbacks[0] if self.callbacks else None
 
-    def find_message(self, mid: str) -> dict | None:
+    def find_message(self, mid: str) -> dict[str, Any] | None:
         if mid == "@original":
             return self.original
         if self.original is not None and self.original["id"] == mid:
@@ -51,18 +51,19 @@ class InteractionRecord:
                 return self._emu.get_message(mid) or msg
         return None
 
-    async def wait_response(self, timeout: float = 5.0) -> dict:
+    async def wait_response(self, timeout: float = 5.0) -> dict[str, Any]:
         """The first callback: {"type", "data", "flags", "ephemeral"}."""
         await self._emu.wait_for(lambda: self.callbacks, timeout=timeout,
                                  what=f"callback for interaction {self.id}")
         return self.callbacks[0]
 
-    async def wait_followups(self, count: int = 1, timeout: float = 5.0) -> list[dict]:
+    async def wait_followups(self, count: int = 1, timeout: float = 5.0) -> list[dict[str, Any]]:
         await self._emu.wait_for(lambda: len(self.followups) >= count, timeout=timeout,
                                  what=f"{count} followup(s) for interaction {self.id}")
         return list(self.followups)
 
-    async def wait_original(self, predicate=None, timeout: float = 5.0) -> dict:
+    async def wait_original(self, predicate: Callable[[dict[str, Any]], bool] | None = None,
+                            timeout: float = 5.0) -> dict[str, Any]:
         """The original response message, optionally once predicate(msg) holds
         (e.g. lambda m: not m["flags"] & 128 for a finished deferral)."""
         pred = predicate or (lambda m: True)
@@ -86,13 +87,13 @@ class InteractionsMixin(Emulator):
         self.interactions_by_token: dict[str, InteractionRecord] = {}
 
     @property
-    def all_callbacks(self) -> list[tuple]:
+    def all_callbacks(self) -> list[tuple[Any, ...]]:
         """[(InteractionRecord, callback dict)] for every interaction, oldest first."""
         return [(rec, cb) for rec in self.interactions.values() for cb in rec.callbacks]
 
     # ------------------------------------------------------------- payload
     def _interaction_payload(self, itype: int, guild_id: str, channel_id: str, user_id: str,
-                             data: dict | None, message: dict | None = None) -> dict:
+                             data: dict[str, Any] | None, message: dict[str, Any] | None = None) -> dict[str, Any]:
         guild_id, channel_id, user_id = str(guild_id), str(channel_id), str(user_id)
         if user_id not in self.guilds[guild_id].members:
             raise ValueError(f"user {user_id} is not a member of guild {guild_id}")
@@ -115,7 +116,7 @@ class InteractionsMixin(Emulator):
             payload["message"] = copy.deepcopy(message)
         return payload
 
-    def _send_interaction(self, payload: dict) -> InteractionRecord:
+    def _send_interaction(self, payload: dict[str, Any]) -> InteractionRecord:
         rec = InteractionRecord(self, payload)
         self.interactions[rec.id] = rec
         self.interactions_by_token[rec.token] = rec
@@ -123,7 +124,7 @@ class InteractionsMixin(Emulator):
         return rec
 
     # ------------------------------------------------------------- commands
-    def find_command(self, name: str, guild_id: str | None = None, cmd_type: int = 1) -> dict:
+    def find_command(self, name: str, guild_id: str | None = None, cmd_type: int = 1) -> dict[str, Any]:
         """A synced command by name: guild commands of guild_id first, then global ones."""
         for scope in ([str(guild_id)] if guild_id else []) + [None]:
             for cmd in self.synced_commands.get(scope, []):
@@ -132,7 +133,7 @@ class InteractionsMixin(Emulator):
         raise LookupError(f"command {name!r} (type {cmd_type}) was never synced "
                           f"(synced: { {k: [c['name'] for c in v] for k, v in self.synced_commands.items()} })")
 
-    def _resolve(self, resolved: dict, guild_id: str, opt_type: int, value: Any) -> None:
+    def _resolve(self, resolved: dict[str, Any], guild_id: str, opt_type: int, value: Any) -> None:
         value = str(value)
         if opt_type in (6, 9) and value in self.users:
             resolved.setdefault("users", {})[value] = self.user_json(value)
@@ -147,8 +148,8 @@ class InteractionsMixin(Emulator):
         elif opt_type == 11 and value in self.uploads:
             resolved.setdefault("attachments", {})[value] = copy.deepcopy(self.uploads[value])
 
-    def _build_options(self, defs: list[dict], path: Sequence[str], values: Mapping[str, Any],
-                       guild_id: str, resolved: dict, focused: str | None) -> list[dict]:
+    def _build_options(self, defs: list[dict[str, Any]], path: Sequence[str], values: Mapping[str, Any],
+                       guild_id: str, resolved: dict[str, Any], focused: str | None) -> list[dict[str, Any]]:
         if path:
             sub = next((o for o in defs if o["name"] == path[0] and o["type"] in _SUBCOMMAND_TYPES), None)
             if sub is None:
@@ -167,30 +168,32 @@ class InteractionsMixin(Emulator):
             if name == focused:
                 out.append({"type": t, "name": name, "value": str(value), "focused": True})
                 continue
-            if t == 4:
-                value = int(value)
-            elif t == 10:
-                value = float(value)
-            elif t == 5:
-                value = value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
-            elif t in (6, 7, 8, 9, 11):
-                value = str(value)
-                self._resolve(resolved, guild_id, t, value)
-            else:
-                value = str(value)
-            out.append({"type": t, "name": name, "value": value})
+            out.append({"type": t, "name": name, "value": self._option_value(t, value, guild_id, resolved)})
         if focused is None:
             missing = [o["name"] for o in defs if o.get("required") and o["name"] not in values]
             if missing:
                 raise ValueError(f"missing required option(s) {missing}")
         return out
 
+    def _option_value(self, t: int, value: Any, guild_id: str, resolved: dict[str, Any]) -> Any:
+        """An option's value as Discord sends one of type `t`; a user, channel, role, mentionable or
+        attachment is added to `resolved` too."""
+        if t == 4:
+            return int(value)
+        if t == 10:
+            return float(value)
+        if t == 5:
+            return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
+        if t in (6, 7, 8, 9, 11):
+            self._resolve(resolved, guild_id, t, str(value))
+        return str(value)
+
     def _command_data(self, guild_id: str, name: str, options: Mapping[str, Any] | None,
-                      subcommand_path: Sequence[str], focused: str | None = None) -> dict:
+                      subcommand_path: Sequence[str], focused: str | None = None) -> dict[str, Any]:
         parts = name.split()
         name, subcommand_path = parts[0], tuple(parts[1:]) + tuple(subcommand_path)
         cmd = self.find_command(name, guild_id)
-        resolved: dict = {}
+        resolved: dict[str, Any] = {}
         opts = self._build_options(cmd.get("options", []), subcommand_path, dict(options or {}),
                                    str(guild_id), resolved, focused)
         data = {"id": cmd["id"], "name": cmd["name"], "type": cmd["type"], "options": opts}
@@ -228,7 +231,7 @@ class InteractionsMixin(Emulator):
         return self._send_interaction(self._interaction_payload(4, guild_id, channel_id, user_id, data))
 
     async def submit_modal(self, guild_id: str, channel_id: str, user_id: str, custom_id: str,
-                           fields: Mapping[str, str], *, message: dict | None = None) -> InteractionRecord:
+                           fields: Mapping[str, str], *, message: dict[str, Any] | None = None) -> InteractionRecord:
         """MODAL_SUBMIT (type 5): one action row with a text input per field."""
         rows = [{"type": 1, "components": [{"type": 4, "custom_id": k, "value": v}]}
                 for k, v in fields.items()]

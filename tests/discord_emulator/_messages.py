@@ -21,7 +21,7 @@ class MessagesMixin(Emulator):
     """Mixed into DiscordEmulator (needs StateMixin and GatewayMixin)."""
 
     # ------------------------------------------------------------- building
-    def _compute_mentions(self, content: str, allowed: dict | None,
+    def _compute_mentions(self, content: str, allowed: dict[str, Any] | None,
                           replied_author: str | None = None) -> dict[str, Any]:
         user_ids = list(dict.fromkeys(u.USER_MENTION.findall(content or "")))
         role_ids = list(dict.fromkeys(u.ROLE_MENTION.findall(content or "")))
@@ -43,7 +43,7 @@ class MessagesMixin(Emulator):
             "mention_everyone": everyone,
         }
 
-    def _attachment_json(self, att: Any, channel_id: str = "0") -> dict:
+    def _attachment_json(self, att: Any, channel_id: str = "0") -> dict[str, Any]:
         """An attachment object. Uploaded bytes are kept and served at a signed, expiring URL
         on this emulator (`/cdn/attachments/...?ex=<hex expiry>&hm=...`), like Discord's CDN.
 
@@ -76,19 +76,19 @@ class MessagesMixin(Emulator):
         return (f"http://127.0.0.1:{self.port}/cdn/attachments/{channel_id}/{aid}/{name}"
                 f"?ex={expires:x}&is={int(time.time()):x}&hm={hm}")
 
-    def upload(self, filename: str, data: bytes, content_type: str = "image/png") -> dict:
+    def upload(self, filename: str, data: bytes, content_type: str = "image/png") -> dict[str, Any]:
         """An attachment a person attaches to a slash command option: give its id as the value."""
         att = self._attachment_json({"filename": filename, "data": data, "content_type": content_type,
                                      "size": len(data)}, "0")
         self.uploads[att["id"]] = att
         return att
 
-    def _build_message(self, channel_id: str, author: dict, content: str = "", *,
-                       embeds: list | None = None, allowed_mentions: dict | None = None,
+    def _build_message(self, channel_id: str, author: dict[str, Any], content: str = "", *,
+                       embeds: list[Any] | None = None, allowed_mentions: dict[str, Any] | None = None,
                        reference_message_id: str | None = None, attachments: Iterable[Any] = (),
                        webhook_id: str | None = None, flags: int = 0, msg_type: int = 0,
-                       components: list | None = None, application_id: str | None = None,
-                       extra: dict | None = None, mention_author: bool = True) -> dict:
+                       components: list[Any] | None = None, application_id: str | None = None,
+                       extra: dict[str, Any] | None = None, mention_author: bool = True) -> dict[str, Any]:
         mid = self.snowflake()
         channel = self.channels[str(channel_id)]
         referenced = None
@@ -126,14 +126,14 @@ class MessagesMixin(Emulator):
             msg.update(extra)
         return msg
 
-    def _store_message(self, msg: dict) -> None:
+    def _store_message(self, msg: dict[str, Any]) -> None:
         cid = msg["channel_id"]
         self.messages.setdefault(cid, []).append(msg)
         self.messages[cid].sort(key=lambda m: int(m["id"]))
         self._message_index[msg["id"]] = cid
         self.channels[cid].last_message_id = msg["id"]
 
-    def _gateway_message(self, msg: dict, member_user_id: str | None) -> dict:
+    def _gateway_message(self, msg: dict[str, Any], member_user_id: str | None) -> dict[str, Any]:
         data = copy.deepcopy(msg)
         guild_id = self.channels[msg["channel_id"]].guild_id
         data["guild_id"] = guild_id
@@ -145,21 +145,21 @@ class MessagesMixin(Emulator):
                 mention["member"] = self.member_json(guild_id, mention["id"], with_user=False)
         return data
 
-    def _dispatch_message(self, event: str, msg: dict, member_user_id: str | None) -> None:
+    def _dispatch_message(self, event: str, msg: dict[str, Any], member_user_id: str | None) -> None:
         self.dispatch(event, self._gateway_message(msg, member_user_id))
 
-    def _author_json(self, user_id: str) -> dict:
+    def _author_json(self, user_id: str) -> dict[str, Any]:
         return self.user_json(user_id)
 
     @staticmethod
-    def _webhook_author(webhook_id: str, username: str, avatar_url: str | None) -> dict:
+    def _webhook_author(webhook_id: str, username: str, avatar_url: str | None) -> dict[str, Any]:
         avatar = hashlib.md5(avatar_url.encode(), usedforsecurity=False).hexdigest() if avatar_url else None
         return {"id": webhook_id, "username": username, "avatar": avatar, "discriminator": "0000",
                 "bot": True, "global_name": None, "public_flags": 0, "flags": 0}
 
     # ------------------------------------------------------------- history
     def _history(self, channel_id: str, limit: int = 50, before: str | None = None,
-                 after: str | None = None, around: str | None = None) -> list[dict]:
+                 after: str | None = None, around: str | None = None) -> list[dict[str, Any]]:
         """Discord semantics: always answered newest-first."""
         msgs = sorted(self.messages.get(str(channel_id), []), key=lambda m: int(m["id"]))
         limit = max(1, min(int(limit), 100))
@@ -181,8 +181,8 @@ class MessagesMixin(Emulator):
     # ------------------------------------------------------------- test-side helpers
     async def user_post(self, channel_id: str, user_id: str, content: str, *,
                         reference_message_id: str | None = None, attachments: Iterable[Any] | None = None,
-                        embeds: list | None = None, dispatch: bool = True,
-                        mention_author: bool = True) -> dict:
+                        embeds: list[Any] | None = None, dispatch: bool = True,
+                        mention_author: bool = True) -> dict[str, Any]:
         """A person posts in a channel/thread. Stored, then MESSAGE_CREATE unless dispatch=False.
 
         attachments: files the person attached, each a `(filename, bytes)` pair, a filename alone
@@ -207,7 +207,7 @@ class MessagesMixin(Emulator):
         return copy.deepcopy(msg)
 
     async def user_edit(self, message_id: str, content: str, *, dispatch: bool = True,
-                        keep_attachments: Iterable[str] | None = None) -> dict:
+                        keep_attachments: Iterable[str] | None = None) -> dict[str, Any]:
         """A person edits their message (MESSAGE_UPDATE, the whole message as Discord sends it).
         `keep_attachments`: the ids of the files it keeps (Discord lets an edit remove files, not add
         them); None keeps them all."""
@@ -253,7 +253,7 @@ class MessagesMixin(Emulator):
         """A person adds (or removes) a unicode reaction."""
         self._set_reaction(str(channel_id), str(message_id), str(user_id), emoji, add=not remove)
 
-    def _emoji_json(self, emoji: str) -> dict:
+    def _emoji_json(self, emoji: str) -> dict[str, Any]:
         if ":" in emoji:
             name, _, eid = emoji.partition(":")
             return {"id": eid, "name": name}

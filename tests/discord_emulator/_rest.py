@@ -23,14 +23,14 @@ class RestMixin(Emulator):
     """Mixed into DiscordEmulator."""
 
     def _init_rest(self) -> None:
-        self.synced_commands: dict[str | None, list[dict]] = {}  # guild id (None = global) -> commands
-        self.command_syncs: list[dict] = []   # history: {"guild_id", "commands"}
+        self.synced_commands: dict[str | None, list[dict[str, Any]]] = {}  # guild id (None = global) -> commands
+        self.command_syncs: list[dict[str, Any]] = []   # history: {"guild_id", "commands"}
         self.nonce_window: float = NONCE_WINDOW
-        self.refreshed_urls: list[dict] = []  # every URL refresh answered
+        self.refreshed_urls: list[dict[str, Any]] = []  # every URL refresh answered
         # (channel id, author id, nonce) -> (message id, monotonic time created)
         self._nonces: dict[tuple[str, str, str], tuple[str, float]] = {}
 
-    def _core_routes(self) -> list:
+    def _core_routes(self) -> list[Any]:
         g, p, put, pa, d = web.get, web.post, web.put, web.patch, web.delete
         A = "/api/v{ver:\\d+}"
         return [
@@ -90,7 +90,8 @@ class RestMixin(Emulator):
                                 for g in self.guilds.values()])
 
     # ------------------------------------------------------------- commands
-    def _command_json(self, body: dict, guild_id: str | None, existing: list[dict]) -> dict:
+    def _command_json(self, body: dict[str, Any], guild_id: str | None,
+                      existing: list[dict[str, Any]]) -> dict[str, Any]:
         cmd_type = body.get("type", 1)
         old = next((c for c in existing if c["name"] == body["name"] and c["type"] == cmd_type), None)
         cmd = {
@@ -131,7 +132,7 @@ class RestMixin(Emulator):
         return u.json_response(self.synced_commands.get(request.match_info.get("guild"), []))
 
     # ------------------------------------------------------------- channels & guilds
-    def _channel_or_404(self, cid: str):
+    def _channel_or_404(self, cid: str) -> tuple[Any, web.Response | None]:
         ch = self.channels.get(cid)
         return ch, (None if ch else u.error(404, 10003, "Unknown Channel"))
 
@@ -191,7 +192,7 @@ class RestMixin(Emulator):
         return u.json_response(msg)
 
     @staticmethod
-    def _validate_content(body: dict, files: list) -> web.Response | None:
+    def _validate_content(body: dict[str, Any], files: list[Any]) -> web.Response | None:
         content = body.get("content") or ""
         if len(content) > 2000:
             return u.form_error("content", "BASE_TYPE_MAX_LENGTH", "Must be 2000 or fewer in length.")
@@ -264,7 +265,7 @@ class RestMixin(Emulator):
         self._dispatch_message("MESSAGE_UPDATE", msg, self.bot_user_id)
         return u.json_response(msg)
 
-    def _apply_edit(self, msg: dict, body: dict) -> None:
+    def _apply_edit(self, msg: dict[str, Any], body: dict[str, Any]) -> None:
         for key in ("content", "embeds", "components", "flags"):
             if key in body and body[key] is not None:
                 msg[key] = body[key]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import BodyPartReader, web
+from aiohttp.typedefs import Handler
 
 from tests.support import WAIT, eventually
 
@@ -44,7 +45,7 @@ class RequestRecord:
     json: Any
     time: float
     headers: dict[str, str] = field(default_factory=dict)
-    files: list[dict] = field(default_factory=list)
+    files: list[dict[str, Any]] = field(default_factory=list)
     status: int | None = None
     unhandled: bool = False        # True when no route matched (an emulator gap)
     injected: bool = False         # True when answered by fail_next
@@ -55,7 +56,7 @@ class RequestRecord:
 @dataclass
 class _Fault:
     method: str
-    pattern: re.Pattern
+    pattern: re.Pattern[str]
     status: int                    # 0 = drop the connection without a response
     body: Any
     headers: dict[str, str]
@@ -63,7 +64,7 @@ class _Fault:
     after: bool = False            # answer with the fault only after handling the request
 
 
-def _matches(method: str, pattern: re.Pattern, rec: RequestRecord) -> bool:
+def _matches(method: str, pattern: re.Pattern[str], rec: RequestRecord) -> bool:
     return method in (rec.method, "*") and pattern.search(rec.path) is not None
 
 
@@ -74,7 +75,7 @@ class Hold:
     arrived is set when the first caught request starts waiting (after=True: once it
     has been handled); count/records list the caught requests."""
     method: str
-    pattern: re.Pattern
+    pattern: re.Pattern[str]
     after: bool
     times: int | None           # None = every matching request until release()
     where: Callable[[RequestRecord], bool] | None = None  # and only requests this accepts
@@ -150,11 +151,11 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
         self.privileged_intents_allowed = privileged_intents_allowed
         self.deny_manage_webhooks = False
         self.requests: list[RequestRecord] = []
-        self.webhook_rate_limit: tuple | None = None   # (requests, seconds) per webhook, or None
+        self.webhook_rate_limit: tuple[Any, ...] | None = None   # (requests, seconds) per webhook, or None
         self.rate_limited: list[RequestRecord] = []
         self._buckets: dict[str, list[float]] = {}         # webhook id -> [window start, used]
-        self.pings: list[tuple] = []
-        self.typing_log: list[dict] = []
+        self.pings: list[tuple[Any, ...]] = []
+        self.typing_log: list[dict[str, Any]] = []
         self._faults: list[_Fault] = []
         self._holds: list[Hold] = []       # still catching requests
         self._all_holds: list[Hold] = []   # every hold made (release_all)
@@ -277,19 +278,21 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
         `timeout` seconds, MIN_WAIT at the least): tests.support.eventually."""
         return await eventually(predicate, what, timeout=timeout, interval=interval)
 
-    async def wait_for_messages(self, channel_id: str, predicate: Callable[[dict], bool] | None = None,
-                                count: int = 1, timeout: float = 10.0) -> list[dict]:
+    async def wait_for_messages(self, channel_id: str, predicate: Callable[[dict[str, Any]], bool] | None = None,
+                                count: int = 1, timeout: float = 10.0) -> list[dict[str, Any]]:
         """Wait until >= count stored messages in the channel satisfy predicate; return them."""
         pred = predicate or (lambda m: True)
 
-        def check():
+        def check() -> list[dict[str, Any]] | None:
             found = [m for m in self.channel_messages(channel_id) if pred(m)]
             return found if len(found) >= count else None
-        return await self.wait_for(check, timeout=timeout, what=f"{count} message(s) in {channel_id}")
+        found: list[dict[str, Any]] = await self.wait_for(check, timeout=timeout,
+                                                          what=f"{count} message(s) in {channel_id}")
+        return found
 
     # ------------------------------------------------------------- middleware
     @web.middleware
-    async def _middleware(self, request: web.Request, handler) -> web.StreamResponse:
+    async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path == "/gateway" or request.path.startswith("/cdn/"):
             return await handler(request)
         m = re.match(r"^/api/v\d+(/.*)$", request.path)
@@ -310,7 +313,7 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
             resp.headers.update(limit_headers)
         return resp
 
-    def _rate_limit(self, rec: RequestRecord):
+    def _rate_limit(self, rec: RequestRecord) -> tuple[web.Response | None, dict[str, str]]:
         """(a 429 or None, the X-RateLimit headers) for a request to a webhook's token routes."""
         m = re.match(r"^/webhooks/(\d+)/([^/]+)", rec.path)
         if self.webhook_rate_limit is None or m is None or m.group(2) in self.interactions_by_token:
@@ -333,7 +336,7 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
         headers["X-RateLimit-Remaining"] = str(limit - bucket[1])
         return None, headers
 
-    async def _handle(self, request: web.Request, handler, rec: RequestRecord) -> web.StreamResponse:
+    async def _handle(self, request: web.Request, handler: Handler, rec: RequestRecord) -> web.StreamResponse:
         if not _NO_AUTH.match(rec.path) and request.headers.get("Authorization") != f"Bot {self.token}":
             return u.json_response({"message": "401: Unauthorized", "code": 0}, status=401)
         try:
@@ -390,8 +393,8 @@ class DiscordEmulator(StateMixin, MessagesMixin, GatewayMixin, RestMixin, Webhoo
         return web.Response(status=500)
 
     @staticmethod
-    async def _read_body(request: web.Request):
-        files: list[dict] = []
+    async def _read_body(request: web.Request) -> tuple[Any, list[dict[str, Any]]]:
+        files: list[dict[str, Any]] = []
         if not request.body_exists:
             return None, files
         ctype = request.content_type

@@ -20,7 +20,7 @@ class Role:
     managed: bool = False
     bot_id: str | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         data = {
             "id": self.id, "name": self.name, "color": 0,
             "colors": {"primary_color": 0, "secondary_color": None, "tertiary_color": None},
@@ -44,13 +44,13 @@ class Channel:
     parent_id: str | None = None
     owner_id: str | None = None
     last_message_id: str | None = None
-    overwrites: list[dict] = field(default_factory=list)  # {"id", "type": 0 role | 1 member, "allow", "deny"}
+    overwrites: list[dict[str, Any]] = field(default_factory=list)  # {"id", "type": 0 role | 1 member, "allow", "deny"}
 
     @property
     def is_thread(self) -> bool:
         return self.type in (10, 11, 12)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "id": self.id, "type": self.type, "guild_id": self.guild_id, "name": self.name,
             "last_message_id": self.last_message_id, "rate_limit_per_user": 0,
@@ -100,16 +100,16 @@ class StateMixin:
     def _init_state(self, token: str, bot_name: str) -> None:
         self.files: dict[str, tuple[str, bytes]] = {}  # attachment id -> (content type, bytes)
         self.file_expiry: dict[tuple[str, int], int] = {}  # (attachment id, ex) of URLs handed out
-        self.uploads: dict[str, dict] = {}  # attachments given to slash command options
+        self.uploads: dict[str, dict[str, Any]] = {}  # attachments given to slash command options
         self.attachment_ttl: float = 86400.0  # Discord's signed CDN URLs last about a day
         self.snowflake = u.SnowflakeFactory()
         self.token = token
-        self.users: dict[str, dict] = {}
+        self.users: dict[str, dict[str, Any]] = {}
         self.guilds: dict[str, Guild] = {}
         self.channels: dict[str, Channel] = {}
-        self.messages: dict[str, list[dict]] = {}      # channel id -> oldest-first payloads
+        self.messages: dict[str, list[dict[str, Any]]] = {}      # channel id -> oldest-first payloads
         self._message_index: dict[str, str] = {}       # message id -> channel id
-        self._reaction_users: dict[tuple, list[str]] = {}  # (message id, emoji) -> user ids
+        self._reaction_users: dict[tuple[Any, ...], list[str]] = {}  # (message id, emoji) -> user ids
         self.application_id = self.snowflake()
         self.bot_user_id = self._new_user(bot_name, bot=True, user_id=self.application_id)
         self.application: dict[str, Any] = {
@@ -121,7 +121,7 @@ class StateMixin:
         }
 
     # ------------------------------------------------------------- builders
-    def _announce(self, event: str, data: dict) -> None:
+    def _announce(self, event: str, data: dict[str, Any]) -> None:
         """Dispatch to connected clients (no-op before the gateway exists)."""
         if getattr(self, "sessions", None):
             self.dispatch(event, data)
@@ -265,11 +265,11 @@ class StateMixin:
         """The bot's own (managed) role in a guild."""
         return next(r.id for r in self.guilds[str(guild_id)].roles.values() if r.bot_id == self.bot_user_id)
 
-    def channel_messages(self, channel_id: str) -> list[dict]:
+    def channel_messages(self, channel_id: str) -> list[dict[str, Any]]:
         """Stored messages of a channel (or thread), oldest first (copies)."""
         return copy.deepcopy(self.messages.get(str(channel_id), []))
 
-    def get_message(self, message_id: str) -> dict | None:
+    def get_message(self, message_id: str) -> dict[str, Any] | None:
         cid = self._message_index.get(str(message_id))
         if cid is None:
             return None
@@ -279,11 +279,11 @@ class StateMixin:
         return None
 
     # ------------------------------------------------------------- serialisers
-    def user_json(self, user_id: str) -> dict:
+    def user_json(self, user_id: str) -> dict[str, Any]:
         return dict(self.users[str(user_id)])
 
     def member_json(self, guild_id: str, user_id: str, *, with_user: bool = True,
-                    permissions: bool = False) -> dict:
+                    permissions: bool = False) -> dict[str, Any]:
         m = self.guilds[str(guild_id)].members[str(user_id)]
         data: dict[str, Any] = {
             "roles": list(m.roles), "joined_at": m.joined_at, "nick": m.nick, "avatar": None,
@@ -296,10 +296,10 @@ class StateMixin:
             data["permissions"] = str(self.member_permissions(guild_id, user_id))
         return data
 
-    def channel_json(self, channel_id: str) -> dict:
+    def channel_json(self, channel_id: str) -> dict[str, Any]:
         return self.channels[str(channel_id)].to_json()
 
-    def guild_json(self, guild_id: str, *, full: bool = False) -> dict:
+    def guild_json(self, guild_id: str, *, full: bool = False) -> dict[str, Any]:
         g = self.guilds[str(guild_id)]
         data: dict[str, Any] = {
             "id": g.id, "name": g.name, "icon": None, "splash": None, "discovery_splash": None,

@@ -93,7 +93,7 @@ def random_token(length: int = 68) -> str:
     return "".join(secrets.choice(TOKEN_ALPHABET) for _ in range(length))
 
 
-def json_response(data: Any, status: int = 200, headers: dict | None = None) -> web.Response:
+def json_response(data: Any, status: int = 200, headers: dict[str, Any] | None = None) -> web.Response:
     # Content-Type must be exactly "application/json" (no charset), or
     # discord.py treats the body as a string.
     resp = web.Response(body=json.dumps(data).encode("utf-8"), status=status, headers=headers or {})
@@ -105,7 +105,7 @@ def no_content() -> web.Response:
     return web.Response(status=204)
 
 
-def error(status: int, code: int, message: str, errors: dict | None = None) -> web.Response:
+def error(status: int, code: int, message: str, errors: dict[str, Any] | None = None) -> web.Response:
     return json_response({"message": message, "code": code, "errors": errors or {}}, status=status)
 
 

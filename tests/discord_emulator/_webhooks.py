@@ -6,7 +6,7 @@ import copy
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -46,7 +46,7 @@ class WebhookMixin(Emulator):
     def _init_webhooks(self) -> None:
         self.webhooks: dict[str, Webhook] = {}
 
-    def _webhook_routes(self) -> list:
+    def _webhook_routes(self) -> list[Any]:
         g, p, pa, d = web.get, web.post, web.patch, web.delete
         A = "/api/v{ver:\\d+}"
         W = A + "/webhooks/{wid}/{token}"
@@ -82,7 +82,7 @@ class WebhookMixin(Emulator):
             hook.deleted = True
             self.dispatch("WEBHOOKS_UPDATE", {"guild_id": hook.guild_id, "channel_id": hook.channel_id})
 
-    def webhook_json(self, hook: Webhook, *, with_user: bool = True) -> dict:
+    def webhook_json(self, hook: Webhook, *, with_user: bool = True) -> dict[str, Any]:
         data = {"id": hook.id, "type": 1, "guild_id": hook.guild_id, "channel_id": hook.channel_id,
                 "name": hook.name, "avatar": hook.avatar, "token": hook.token,
                 "application_id": self.application_id if hook.made_by is None else None,
@@ -193,19 +193,10 @@ class WebhookMixin(Emulator):
         return u.no_content()
 
     async def _h_webhook_message(self, request: web.Request) -> web.Response:
-        token, mid = request.match_info["token"], request.match_info["mid"]
-        rec = self.interactions_by_token.get(token)
-        if rec is not None:
-            msg = rec.find_message(mid)
-            if msg is None:
-                return u.error(404, 10008, "Unknown Message")
-        else:
-            hook = self._live_hook(request)
-            if hook is None:
-                return u.error(404, 10015, "Unknown Webhook")
-            msg = self.get_message(mid)
-            if msg is None or msg.get("webhook_id") != hook.id:
-                return u.error(404, 10008, "Unknown Message")
+        rec = self.interactions_by_token.get(request.match_info["token"])
+        msg = self._webhook_message_of(request, rec)
+        if isinstance(msg, web.Response):
+            return msg
         stored = self.get_message(msg["id"]) is not None
         if request.method == "GET":
             return u.json_response(msg)
@@ -225,6 +216,22 @@ class WebhookMixin(Emulator):
         if stored:
             self._dispatch_message("MESSAGE_UPDATE", msg, None)
         return u.json_response(msg)
+
+    def _webhook_message_of(self, request: web.Request,
+                            rec: InteractionRecord | None) -> dict[str, Any] | web.Response:
+        """The message the URL names: one of the interaction's (`rec`), else one the webhook posted;
+        404 when there is none."""
+        mid = request.match_info["mid"]
+        if rec is not None:
+            msg = rec.find_message(mid)
+            return u.error(404, 10008, "Unknown Message") if msg is None else msg
+        hook = self._live_hook(request)
+        if hook is None:
+            return u.error(404, 10015, "Unknown Webhook")
+        msg = self.get_message(mid)
+        if msg is None or msg.get("webhook_id") != hook.id:
+            return u.error(404, 10008, "Unknown Message")
+        return msg
 
     # ------------------------------------------------------------- interactions
     async def _h_callback(self, request: web.Request) -> web.Response:
@@ -249,7 +256,7 @@ class WebhookMixin(Emulator):
         inter = {"id": rec.id, "type": rec.type, "activity_instance_id": None,
                  "response_message_id": None, "response_message_loading": cb_type == 5,
                  "response_message_ephemeral": bool(flags & 64)}
-        resource: dict = {"type": cb_type}
+        resource: dict[str, Any] = {"type": cb_type}
         if cb_type in (4, 5):
             content = "" if cb_type == 5 else data.get("content") or ""
             msg = self._interaction_message(rec, content, data, request[u.FILES],
@@ -267,8 +274,8 @@ class WebhookMixin(Emulator):
             resource["message"] = msg
         return u.json_response({"interaction": inter, "resource": resource})
 
-    def _interaction_message(self, rec, content: str, data: dict, files: list, *, flags: int,
-                             msg_type: int) -> dict:
+    def _interaction_message(self, rec: InteractionRecord, content: str, data: dict[str, Any], files: list[Any], *,
+                             flags: int, msg_type: int) -> dict[str, Any]:
         meta = {"id": rec.id, "type": rec.type, "user": self.user_json(rec.user_id),
                 "authorizing_integration_owners": {"0": rec.guild_id}}
         if rec.type == 2:
@@ -283,7 +290,7 @@ class WebhookMixin(Emulator):
             self._dispatch_message("MESSAGE_CREATE", msg, self.bot_user_id)
         return msg
 
-    async def _followup(self, request: web.Request, rec) -> web.Response:
+    async def _followup(self, request: web.Request, rec: InteractionRecord) -> web.Response:
         if not rec.callbacks:
             return u.error(404, 10015, "Unknown Webhook")
         body = request[u.BODY] or {}

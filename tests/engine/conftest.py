@@ -12,7 +12,7 @@ import pytest
 
 from bot.core.models import Group, GroupSettings
 from bot.core.runtime.engine import Engine
-from bot.core.runtime.outbox import RetryPolicy
+from bot.core.runtime.worker import RetryPolicy
 from bot.llm.tokens import make_token_counter
 from storage import SqlStore
 from tests.fakes.databases import Place, SqlitePlace

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -10,7 +11,7 @@ from tests.fakes.scripted_llm import ScriptedLLM
 from tests.support import eventually
 
 
-async def runs(harness) -> list[tuple]:
+async def runs(harness) -> list[tuple[Any, ...]]:
     rows = await harness.fetch(
         "SELECT a.name, r.kind, r.status, r.snapshot_seq FROM runs r JOIN agents a ON a.id = r.agent_id ORDER BY r.id")
     return [tuple(r) for r in rows]

@@ -12,7 +12,7 @@ import pytest
 from bot.core.errors import DeliveryError
 from bot.core.models import GroupSettings, NewMessage, RunResult
 from bot.core.runtime.engine import Engine
-from bot.core.runtime.outbox import RetryPolicy
+from bot.core.runtime.worker import RetryPolicy
 from bot.llm.tokens import make_token_counter
 from storage import LOCKED_MESSAGE, SqlStore
 from tests.engine.conftest import FAST_RETRY
@@ -162,8 +162,8 @@ class CountingLLM(ScriptedLLM):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.in_flight: Counter = Counter()
-        self.most: Counter = Counter()
+        self.in_flight: Counter[str] = Counter()
+        self.most: Counter[str] = Counter()
 
     async def complete(self, messages, **kwargs):
         from tests.fakes.scripted_llm import kind_of

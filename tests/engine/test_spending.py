@@ -3,6 +3,7 @@ computed here straight from the run and decision rows, and a monthly budget paus
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 import pytest
 
@@ -41,10 +42,10 @@ def money(x: float) -> str:
     return f"${x:.4f}" if x < 0.01 else f"${x:,.2f}"
 
 
-def independent_figures(db_path) -> dict[str, dict]:
+def independent_figures(db_path) -> dict[str, dict[str, Any]]:
     """Per agent and for the selector: calls, token sums and the priced cost, from the raw rows."""
     conn = sqlite3.connect(db_path)
-    figures: dict[str, dict] = {}
+    figures: dict[str, dict[str, Any]] = {}
 
     def add(who: str, calls: int, model: str, p: int, k: int, c: int) -> None:
         f = figures.setdefault(who, {"calls": 0, "p": 0, "k": 0, "c": 0, "cost": 0.0, "unpriced": 0})
@@ -70,7 +71,7 @@ def independent_figures(db_path) -> dict[str, dict]:
     return figures
 
 
-def described(f: dict, unpriced_model: str | None = None) -> str:
+def described(f: dict[str, Any], unpriced_model: str | None = None) -> str:
     tokens = (f"{f['calls']:,} call{'' if f['calls'] == 1 else 's'} · {f['p']:,} prompt / {f['k']:,} cached / "
               f"{f['c']:,} completion tokens")
     if not f["unpriced"]:

@@ -25,7 +25,7 @@ from typing import Any
 
 from bot.core.models import ChatMessage, Completion
 from bot.core.runtime.engine import Engine
-from bot.core.runtime.outbox import RetryPolicy
+from bot.core.runtime.worker import RetryPolicy
 from bot.llm.tokens import make_token_counter
 from storage import open_store
 from tests.fakes.scripted_llm import ScriptedLLM, kind_of

@@ -82,13 +82,7 @@ class ScriptedLLM:
         elif kind == "participant":
             if self.gate is not None:
                 await self.gate.wait()
-            queue = self.agents.get(name or "", [])
-            if queue:
-                reply = queue.pop(0)
-            elif self.default_agent_reply is not None:
-                reply = self.default_agent_reply(name or "", len(self.participant_order))
-            else:
-                raise AssertionError(f"the script has no reply left for {name}")
+            reply = self._participant_reply(name or "")
         elif kind == "direct":
             if self.direct_gate is not None:
                 await self.direct_gate.wait()
@@ -105,6 +99,15 @@ class ScriptedLLM:
             return reply
         text = reply(messages) if callable(reply) else reply
         return Completion(text=text, usage=self.usage, model=model or "fake")
+
+    def _participant_reply(self, name: str) -> Reply:
+        """The agent's next scripted reply, else the default one; AssertionError when it has none."""
+        queue = self.agents.get(name, [])
+        if queue:
+            return queue.pop(0)
+        if self.default_agent_reply is not None:
+            return self.default_agent_reply(name, len(self.participant_order))
+        raise AssertionError(f"the script has no reply left for {name}")
 
     async def stream(self, messages: Sequence[ChatMessage], *, on_text: Callable[[str], None],
                      model: str | None = None, max_tokens: int | None = None,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -58,7 +59,7 @@ async def test_a_broken_tool_exchange_is_refused_as_openai_does() -> None:
 
 
 async def test_tools_refusal_none_for_a_model_that_calls_the_probe_and_asked_once() -> None:
-    def answer(body: dict) -> Reply:
+    def answer(body: dict[str, Any]) -> Reply:
         forced = body["tool_choice"]["function"]["name"]
         return Reply(tool_calls=[tool_call(forced, ok=True)])
 
@@ -109,9 +110,9 @@ async def test_messages_and_tools_skip_the_sdks_per_message_walk(monkeypatch: py
     growing with the messages: most of the product's time between a tool's result and the next model
     call, docs/benchmarks.md "Tools"); the messages and tools skip that walk and go out as built."""
     import openai.resources.chat.completions.completions as sdk
+    from openai._utils import async_maybe_transform as real  # the function the chat module imports
 
     walked: list[dict[str, object]] = []
-    real = sdk.async_maybe_transform
 
     async def spy(data: object, expected: object) -> object:
         if isinstance(data, dict):

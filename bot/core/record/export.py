@@ -18,6 +18,7 @@ from bot.core.errors import InvalidInput
 from bot.core.models import Group, SharedFile
 from bot.core.record.transcript import (
     PAGE,
+    Entry,
     Record,
     Span,
     Totals,
@@ -53,44 +54,55 @@ async def write_markdown(record: Record, write: Write, now: float) -> Totals:
     write(f"Messages #{rows.first}-#{rows.through} of {group.latest_seq}, exported {when(now)}. "
           f"Agents: {roster or 'none'}.\n")
     async for entry in record.entries():
-        m = entry.message
         totals.messages += 1
         if entry.episode is not None:
             totals.episodes += 1
             write(f"\n---\n\n### {episode_line(entry.episode)}\n")
-        head = f"**{_md_name(m.author_name)}**{author_label(m)} · #{m.seq} · {when(m.created_at)}"
-        if entry.earlier_task is not None:
-            head += f" · answers the earlier task #{entry.earlier_task}"
-        if entry.decision is not None and entry.decision.source not in ("none", "superseded"):
-            head += f" · → {chosen(entry.decision)} ({entry.decision.source})"
         if entry.decision is not None:
             totals.selector_usage = totals.selector_usage + entry.decision.usage
-        if entry.run is not None:
-            if entry.run.kind == "direct":
-                head += " · answers an /ask"
-            on = f" on {entry.run.provider}" if entry.run.provider else ""
-            head += f" · {entry.run.model or 'model not recorded'}{on}, {tokens(entry.run.usage)} tokens"
-        quoted = "\n".join(f"> {line}" if line else ">" for line in
-                           escape_html_in_prose(said(m), record.people).split("\n"))
-        for file in m.attachments:
-            quoted += f"\n>\n> 📎 {_md_file(file)}"
-        for call in entry.calls:
-            arguments, result = call_parts(call.arguments, call.status, call.result)
-            quoted += (f"\n>\n> {_md_name(call_head(call.tool, call.status, call.result, call.seconds))} · "
-                       f"arguments `{_md_code(arguments)}` · result `{_md_code(result)}`")
-        for version in entry.versions:  # a regenerated reply's earlier texts, each on one line
-            quoted += (f"\n>\n> *{version_head(version)}:* "
-                       + " ".join(escape_html_in_prose(version.text, record.people).split("\n")))
-        run = entry.run
-        if run is not None and run.private_text is not None and run.id not in private_told:  # a worker's run
-            private_told.add(run.id)
-            quoted += "\n>\n> *worker's final text (private):* " + " ".join(
-                escape_html_in_prose(run.private_text, record.people).split("\n"))
-        write(f"\n{head}\n{quoted}\n")
+        write(f"\n{_md_head(entry)}\n{_md_quoted(entry, record, private_told)}\n")
     await count_runs(record, totals)
     rolling = await summaries_line(record, totals)
     write(f"\n---\n\n{totals_line(totals)}" + (f" {rolling}." if rolling else "") + "\n")
     return totals
+
+
+def _md_head(entry: Entry) -> str:
+    """A message's head line: its author, number and time, what it answers, who was chosen, the run."""
+    m = entry.message
+    head = f"**{_md_name(m.author_name)}**{author_label(m)} · #{m.seq} · {when(m.created_at)}"
+    if entry.earlier_task is not None:
+        head += f" · answers the earlier task #{entry.earlier_task}"
+    if entry.decision is not None and entry.decision.source not in ("none", "superseded"):
+        head += f" · → {chosen(entry.decision)} ({entry.decision.source})"
+    if entry.run is not None:
+        if entry.run.kind == "direct":
+            head += " · answers an /ask"
+        on = f" on {entry.run.provider}" if entry.run.provider else ""
+        head += f" · {entry.run.model or 'model not recorded'}{on}, {tokens(entry.run.usage)} tokens"
+    return head
+
+
+def _md_quoted(entry: Entry, record: Record, private_told: set[int]) -> str:
+    """A message's text as a quote, with its files, tool calls, earlier versions and (once per run,
+    noted in `private_told`) a worker's private final text."""
+    quoted = "\n".join(f"> {line}" if line else ">" for line in
+                       escape_html_in_prose(said(entry.message), record.people).split("\n"))
+    for file in entry.message.attachments:
+        quoted += f"\n>\n> 📎 {_md_file(file)}"
+    for call in entry.calls:
+        arguments, result = call_parts(call.arguments, call.status, call.result)
+        quoted += (f"\n>\n> {_md_name(call_head(call.tool, call.status, call.result, call.seconds))} · "
+                   f"arguments `{_md_code(arguments)}` · result `{_md_code(result)}`")
+    for version in entry.versions:  # a regenerated reply's earlier texts, each on one line
+        quoted += (f"\n>\n> *{version_head(version)}:* "
+                   + " ".join(escape_html_in_prose(version.text, record.people).split("\n")))
+    run = entry.run
+    if run is not None and run.private_text is not None and run.id not in private_told:  # a worker's run
+        private_told.add(run.id)
+        quoted += "\n>\n> *worker's final text (private):* " + " ".join(
+            escape_html_in_prose(run.private_text, record.people).split("\n"))
+    return quoted
 
 
 def _md_file(file: SharedFile) -> str:

@@ -496,24 +496,36 @@ def image_size(data: bytes) -> tuple[int, int] | None:
         if data[:6] in (b"GIF87a", b"GIF89a"):
             return int.from_bytes(data[6:8], "little"), int.from_bytes(data[8:10], "little")
         if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-            chunk = data[12:16]
-            if chunk == b"VP8 ":
-                return int.from_bytes(data[26:28], "little") & 0x3FFF, int.from_bytes(data[28:30], "little") & 0x3FFF
-            if chunk == b"VP8L":
-                bits = int.from_bytes(data[21:25], "little")
-                return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
-            if chunk == b"VP8X":
-                return int.from_bytes(data[24:27], "little") + 1, int.from_bytes(data[27:30], "little") + 1
+            return _webp_size(data)
         if data[:2] == b"\xff\xd8":
-            i = 2
-            while i + 9 < len(data):
-                if data[i] != 0xFF:
-                    return None
-                marker = data[i + 1]
-                length = int.from_bytes(data[i + 2:i + 4], "big")
-                if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-                    return int.from_bytes(data[i + 7:i + 9], "big"), int.from_bytes(data[i + 5:i + 7], "big")
-                i += 2 + length
+            return _jpeg_size(data)
     except (IndexError, ValueError):
         return None
+    return None
+
+
+def _webp_size(data: bytes) -> tuple[int, int] | None:
+    """A WebP's size, from its first chunk (lossy, lossless or extended)."""
+    chunk = data[12:16]
+    if chunk == b"VP8 ":
+        return int.from_bytes(data[26:28], "little") & 0x3FFF, int.from_bytes(data[28:30], "little") & 0x3FFF
+    if chunk == b"VP8L":
+        bits = int.from_bytes(data[21:25], "little")
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    if chunk == b"VP8X":
+        return int.from_bytes(data[24:27], "little") + 1, int.from_bytes(data[27:30], "little") + 1
+    return None
+
+
+def _jpeg_size(data: bytes) -> tuple[int, int] | None:
+    """A JPEG's size, from its first start-of-frame segment (the segments before it skipped)."""
+    i = 2
+    while i + 9 < len(data):
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        length = int.from_bytes(data[i + 2:i + 4], "big")
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            return int.from_bytes(data[i + 7:i + 9], "big"), int.from_bytes(data[i + 5:i + 7], "big")
+        i += 2 + length
     return None

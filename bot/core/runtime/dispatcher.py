@@ -132,7 +132,7 @@ class GroupDispatcher(GroupWorker):
         self.drafts = drafts
 
     # the loop body ------------------------------------------------------
-    async def drain(self) -> None:
+    async def drain(self) -> None:  # noqa: C901 - runtime redesign (issue 32 item 1, another branch) reshapes it
         store = self.deps.store
         while True:
             group = await store.groups.get_group(self.group_id)
@@ -280,7 +280,7 @@ class GroupDispatcher(GroupWorker):
             through = after
         return None
 
-    async def _route_rows(self, group: Group, batch: Sequence[Message], *, newer_follows: bool = False,
+    async def _route_rows(self, group: Group, batch: Sequence[Message], *, newer_follows: bool = False,  # noqa: C901 - runtime redesign (issue 32 item 1, another branch) reshapes it
                           decided: Mapping[int, Decision] | None = None) -> None:
         """Decide and store who answers each row of `batch` (consecutive rows, the oldest unrouted
         first). Decisions are stored together, before and after the one that may call a model

@@ -219,7 +219,7 @@ class AgentTurn:
         self._told_no_images: set[str | None] = set()  # models whose images were named only, logged once
         self._told_unused: set[tuple[int, int, int]] = set()  # (group, seq, file) a person was told agents lack
 
-    async def run(
+    async def run(  # noqa: C901 - to split (issue 32): see the next commit
         self, group: Group, agent: Agent, snapshot: int, *, selector_usage: Usage, source: str,
         shown: Callable[[], None] = _nothing_shown,
     ) -> TurnOutcome:
@@ -531,7 +531,7 @@ class AgentTurn:
         spec = source.tools()[0]
         return ToolBox({**box.entries, GROUP_POST: (source, spec, GROUP_POST)})
 
-    async def _with_tools(self, group: Group, agent: Agent, run: Run, messages: list[ChatMessage],
+    async def _with_tools(self, group: Group, agent: Agent, run: Run, messages: list[ChatMessage],  # noqa: C901 - runtime redesign (issue 32 item 1, another branch) reshapes it
                           others: Sequence[str], box: ToolBox, parts: Sequence[DraftPart], *, private: bool = False,
                           steer: Steer | None = None) -> tuple[Answer, Draft | None]:
         """The tool loop; with the group streaming, each step's text shown as it is written (not a
@@ -589,7 +589,7 @@ class AgentTurn:
             if draft is not None:
                 await draft.stop(wait=False)  # shutting down: what was shown is recorded for the next run
             raise
-        except BaseException:
+        except BaseException:  # anything else ends the draft too (KeyboardInterrupt); re-raised
             if draft is not None:
                 await draft.stop()
             raise
@@ -676,7 +676,7 @@ class AgentTurn:
         except asyncio.CancelledError:
             await draft.stop(wait=False)  # shutting down: what was shown is recorded for the next run
             raise
-        except BaseException:
+        except BaseException:  # anything else ends the draft too (KeyboardInterrupt); re-raised
             await draft.stop()
             raise
         await draft.stop()

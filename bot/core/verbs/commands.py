@@ -28,7 +28,7 @@ from bot.core.rules import schedule as sched
 from bot.core.rules import validation as v
 from bot.core.rules.card import Attachment, Reply, masked
 from bot.core.rules.doctor import Check, doctor_card
-from bot.core.settings import CONTEXT_BUDGET_RANGE, GROUP_SETTINGS
+from bot.core.settings import CONTEXT_BUDGET_RANGE, GROUP_SETTINGS, MODEL_MAX
 from bot.core.verbs.admin import Admin
 from bot.core.verbs.tool_verbs import ToolVerbs
 
@@ -192,7 +192,7 @@ def convert(option: Option, raw: object) -> object:
 def model_choices(lists: Mapping[str, Sequence[str] | None], typed: str, limit: int = 25) -> list[str]:
     """The listed models (`LLM.model_names`) containing `typed`, those starting with it first."""
     key = typed.strip().casefold()
-    found = dict.fromkeys(m for models in lists.values() for m in models or () if len(m) <= v.MODEL_MAX)
+    found = dict.fromkeys(m for models in lists.values() for m in models or () if len(m) <= MODEL_MAX)
     matches = [m for m in found if key in m.casefold()]
     matches.sort(key=lambda m: (not m.casefold().startswith(key), m.casefold()))
     return matches[:limit]
@@ -497,7 +497,7 @@ COMMANDS: tuple[Command, ...] = (
         Option("role", ROLE_HELP, required=True, max_length=v.ROLE_MAX),
         PROMPT,
         Option("model", "its model (default: the bot's; provider/model on a named provider)", "model",
-               max_length=v.MODEL_MAX),
+               max_length=MODEL_MAX),
         Option("avatar", "the URL of its picture", max_length=v.URL_MAX),
         AVATAR_IMAGE,
     ), who="operators"),
@@ -506,7 +506,7 @@ COMMANDS: tuple[Command, ...] = (
         Option("role", ROLE_HELP, max_length=v.ROLE_MAX),
         PROMPT,
         Option("model", "its model (empty: the bot's; provider/model on a named provider)", "model",
-               max_length=v.MODEL_MAX),
+               max_length=MODEL_MAX),
         Option("avatar", "the URL of its picture", max_length=v.URL_MAX),
         AVATAR_IMAGE,
         Option("memory", "on: it saves notes with memory_write and sees them in later runs", "boolean",

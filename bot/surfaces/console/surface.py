@@ -470,15 +470,7 @@ class Console:
                                   else self.detach()):
                     self.surface.write(out)
             elif line.lstrip().startswith("/"):
-                await self._read_printed()
-                typed = parse_command(line)
-                command, options = commands.resolve(typed.path, typed.options)
-                answer = await commands.run(command, self.admin, ConsoleCaller(self, read_line), options)
-                if isinstance(answer, Attachment):
-                    answer = keep_file(answer, Path.cwd())
-                if answer is not None:
-                    for out in reply_lines(answer):
-                        self.surface.write(out)
+                await self._command(line, read_line)
             else:
                 try:
                     await self.post(line)
@@ -488,6 +480,19 @@ class Console:
             self._refuse(str(exc))
         except StoreError as exc:  # a command's transaction: nothing was changed
             self._refuse(f"{exc}; nothing was changed")
+
+    async def _command(self, line: str, read_line: LineSource) -> None:
+        """A slash command typed: run as declared (`bot.core.verbs.commands`), its answer printed (a
+        file kept in the working directory)."""
+        await self._read_printed()
+        typed = parse_command(line)
+        command, options = commands.resolve(typed.path, typed.options)
+        answer = await commands.run(command, self.admin, ConsoleCaller(self, read_line), options)
+        if isinstance(answer, Attachment):
+            answer = keep_file(answer, Path.cwd())
+        if answer is not None:
+            for out in reply_lines(answer):
+                self.surface.write(out)
 
     def _refuse(self, error: str) -> None:
         self.surface.error(error)
@@ -517,7 +522,7 @@ class Console:
         try:
             await self.engine.post_user_message(self.group, author_name=self.person, user_id=self.person, text=text,
                                                  waiting=self._not_saved_yet, attachments=files)
-        except BaseException:
+        except BaseException:  # a cancel too (Ctrl-C, quit): the files are kept; re-raised
             self.attached = files + self.attached  # not stored: they wait for the next message
             raise
         for hint in await self.hints(text):
@@ -559,24 +564,8 @@ class Console:
                     "(/detach drops them)."]
         if len(self.attached) >= ATTACH_MAX_FILES:
             raise InvalidInput(f"A message takes at most {ATTACH_MAX_FILES} files; send it first, or /detach.")
-        path = Path(typed.strip('"').strip("'")).expanduser()  # noqa: ASYNC240 - the console verb /attach, one person at a terminal: a stat of the path typed
-        shown = str(path)
-        if not path.exists():
-            raise InvalidInput(f"No file at {shown} (from {Path.cwd()}): /attach takes the path of a file.")
-        if path.is_dir():
-            raise InvalidInput(f"{shown} is a directory: attach its files one at a time.")
-        if not path.is_file():  # /dev/zero reads without end, a named pipe blocks
-            raise InvalidInput(f"{shown} is not a regular file: /attach takes the path of a file.")
-        try:
-            size = path.stat().st_size
-        except OSError as exc:
-            raise InvalidInput(f"Could not read {shown}: {exc.strerror or type(exc).__name__}.") from None
-        if size > ATTACH_MAX_BYTES:
-            raise InvalidInput(f"{shown} is {size_text(size)}; a file can be at most {size_text(ATTACH_MAX_BYTES)}.")
-        try:
-            data = await asyncio.to_thread(path.read_bytes)
-        except OSError as exc:
-            raise InvalidInput(f"Could not read {shown}: {exc.strerror or type(exc).__name__}.") from None
+        path = Path(typed.strip('"').strip("'")).expanduser()  # noqa: ASYNC240 - $HOME, no disk
+        data = await asyncio.to_thread(_read_attached, path)
         ctype = mimetypes.guess_type(path.name)[0] or ""
         dims = image_size(data)
 
@@ -642,6 +631,28 @@ def keep_file(attachment: Attachment, directory: Path) -> str:
         Path(attachment.path).unlink(missing_ok=True)
         raise UserFacingError(f"Could not write {target}: {exc.strerror or type(exc).__name__}.") from None
     return f"{attachment.text} Written to {target}"
+
+
+def _read_attached(path: Path) -> bytes:
+    """The content of the file `/attach` names (in a thread: it stats and reads); InvalidInput, saying
+    why, when it is not a regular file that can be read or is over `ATTACH_MAX_BYTES`."""
+    shown = str(path)
+    if not path.exists():
+        raise InvalidInput(f"No file at {shown} (from {Path.cwd()}): /attach takes the path of a file.")
+    if path.is_dir():
+        raise InvalidInput(f"{shown} is a directory: attach its files one at a time.")
+    if not path.is_file():  # /dev/zero reads without end, a named pipe blocks
+        raise InvalidInput(f"{shown} is not a regular file: /attach takes the path of a file.")
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise InvalidInput(f"Could not read {shown}: {exc.strerror or type(exc).__name__}.") from None
+    if size > ATTACH_MAX_BYTES:
+        raise InvalidInput(f"{shown} is {size_text(size)}; a file can be at most {size_text(ATTACH_MAX_BYTES)}.")
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise InvalidInput(f"Could not read {shown}: {exc.strerror or type(exc).__name__}.") from None
 
 
 def _label(file: SharedFile) -> str:

@@ -7,8 +7,8 @@ import aiohttp
 import discord
 import yarl
 
-from bot.config import redact_url
 from bot.core.errors import ConfigError
+from bot.core.rules.secrets import redact_url
 
 
 async def point_at(api_base_url: str) -> None:

@@ -46,8 +46,7 @@ from bot.core.errors import AlreadyStored, StoreError, StoreUnavailable
 from bot.core.models import Agent, Group, SharedFile
 from bot.core.ports import HasGroups, HasReading, HasRoster, HasThread, HealthStore
 from bot.core.rules.attachments import FileUnavailable, take_in
-from bot.core.runtime.outbox import RetryPolicy
-from bot.core.runtime.worker import wait_for_store
+from bot.core.runtime.worker import RetryPolicy, wait_for_store
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")

@@ -206,9 +206,66 @@ def split_message(text: str, limit: int = DISCORD_LIMIT) -> list[str]:
     chunks: list[str] = []
     pos = _LEADING_BLANK_LINES_RE.match(text).end()  # type: ignore[union-attr]  # the pattern matches the empty string
     carry: str | None = None  # opening line of the fence the remaining text starts inside
+    last = len(text.rstrip())  # text beyond it is blank
+    while pos < last:
+        chosen = _NextChunk(text, layout, limit, pos, carry).choose(last)
+        if chosen is None:  # e.g. a fence marker longer than the limit: a defused raw cut
+            k, raw = _raw_cut(text, pos, carry, limit)
+            kind = "hard"
+            if raw is not None:
+                chunks.append(raw)
+        else:
+            k, kind, chunk = chosen
+            chunks.append(chunk)
+        carry = _reopen_line(layout.state_at(k)[0], limit)
+        pos = k
+        if kind == "word":
+            pos = _SPACES_RE.match(text, pos).end()  # type: ignore[union-attr]  # the pattern matches the empty string
+        pos = _LEADING_BLANK_LINES_RE.match(text, pos).end()  # type: ignore[union-attr]  # the pattern matches the empty string
+    return chunks
 
-    def attempt(k: int, kind: str) -> str | None:
-        opener, in_fence_line = layout.state_at(k)
+
+@dataclass(frozen=True)
+class _NextChunk:
+    """The chunk of `split_message` that starts at `pos` (inside the fence `carry` opened, if any)."""
+
+    text: str
+    layout: _Layout
+    limit: int
+    pos: int
+    carry: str | None
+
+    def choose(self, last: int) -> tuple[int, str, str] | None:
+        """The first cut that makes a good chunk, by kind from the best (the text's end) to the worst
+        (a forced cut inside a line): (where, kind, the chunk); None when none does."""
+        for kind, ks in self.candidates(last):
+            for k in ks:
+                chunk = self.attempt(k, kind)
+                if chunk is not None:
+                    return k, kind, chunk
+        return None
+
+    def candidates(self, last: int) -> list[tuple[str, list[int]]]:
+        """Where a cut may go, by kind: each kind's places from the furthest back."""
+        text, pos, limit, carry = self.text, self.pos, self.limit, self.carry
+        budget = limit - (len(carry) + 1 if carry else 0)
+        window_end = min(len(text), pos + max(budget, 0))
+        window = text[pos:window_end + 1]
+        inside = self.layout.inline_cuts(max(pos, window_end - budget // 2), window_end)
+        return [
+            ("end", [len(text)] if last - pos <= limit else []),
+            ("paragraph", [pos + m.start() for m in _PARAGRAPH_RE.finditer(window)][::-1]),
+            ("line", [pos + m.start() for m in _NEWLINE_RE.finditer(window)][::-1]),
+            ("word", [pos + m.start() for m in _BLANK_RE.finditer(window)][::-1]),
+            # A cut inside a line stays in the window's upper half: past it, a defused raw cut reads better.
+            ("hard", inside),
+            ("forced", inside),
+        ]
+
+    def attempt(self, k: int, kind: str) -> str | None:
+        """The chunk a cut of `kind` at `k` makes, or None when it would break a fence or not fit."""
+        text, pos = self.text, self.pos
+        opener, in_fence_line = self.layout.state_at(k)
         if in_fence_line or (kind == "word" and opener is not None):
             return None
         next_line = _FENCE_START_RE.match(text, k) and _line_from(text, k).lstrip(" \t")
@@ -219,56 +276,16 @@ def split_message(text: str, limit: int = DISCORD_LIMIT) -> list[str]:
             body = body.rstrip()  # keeps trailing spaces of a code line cut in the middle
         if not body.strip():
             return None
-        if opener is not None and kind != "end" and layout.opens_at(pos + len(body.rstrip()) - 1):
+        if opener is not None and kind != "end" and self.layout.opens_at(pos + len(body.rstrip()) - 1):
             return None  # would end right after the opening fence: an empty block
         if kind == "forced":  # a piece of a line cut at either end is text, even if it looks like a fence
             body = _defuse_ends(body, pos > 0 and text[pos - 1] != "\n", k < len(text) and text[k] != "\n")
-        prefix = carry + "\n" if carry else ""
+        prefix = self.carry + "\n" if self.carry else ""
         suffix = "\n" + _fence(opener)[0] if opener else ""  # type: ignore[index]  # the opener is a fence line
         chunk = prefix + body + suffix
-        if len(chunk) > limit or _Layout(chunk).after[-1] is not None:
+        if len(chunk) > self.limit or _Layout(chunk).after[-1] is not None:
             return None  # too long, or a cut made a partial line look like a fence
         return chunk
-
-    last = len(text.rstrip())  # text beyond it is blank
-    while pos < last:
-        budget = limit - (len(carry) + 1 if carry else 0)
-        window_end = min(len(text), pos + max(budget, 0))
-        window = text[pos:window_end + 1]
-        inside = layout.inline_cuts(max(pos, window_end - budget // 2), window_end)
-        candidates: list[tuple[str, list[int]]] = [
-            ("end", [len(text)] if last - pos <= limit else []),
-            ("paragraph", [pos + m.start() for m in _PARAGRAPH_RE.finditer(window)][::-1]),
-            ("line", [pos + m.start() for m in _NEWLINE_RE.finditer(window)][::-1]),
-            ("word", [pos + m.start() for m in _BLANK_RE.finditer(window)][::-1]),
-            # A cut inside a line stays in the window's upper half: past it, a defused raw cut reads better.
-            ("hard", inside),
-            ("forced", inside),
-        ]
-        chosen: tuple[int, str, str] | None = None
-        for kind, ks in candidates:
-            for k in ks:
-                chunk = attempt(k, kind)
-                if chunk is not None:
-                    chosen = (k, kind, chunk)
-                    break
-            if chosen:
-                break
-        if chosen is None:  # e.g. a fence marker longer than the limit: a defused raw cut
-            k, raw = _raw_cut(text, pos, carry, limit)
-            kind = "hard"
-            if raw is not None:
-                chunks.append(raw)
-            carry = _reopen_line(layout.state_at(k)[0], limit)
-        else:
-            k, kind, chunk = chosen
-            chunks.append(chunk)
-            carry = _reopen_line(layout.state_at(k)[0], limit)
-        pos = k
-        if kind == "word":
-            pos = _SPACES_RE.match(text, pos).end()  # type: ignore[union-attr]  # the pattern matches the empty string
-        pos = _LEADING_BLANK_LINES_RE.match(text, pos).end()  # type: ignore[union-attr]  # the pattern matches the empty string
-    return chunks
 
 
 @dataclass(frozen=True)

@@ -630,7 +630,7 @@ class DiscordSurface:
         try:
             decision = await self.approvals.wait(held)
             lines[ask.key] = outcome_text(agent, ask, decision)
-        except BaseException:
+        except BaseException:  # a cancel (⏹ Stop) above all; re-raised
             lines.pop(ask.key, None)  # stopped while it waited
             raise
         finally:
