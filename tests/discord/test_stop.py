@@ -77,9 +77,13 @@ async def test_an_operator_stops_it(streaming, script):
 
 async def test_a_finished_reply_keeps_no_button(streaming, script):
     emu = streaming.emu
-    script.set_agent("planner", ["The whole plan, done."])
+    done = asyncio.Event()
+    script.set_agent("planner", [Reply("The whole plan, done.", hold_end=done)])  # written, not finished yet
     await streaming.setup_group(("planner", "plans"), mode="tags")
     await emu.user_post(emu.channel_id, emu.bob_id, "@planner plan it")
+    await eventually(lambda: any(m.get("webhook_id") for m in emu.channel_messages(emu.channel_id)),
+                     "the provisional message", timeout=30)
+    done.set()
     await eventually(lambda: any(m["content"] == "The whole plan, done." for m in emu.channel_messages(emu.channel_id)),
                      "the reply", timeout=30)
     await streaming.idle()

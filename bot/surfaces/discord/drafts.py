@@ -48,6 +48,7 @@ from bot.surfaces.discord.render import neutralize_mass_mentions, split_message
 
 log = logging.getLogger(__name__)
 
+FIRST_AFTER = 0.05  # seconds a draft's first post waits after its first text (a reply done by then is posted whole)
 EDIT_EVERY = 1.0  # seconds between two edits of one provisional message
 DRAFT_GAP = 0.5  # seconds between two draft requests on one webhook, all drafts together
 RESERVE = 2  # requests of the webhook's rate-limit bucket that drafts leave to posts
@@ -170,6 +171,7 @@ class DiscordDraft:
         self._flush = False  # stopping once what it shows is up to date (`finish`)
         self._failures = 0
         self._not_before = 0.0
+        self._first_text: float | None = None  # when the draft first had text to show (monotonic)
         self._edited: dict[str, float] = {}  # message id -> when it was last edited
         self._controls: dict[str, Controls] = {}  # message id -> the buttons it carries (as sent)
         self._task = hooks.spawn(self._run(), f"draft-{group.id}-{run_id}")
@@ -232,6 +234,8 @@ class DiscordDraft:
             visible = f"{visible}\n\n{notes}" if visible else notes
         controls = self.hooks.controls(self.group, self.agent)
         chunks = split_message(neutralize_mass_mentions(visible)) if visible else []
+        if chunks and self._first_text is None:
+            self._first_text = time.monotonic()
         for index, chunk in enumerate(chunks):
             if index < len(self.parts):
                 message_id = self.parts[index].external_id or ""
@@ -240,8 +244,9 @@ class DiscordDraft:
                 wait = self._wait(self._edited.get(message_id, -math.inf) + EDIT_EVERY)
                 if wait <= 0:
                     await self._edit(index, message_id, chunk, controls)
-            else:
-                wait = self._wait(0.0, gap=bool(self.parts))  # the first text shows at once
+            else:  # the first post a moment after the first text (see Pace), at once when it asks for approval
+                first = not (self.parts or self.posts or notes)
+                wait = self._wait((self._first_text or 0.0) + FIRST_AFTER if first else 0.0, gap=bool(self.parts))
                 if wait <= 0:
                     await self._post(index, chunk, controls)
             return max(wait, 0.0)
