@@ -22,6 +22,11 @@ an edit adds, so the chunks from the first that pings a tagged person on are pos
 commit, as a whole post would ping them (the visible text never shows a person's mention
 before the commit: `bot.core.rules.draft`).
 
+First post. A draft posts its first provisional message FIRST_AFTER seconds after it first has
+text to show: a reply the model has finished by then (a fast model, a short answer) is stopped
+before that and posted whole by its committed row, one request instead of a post and its final
+edit (issue 31). A run that asks for approval needs its buttons now: it posts at once.
+
 Pace. A webhook's rate limit is shared by every agent of its channel (and its threads). A
 draft edits one message at most every EDIT_EVERY seconds; the drafts of one webhook together
 send a request at most every DRAFT_GAP seconds (so each edits less often when several stream
