@@ -134,7 +134,8 @@ async def collect(args: argparse.Namespace) -> Results:
         from bench import streaming
 
         replies = args.streaming_replies or (streaming.QUICK_REPLIES if args.quick else streaming.REPLIES)
-        _progress(f"streaming: {replies} replies streamed and {replies} with stream:off over the Discord emulator")
+        _progress(f"streaming: {replies} replies streamed, {replies} with stream:off and {replies} streamed from an "
+                  "instant model over the Discord emulator")
         results.streaming = await streaming.measure(replies)
     if not args.no_tools:
         from bench import tool_figures
