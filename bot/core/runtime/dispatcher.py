@@ -127,6 +127,32 @@ async def end_episode(store: HasEpisodes, episode_id: int | None, status: str,
     return episode, shown is not None
 
 
+def selecting(agent: Agent, decisions: dict[int, Decision], snapshot: int) -> tuple[Usage, str] | None:
+    """(selector usage, source) of the newest decision after the cursor that selects `agent`."""
+    found: tuple[Usage, str] | None = None
+    for seq in range(agent.delivered_through + 1, snapshot + 1):
+        decision = decisions.get(seq)
+        if decision is not None and agent.id in decision.agent_ids:
+            usage = decision.usage if decision.source in SELECTOR_SOURCES else Usage()
+            found = (usage, decision.source)
+    return found
+
+
+def by_tags(message: Message, enabled_ids: set[int], roster: Sequence[Agent], silent: Sequence[Agent]) -> Decision:
+    """The decision for a row that tags agents: the enabled ones it tags; the `silent` (muted) ones noted."""
+    ids = explicit_recipients(message, enabled_ids)
+    note = "a scheduled task" if message.author_type == "system" else ""
+    if silent:
+        note = "; ".join(filter(None, (note, "muted: " + ", ".join(a.name for a in silent))))
+    return Decision(message.seq, "tags", ids, names_of(roster, ids), note=note)
+
+
+def names_of(roster: Sequence[Agent], ids: Sequence[int]) -> tuple[str, ...]:
+    """The names of the agents `ids` in `roster` (those still in it)."""
+    by_id = {a.id: a.name for a in roster}
+    return tuple(by_id[i] for i in ids if i in by_id)
+
+
 class GroupDispatcher(GroupWorker):
     kind = "dispatcher"
     catching_up = False  # set when the group was taken here with rows that waited: its next routing pass is a backlog
@@ -177,7 +203,7 @@ class GroupDispatcher(GroupWorker):
         selected: list[tuple[Agent, Usage, str]] = []
         now = self.deps.clock()
         for agent in pending:
-            chosen = self._selecting(agent, decisions, snapshot)
+            chosen = selecting(agent, decisions, snapshot)
             if agent.available(now) and chosen is not None:  # one muted since it was chosen does not run
                 selected.append((agent, *chosen))
             else:
@@ -219,17 +245,6 @@ class GroupDispatcher(GroupWorker):
         if await deps.budgets.check(group.id):
             self.outbox.wake()
         return outcome
-
-    @staticmethod
-    def _selecting(agent: Agent, decisions: dict[int, Decision], snapshot: int) -> tuple[Usage, str] | None:
-        """(selector usage, source) of the newest decision after the cursor that selects `agent`."""
-        found: tuple[Usage, str] | None = None
-        for seq in range(agent.delivered_through + 1, snapshot + 1):
-            decision = decisions.get(seq)
-            if decision is not None and agent.id in decision.agent_ids:
-                usage = decision.usage if decision.source in SELECTOR_SOURCES else Usage()
-                found = (usage, decision.source)
-        return found
 
     async def _wait_for_a_lock(self, agents: Sequence[Agent]) -> None:
         waits = [asyncio.create_task(self.deps.locks.wait_unlocked(a.id)) for a in agents]
@@ -323,7 +338,7 @@ class GroupDispatcher(GroupWorker):
                 silent = muted_tagged(message, muted)
                 if silent:
                     told.append((message, silent))
-                decision = self._by_tags(message, enabled_ids, roster, silent)
+                decision = by_tags(message, enabled_ids, roster, silent)
             elif plan in PLANNED:
                 source, note = PLANNED[plan]
                 decision = Decision(message.seq, source, note=note)
@@ -336,15 +351,6 @@ class GroupDispatcher(GroupWorker):
             routed.append((message, decision))
         await self._record(group, routed)
         await self._tell_muted(group, told, now)  # after the decisions: a message is told once, never on a re-route
-
-    def _by_tags(self, message: Message, enabled_ids: set[int], roster: Sequence[Agent],
-                 silent: Sequence[Agent]) -> Decision:
-        """The decision for a row that tags agents: the enabled ones it tags; the `silent` (muted) ones noted."""
-        ids = explicit_recipients(message, enabled_ids)
-        note = "a scheduled task" if message.author_type == "system" else ""
-        if silent:
-            note = "; ".join(filter(None, (note, "muted: " + ", ".join(a.name for a in silent))))
-        return Decision(message.seq, "tags", ids, self._names(roster, ids), note=note)
 
     async def _tell_muted(self, group: Group, told: Sequence[tuple[Message, list[Agent]]], now: float) -> None:
         """One notice per row that tagged muted agents: they will not answer it."""
@@ -365,11 +371,6 @@ class GroupDispatcher(GroupWorker):
             if decision.terminate:
                 await self.end_episode(message.episode_id, "terminated")
 
-    @staticmethod
-    def _names(roster: Sequence[Agent], ids: Sequence[int]) -> tuple[str, ...]:
-        by_id = {a.id: a.name for a in roster}
-        return tuple(by_id[i] for i in ids if i in by_id)
-
     async def _route_by_mode(self, group: Group, roster: list[Agent], message: Message) -> Decision:
         store = self.deps.store
         mode = group.settings.mode
@@ -381,7 +382,7 @@ class GroupDispatcher(GroupWorker):
             if message.author_type == "agent":
                 return Decision(message.seq, "none", note="tags mode: an agent message starts nobody")
             ids = tuple(a.id for a in roster if a.enabled)
-            return Decision(message.seq, "tags", ids, self._names(roster, ids), note="tags mode: every enabled agent")
+            return Decision(message.seq, "tags", ids, names_of(roster, ids), note="tags mode: every enabled agent")
         if mode == "round_robin":
             eligible = eligible_speakers(roster, message, group.settings.allow_repeat)
             exclude = {a.id for a in roster if a not in eligible}
