@@ -5,9 +5,9 @@ text form from them (`/agent add name:planner role:"trip planner who drafts the 
 and `/help` lists them (by topic: `Command.topic`), so a verb added here appears everywhere. Option values
 are checked here too (`convert`), with one wording for both surfaces.
 
-A handler gets an `Invocation`: the engine's verbs (`Verbs`: the part it calls, such as
-`inv.verbs.roster`), the group, who asks, the typed options, and a `Caller`, the few things only a surface can do
-(make its channel a group, ask for a long text such as a system prompt).
+A handler gets an `Invocation`: the engine's verbs (`Verbs`, whose part it calls, such as
+`inv.verbs.roster`), the group, who asks, the typed options, and a `Caller`, the few things
+only a surface can do (make its channel a group, ask for a long text such as a system prompt).
 It returns a `Reply`: text, or a `Card` (a table of facts) for the surface to show.
 """
 from __future__ import annotations
