@@ -16,8 +16,8 @@ import pytest
 
 from bot.config import ENV_SETTINGS, OTHER_KEYS, PROCESS_SETTINGS, PROVIDER_KEY, Settings, load_settings
 from bot.core.settings import GROUP_SETTINGS, GroupSettings, Setting
-from bot.core.verbs.admin import parse_config, settings_fields
 from bot.core.verbs.commands import find
+from bot.core.verbs.group_verbs import parse_config, settings_fields
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "config.example.env"

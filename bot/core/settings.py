@@ -4,7 +4,7 @@ A setting is a field of `GroupSettings` whose default is a `setting(...)`: the f
 its name and type, the declaration the rest. Everything else is derived from `GROUP_SETTINGS`:
 
   the /roundtable config options (`bot.core.verbs.commands`), their checks and the settings
-  card (`bot.core.verbs.admin`), the environment variable that sets the default of new groups
+  card (`bot.core.verbs.group_verbs`), the environment variable that sets the default of new groups
   (`bot.config`), and the checks of `config.example.env` and of docs/settings.md's table
   against it (tests/test_settings_declared.py).
 

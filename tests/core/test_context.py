@@ -221,7 +221,7 @@ def test_the_shared_layout_moves_one_window_for_the_group_in_large_steps_never_u
 
 def test_prompt_layout_is_a_setting_with_two_values():
     from bot.core.errors import InvalidInput
-    from bot.core.verbs.admin import parse_config, settings_fields
+    from bot.core.verbs.group_verbs import parse_config, settings_fields
 
     assert parse_config({"prompt_layout": " Seed "}) == {"prompt_layout": "seed"}
     with pytest.raises(InvalidInput, match="prompt_layout 'verbatim': choose one of shared, seed"):

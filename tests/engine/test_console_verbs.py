@@ -1,4 +1,4 @@
-"""The console's command verbs in process (the same Admin verbs Discord uses)."""
+"""The console's command verbs in process (the same verbs Discord uses: `bot.core.verbs.admin.Verbs`)."""
 from __future__ import annotations
 
 import io

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from bot.core.verbs.admin import Admin
+from bot.core.verbs.admin import verbs_of
 from bot.llm.openai_llm import OpenAILLM
 from tests.engine.test_context_kept import SUMMARY_OPENING, prompt, reply
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, message_text
@@ -87,7 +87,8 @@ async def test_a_follow_up_to_a_terminated_episode_keeps_its_task_in_every_reque
         first = await harness.engine.episode_result((await harness.store.groups.get_group(harness.group.id)).episode_id)
         assert first.status == "terminated" and first.agent_turns == FIRST_EPISODE
         if how == "after newtask":
-            assert (await Admin(harness.engine).newtask(harness.group)).startswith("The next message starts a new")
+            said = await verbs_of(harness.engine).groups.newtask(harness.group)
+            assert said.startswith("The next message starts a new")
         start = len(server.requests)
         if how.startswith("a reply"):
             replied = [m for m in await harness.store.thread.messages(harness.group.id) if m.author_type == "agent"][2]

@@ -16,7 +16,7 @@ from bot.core.errors import UserFacingError
 from bot.core.features.memory import MAX_TOOL_STEPS, REMINDER
 from bot.core.models import Run
 from bot.core.record.export import write_export
-from bot.core.verbs.admin import Admin
+from bot.core.verbs.admin import verbs_of
 from bot.llm.openai_llm import OpenAILLM
 from bot.llm.tokens import make_token_counter
 from tests.fakes.openai_server import (
@@ -46,7 +46,7 @@ async def group(harness: Any, script: GroupChatScript, *, memory: bool = True, *
                         max_retries=0, counter=make_token_counter())
         async with llm, harness.running(llm, mode="tags", **settings):
             if memory:
-                answer = await Admin(harness.engine).edit_agent(harness.group, "planner", memory=True)
+                answer = await verbs_of(harness.engine).roster.edit_agent(harness.group, "planner", memory=True)
                 assert answer == "Updated planner: memory is on."
             yield srv, harness
 
@@ -144,15 +144,16 @@ async def test_notes_appear_in_the_next_runs_system_prompt_and_clear_empties_the
         await h.idle()
         await h.say("@planner and day 2?")
         await h.idle()
-        admin = Admin(h.engine)
-        shown = await admin.show_memory(h.group, "planner")
+        verbs = verbs_of(h.engine)
+        planner = await verbs.roster.agent(h.group, "planner")
+        shown = await verbs.memory.show(planner)
         assert [f.value for f in shown.fields] == ["Alice liked Kyoto.", NOTE]  # newest first
         assert shown.description == "2 notes, newest first; memory is on."
-        card = await admin.show_agent(h.group, "planner")
+        card = await verbs.roster.show_agent(h.group, "planner")
         assert ("memory", "on, 2 notes") in [(f.name, f.value) for f in card.fields]
-        assert await admin.clear_memory(h.group, "planner") == "Cleared 2 notes of planner."
-        assert await admin.clear_memory(h.group, "planner") == "planner had no notes to clear."
-        assert await admin.show_memory(h.group, "planner") == "planner has no notes (memory is on)."
+        assert await verbs.memory.clear(planner) == "Cleared 2 notes of planner."
+        assert await verbs.memory.clear(planner) == "planner had no notes to clear."
+        assert await verbs.memory.show(planner) == "planner has no notes (memory is on)."
         await h.say("@planner start over")
         await h.idle()
         assert [r.memory_skipped for r in await runs_of(h)] == [False, False, False]
@@ -221,7 +222,7 @@ async def test_a_failed_reminder_step_keeps_the_reply(harness):
 async def test_memory_cannot_be_turned_on_without_tool_calls(harness, script, reason):
     async with group(harness, script, memory=False) as (_srv, h):
         with pytest.raises(UserFacingError) as info:
-            await Admin(h.engine).edit_agent(h.group, "planner", memory=True)
+            await verbs_of(h.engine).roster.edit_agent(h.group, "planner", memory=True)
         assert str(info.value) == reason
         assert (await h.store.roster.find_agent(h.group.id, "planner")).memory is False  # nothing changed
 
@@ -230,17 +231,17 @@ async def test_an_agent_with_memory_on_keeps_its_model_when_the_new_one_takes_no
     script = GroupChatScript()
     async with group(harness, script) as (srv, h):  # memory turned on: fake-model takes tool calls
         script.takes_tools = False
-        admin = Admin(h.engine)
+        verbs = verbs_of(h.engine)
         with pytest.raises(UserFacingError) as info:
-            await admin.edit_agent(h.group, "planner", model="tiny-model")
+            await verbs.roster.edit_agent(h.group, "planner", model="tiny-model")
         assert str(info.value) == ("planner keeps its model: memory is on for it, and model tiny-model answered "
                                    "without the tool call it was asked for, so it does not take tool calls; "
                                    "memory needs them.")
         agent = await h.store.roster.find_agent(h.group.id, "planner")
         assert (agent.model, agent.memory) == (None, True)
-        assert await admin.edit_agent(h.group, "planner", memory=False) == "Updated planner: memory is off."
-        assert await admin.edit_agent(h.group, "planner", model="tiny-model") == "Updated planner."
-        assert await admin.edit_agent(h.group, "planner", memory=False) == "Memory is already off for planner."
+        assert await verbs.roster.edit_agent(h.group, "planner", memory=False) == "Updated planner: memory is off."
+        assert await verbs.roster.edit_agent(h.group, "planner", model="tiny-model") == "Updated planner."
+        assert await verbs.roster.edit_agent(h.group, "planner", memory=False) == "Memory is already off for planner."
     probes = [r["model"] for r in srv.requests if "tool_choice" in r]
     assert probes == ["fake-model", "tiny-model"]  # turning memory off, or a model change with it off, asks nothing
 
@@ -252,7 +253,7 @@ async def test_usage_counts_every_model_call_and_its_tokens(harness) -> None:
     async with group(harness, script) as (srv, h):
         await h.say("@planner plan a trip")
         await h.idle()
-        card = await Admin(h.engine).usage(h.group, 1)
+        card = await verbs_of(h.engine).record.usage(h.group, 1)
     assert [GroupChatScript.classify(r)[0] for r in srv.requests] == ["probe", "participant", "participant"]
     prompt = sum(rough_tokens("\n".join(message_text(m) for m in r["messages"])) for r in srv.requests)
     completion = rough_tokens("Day 1 by train to Kyoto.")
@@ -273,9 +274,10 @@ async def test_the_memory_check_through_a_named_provider_is_counted_there(harnes
         llm = Providers({"default": client("default", default.base_url), "local": client("local", local.base_url)},
                         default_model="fake-model")
         async with harness.running(llm, mode="tags"):
-            admin = Admin(harness.engine)
-            await admin.edit_agent(harness.group, "planner", model="local/small-model")
-            assert await admin.edit_agent(harness.group, "planner", memory=True) == "Updated planner: memory is on."
+            verbs = verbs_of(harness.engine)
+            await verbs.roster.edit_agent(harness.group, "planner", model="local/small-model")
+            said = await verbs.roster.edit_agent(harness.group, "planner", memory=True)
+            assert said == "Updated planner: memory is on."
             spent = await harness.store.spending.spending(harness.group.id, 0)
     assert [r["model"] for r in local.requests] == ["small-model"] and default.requests == []
     (check,) = spent

@@ -10,7 +10,7 @@ import pytest
 from bot.core.errors import UserFacingError
 from bot.core.models import Completion, Usage
 from bot.core.rules.card import Card
-from bot.core.verbs.admin import Admin
+from bot.core.verbs.admin import verbs_of
 from tests.fakes.scripted_llm import ScriptedLLM
 
 # OpenAI's per-million prices (input, cached input, output), written out here rather than read from the code.
@@ -97,7 +97,7 @@ async def test_usage_and_cost_equal_sums_computed_from_the_rows(harness):
         await harness.say("Plan a 3-day Tokyo trip")
         await harness.idle()
         assert llm.participant_order == ["planner", "budget", "local", "planner"]
-        card = await Admin(harness.engine).usage(harness.group, 7)
+        card = await verbs_of(harness.engine).record.usage(harness.group, 7)
     assert isinstance(card, Card) and card.title == "Usage in the last 7 days"
     shown = {f.name: f.value for f in card.fields}
     figures = independent_figures(harness.path)
@@ -114,7 +114,7 @@ async def test_usage_and_cost_equal_sums_computed_from_the_rows(harness):
 
 async def test_a_group_without_calls_says_so(harness):
     async with harness.running(ScriptedLLM()):
-        assert await Admin(harness.engine).usage(harness.group, 1) == "No model calls in the last day."
+        assert await verbs_of(harness.engine).record.usage(harness.group, 1) == "No model calls in the last day."
 
 
 async def test_budget_reached_pauses_the_group_with_one_notice_and_resume_says_so(harness):
@@ -122,7 +122,7 @@ async def test_budget_reached_pauses_the_group_with_one_notice_and_resume_says_s
     big = Completion("A long plan.", Usage(1_000_000, 100_000, 0), model="gpt-4o-mini")
     llm = ScriptedLLM(agents={"planner": [big, "Again, shorter."]})
     async with harness.running(llm, mode="tags", monthly_budget=0.20):
-        admin = Admin(harness.engine)
+        verbs = verbs_of(harness.engine)
         await harness.say("@planner go")
         await harness.idle()
         group = await harness.store.groups.get_group(harness.group.id)
@@ -137,13 +137,13 @@ async def test_budget_reached_pauses_the_group_with_one_notice_and_resume_says_s
         await harness.idle()
         assert llm.participant_order == ["planner"]  # held while paused
         with pytest.raises(UserFacingError, match=r"reached the monthly budget of \$0\.20: raise it"):
-            await admin.resume(group)
-        usage = await admin.usage(group, 30)
+            await verbs.groups.resume(group)
+        usage = await verbs.record.usage(group, 30)
         assert isinstance(usage, Card) and usage.tone == "warning"
         assert {f.name: f.value for f in usage.fields}["this month"] == "$0.21 of the $0.20 monthly_budget"
-        updated = await admin.config(group, {"monthly_budget": 5})
+        updated = await verbs.groups.config(group, {"monthly_budget": 5})
         assert isinstance(updated, Card) and ("monthly_budget", "$5.00") in [(f.name, f.value) for f in updated.fields]
-        assert (await admin.resume(await harness.store.groups.get_group(group.id))).startswith("Resumed")
+        assert (await verbs.groups.resume(await harness.store.groups.get_group(group.id))).startswith("Resumed")
         await harness.idle()
         assert llm.participant_order == ["planner", "planner"]
         notices = [m for m in await harness.store.thread.messages(group.id) if m.author_type == "system"]
@@ -156,14 +156,14 @@ async def test_setting_a_budget_already_reached_pauses_at_once(harness):
     async with harness.running(llm, mode="tags"):
         await harness.say("@planner go")
         await harness.idle()
-        admin = Admin(harness.engine)
-        card = await admin.config(harness.group, {"monthly_budget": 0.1})
+        verbs = verbs_of(harness.engine)
+        card = await verbs.groups.config(harness.group, {"monthly_budget": 0.1})
         assert isinstance(card, Card) and card.tone == "warning"
         assert card.description.startswith("This month's model cost ($0.15) has already reached monthly_budget")
         assert (await harness.store.groups.get_group(harness.group.id)).paused
-        off = await admin.config(harness.group, {"monthly_budget": 0})
+        off = await verbs.groups.config(harness.group, {"monthly_budget": 0})
         assert isinstance(off, Card) and ("monthly_budget", "off") in [(f.name, f.value) for f in off.fields]
-        assert (await admin.resume(await harness.store.groups.get_group(harness.group.id))).startswith("Resumed")
+        assert (await verbs.groups.resume(await harness.store.groups.get_group(harness.group.id))).startswith("Resumed")
 
 
 @pytest.mark.parametrize("given, shown", [(0.0001, "$0.0001"), (0.016, "$0.016"), (0.005, "$0.005"), (7, "$7.00"),
@@ -171,8 +171,8 @@ async def test_setting_a_budget_already_reached_pauses_at_once(harness):
 async def test_a_budget_is_kept_and_shown_as_given(harness, given, shown):
     # It was rounded to cents: 0.0001 became 0 and turned the budget off ("monthly_budget off"), 0.016 became 0.02.
     async with harness.running(ScriptedLLM()):
-        admin = Admin(harness.engine)
-        card = await admin.config(harness.group, {"monthly_budget": given})
+        verbs = verbs_of(harness.engine)
+        card = await verbs.groups.config(harness.group, {"monthly_budget": given})
         assert isinstance(card, Card) and ("monthly_budget", shown) in [(f.name, f.value) for f in card.fields]
         assert (await harness.store.groups.get_group(harness.group.id)).settings.monthly_budget == given
 

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Collection
 from bot.core.models import GroupSettings
 from bot.core.rules.store_health import StoreHealth
 from bot.core.runtime.engine import Engine
-from bot.core.verbs.admin import Admin
+from bot.core.verbs.admin import verbs_of
 from bot.llm.tokens import make_token_counter
 from bot.surfaces.console.surface import Console, ConsoleSurface
 from storage.store import SqliteStore
@@ -63,7 +63,7 @@ async def test_a_message_waits_out_an_outage_people_told_once_each_way_and_statu
             await eventually(lambda: failures[0] >= seen + 5, "more failed writes")  # still refused, told once
             assert not posting.done() and len(alerts) == 1
             assert alerts[0].startswith(NOTICE + reason + ". Messages posted now are not lost")
-            card = await Admin(harness.engine).status(group)
+            card = await verbs_of(harness.engine).record.status(group)
             assert card.tone == "bad"
             assert next(f.value for f in card.fields if f.name == "database problem").endswith(
                 f"now: {reason}; messages posted meanwhile are saved and answered once it works again")
@@ -73,7 +73,7 @@ async def test_a_message_waits_out_an_outage_people_told_once_each_way_and_statu
         assert alerts[1].startswith(FIXED) and waited == [reason]
         assert await harness.thread() == ["[alice] @planner kept", "[planner] Saved at last."]
         assert message.seq == 1
-        card = await Admin(harness.engine).status(group)
+        card = await verbs_of(harness.engine).record.status(group)
         assert "database problem" not in [f.name for f in card.fields]
         assert len(alerts) == 2
 

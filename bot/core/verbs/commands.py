@@ -5,9 +5,9 @@ text form from them (`/agent add name:planner role:"trip planner who drafts the 
 and `/help` lists them (by topic: `Command.topic`), so a verb added here appears everywhere. Option values
 are checked here too (`convert`), with one wording for both surfaces.
 
-A handler gets an `Invocation`: the engine's verbs (`Admin`), the group, who
-asks, the typed options, and a `Caller`, the few things only a surface can do
-(make its channel a group, ask for a long text such as a system prompt).
+A handler gets an `Invocation`: the engine's verbs (`Verbs`, whose part it calls, such as
+`inv.verbs.roster`), the group, who asks, the typed options, and a `Caller`, the few things
+only a surface can do (make its channel a group, ask for a long text such as a system prompt).
 It returns a `Reply`: text, or a `Card` (a table of facts) for the surface to show.
 """
 from __future__ import annotations
@@ -22,15 +22,16 @@ from typing import Literal, Protocol
 
 from bot.core.errors import Forbidden, InvalidInput, UserFacingError
 from bot.core.features.reading import Reader
-from bot.core.models import Group, Message
+from bot.core.models import Agent, Group, Message
 from bot.core.record.export import FORMATS
 from bot.core.rules import schedule as sched
 from bot.core.rules import validation as v
 from bot.core.rules.card import Attachment, Reply, masked
 from bot.core.rules.doctor import Check, doctor_card
 from bot.core.settings import CONTEXT_BUDGET_RANGE, GROUP_SETTINGS, MODEL_MAX
-from bot.core.verbs.admin import Admin
-from bot.core.verbs.tool_verbs import ToolVerbs
+from bot.core.verbs.admin import Verbs
+from bot.core.verbs.memory_verbs import MemoryVerbs
+from bot.core.verbs.roster_verbs import MODEL_SETTINGS, RosterVerbs
 
 Kind = Literal["text", "long_text", "integer", "number", "boolean", "choice", "role", "message", "agent", "image",
                "model", "tool"]  # model: text, completed from the providers' model lists; tool: from the tools
@@ -105,7 +106,7 @@ class Caller(Protocol):
 
 @dataclass
 class Invocation:
-    admin: Admin
+    verbs: Verbs  # the parts of the engine's verbs (`bot.core.verbs.admin`)
     caller: Caller
     place: Group | None  # the group where the command was used; None before /roundtable setup
     options: dict[str, object]
@@ -224,10 +225,10 @@ def check_options(command: Command, given: Mapping[str, object], surface: str) -
     return {k: convert(declared[k], raw) for k, raw in given.items() if raw is not None}
 
 
-async def run(command: Command, admin: Admin, caller: Caller, given: Mapping[str, object]) -> Reply | None:
+async def run(command: Command, verbs: Verbs, caller: Caller, given: Mapping[str, object]) -> Reply | None:
     """Check who asks and what they gave, then run the handler. UserFacingError for refusals."""
     options = check_options(command, given, caller.surface)
-    invocation = Invocation(admin, caller, await caller.group(), options)
+    invocation = Invocation(verbs, caller, await caller.group(), options)
     if command.needs_group:
         invocation.group  # noqa: B018  (raises when the place is not a group)
     changing = command.who == "operators" or (command.who == "operators_to_change" and bool(options))
@@ -286,7 +287,7 @@ async def _add(inv: Invocation) -> Reply | None:
     name = v.agent_name(inv.text("name") or "")
     role = v.role(inv.text("role") or "")
     model, avatar = v.model(inv.text("model")), v.avatar_url(inv.text("avatar"))
-    await inv.admin.check_name_free(inv.group, name)  # before a form opens for the prompt
+    await inv.verbs.roster.check_name_free(inv.group, name)  # before a form opens for the prompt
     prompt = inv.text("prompt")
     if prompt is None:
         prompt = await inv.caller.ask_text(f"System prompt for {name}", None)
@@ -295,11 +296,11 @@ async def _add(inv: Invocation) -> Reply | None:
     v.system_prompt(prompt)
     if avatar is None and inv.get("avatar_image") is not None:
         avatar = await inv.caller.keep_image(inv.get("avatar_image"), f"{name}'s picture")
-    return await inv.admin.add_agent(inv.group, name, role, prompt, model, avatar)
+    return await inv.verbs.roster.add_agent(inv.group, name, role, prompt, model, avatar)
 
 
 async def _edit(inv: Invocation) -> Reply | None:
-    agent = await inv.admin.agent(inv.group, inv.text("name") or "")
+    agent = await inv.verbs.roster.agent(inv.group, inv.text("name") or "")
     changes = {"role": inv.text("role"), "model": inv.text("model"), "avatar": inv.text("avatar")}
     if changes["role"] is not None:
         v.role(changes["role"])  # checked before a form opens for the prompt
@@ -315,47 +316,53 @@ async def _edit(inv: Invocation) -> Reply | None:
             return None
     if changes["avatar"] is None and inv.get("avatar_image") is not None:
         changes["avatar"] = await inv.caller.keep_image(inv.get("avatar_image"), f"{agent.name}'s picture")
-    return await inv.admin.edit_agent(inv.group, agent.name, prompt=prompt,
-                                      memory=None if memory is None else bool(memory), mode=mode,
-                                      settings=settings, **changes)
+    return await inv.verbs.roster.edit_agent(inv.group, agent.name, prompt=prompt,
+                                             memory=None if memory is None else bool(memory), mode=mode,
+                                             settings=settings, **changes)
 
 
 async def _agent_tools(inv: Invocation) -> Reply:
-    agent = await inv.admin.agent(inv.group, inv.text("name") or "")
+    agent = await inv.verbs.roster.agent(inv.group, inv.text("name") or "")
     confirm = inv.get("confirm")
-    return await ToolVerbs(inv.admin.store, inv.admin.engine.tools).agent_tools(
+    return await inv.verbs.tools.agent_tools(
         agent, grant=inv.text("grant"), revoke=inv.text("revoke"), confirm=None if confirm is None else bool(confirm))
 
 
 async def _mute(inv: Invocation) -> Reply:
-    return await inv.admin.mute_agent(inv.group, inv.text("name") or "", inv.text("for"))
+    return await inv.verbs.roster.mute_agent(inv.group, inv.text("name") or "", inv.text("for"))
 
 
-def _agent_verb(verb: Callable[[Admin, Group, str], Awaitable[Reply]]) -> Handler:
+def _agent_verb(verb: Callable[[RosterVerbs, Group, str], Awaitable[Reply]]) -> Handler:
     async def handler(inv: Invocation) -> Reply:
-        return await verb(inv.admin, inv.group, inv.text("name") or "")
+        return await verb(inv.verbs.roster, inv.group, inv.text("name") or "")
+    return handler
+
+
+def _memory_verb(verb: Callable[[MemoryVerbs, Agent], Awaitable[Reply]]) -> Handler:
+    async def handler(inv: Invocation) -> Reply:
+        return await verb(inv.verbs.memory, await inv.verbs.roster.agent(inv.group, inv.text("name") or ""))
     return handler
 
 
 async def _unread(inv: Invocation) -> Reply:
-    return await inv.admin.reading.unread(inv.group, inv.caller.reader, inv.caller.is_operator, inv.caller.link)
+    return await inv.verbs.reading.unread(inv.group, inv.caller.reader, inv.caller.is_operator, inv.caller.link)
 
 
 async def _inbox(inv: Invocation) -> Reply:
-    return await inv.admin.reading.inbox(await inv.caller.reading_groups(), inv.caller.reader, inv.caller.link)
+    return await inv.verbs.reading.inbox(await inv.caller.reading_groups(), inv.caller.reader, inv.caller.link)
 
 
 async def _catchup(inv: Invocation) -> Reply:
-    return await inv.admin.reading.catchup(inv.group, inv.caller.reader, inv.caller.is_operator, inv.caller.link)
+    return await inv.verbs.reading.catchup(inv.group, inv.caller.reader, inv.caller.is_operator, inv.caller.link)
 
 
 async def _ask(inv: Invocation) -> Reply:
-    agent = await inv.admin.agent(inv.group, inv.text("agent") or "")
+    agent = await inv.verbs.roster.agent(inv.group, inv.text("agent") or "")
     prompt = (inv.text("prompt") or "").strip()
     if not prompt:
         raise InvalidInput("/ask needs a prompt: what do you want to ask?")
     post = bool(inv.get("post"))
-    answer = await inv.admin.engine.ask(inv.group, agent, prompt, asker=inv.caller.reader.name, post=post)
+    answer = await inv.verbs.ask(inv.group, agent, prompt, asker=inv.caller.reader.name, post=post)
     if answer.posted is not None:
         return f"{agent.name}'s answer is posted in the group: {inv.caller.link(inv.group, answer.posted)}"
     if not answer.text:
@@ -376,21 +383,21 @@ def long_answer(name: str, text: str, note: str) -> Attachment:
 
 
 async def _schedule_add(inv: Invocation) -> Reply:
-    agent = await inv.admin.agent(inv.group, inv.text("name") or "")
-    return await inv.admin.schedules.add(inv.group, agent, every=inv.text("every"), at=inv.text("at"),
+    agent = await inv.verbs.roster.agent(inv.group, inv.text("name") or "")
+    return await inv.verbs.schedules.add(inv.group, agent, every=inv.text("every"), at=inv.text("at"),
                                          tz=inv.text("tz"), prompt=inv.text("prompt") or "",
                                          created_by=inv.caller.reader.user_id)
 
 
 async def _schedule_list(inv: Invocation) -> Reply:
     name = inv.text("name")
-    agent = None if name is None else await inv.admin.agent(inv.group, name)
-    return await inv.admin.schedules.list(inv.group, agent)
+    agent = None if name is None else await inv.verbs.roster.agent(inv.group, name)
+    return await inv.verbs.schedules.list(inv.group, agent)
 
 
 async def _doctor(inv: Invocation) -> Reply:
     group = None if inv.place is None or not inv.place.enabled else inv.place
-    checks = [*await inv.caller.checks(group), *await inv.admin.doctor(group)]
+    checks = [*await inv.caller.checks(group), *await inv.verbs.groups.doctor(group)]
     return doctor_card(checks, f"Doctor: {group.name}" if group else "Doctor (this channel is not a group)")
 
 
@@ -459,7 +466,6 @@ MODE = next(o for o in CONFIG_OPTIONS if o.name == "mode")
 AVATAR_IMAGE = Option("avatar_image", "an image to use as its picture (instead of a URL)", "image",
                       surfaces=frozenset({"discord"}))
 ROLE_HELP = "who it is, read as 'You are NAME, the ROLE': e.g. trip planner who drafts the itinerary"
-MODEL_SETTINGS = ("temperature", "max_tokens", "context_budget")  # an agent's; `default` clears one
 low_temp, high_temp = v.TEMPERATURE_RANGE
 low_cap, high_cap = v.AGENT_MAX_TOKENS_RANGE
 low_budget, high_budget = CONTEXT_BUDGET_RANGE
@@ -468,29 +474,29 @@ COMMANDS: tuple[Command, ...] = (
     Command(("roundtable", "setup"), "Make this channel a group chat (creates its webhook)", _setup,
             (MODE,), who="operators", needs_group=False),
     Command(("roundtable", "disable"), "Stop the group chat here; the history is kept",
-            lambda inv: inv.admin.disable(inv.group), who="operators"),
+            lambda inv: inv.verbs.groups.disable(inv.group), who="operators"),
     Command(("roundtable", "config"), "Change this group's settings (no options: show them)",
-            lambda inv: inv.admin.config(inv.group, inv.options), CONFIG_OPTIONS, who="operators_to_change"),
+            lambda inv: inv.verbs.groups.config(inv.group, inv.options), CONFIG_OPTIONS, who="operators_to_change"),
     Command(("roundtable", "newtask"), "The next message starts a fresh task (no earlier requests carried)",
-            lambda inv: inv.admin.newtask(inv.group)),
+            lambda inv: inv.verbs.groups.newtask(inv.group)),
     Command(("roundtable", "pause"), "Hold deliveries (messages are still recorded)",
-            lambda inv: inv.admin.pause(inv.group), who="operators"),
-    Command(("roundtable", "resume"), "Release held deliveries", lambda inv: inv.admin.resume(inv.group),
+            lambda inv: inv.verbs.groups.pause(inv.group), who="operators"),
+    Command(("roundtable", "resume"), "Release held deliveries", lambda inv: inv.verbs.groups.resume(inv.group),
             who="operators"),
-    Command(("roundtable", "stop"), "End the current episode", lambda inv: inv.admin.stop(inv.group),
+    Command(("roundtable", "stop"), "End the current episode", lambda inv: inv.verbs.groups.stop(inv.group),
             who="operators"),
     Command(("roundtable", "status"), "Settings, the episode, the agents' cursors, the last decision",
-            lambda inv: inv.admin.status(inv.group, inv.caller.reader)),
+            lambda inv: inv.verbs.record.status(inv.group, inv.caller.reader)),
     Command(("roundtable", "why"), "Why a message went to whom (default: the newest message of a person or agent)",
-            lambda inv: inv.admin.why(inv.group, inv.text("message")),
+            lambda inv: inv.verbs.record.why(inv.group, inv.text("message")),
             (Option("message", "a message link, id or number", "message"),)),
     Command(("roundtable", "usage"), "Calls, tokens and cost per agent and selector",
-            lambda inv: inv.admin.usage(inv.group, int(inv.text("days") or 7)),
+            lambda inv: inv.verbs.record.usage(inv.group, int(inv.text("days") or 7)),
             (Option("days", "how many days back (default 7)", "integer", low=1, high=365),)),
     Command(("roundtable", "doctor"), "Check the set-up: webhook, permissions, database, model endpoints, MCP servers",
             _doctor, who="operators", needs_group=False, slow=True),
     Command(("roundtable", "export"), "The thread as a file: html (to read), json (data) or md (to paste)",
-            lambda inv: inv.admin.export(inv.group, inv.text("format") or "html"),
+            lambda inv: inv.verbs.record.export(inv.group, inv.text("format") or "html"),
             (Option("format", "html (default), json or md", "choice", choices=FORMATS),), who="operators", slow=True),
     Command(("agent", "add"), "Add an agent (without a prompt, you are asked for it)", _add, (
         Option("name", "1-32 letters, digits, _ - .", required=True, max_length=v.NAME_MAX),
@@ -520,11 +526,11 @@ COMMANDS: tuple[Command, ...] = (
                "(the group's)", max_length=10),
     ), who="operators"),
     Command(("agent", "rename"), "Give an agent a new name (its old messages keep the old one)",
-            lambda inv: inv.admin.rename_agent(inv.group, inv.text("name") or "", inv.text("new_name") or ""),
+            lambda inv: inv.verbs.roster.rename_agent(inv.group, inv.text("name") or "", inv.text("new_name") or ""),
             (AGENT, Option("new_name", "1-32 letters, digits, _ - .", required=True, max_length=v.NAME_MAX)),
             who="operators"),
     Command(("agent", "remove"), "Take an agent off the roster (its messages stay)",
-            _agent_verb(Admin.remove_agent), (AGENT,), who="operators"),
+            _agent_verb(RosterVerbs.remove_agent), (AGENT,), who="operators"),
     Command(("agent", "enable"), "Let an agent take part again",
             _agent_verb(lambda a, g, n: a.set_enabled(g, n, True)), (AGENT,), who="operators"),
     Command(("agent", "disable"), "Keep an agent on the roster but silent",
@@ -535,13 +541,13 @@ COMMANDS: tuple[Command, ...] = (
                 Option("for", "how long: 30m, 1h, 2d, 1h30m (default: until /agent unmute)", max_length=16),
             ), who="operators"),
     Command(("agent", "unmute"), "Let a muted agent be selected and tagged again",
-            _agent_verb(Admin.unmute_agent), (AGENT,), who="operators"),
-    Command(("agent", "show"), "An agent's settings and system prompt", _agent_verb(Admin.show_agent), (AGENT,)),
-    Command(("agent", "list"), "The roster", lambda inv: inv.admin.list_agents(inv.group)),
+            _agent_verb(RosterVerbs.unmute_agent), (AGENT,), who="operators"),
+    Command(("agent", "show"), "An agent's settings and system prompt", _agent_verb(RosterVerbs.show_agent), (AGENT,)),
+    Command(("agent", "list"), "The roster", lambda inv: inv.verbs.roster.list_agents(inv.group)),
     Command(("agent", "memory", "show"), "An agent's memory notes, newest first",
-            _agent_verb(Admin.show_memory), (AGENT,), who="operators"),
+            _memory_verb(MemoryVerbs.show), (AGENT,), who="operators"),
     Command(("agent", "memory", "clear"), "Delete every memory note of an agent",
-            _agent_verb(Admin.clear_memory), (AGENT,), who="operators"),
+            _memory_verb(MemoryVerbs.clear), (AGENT,), who="operators"),
     Command(("agent", "tools"), "An agent's tools: what it may call (server.tool, server.*); grant, revoke",
             _agent_tools, (
                 AGENT,
@@ -562,12 +568,12 @@ COMMANDS: tuple[Command, ...] = (
             _schedule_list,
             (Option("name", "only this agent's schedules", "agent"),)),
     Command(("agent", "schedule", "remove"), "Remove a schedule by the id /agent schedule list shows",
-            lambda inv: inv.admin.schedules.remove(inv.group, int(inv.text("id") or 0)),
+            lambda inv: inv.verbs.schedules.remove(inv.group, int(inv.text("id") or 0)),
             (Option("id", "the schedule's number", "integer", required=True, low=1, high=2**31 - 1),),
             who="operators"),
     Command(("unread",), "How many messages you have not read here, and which of them tag you", _unread),
     Command(("inbox",), "The messages that tag you, in every group of this server", _inbox, needs_group=False),
-    Command(("read",), "Mark everything here read", lambda inv: inv.admin.reading.read(inv.group, inv.caller.reader)),
+    Command(("read",), "Mark everything here read", lambda inv: inv.verbs.reading.read(inv.group, inv.caller.reader)),
     Command(("catchup",), "A short summary of what you missed here", _catchup, slow=True),
     Command(("ask",), "Ask an agent privately (post:true also posts its answer here)", _ask, (
         Option("agent", "the agent to ask", "agent", required=True),

@@ -62,7 +62,7 @@ from bot.core.rules.tags import parse_tags, unknown_tags
 from bot.core.rules.validation import message_text
 from bot.core.runtime.engine import Engine
 from bot.core.verbs import commands
-from bot.core.verbs.admin import Admin
+from bot.core.verbs.admin import verbs_of
 from bot.surfaces.console.commandline import parse_command
 from bot.surfaces.console.terminal import ERROR_STYLE, Screen, and_list
 
@@ -250,7 +250,7 @@ class ConsoleCaller:
         group = await console.engine.store.groups.get_group(console.opened().id)
         settings = group.settings.with_changes(mode=mode) if mode else group.settings
         await console.engine.store.groups.update_group(group.id, settings=settings)
-        console.group = await console.admin.setup(group.key, group.name, settings)
+        console.group = await console.verbs.groups.setup(group.key, group.name, settings)
         return console.group
 
     async def ask_text(self, label: str, current: str | None) -> str | None:
@@ -307,7 +307,7 @@ class Console:
     def __init__(self, engine: Engine, surface: ConsoleSurface, *, person: str, group_name: str,
                  defaults: GroupSettings, interactive: bool = False) -> None:
         self.engine = engine
-        self.admin = Admin(engine)
+        self.verbs = verbs_of(engine)
         self.surface = surface
         self.person = person
         self.group_name = group_name
@@ -327,7 +327,7 @@ class Console:
         A group turned off stays off until /roundtable setup."""
         key = f"console:{self.group_name}"
         existing = await self.engine.store.groups.find_group(key)
-        self.group = existing or await self.admin.setup(key, self.group_name, self.defaults)
+        self.group = existing or await self.verbs.groups.setup(key, self.group_name, self.defaults)
         if await self.engine.store.roster.find_agent(self.group.id, self.person) is not None:
             raise InvalidInput(f"--as {self.person}: an agent of the group {self.group_name!r} has that name; "
                                "the agents could not tell you apart. Choose another name.")
@@ -487,7 +487,7 @@ class Console:
         await self._read_printed()
         typed = parse_command(line)
         command, options = commands.resolve(typed.path, typed.options)
-        answer = await commands.run(command, self.admin, ConsoleCaller(self, read_line), options)
+        answer = await commands.run(command, self.verbs, ConsoleCaller(self, read_line), options)
         if isinstance(answer, Attachment):
             answer = keep_file(answer, Path.cwd())
         if answer is not None:

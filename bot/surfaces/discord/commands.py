@@ -39,7 +39,7 @@ from bot.core.rules.doctor import Check
 from bot.core.rules.secrets import mask
 from bot.core.runtime.engine import Engine
 from bot.core.verbs import commands as declared
-from bot.core.verbs.admin import Admin
+from bot.core.verbs.admin import verbs_of
 from bot.core.verbs.commands import Command, Option, model_choices, tool_choices
 from bot.surfaces.discord.approvals import APPROVE_ID, custom_id
 from bot.surfaces.discord.controls import STOP_EMOJI, STOP_ID, STOP_LABEL, stop_custom_id
@@ -124,7 +124,7 @@ class MarkReadButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"
 
     async def callback(self, interaction: discord.Interaction) -> None:
         marks = [(int(g), int(q)) for g, q in (pair.split(".") for pair in self.marks.split(",") if pair)]
-        await slash_of(interaction).admin.reading.mark(marks, reader_of(interaction))
+        await slash_of(interaction).verbs.reading.mark(marks, reader_of(interaction))
         await interaction.response.edit_message(content="✅ Marked read.", embeds=[], view=None)
 
 
@@ -350,7 +350,7 @@ class DiscordCaller:
         settings = existing.settings if existing else self.slash.group_defaults
         if mode:
             settings = settings.with_changes(mode=mode)
-        group = await self.slash.admin.setup(
+        group = await self.slash.verbs.groups.setup(
             group_key(channel.id), f"#{channel.name}", settings, guild_id=str(interaction.guild.id),
             channel_id=str(channel.id), parent_channel_id=str(parent) if parent else None,
             setup_message_id=str(interaction.id),
@@ -433,7 +433,7 @@ class SlashCommands:
         self.surface = surface
         self.ingest = ingest  # (a command's caller is a person: `@name` tags them from now on)
         self.group_defaults = group_defaults  # a new group's settings
-        self.admin = Admin(engine)
+        self.verbs = verbs_of(engine)
         self.store = engine.store
         self.interactions = Interactions(self.store, group_key)
         self._webhook_locks: dict[str, asyncio.Lock] = {}  # channel -> held while its webhook is found or made
@@ -501,7 +501,7 @@ class SlashCommands:
         if interaction.guild is not None:
             await self.ingest.remember(str(interaction.guild.id), interaction.user)
         try:
-            reply = await declared.run(command, self.admin, DiscordCaller(self, interaction, command, given), given)
+            reply = await declared.run(command, self.verbs, DiscordCaller(self, interaction, command, given), given)
         except UserFacingError as exc:
             reply = mask(str(exc))
         if isinstance(reply, Card) and reply.thumbnail_url:  # a stored picture's signed URL may have expired
