@@ -159,7 +159,8 @@ async def _streaming_figures(args: argparse.Namespace) -> StreamingFigures:
     from bench import streaming
 
     replies = args.streaming_replies or (streaming.QUICK_REPLIES if args.quick else streaming.REPLIES)
-    _progress(f"streaming: {replies} replies streamed and {replies} with stream:off over the Discord emulator")
+    _progress(f"streaming: {replies} replies streamed, {replies} with stream:off and {replies} streamed from an "
+              "instant model over the Discord emulator")
     return await streaming.measure(replies)
 
 

@@ -7,8 +7,10 @@ person's message is in the channel: when the first agent text is visible, when t
 is (also after the model's last token), the messages, posts and edits that showed it, the REST
 calls the bot made (webhook calls, and all of them: typing, reactions...), and for the run the
 webhook requests in the busiest 2 s and the 429s, under Discord's webhook bucket of 5 requests
-reset 2 s after the first (emulated: a request past it gets a 429). The last column asks three
-groups on one webhook (a channel's threads) at once.
+reset 2 s after the first (emulated: a request past it gets a 429). The third column asks three
+groups on one webhook (a channel's threads) at once; the last one streams from an instant model
+(its whole reply in one burst, 100 ms after the request), whose streamed reply should cost no
+more REST calls than a whole post (issue 31).
 
 The emulator lives in the source checkout's tests/ (tests/discord_emulator, with the model server
 tests/fakes/openai_server.py), which is not installed: it is imported from the checkout that holds
@@ -65,6 +67,7 @@ def testing_modules() -> tuple[ModuleType, ModuleType] | None:
 class ModeFigures:
     stream: bool
     rooms: int = 1  # groups answering at once, on one webhook (a channel's threads)
+    instant: bool = False  # the model writes its whole reply at once (after FIRST_TOKEN)
     first_visible: list[float] = field(default_factory=list)  # s after the person's message
     complete: list[float] = field(default_factory=list)  # s after the person's message
     after_last_token: list[float] = field(default_factory=list)  # s after the model's last token
@@ -100,14 +103,15 @@ def _newest_question(body: Any) -> int:
 class _Model:
     """The paced model server's responder: streamed pieces, or the whole reply after as long."""
 
-    def __init__(self, openai_server: ModuleType) -> None:
+    def __init__(self, openai_server: ModuleType, instant: bool = False) -> None:
         self.server = openai_server
+        self.instant = instant
         self.last_token: dict[int, float] = {}  # question -> when a whole reply's last token was written
 
     def __call__(self, body: Any) -> Any:
         q = _newest_question(body)
         pieces = _words(q)
-        every = WRITING / TOKENS
+        every = 0.0 if self.instant else WRITING / TOKENS
         if body.get("stream"):  # (the server keeps when it sent the last piece)
             return self.server.Reply(text="".join(pieces), pieces=pieces, first=FIRST_TOKEN, every=every)
         self.last_token[q] = body.at + FIRST_TOKEN + every * (len(pieces) - 1)
@@ -119,8 +123,8 @@ async def measure(replies: int = REPLIES) -> StreamingFigures:
     if modules is None:
         return StreamingFigures(note=SKIPPED)
     figures = StreamingFigures()
-    for stream, rooms in ((True, 1), (False, 1), (True, ROOMS)):
-        figures.modes.append(await _measure_mode(modules, stream, replies, rooms))
+    for stream, rooms, instant in ((True, 1, False), (False, 1, False), (True, ROOMS, False), (True, 1, True)):
+        figures.modes.append(await _measure_mode(modules, stream, replies, rooms, instant))
     return figures
 
 
@@ -128,7 +132,7 @@ Shown = list[tuple[float, str, str, str]]  # (monotonic, channel id, message id,
 
 
 async def _measure_mode(modules: tuple[ModuleType, ModuleType], stream: bool, replies: int,
-                        rooms: int) -> ModeFigures:
+                        rooms: int, instant: bool = False) -> ModeFigures:
     emulator_module, openai_server = modules
     shown: Shown = []
 
@@ -143,8 +147,8 @@ async def _measure_mode(modules: tuple[ModuleType, ModuleType], stream: bool, re
             if msg.get("webhook_id") and msg["author"].get("username") == "planner" and "content" in body:
                 shown.append((time.monotonic(), msg["channel_id"], msg["id"], msg["content"]))
 
-    figures = ModeFigures(stream, rooms)
-    model = _Model(openai_server)
+    figures = ModeFigures(stream, rooms, instant)
+    model = _Model(openai_server, instant)
     with tempfile.TemporaryDirectory(prefix="roundtable-bench-") as tmp:
         async with TimedEmulator() as emu, openai_server.FakeOpenAI(model) as server:
             emu.webhook_rate_limit = WEBHOOK_LIMIT
@@ -264,7 +268,7 @@ def render(figures: StreamingFigures, *, with_targets: bool = True) -> list[str]
     if figures.note:
         return [figures.note]
     columns = [("streamed" if m.stream else "stream:off") + (f", {m.rooms} at once" if m.rooms > 1 else "")
-               for m in figures.modes]
+               + (", instant model" if m.instant else "") for m in figures.modes]
     rows = [("figure", *columns)]
     cells: tuple[tuple[str, Callable[[ModeFigures], str]], ...] = (
         ("first visible text after the message, s (median / max)", lambda m: _s(m.first_visible)),
@@ -288,7 +292,9 @@ def render(figures: StreamingFigures, *, with_targets: bool = True) -> list[str]
         lines.append("  ".join(c.ljust(widths[k]) if k == 0 else c.rjust(widths[k]) for k, c in enumerate(r)).rstrip())
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
-    alone = next((m for m in figures.modes if m.stream and m.rooms == 1), None)
+    alone = next((m for m in figures.modes if m.stream and m.rooms == 1 and not m.instant), None)
+    whole = next((m for m in figures.modes if not m.stream and m.rest_calls), None)
+    instant = next((m for m in figures.modes if m.instant and m.rest_calls), None)
     streamed = [m for m in figures.modes if m.stream]
     if with_targets and alone is not None and alone.first_visible:
         first, after = max(alone.first_visible), max(alone.after_last_token)
@@ -301,5 +307,9 @@ def render(figures: StreamingFigures, *, with_targets: bool = True) -> list[str]
                   f"  no burst over Discord's webhook bucket ({WEBHOOK_LIMIT[0]} requests, reset "
                   f"{WEBHOOK_LIMIT[1]:g} s after the first; emulated): {limited} 429s: "
                   f"{'met' if not limited else 'not met'}"]
+        if instant is not None and whole is not None:
+            calls, cap = statistics.fmean(instant.rest_calls), statistics.fmean(whole.rest_calls)
+            lines.append(f"  REST calls per reply from an instant model, streamed <= a whole post's (issue 31): "
+                         f"{calls:.1f} vs {cap:.1f}: {'met' if calls <= cap else 'not met'}")
     return lines
 

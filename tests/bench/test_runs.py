@@ -237,14 +237,15 @@ def test_a_quick_run_on_sqlite_and_postgresql(capsys: pytest.CaptureFixture[str]
 async def test_the_streaming_figure_runs_and_counts() -> None:
     figures = await streaming.measure(replies=1)
     assert figures.note == ""
-    streamed, whole, together = figures.modes
+    streamed, whole, together, instant = figures.modes
     assert (streamed.stream, whole.stream, together.stream) == (True, False, True) and together.rooms == 3
+    assert instant.stream and instant.instant and instant.messages == [1] and instant.posts == [1.0]
     assert streamed.messages == [1] and streamed.posts == [1.0] and streamed.edits[0] >= 2  # grown, then finished
     assert whole.messages == [1] and whole.posts == [1.0] and whole.edits == [0.0]
     assert len(together.first_visible) == 3 and together.messages == [1, 1, 1]
     assert all(m.limited == 0 and m.rest_calls[0] >= m.webhook_calls[0] for m in figures.modes)
     text = render(Results(streaming=figures))
-    assert "streamed, 3 at once" in text and "REST calls per answered message" in text
+    assert "streamed, 3 at once" in text and "instant model" in text and "REST calls per answered message" in text
 
 
 def test_the_streaming_figure_is_skipped_with_one_line_outside_a_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -261,3 +262,8 @@ def test_the_streaming_targets_read_the_figures() -> None:
     assert "0.20 s" in lines[-3]
     lines = streaming.render(streaming.StreamingFigures([slow]))
     assert [line.rsplit(": ", 1)[-1] for line in lines[-3:]] == ["not met", "not met", "not met"]
+    whole = streaming.ModeFigures(False, first_visible=[3.0], rest_calls=[5.0])
+    for calls, said in ((5.0, "met"), (6.0, "not met")):
+        instant = streaming.ModeFigures(True, instant=True, first_visible=[0.2], rest_calls=[calls])
+        lines = streaming.render(streaming.StreamingFigures([fast, whole, instant]))
+        assert "instant model" in lines[-1] and lines[-1].endswith(f"{calls:.1f} vs 5.0: {said}")

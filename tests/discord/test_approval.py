@@ -14,6 +14,7 @@ import pytest
 
 from bot.core.models import ToolOutput, ToolSpec
 from bot.core.ports import ToolContext
+from bot.surfaces.discord import drafts
 from tests.discord.conftest import BotHarness
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply, tool_call
@@ -179,3 +180,19 @@ async def test_an_operator_stops_the_run_while_its_call_waits(either):
         assert db.execute("SELECT status, result FROM tool_calls").fetchall() == [
             ("unknown", "error: the turn was stopped before this call returned; its outcome is unknown.")]
     assert bot.surface.approvals.of(1, "planner") is None  # nothing left waiting
+
+
+async def test_a_streamed_run_asks_at_once_though_its_first_post_would_wait(streaming, monkeypatch):
+    """A streamed reply's first provisional post waits a moment after its first text (FIRST_AFTER: a
+    reply done by then is posted whole, issue 31); a request for approval needs its buttons now, so
+    it is posted at once, and the reply is finished in it."""
+    monkeypatch.setattr(drafts, "FIRST_AFTER", 3600.0)
+    emu = streaming.emu
+    request = await held(streaming)
+    (approve, approve_id), (deny, _), (stop, _) = labels(request)
+    assert (approve, deny, stop) == ("Approve", "Deny", "Stop")
+    await (await emu.click_button(request, approve_id, emu.bob_id)).wait_response(10)
+    await eventually(lambda: only_message(streaming)["content"] == "Finished.\n\n🔧 files.delete ✓",
+                     "the reply, in the request's message", timeout=30)
+    await streaming.idle()
+    assert streaming.files.deleted == ["old.txt"] and only_message(streaming)["components"] == []

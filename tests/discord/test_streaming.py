@@ -16,6 +16,7 @@ import pytest
 from bot.core.models import Message, NewMessage, RunResult, Tags
 from bot.core.rules.secrets import SECRETS
 from bot.llm.openai_llm import OpenAILLM
+from bot.surfaces.discord import drafts
 from bot.surfaces.discord.posting import rendered
 from bot.surfaces.discord.render import split_message
 from tests.discord.conftest import BotHarness
@@ -168,6 +169,22 @@ async def test_a_server_that_does_not_stream_gets_whole_posts(tmp_path, original
     shows_exactly(emu, rows)
     assert not hook_requests(emu, "PATCH") and len(hook_requests(emu, "POST")) == 2
     assert len([r for r in caplog.records if "does not stream" in r.getMessage()]) == 1
+
+
+async def test_a_reply_done_before_its_first_post_is_due_is_posted_whole(streaming, script, monkeypatch):
+    """An instant model (issue 31): the first provisional post waits FIRST_AFTER after the first text
+    (here longer than the whole reply takes), so a reply finished by then costs one webhook post, as
+    with stream off: no provisional post, no edit, no button."""
+    monkeypatch.setattr(drafts, "FIRST_AFTER", 3600.0)
+    emu = streaming.emu
+    script.set_agent("planner", [Reply(PLAN, every=0.01)])
+    await streaming.setup_group(("planner", "plans"), mode="tags")
+    await emu.user_post(emu.channel_id, emu.alice_id, "@planner plan it")
+    rows = await settled(streaming, 1)
+    shows_exactly(emu, rows)
+    assert [r.method for r in hook_requests(emu)] == ["POST"]
+    assert hook_requests(emu)[0].json["content"] == PLAN and not hook_requests(emu)[0].json.get("components")
+    assert streaming.llm_server.requests[-1].get("stream")  # it was streamed
 
 
 async def test_stream_off_posts_whole_messages(streaming, script):

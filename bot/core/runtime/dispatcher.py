@@ -56,6 +56,12 @@ log = logging.getLogger(__name__)
 SELECTOR_SOURCES = ("selector", "fallback", "low_confidence")  # a selector call was made
 REPEAT_WINDOW = 24  # rows looked back at for near-repeats
 ROUTE_CHUNK = 500  # rows read and routed at once; a backlog is routed chunk by chunk
+PLANNED = {  # the plans that decide a row without the mode (`plan_batch`): (source, note)
+    "superseded": ("superseded", "a newer message arrived before routing"),
+    "stale": ("none", "a reply to an earlier task; a newer one is open"),
+    "none": ("none", "notices select nobody"),
+    "deleted": ("none", "deleted before it was routed"),
+}
 STALLED_NOTICE = ("Stopped: the last two agent messages repeat earlier ones (stalled). "
                   "Post a message to continue.")
 
@@ -121,6 +127,32 @@ async def end_episode(store: HasEpisodes, episode_id: int | None, status: str,
     return episode, shown is not None
 
 
+def selecting(agent: Agent, decisions: dict[int, Decision], snapshot: int) -> tuple[Usage, str] | None:
+    """(selector usage, source) of the newest decision after the cursor that selects `agent`."""
+    found: tuple[Usage, str] | None = None
+    for seq in range(agent.delivered_through + 1, snapshot + 1):
+        decision = decisions.get(seq)
+        if decision is not None and agent.id in decision.agent_ids:
+            usage = decision.usage if decision.source in SELECTOR_SOURCES else Usage()
+            found = (usage, decision.source)
+    return found
+
+
+def by_tags(message: Message, enabled_ids: set[int], roster: Sequence[Agent], silent: Sequence[Agent]) -> Decision:
+    """The decision for a row that tags agents: the enabled ones it tags; the `silent` (muted) ones noted."""
+    ids = explicit_recipients(message, enabled_ids)
+    note = "a scheduled task" if message.author_type == "system" else ""
+    if silent:
+        note = "; ".join(filter(None, (note, "muted: " + ", ".join(a.name for a in silent))))
+    return Decision(message.seq, "tags", ids, names_of(roster, ids), note=note)
+
+
+def names_of(roster: Sequence[Agent], ids: Sequence[int]) -> tuple[str, ...]:
+    """The names of the agents `ids` in `roster` (those still in it)."""
+    by_id = {a.id: a.name for a in roster}
+    return tuple(by_id[i] for i in ids if i in by_id)
+
+
 class GroupDispatcher(GroupWorker):
     kind = "dispatcher"
     catching_up = False  # set when the group was taken here with rows that waited: its next routing pass is a backlog
@@ -132,7 +164,8 @@ class GroupDispatcher(GroupWorker):
         self.drafts = drafts
 
     # the loop body ------------------------------------------------------
-    async def drain(self) -> None:  # noqa: C901 - runtime redesign (issue 32 item 1, another branch) reshapes it
+    async def drain(self) -> None:
+        """Until nobody is pending (the steps in the module's docstring): route, pick who answers, run it."""
         store = self.deps.store
         while True:
             group = await store.groups.get_group(self.group_id)
@@ -144,38 +177,56 @@ class GroupDispatcher(GroupWorker):
             roster = await store.roster.list_agents(group.id)
             pending = [a for a in roster if a.delivered_through < snapshot]
             if not pending:
-                group = await store.groups.get_group(self.group_id)
-                if group.latest_seq != snapshot:
-                    continue  # a message arrived meanwhile: route it before settling anything
-                await self._settle_episode(group)
-                await self.drafts.sweep(group)
-                return
-            low = min(a.delivered_through for a in pending)
-            decisions = await store.routing.decisions(group.id, after=low, through=snapshot)
-            selected: list[tuple[Agent, Usage, str]] = []
-            now = self.deps.clock()
-            for agent in pending:
-                chosen = self._selecting(agent, decisions, snapshot)
-                if agent.available(now) and chosen is not None:  # one muted since it was chosen does not run
-                    selected.append((agent, *chosen))
-                else:
-                    await store.roster.set_delivered_through(agent.id, snapshot)
-            if not selected:
-                continue
-            idle = [s for s in selected if not self.deps.locks.locked(s[0].id)]
-            if not idle:
-                await self._wait_for_a_lock([s[0] for s in selected])
-                continue
-            # People see the conversation in step: no new run while earlier rows wait to be shown.
-            await self.outbox.all_shown()
-            agent, selector_usage, source = min(idle, key=lambda s: (s[0].delivered_through, s[0].created_at, s[0].id))
-            try:
-                outcome = await self._run(group, agent, snapshot, selector_usage, source)
-            except Busy:
-                continue  # a direct run took the agent meanwhile: wait for it on the next pass
-            await self.after_turn(outcome)
-            if group.settings.pace > 0 and outcome.message is not None:
-                await asyncio.sleep(group.settings.pace)
+                if await self._settled(snapshot):
+                    return
+                continue  # a message arrived meanwhile: route it before settling anything
+            selected = await self._select(group, pending, snapshot)
+            if selected:
+                await self._run_next(group, selected, snapshot)
+
+    async def _settled(self, snapshot: int) -> bool:
+        """Nobody is pending through `snapshot`: unless a row arrived meanwhile (False), a running episode
+        is over for now and the provisional messages no reply will own are taken back."""
+        group = await self.deps.store.groups.get_group(self.group_id)
+        if group.latest_seq != snapshot:
+            return False
+        await self._settle_episode(group)
+        await self.drafts.sweep(group)
+        return True
+
+    async def _select(self, group: Group, pending: Sequence[Agent], snapshot: int) -> list[tuple[Agent, Usage, str]]:
+        """Steps 3-4: the pending agents a message after their cursor selects, with (selector usage, source);
+        the others' cursors skip to `snapshot`."""
+        store = self.deps.store
+        low = min(a.delivered_through for a in pending)
+        decisions = await store.routing.decisions(group.id, after=low, through=snapshot)
+        selected: list[tuple[Agent, Usage, str]] = []
+        now = self.deps.clock()
+        for agent in pending:
+            chosen = selecting(agent, decisions, snapshot)
+            if agent.available(now) and chosen is not None:  # one muted since it was chosen does not run
+                selected.append((agent, *chosen))
+            else:
+                await store.roster.set_delivered_through(agent.id, snapshot)
+        return selected
+
+    async def _run_next(self, group: Group, selected: Sequence[tuple[Agent, Usage, str]], snapshot: int) -> None:
+        """Steps 5-8: the furthest-behind of the `selected` agents not running now (tie: the oldest agent)
+        runs once over `snapshot`, then the stop rules; while every one of them runs, until one is done."""
+        idle = [s for s in selected if not self.deps.locks.locked(s[0].id)]
+        if not idle:
+            await self._wait_for_a_lock([s[0] for s in selected])
+            return
+        # People see the conversation in step: no new run while earlier rows wait to be shown.
+        await self.outbox.all_shown()
+        agent, selector_usage, source = min(idle, key=lambda s: (s[0].delivered_through, s[0].created_at, s[0].id))
+        try:
+            outcome = await self._run(group, agent, snapshot, selector_usage, source)
+        except Busy:
+            return  # a direct run took the agent meanwhile: wait for it on the next pass
+        await self.after_turn(outcome)
+        if group.settings.pace > 0 and outcome.message is not None:
+            await asyncio.sleep(group.settings.pace)
 
     async def _run(self, group: Group, agent: Agent, snapshot: int, selector_usage: Usage,
                    source: str) -> TurnOutcome:
@@ -194,17 +245,6 @@ class GroupDispatcher(GroupWorker):
         if await deps.budgets.check(group.id):
             self.outbox.wake()
         return outcome
-
-    @staticmethod
-    def _selecting(agent: Agent, decisions: dict[int, Decision], snapshot: int) -> tuple[Usage, str] | None:
-        """(selector usage, source) of the newest decision after the cursor that selects `agent`."""
-        found: tuple[Usage, str] | None = None
-        for seq in range(agent.delivered_through + 1, snapshot + 1):
-            decision = decisions.get(seq)
-            if decision is not None and agent.id in decision.agent_ids:
-                usage = decision.usage if decision.source in SELECTOR_SOURCES else Usage()
-                found = (usage, decision.source)
-        return found
 
     async def _wait_for_a_lock(self, agents: Sequence[Agent]) -> None:
         waits = [asyncio.create_task(self.deps.locks.wait_unlocked(a.id)) for a in agents]
@@ -280,14 +320,13 @@ class GroupDispatcher(GroupWorker):
             through = after
         return None
 
-    async def _route_rows(self, group: Group, batch: Sequence[Message], *, newer_follows: bool = False,  # noqa: C901 - runtime redesign (issue 32 item 1, another branch) reshapes it
+    async def _route_rows(self, group: Group, batch: Sequence[Message], *, newer_follows: bool = False,
                           decided: Mapping[int, Decision] | None = None) -> None:
         """Decide and store who answers each row of `batch` (consecutive rows, the oldest unrouted
         first). Decisions are stored together, before and after the one that may call a model
         (unless `decided` holds it already)."""
-        store = self.deps.store
         now = self.deps.clock()
-        listed = await store.roster.list_agents(group.id)
+        listed = await self.deps.store.roster.list_agents(group.id)
         muted = [a for a in listed if a.enabled and a.muted(now)]
         roster = unmuted(listed, now)  # muted agents as disabled ones: routing never picks them
         enabled_ids = {a.id for a in roster if a.enabled}
@@ -296,21 +335,13 @@ class GroupDispatcher(GroupWorker):
         for message, plan in plan_batch(batch, enabled_ids, group.episode_id, newer_follows=newer_follows,
                                         muted=muted):
             if plan == "explicit":
-                ids = explicit_recipients(message, enabled_ids)
                 silent = muted_tagged(message, muted)
-                note = "a scheduled task" if message.author_type == "system" else ""
                 if silent:
                     told.append((message, silent))
-                    note = "; ".join(filter(None, (note, "muted: " + ", ".join(a.name for a in silent))))
-                decision = Decision(message.seq, "tags", ids, self._names(roster, ids), note=note)
-            elif plan == "superseded":
-                decision = Decision(message.seq, "superseded", note="a newer message arrived before routing")
-            elif plan == "stale":
-                decision = Decision(message.seq, "none", note="a reply to an earlier task; a newer one is open")
-            elif plan == "none":
-                decision = Decision(message.seq, "none", note="notices select nobody")
-            elif plan == "deleted":
-                decision = Decision(message.seq, "none", note="deleted before it was routed")
+                decision = by_tags(message, enabled_ids, roster, silent)
+            elif plan in PLANNED:
+                source, note = PLANNED[plan]
+                decision = Decision(message.seq, source, note=note)
             elif decided and message.seq in decided:
                 decision = decided[message.seq]
             else:
@@ -319,8 +350,12 @@ class GroupDispatcher(GroupWorker):
                 decision = await self._route_by_mode(group, roster, message)
             routed.append((message, decision))
         await self._record(group, routed)
-        for message, silent in told:  # after the decisions: a message is told once, never again on a re-route
-            await store.thread.append_system_message(group.id, self.deps.notice(tag_notice(silent, now)))
+        await self._tell_muted(group, told, now)  # after the decisions: a message is told once, never on a re-route
+
+    async def _tell_muted(self, group: Group, told: Sequence[tuple[Message, list[Agent]]], now: float) -> None:
+        """One notice per row that tagged muted agents: they will not answer it."""
+        for message, silent in told:
+            await self.deps.store.thread.append_system_message(group.id, self.deps.notice(tag_notice(silent, now)))
             log.info("group=%s seq=%s tags muted agent(s) %s: told once", group.id, message.seq,
                      ", ".join(a.name for a in silent))
         if told:
@@ -336,11 +371,6 @@ class GroupDispatcher(GroupWorker):
             if decision.terminate:
                 await self.end_episode(message.episode_id, "terminated")
 
-    @staticmethod
-    def _names(roster: Sequence[Agent], ids: Sequence[int]) -> tuple[str, ...]:
-        by_id = {a.id: a.name for a in roster}
-        return tuple(by_id[i] for i in ids if i in by_id)
-
     async def _route_by_mode(self, group: Group, roster: list[Agent], message: Message) -> Decision:
         store = self.deps.store
         mode = group.settings.mode
@@ -352,7 +382,7 @@ class GroupDispatcher(GroupWorker):
             if message.author_type == "agent":
                 return Decision(message.seq, "none", note="tags mode: an agent message starts nobody")
             ids = tuple(a.id for a in roster if a.enabled)
-            return Decision(message.seq, "tags", ids, self._names(roster, ids), note="tags mode: every enabled agent")
+            return Decision(message.seq, "tags", ids, names_of(roster, ids), note="tags mode: every enabled agent")
         if mode == "round_robin":
             eligible = eligible_speakers(roster, message, group.settings.allow_repeat)
             exclude = {a.id for a in roster if a not in eligible}

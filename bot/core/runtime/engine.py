@@ -23,6 +23,7 @@ import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from functools import partial
+from typing import Protocol
 
 from bot.core.features.history import HistoryTools
 from bot.core.features.memory import MemoryTools
@@ -31,7 +32,31 @@ from bot.core.features.summary import Summaries
 from bot.core.features.tasks import TaskChains
 from bot.core.features.tools import ToolRegistry
 from bot.core.models import Agent, Episode, EpisodeResult, Group, Message, NewMessage, SharedFile, Usage
-from bot.core.ports import LLM, Store, Surface, TokenCounter
+from bot.core.ports import (
+    LLM,
+    HasDiagnosis,
+    HasDrafts,
+    HasEpisodes,
+    HasGroups,
+    HasInteractions,
+    HasLeases,
+    HasNotes,
+    HasPosting,
+    HasReading,
+    HasRecord,
+    HasRoster,
+    HasRouting,
+    HasRuns,
+    HasSchedules,
+    HasSpending,
+    HasSummaries,
+    HasThread,
+    HasTools,
+    HasWebhooks,
+    HealthStore,
+    Surface,
+    TokenCounter,
+)
 from bot.core.rules.doctor import Probe
 from bot.core.rules.pricing import DEFAULT_PRICES, Price
 from bot.core.rules.prompts import bot_notice
@@ -55,11 +80,29 @@ from bot.core.runtime.worker import RetryPolicy, tell_episode
 log = logging.getLogger(__name__)
 
 
+class RuntimeStore(HasGroups, HasRoster, HasThread, HasPosting, HasRouting, HasEpisodes, HasRuns, HasSummaries,
+                   HasDrafts, HasNotes, HasTools, HasSchedules, HasRecord, HasSpending, HasReading, HasLeases,
+                   HealthStore, Protocol):
+    """What the engine and the parts it composes read and write: each part is handed the roles it names
+    (`DispatchStore`, `TurnStore`, `OutboxStore`, `IntakeStore`, `DirectStore`, `RegenerateStore`,
+    `SchedulerStore`, `OwnershipStore`, the features' stores); the engine itself asks the runs, posting,
+    routing, groups, roster, episodes and thread roles (`resume`, `stop_episode`, `episode_result`)."""
+
+
+class EngineStore(RuntimeStore, HasWebhooks, HasInteractions, HasDiagnosis, Protocol):
+    """The store as the engine holds it (`engine.store`): the runtime's roles, and the three that the
+    surfaces and verbs reach through the engine and the runtime never asks: a channel's webhook
+    (`bot.surfaces.discord.client`, `.commands`), an interaction's claim (`.commands` via `Interactions`)
+    and /roundtable doctor's diagnosis (`bot.core.verbs.admin`, as the engine carries the doctor's
+    endpoint and tool probes). So every role: it narrows to `RuntimeStore` once wiring hands the
+    surfaces and verbs their own store."""
+
+
 class Engine:
     def __init__(
-        self, store: Store, llm: LLM, surface: Surface, counter: TokenCounter, *, selector_model: str | None = None,
-        scope: str = "", retry: RetryPolicy | None = None, lease_ttl: float = LEASE_TTL,
-        prices: Mapping[str, Price] | None = None, shards: Shards | None = None,
+        self, store: EngineStore, llm: LLM, surface: Surface, counter: TokenCounter, *,
+        selector_model: str | None = None, scope: str = "", retry: RetryPolicy | None = None,
+        lease_ttl: float = LEASE_TTL, prices: Mapping[str, Price] | None = None, shards: Shards | None = None,
         clock: Callable[[], float] = time.time, schedule_tick: float = TICK, summary_model: str | None = None,
         endpoint_checks: Probe | None = None, tools: ToolRegistry | None = None, tool_checks: Probe | None = None,
     ) -> None:
@@ -72,7 +115,8 @@ class Engine:
         `endpoint_checks`: /roundtable doctor's check of the model endpoints. `tools`: the tool
         sources agents may be granted (MCP servers; memory_write is added); `tool_checks`:
         /roundtable doctor's lines of the MCP servers."""
-        self.store = store
+        self.store = store  # surfaces and verbs reach the store here (`EngineStore`)
+        roles: RuntimeStore = store  # what the parts composed below are handed: no more than the runtime's roles
         self.prices: Mapping[str, Price] = DEFAULT_PRICES if prices is None else prices
         self.llm = llm
         self.surface = surface
@@ -84,47 +128,47 @@ class Engine:
         self.tool_checks = tool_checks
         self.retry = retry or RetryPolicy()
         self.notice: Callable[[str], NewMessage] = partial(bot_notice, counter.count)  # a notice, ready to append
-        self.tasks = TaskChains(store)  # what each episode's prompts keep asking for (bot.core.features.tasks)
+        self.tasks = TaskChains(roles)  # what each episode's prompts keep asking for (bot.core.features.tasks)
         self.summaries = Summaries(  # bot.core.features.summary; ROUNDTABLE_SUMMARY_MODEL, else the selector's
-            store, llm, counter, lambda group: summary_model or group.settings.selector_model or selector_model)
-        self.budgets = Budgets(store, self.prices, self.notice)  # bot.core.features.spending
+            roles, llm, counter, lambda group: summary_model or group.settings.selector_model or selector_model)
+        self.budgets = Budgets(roles, self.prices, self.notice)  # bot.core.features.spending
         self.locks = AgentLocks()  # each agent's one lock (bot.core.runtime.locks)
         self.tools = tools or ToolRegistry()  # bot.core.features.tools
-        self.tools.add(MemoryTools(store))
-        self.tools.add(HistoryTools(store))  # history_search, history_read (granted)
+        self.tools.add(MemoryTools(roles))
+        self.tools.add(HistoryTools(roles))  # history_search, history_read (granted)
         self.surface_connected = asyncio.Event()  # backlogs are routed once people can be answered
         self._tasks: set[asyncio.Task[object]] = set()
         self._closed = False
         self.ownership = Ownership(
-            OwnershipDeps(store=store, spawn=self.spawn, resume=self.resume, wake=self.wake, drop=self.drop,
+            OwnershipDeps(store=roles, spawn=self.spawn, resume=self.resume, wake=self.wake, drop=self.drop,
                           running_runs=lambda: self.locks.running),
             scope, ttl=lease_ttl, shards=shards)
         self.scheduler = Scheduler(
-            SchedulerDeps(store=store, counter=counter, clock=clock, locks=self.locks, owns=self.owns, wake=self.wake,
+            SchedulerDeps(store=roles, counter=counter, clock=clock, locks=self.locks, owns=self.owns, wake=self.wake,
                           spawn=self.spawn),
             schedule_tick)
-        self.outages = OutageNotices(store, surface, lambda: self.ownership.owned, self.spawn)
-        self._unsubscribe = store.health.subscribe(self.outages.changed)
+        self.outages = OutageNotices(roles, surface, lambda: self.ownership.owned, self.spawn)
+        self._unsubscribe = roles.health.subscribe(self.outages.changed)
         self.turn = AgentTurn(TurnDeps(
-            store=store, llm=llm, surface=surface, counter=counter, tasks=self.tasks, summaries=self.summaries,
+            store=roles, llm=llm, surface=surface, counter=counter, tasks=self.tasks, summaries=self.summaries,
             notice=self.notice, tools=self.tools, retry=self.retry))
         self.groups = Groups(GroupParts(
             dispatching=DispatcherDeps(
-                store=store, llm=llm, selector_model=selector_model, tasks=self.tasks, summaries=self.summaries,
+                store=roles, llm=llm, selector_model=selector_model, tasks=self.tasks, summaries=self.summaries,
                 retry=self.retry, locks=self.locks, connected=self.surface_connected,
                 backlog_turn=asyncio.Lock(),  # one group's backlog chunk at a time (FIFO: groups take turns)
                 turn=self.turn.run, budgets=self.budgets, spawn=self.spawn, lost=self.drop, clock=clock,
                 notice=self.notice),
-            showing=OutboxDeps(store=store, surface=surface, retry=self.retry, clock=clock, spawn=self.spawn,
+            showing=OutboxDeps(store=roles, surface=surface, retry=self.retry, clock=clock, spawn=self.spawn,
                                lost=self.drop),
-            drafts=Drafts(store, surface)), owns=self.owns)
-        self.intake = Intake(IntakeDeps(store=store, surface=surface, counter=counter, retry=self.retry,
+            drafts=Drafts(roles, surface)), owns=self.owns)
+        self.intake = Intake(IntakeDeps(store=roles, surface=surface, counter=counter, retry=self.retry,
                                         notice=self.notice, show=self.groups.show))
         self.direct = DirectRuns(DirectDeps(
-            store=store, llm=llm, counter=counter, prices=self.prices, locks=self.locks, runtime=self.groups.get,
+            store=roles, llm=llm, counter=counter, prices=self.prices, locks=self.locks, runtime=self.groups.get,
             tools=self.tools))
         self.regenerations = Regenerations(RegenerateDeps(
-            store=store, locks=self.locks, runtime=self.groups.live, turn=self.turn.regenerate,
+            store=roles, locks=self.locks, runtime=self.groups.live, turn=self.turn.regenerate,
             budgets=self.budgets))
 
     # starting and stopping groups -----------------------------------------

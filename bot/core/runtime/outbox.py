@@ -66,6 +66,25 @@ class OutboxDeps:
     sent: Pulse = field(default_factory=Pulse)  # fired when a row is shown: the surface takes posts
 
 
+@dataclass
+class Attempts:
+    """One row's attempts at being shown so far."""
+
+    failures: int = 0  # attempts that failed
+    refusals: int = 0  # of them, refused (a missing permission)
+    limited: int = 0  # of them, rate-limited: not a fault, so no back-off
+    problem: str = ""  # the latest refusal's text for people
+    refused_at: float = 0.0  # the engine's clock at the first refusal
+
+    def refused(self, problem: str, clock: Callable[[], float]) -> None:
+        self.refusals, self.problem = self.refusals + 1, problem
+        self.refused_at = self.refused_at if self.refusals > 1 else clock()
+
+    def lasting(self, clock: Callable[[], float]) -> bool:
+        """A refusal that lasts: met by a second attempt, or still there `LASTING_AFTER` seconds later."""
+        return bool(self.refusals) and (self.refusals > 1 or clock() - self.refused_at >= LASTING_AFTER)
+
+
 class Outbox(GroupWorker):
     kind = "outbox"
 
@@ -107,19 +126,12 @@ class Outbox(GroupWorker):
                 if not await self._deliver(group, row):
                     break  # turned off meanwhile
 
-    async def _deliver(self, group: Group, row: Message) -> bool:  # noqa: C901 - runtime redesign (issue 32 item 1, another branch) reshapes it
+    async def _deliver(self, group: Group, row: Message) -> bool:
         """Show `row` (as just read, with the parts recorded so far) completely, however many attempts
         it takes; False when the group was turned off meanwhile."""
-        store, policy = self.deps.store, self.retry
-        failures = refusals = limited = 0  # attempts that failed; refused; rate-limited (not a fault: no back-off)
-        problem, refused_at = "", 0.0  # the latest refusal's text for people; the engine's clock at the first
-        seq = row.seq
+        seq, tries = row.seq, Attempts()
         while True:
-            if await store.leases.leased_elsewhere(self.group_id):
-                raise LeaseLost(f"group {self.group_id} is run by another process now")
-            if failures:  # read again: what an attempt recorded, and the group's state now
-                group = await store.groups.get_group(self.group_id)
-                row = await store.thread.get_message(self.group_id, seq)
+            group, row = await self._current(group, row, again=tries.failures > 0)
             if not group.enabled:
                 return False
             if row.confirmed:
@@ -127,41 +139,66 @@ class Outbox(GroupWorker):
             try:
                 await self._publish(group, row)
             except DeliveryError as exc:
-                failures += 1
-                if exc.maybe_shown:
-                    self.unsure.add(seq)
-                if exc.problem:
-                    refusals, problem = refusals + 1, exc.problem
-                    refused_at = refused_at if refusals > 1 else self.deps.clock()
-                if refusals and (refusals > 1 or self.deps.clock() - refused_at >= LASTING_AFTER):
-                    await self.report_problem(group, problem)  # it lasts: told once, until fixed
-                limited += exc.retry_after is not None
-                delay = policy.delay(failures - limited, exc.retry_after)
-                log.warning("group=%s seq=%s not shown (attempt %d): %s; retrying in %.1fs",
-                            self.group_id, seq, failures, exc, delay)
-                if exc.retry_after is not None or exc.problem:  # its own wait; a refusal's back-off
-                    await asyncio.sleep(delay)
-                else:  # a passing fault: over once any post goes through
-                    await self.deps.sent.wait(delay)
+                await self._failed(group, seq, exc, tries)
                 continue
             except (StoreError, LeaseLost):
                 self.unsure.add(seq)  # e.g. a part's id could not be recorded: look before sending again
                 raise
             except Exception:
-                self.unsure.add(seq)
-                self._broken[seq] = self._broken.get(seq, 0) + 1
-                if self._broken[seq] < GIVE_UP_AFTER:
+                if not self._given_up(seq):
                     raise
-                log.exception("group=%s seq=%s could not be shown (%d unexpected failures); skipped, so the "
-                              "rows behind it go out", self.group_id, seq, self._broken[seq])
             else:
                 self.deps.sent.fire()  # the surface takes posts: rows waiting after a passing fault go now
-            await store.posting.confirm_message(self.group_id, seq)
-            self.unsure.discard(seq)
-            self._broken.pop(seq, None)
-            if group.delivery_problem:
-                await self.report_problem(group, None)
+            await self._confirm(group, seq)
             return True
+
+    async def _current(self, group: Group, row: Message, *, again: bool) -> tuple[Group, Message]:
+        """The group and the row before an attempt (read `again` after a failed one: what it recorded,
+        and the group's state now); LeaseLost when another process runs the group now."""
+        store = self.deps.store
+        if await store.leases.leased_elsewhere(self.group_id):
+            raise LeaseLost(f"group {self.group_id} is run by another process now")
+        if not again:
+            return group, row
+        return await store.groups.get_group(self.group_id), await store.thread.get_message(self.group_id, row.seq)
+
+    async def _failed(self, group: Group, seq: int, exc: DeliveryError, tries: Attempts) -> None:
+        """An attempt at row `seq` failed: a refusal that lasts is reported, then the wait before the next
+        attempt (the surface's own wait, a refusal's back-off, or until any post goes through)."""
+        tries.failures += 1
+        if exc.maybe_shown:
+            self.unsure.add(seq)
+        if exc.problem:
+            tries.refused(exc.problem, self.deps.clock)
+        if tries.lasting(self.deps.clock):
+            await self.report_problem(group, tries.problem)  # it lasts: told once, until fixed
+        tries.limited += exc.retry_after is not None
+        delay = self.retry.delay(tries.failures - tries.limited, exc.retry_after)
+        log.warning("group=%s seq=%s not shown (attempt %d): %s; retrying in %.1fs",
+                    self.group_id, seq, tries.failures, exc, delay)
+        if exc.retry_after is not None or exc.problem:  # its own wait; a refusal's back-off
+            await asyncio.sleep(delay)
+        else:  # a passing fault: over once any post goes through
+            await self.deps.sent.wait(delay)
+
+    def _given_up(self, seq: int) -> bool:
+        """Showing row `seq` failed for an unexpected reason (a bug): True when it has failed so often
+        that it is skipped (confirmed as it is), so the rows behind it go out."""
+        self.unsure.add(seq)
+        self._broken[seq] = self._broken.get(seq, 0) + 1
+        if self._broken[seq] < GIVE_UP_AFTER:
+            return False
+        log.exception("group=%s seq=%s could not be shown (%d unexpected failures); skipped, so the "
+                      "rows behind it go out", self.group_id, seq, self._broken[seq])
+        return True
+
+    async def _confirm(self, group: Group, seq: int) -> None:
+        """Row `seq` is shown (or given up): confirmed; a lasting problem the group had is over."""
+        await self.deps.store.posting.confirm_message(self.group_id, seq)
+        self.unsure.discard(seq)
+        self._broken.pop(seq, None)
+        if group.delivery_problem:
+            await self.report_problem(group, None)
 
     async def report_problem(self, group: Group, problem: str | None) -> None:
         """Record a lasting delivery problem (None: it is fixed); tell people once when it appears."""

@@ -26,9 +26,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from functools import partial
+from typing import Protocol, TypeVar
 
 from bot.core.errors import (
     CapReached,
@@ -113,6 +114,7 @@ from bot.core.runtime.steering import Steer, Steering, StopAnswer, stopped_text
 from bot.core.runtime.worker import RetryPolicy, wait_for_store
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -209,6 +211,55 @@ def _nothing_shown() -> None:
     return None
 
 
+class ToolSteps:
+    """What the draft of a run with tools shows: a line per tool call (SPEC §6b "Visible": running,
+    then ✓ or ✗), in the order they ran, then the text of the current step (a new model call's text
+    replaces the step before's). Its methods are the tool loop's `on_call`, `on_text`, `on_step`."""
+
+    def __init__(self, name: str, others: Sequence[str]) -> None:
+        self.name, self.others = name, others
+        self.reply = ReplyStream(name, others)  # the current step's text
+        self.lines: dict[int, str] = {}  # journal id -> the call's line
+        self.draft: Draft | None = None  # the surface's draft showing `visible`, when the group streams
+
+    def visible(self) -> str:
+        text = self.reply.visible()
+        calls = "\n".join(self.lines.values())
+        return f"{calls}\n\n{text}" if calls and text else calls or text
+
+    def call(self, entry: JournaledCall, output: ToolOutput | None, seconds: float) -> None:
+        self.lines[entry.id] = call_line(entry.tool, entry.arguments, done=output is not None,
+                                         error=output is not None and output.error, seconds=seconds,
+                                         result=output.text if output is not None else "")
+        if self.draft is not None:
+            self.draft.grew()
+
+    def piece(self, text: str) -> None:
+        self.reply.add(text)
+        if self.draft is not None:
+            self.draft.grew()
+
+    def step(self) -> None:
+        self.reply = ReplyStream(self.name, self.others)
+
+
+async def _stopping(draft: Draft | None, work: Awaitable[T]) -> T:
+    """`work`'s result; then `draft` (when there is one) stops, however `work` ended: cancelled
+    (shutting down), without waiting for its last update (what was shown is recorded for the next run)."""
+    if draft is None:
+        return await work
+    try:
+        done = await work
+    except asyncio.CancelledError:
+        await draft.stop(wait=False)  # shutting down: what was shown is recorded for the next run
+        raise
+    except BaseException:  # anything else ends the draft too (KeyboardInterrupt); re-raised
+        await draft.stop()
+        raise
+    await draft.stop()
+    return done
+
+
 class AgentTurn:
     def __init__(self, deps: TurnDeps) -> None:
         self.deps = deps
@@ -219,29 +270,46 @@ class AgentTurn:
         self._told_no_images: set[str | None] = set()  # models whose images were named only, logged once
         self._told_unused: set[tuple[int, int, int]] = set()  # (group, seq, file) a person was told agents lack
 
-    async def run(  # noqa: C901 - to split (issue 32): see the next commit
+    async def run(
         self, group: Group, agent: Agent, snapshot: int, *, selector_usage: Usage, source: str,
         shown: Callable[[], None] = _nothing_shown,
     ) -> TurnOutcome:
         """`shown`: rows were committed before the run settled (the group's outbox wakes)."""
-        deps = self.deps
-        store = deps.store
-        run = await store.runs.start_run(group.id, agent.id, "group", snapshot)
-        draft: Draft | None = None
+        run = await self.deps.store.runs.start_run(group.id, agent.id, "group", snapshot)
         posts = Posts() if agent.mode == "worker" else None  # a worker speaks through group_post only
         unused: dict[tuple[int, int], tuple[str, str]] = {}  # images the run could not send
+        result, terminated, draft, cap = await self._work(group, agent, run, selector_usage, unused, posts, shown)
+        finished = await self._finish(run, result, cap)
+        if unused:
+            await self.tell_unused(group, unused, shown)
+        if draft is not None and finished.reply is None:
+            await draft.discard()  # nothing will own what was shown
+        reply, notice = await self._settled(group, agent, finished, result, cap, selector_usage, source)
+        if reply is None and posts is not None:
+            reply = posts.last  # the stop rules judge a worker's last post
+        if reply is not None or notice is not None:
+            shown()  # the group's outbox shows what the run committed
+        return TurnOutcome(finished.run, reply, terminated, notice)
+
+    async def _work(self, group: Group, agent: Agent, run: Run, selector_usage: Usage,
+                    unused: dict[tuple[int, int], tuple[str, str]], posts: Posts | None, shown: Callable[[], None],
+                    ) -> tuple[RunResult, bool, Draft | None, int]:
+        """The run's result, still to be settled: whether it said TERMINATE, the draft that showed it, and
+        the group's turn cap it is settled against. A person may stop it meanwhile (`Steering`). Cancelled
+        (shutting down), or the database failing it midway, it is recorded as interrupted and re-raised."""
         steer = self.steering.begin(group.id, agent.id, run.id, run.episode_id)
         try:
-            fresh = await store.groups.get_group(group.id)
+            fresh = await self.deps.store.groups.get_group(group.id)
             cap = fresh.settings.max_agent_turns
             if run.episode_id is not None and run.episode_id == fresh.episode_id and fresh.agent_streak >= cap:
                 # The cap was reached while this run waited (another agent posted): a model call
                 # would only pay for a reply the store must refuse.
-                result, terminated = RunResult("refused", selector_usage=selector_usage, error=str(CapReached(cap)),
-                                               notice=await self._refusal_notice(run, agent, cap)), False
-            else:
-                result, terminated, draft = await self._steered(fresh, agent, run, selector_usage, unused, posts,
-                                                                steer, shown)
+                refused = RunResult("refused", selector_usage=selector_usage, error=str(CapReached(cap)),
+                                    notice=await self._refusal_notice(run, agent, cap))
+                return refused, False, None, cap
+            result, terminated, draft = await self._steered(fresh, agent, run, selector_usage, unused, posts,
+                                                            steer, shown)
+            return result, terminated, draft, cap
         except asyncio.CancelledError:
             # Shutting down: the run stays undone (its agent runs again on the next start).
             await self._interrupt(run, selector_usage)
@@ -253,17 +321,17 @@ class AgentTurn:
             raise
         finally:
             self.steering.end(steer)
-        finished = await self._finish(run, result, cap)
-        if unused:
-            await self.tell_unused(group, unused, shown)
+
+    async def _settled(self, group: Group, agent: Agent, finished: FinishedRun, result: RunResult, cap: int,
+                       selector_usage: Usage, source: str) -> tuple[Message | None, Message | None]:
+        """The reply and the notice of the run as the store settled it (logged), with a notice of why
+        it was not posted when the store refused it (another agent posted first)."""
         run, reply, notice = finished.run, finished.reply, finished.notice
-        if draft is not None and reply is None:
-            await draft.discard()  # nothing will own what was shown
         if result.reply is not None and reply is None:
             log.info("group=%s agent=%s run=%s not posted: %s", group.id, agent.name, run.id, run.error)
         if run.status == "refused" and result.status != "refused":  # the store refused it: another agent posted first
             told = await self._refusal_notice(run, agent, cap)
-            notice = await store.thread.append_system_message(group.id, told) if told else notice
+            notice = await self.deps.store.thread.append_system_message(group.id, told) if told else notice
         if reply is not None:
             usage = result.usage
             log.info(
@@ -274,11 +342,7 @@ class AgentTurn:
                 usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
                 " (estimated)" if usage.estimated else "", reply.text[:300],
             )
-        if reply is None and posts is not None:
-            reply = posts.last  # the stop rules judge a worker's last post
-        if reply is not None or notice is not None:
-            shown()  # the group's outbox shows what the run committed
-        return TurnOutcome(run, reply, terminated, notice)
+        return reply, notice
 
     async def regenerate(self, group: Group, agent: Agent, target: Message, snapshot: int,
                          shown: Callable[[], None] = _nothing_shown) -> TurnOutcome:
@@ -531,71 +595,40 @@ class AgentTurn:
         spec = source.tools()[0]
         return ToolBox({**box.entries, GROUP_POST: (source, spec, GROUP_POST)})
 
-    async def _with_tools(self, group: Group, agent: Agent, run: Run, messages: list[ChatMessage],  # noqa: C901 - runtime redesign (issue 32 item 1, another branch) reshapes it
+    async def _with_tools(self, group: Group, agent: Agent, run: Run, messages: list[ChatMessage],
                           others: Sequence[str], box: ToolBox, parts: Sequence[DraftPart], *, private: bool = False,
                           steer: Steer | None = None) -> tuple[Answer, Draft | None]:
         """The tool loop; with the group streaming, each step's text shown as it is written (not a
         worker's: `private`)."""
         deps = self.deps
-        shown = [ReplyStream(agent.name, others)]
-        lines: dict[int, str] = {}  # journal id -> the call's line (SPEC §6b "Visible"), in the order they ran
-
-        def visible() -> str:
-            text = shown[0].visible()
-            calls = "\n".join(lines.values())
-            return f"{calls}\n\n{text}" if calls and text else calls or text
-
-        draft = (deps.surface.draft(group, agent, run.id, parts, visible)
-                 if group.settings.stream and not private else None)
-
-        def call(entry: JournaledCall, output: ToolOutput | None, seconds: float) -> None:
-            lines[entry.id] = call_line(entry.tool, entry.arguments, done=output is not None,
-                                        error=output is not None and output.error, seconds=seconds,
-                                        result=output.text if output is not None else "")
-            if draft is not None:
-                draft.grew()
-
-        def piece(text: str) -> None:
-            shown[0].add(text)
-            if draft is not None:
-                draft.grew()
-
-        def step() -> None:  # a new model call: its text replaces the step before's
-            shown[0] = ReplyStream(agent.name, others)
-
-        async def notify(text: str) -> None:
-            await deps.store.thread.append_system_message(group.id, deps.notice(text))
-
-        async def approve(tool: str, arguments: str, key: str) -> Approval:
-            starter = await self._starter(group, run)
-            ask = ApprovalAsk(key, agent.name, tool, arguments, float(group.settings.approval_timeout),
-                              starter.author_user_id if starter else None, starter.author_name if starter else "")
-            return await deps.surface.approve(group, agent, ask)
-
+        steps = ToolSteps(agent.name, others)
+        if group.settings.stream and not private:
+            steps.draft = deps.surface.draft(group, agent, run.id, parts, steps.visible)
         granted = private or any(not spec.builtin for _, spec, _ in box.entries.values())
         loop = ToolLoop(deps.llm, deps.store, box, agent, RunContext(group.id, agent.id, run.id),
                         cache_key=cache_key(group, agent.id),
                         max_steps=group.settings.max_tool_steps if granted else memory.MAX_TOOL_STEPS,
-                        final_call=granted, on_text=piece if draft is not None else None, on_step=step,
-                        notify=notify, on_call=call, approve=approve, resume=run.kind != "regenerate")
+                        final_call=granted, on_text=steps.piece if steps.draft is not None else None,
+                        on_step=steps.step, notify=partial(self._notify, group), on_call=steps.call,
+                        approve=partial(self._approve, group, agent, run), resume=run.kind != "regenerate")
         if steer is not None:
-            steer.draft, steer.shown, steer.raw = draft, lambda: shown[0].visible(), lambda: shown[0].text
+            steer.draft, steer.shown, steer.raw = steps.draft, lambda: steps.reply.visible(), lambda: steps.reply.text
             steer.prompt = lambda: loop.result.conversation if loop.result else messages
             steer.spent = lambda: loop.result.usage if loop.result else Usage()
             steer.calls = lambda: loop.result.calls if loop.result else 0
-        try:
-            answer = await run_agent_tools(loop, messages, memory=agent.memory)
-        except asyncio.CancelledError:
-            if draft is not None:
-                await draft.stop(wait=False)  # shutting down: what was shown is recorded for the next run
-            raise
-        except BaseException:  # anything else ends the draft too (KeyboardInterrupt); re-raised
-            if draft is not None:
-                await draft.stop()
-            raise
-        if draft is not None:
-            await draft.stop()
-        return answer, draft
+        return await _stopping(steps.draft, run_agent_tools(loop, messages, memory=agent.memory)), steps.draft
+
+    async def _notify(self, group: Group, text: str) -> None:
+        """A tool source's word to the group (`ToolLoop`'s `notify`): a notice."""
+        await self.deps.store.thread.append_system_message(group.id, self.deps.notice(text))
+
+    async def _approve(self, group: Group, agent: Agent, run: Run, tool: str, arguments: str, key: str) -> Approval:
+        """A tool call held for a person's Approve or Deny (`ToolLoop`'s `approve`), asked of the surface;
+        the person who started the run's episode may answer."""
+        starter = await self.starter(group.id, run.episode_id)
+        ask = ApprovalAsk(key, agent.name, tool, arguments, float(group.settings.approval_timeout),
+                          starter.author_user_id if starter else None, starter.author_name if starter else "")
+        return await self.deps.surface.approve(group, agent, ask)
 
     # people's files ------------------------------------------------------
     def images(self, group: Group) -> ImageSource:
@@ -638,7 +671,7 @@ class AgentTurn:
         if steer is None or steer.stopped:
             return StopAnswer(False)
         if not operator:
-            starter = await self.starter_of(steer)
+            starter = await self.starter(steer.group_id, steer.episode_id)
             if starter is None or starter.author_user_id != user_id:
                 return StopAnswer(False, refused=True, starter=starter.author_user_id if starter else None)
         return StopAnswer(self.steering.stop(group_id, agent_id, by))
@@ -647,20 +680,13 @@ class AgentTurn:
         """Stop every run working in the group now (the console's Ctrl-C); how many."""
         return sum(self.steering.stop(s.group_id, s.agent_id, by) for s in self.steering.running(group_id))
 
-    async def starter_of(self, steer: Steer) -> Message | None:
-        """The person's message that started the episode of a run that may be stopped (who may stop it)."""
-        if steer.episode_id is None:
+    async def starter(self, group_id: int, episode_id: int | None) -> Message | None:
+        """The person's message that started the episode: who may stop its runs (`stop`) and approve
+        their held tool calls (`_approve`); None without an episode or when no person started it."""
+        if episode_id is None:
             return None
-        episode = await self.deps.store.episodes.get_episode(steer.episode_id)
-        message = await self.deps.store.thread.get_message(steer.group_id, episode.task_seq)
-        return message if message.author_type == "user" else None
-
-    async def _starter(self, group: Group, run: Run) -> Message | None:
-        """The person's message that started the run's episode (who may approve its held tool calls)."""
-        if run.episode_id is None:
-            return None
-        episode = await self.deps.store.episodes.get_episode(run.episode_id)
-        message = await self.deps.store.thread.get_message(group.id, episode.task_seq)
+        episode = await self.deps.store.episodes.get_episode(episode_id)
+        message = await self.deps.store.thread.get_message(group_id, episode.task_seq)
         return message if message.author_type == "user" else None
 
     async def _streamed(self, agent: Agent, messages: list[ChatMessage], key: str, reply: ReplyStream,
@@ -670,17 +696,9 @@ class AgentTurn:
             reply.add(text)
             draft.grew()
 
-        try:
-            completion = await self.deps.llm.stream(messages, on_text=piece, model=agent.model, cache_key=key,
-                                                    max_tokens=agent.max_tokens, temperature=agent.temperature)
-        except asyncio.CancelledError:
-            await draft.stop(wait=False)  # shutting down: what was shown is recorded for the next run
-            raise
-        except BaseException:  # anything else ends the draft too (KeyboardInterrupt); re-raised
-            await draft.stop()
-            raise
-        await draft.stop()
-        return completion
+        return await _stopping(draft, self.deps.llm.stream(messages, on_text=piece, model=agent.model, cache_key=key,
+                                                            max_tokens=agent.max_tokens,
+                                                            temperature=agent.temperature))
 
     async def _interrupt(self, run: Run, selector_usage: Usage) -> None:
         try:

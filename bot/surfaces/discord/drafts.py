@@ -22,6 +22,11 @@ an edit adds, so the chunks from the first that pings a tagged person on are pos
 commit, as a whole post would ping them (the visible text never shows a person's mention
 before the commit: `bot.core.rules.draft`).
 
+First post. A draft posts its first provisional message FIRST_AFTER seconds after it first has
+text to show: a reply the model has finished by then (a fast model, a short answer) is stopped
+before that and posted whole by its committed row, one request instead of a post and its final
+edit (issue 31). A run that asks for approval needs its buttons now: it posts at once.
+
 Pace. A webhook's rate limit is shared by every agent of its channel (and its threads). A
 draft edits one message at most every EDIT_EVERY seconds; the drafts of one webhook together
 send a request at most every DRAFT_GAP seconds (so each edits less often when several stream
@@ -48,6 +53,7 @@ from bot.surfaces.discord.render import neutralize_mass_mentions, split_message
 
 log = logging.getLogger(__name__)
 
+FIRST_AFTER = 0.05  # seconds a draft's first post waits after its first text (a reply done by then is posted whole)
 EDIT_EVERY = 1.0  # seconds between two edits of one provisional message
 DRAFT_GAP = 0.5  # seconds between two draft requests on one webhook, all drafts together
 RESERVE = 2  # requests of the webhook's rate-limit bucket that drafts leave to posts
@@ -173,6 +179,7 @@ class DiscordDraft:
         self._flush = False  # stopping once what it shows is up to date (`finish`)
         self._failures = 0
         self._not_before = 0.0
+        self._first_text: float | None = None  # when the draft first had text to show (monotonic)
         self._edited: dict[str, float] = {}  # message id -> when it was last edited
         self._controls: dict[str, Controls] = {}  # message id -> the buttons it carries (as sent)
         self._task = hooks.spawn(self._run(), f"draft-{group.id}-{run_id}")
@@ -235,6 +242,8 @@ class DiscordDraft:
             visible = f"{visible}\n\n{notes}" if visible else notes
         controls = self.hooks.controls(self.group, self.agent)
         chunks = split_message(neutralize_mass_mentions(visible)) if visible else []
+        if chunks and self._first_text is None:
+            self._first_text = time.monotonic()
         for index, chunk in enumerate(chunks):
             if index < len(self.parts):
                 message_id = self.parts[index].external_id or ""
@@ -243,8 +252,9 @@ class DiscordDraft:
                 wait = self._wait(self._edited.get(message_id, -math.inf) + EDIT_EVERY)
                 if wait <= 0:
                     await self._edit(index, message_id, chunk, controls)
-            else:
-                wait = self._wait(0.0, gap=bool(self.parts))  # the first text shows at once
+            else:  # the first post a moment after the first text (see Pace), at once when it asks for approval
+                first = not (self.parts or self.posts or notes)
+                wait = self._wait((self._first_text or 0.0) + FIRST_AFTER if first else 0.0, gap=bool(self.parts))
                 if wait <= 0:
                     await self._post(index, chunk, controls)
             return max(wait, 0.0)
