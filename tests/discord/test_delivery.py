@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-import bot.surfaces.discord.webhooks as webhooks
+import bot.surfaces.discord.hooks as hooks
+import bot.surfaces.discord.posting as posting
 from tests.discord_emulator import DiscordEmulator, Hold
 from tests.fakes.openai_server import GroupChatScript
 from tests.support import eventually, quiet_period
@@ -242,9 +243,9 @@ def agent_post_requests(emu: DiscordEmulator) -> list[Any]:
 @pytest.fixture
 def slow_discord(monkeypatch):
     """Production's waits for a post Discord may commit late, scaled down."""
-    monkeypatch.setattr(webhooks, "POST_TIMEOUT", 0.5)
-    monkeypatch.setattr(webhooks, "LATE_READS", (0.3, 0.6))
-    monkeypatch.setattr(webhooks, "LATE_CHECKS", (0.3, 1.0))
+    monkeypatch.setattr(hooks, "POST_TIMEOUT", 0.5)
+    monkeypatch.setattr(posting, "LATE_READS", (0.3, 0.6))
+    monkeypatch.setattr(posting, "LATE_CHECKS", (0.3, 1.0))
 
 
 async def test_a_post_discord_commits_soon_after_the_bot_gave_up_is_found_not_sent_again(harness, script, slow_discord):
@@ -282,7 +283,7 @@ class LateLooks:
 
     def __init__(self, emu: DiscordEmulator, slow: Hold, land_after: int, scale: float = 0.01) -> None:
         self.emu, self.slow, self.land_after, self.scale = emu, slow, land_after, scale
-        self.checks = webhooks.LATE_CHECKS
+        self.checks = posting.LATE_CHECKS
         self.looked_at: list[float] = []
         self.landed_after: float | None = None
         self.next_read: Hold | None = None
@@ -300,12 +301,12 @@ class LateLooks:
 @pytest.mark.parametrize("land_after", [1, 2, 3])
 async def test_a_late_copy_is_deleted_within_20_s_of_landing(harness, script, monkeypatch, land_after):
     emu = harness.emu
-    monkeypatch.setattr(webhooks, "POST_TIMEOUT", 0.5)
-    monkeypatch.setattr(webhooks, "LATE_READS", (0.3, 0.6))
+    monkeypatch.setattr(hooks, "POST_TIMEOUT", 0.5)
+    monkeypatch.setattr(posting, "LATE_READS", (0.3, 0.6))
     await harness.setup_group(("planner", "plans"), mode="tags")
     slow = emu.hold("POST", WEBHOOK)
     looks = LateLooks(emu, slow, land_after)
-    monkeypatch.setattr(webhooks, "LATE_CHECKS", looks)
+    monkeypatch.setattr(posting, "LATE_CHECKS", looks)
     await emu.user_post(emu.channel_id, emu.alice_id, "@planner one")
     await slow.wait_arrived()
     row = await wait_confirmed(harness, 2)  # sent again once the reads found nothing

@@ -165,7 +165,7 @@ async def test_a_reaction_in_flight_at_shutdown_is_no_error(harness, script, cap
     caplog.clear()
     await harness.bot.close()  # shutting down: discord.py's session is closed
     await harness.engine.episode_changed(group, episode)  # a reaction still to set
-    await asyncio.gather(*harness.surface._tasks, return_exceptions=True)
+    await asyncio.gather(*harness.surface.link.tasks, return_exceptions=True)
     loud = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith(OURS)]
     assert loud == [], [(r.levelname, r.getMessage()) for r in loud]
     assert any("shutting down" in r.getMessage() for r in caplog.records)

@@ -16,7 +16,8 @@ import pytest
 from bot.core.models import Message, NewMessage, RunResult, Tags
 from bot.core.rules.secrets import SECRETS
 from bot.llm.openai_llm import OpenAILLM
-from bot.surfaces.discord import drafts, webhooks
+from bot.surfaces.discord import drafts
+from bot.surfaces.discord.posting import rendered
 from bot.surfaces.discord.render import split_message
 from tests.discord.conftest import BotHarness
 from tests.discord_emulator import DiscordEmulator
@@ -57,7 +58,7 @@ async def settled(harness: BotHarness, replies: int) -> list[Message]:
 def shows_exactly(emu: DiscordEmulator, rows: list[Message], channel_id: str | None = None) -> None:
     """The channel's webhook messages are the rows' chunks, as a whole post shows them, each once."""
     expected = [(chunk, part) for row in rows for chunk, part in
-                zip(split_message(webhooks.rendered(row)), row.external_ids, strict=True)]
+                zip(split_message(rendered(row)), row.external_ids, strict=True)]
     assert [(m["content"], m["id"]) for m in posted(emu, channel_id)] == expected
 
 
@@ -92,7 +93,7 @@ async def test_nothing_shows_that_the_reply_will_not_and_people_are_pinged_by_th
     await emu.user_post(emu.channel_id, emu.alice_id, "@planner and who books?")
     rows = await settled(streaming, 1)
     final = f"Day 1 is Asakusa.\n<@{bob}> will book the temple tour.\nDay 2 is Ueno."
-    assert webhooks.rendered(rows[0]) == final
+    assert rendered(rows[0]) == final
     shows_exactly(emu, rows)
     requests = hook_requests(emu)
     provisional = [r for r in requests if r.method in ("POST", "PATCH") and r.json.get("content") != final]
@@ -115,7 +116,7 @@ async def test_a_long_reply_continues_in_new_messages_and_ends_in_the_whole_post
     await streaming.setup_group(("planner", "plans"), mode="tags")
     await emu.user_post(emu.channel_id, emu.alice_id, "@planner in detail")
     rows = await settled(streaming, 1)
-    assert len(split_message(webhooks.rendered(rows[0]))) == 3
+    assert len(split_message(rendered(rows[0]))) == 3
     shows_exactly(emu, rows)
     assert len(hook_requests(emu, "POST")) == 3 and not hook_requests(emu, "DELETE")
 
@@ -269,7 +270,7 @@ async def test_the_final_text_is_a_whole_posts_byte_for_byte_over_random_replies
         cut = rng.randint(1, len(text))
         for position, chunk in enumerate(split_message(text[:cut])[:rng.randint(1, 4)]):
             part = await store.drafts.add_draft(group.id, planner.id, run.id, position, "planner", chunk)
-            await store.drafts.draft_posted(part.id, await surface.draft_post(group, planner, chunk))
+            await store.drafts.draft_posted(part.id, await surface.provisional.draft_post(group, planner, chunk))
         finished = await store.runs.finish_run(run.id, RunResult("posted", reply=NewMessage(
             "agent", "planner", text, author_agent_id=planner.id, source_run_id=run.id, tags=Tags())), cap=1000)
         assert finished.reply is not None
@@ -295,7 +296,7 @@ async def test_a_secret_the_model_streams_shows_in_no_provisional_message(stream
     await emu.user_post(emu.channel_id, emu.alice_id, "@planner what is your token?")
     rows = await settled(streaming, 1)
     shows_exactly(emu, rows)
-    assert webhooks.rendered(rows[0]) == "Your bot token is *** so keep it safe, and more words."
+    assert rendered(rows[0]) == "Your bot token is *** so keep it safe, and more words."
     sent = [r.json["content"] for r in hook_requests(emu) if r.method in ("POST", "PATCH")]
     assert len(sent) >= 3  # provisional ones were shown while it was written
     for content in sent:

@@ -57,8 +57,8 @@ class RoundtableBot(discord.Client):
         surface.client = self
         self.guild_id = guild_id
         self.tree = app_commands.CommandTree(self)
-        self.ingest = Ingest(self, engine, own_post=surface.is_own_post, serves=self.serves,
-                             take_down=surface.draft_delete)
+        self.ingest = Ingest(self, engine, own_post=surface.hooks.is_own_post, serves=self.serves,
+                             take_down=surface.provisional.draft_delete)
         self.slash = SlashCommands(self, engine, surface, self.ingest, group_defaults)
         self.ready_once = asyncio.Event()
         self.slash.register(self.tree)

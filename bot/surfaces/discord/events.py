@@ -153,9 +153,9 @@ class Ingest:
 
     `client` is the connected discord.py client (who the bot is, the channels' history),
     `engine` the engine (what ingest asks of it: `Intake`), `own_post` tells the bot's own
-    webhook posts (`DiscordSurface.is_own_post`), `serves` whether this process takes in a
+    webhook posts (`Webhooks.is_own_post`), `serves` whether this process takes in a
     guild's channels (all of them, unless it runs some shards) and `take_down` deletes one of an
-    agent's posts (`DiscordSurface.draft_delete`: the other chunks of a reply an operator deleted)."""
+    agent's posts (`DraftWire.draft_delete`: the other chunks of a reply an operator deleted)."""
 
     def __init__(self, client: discord.Client, engine: Intake, *,
                  own_post: Callable[[Group, discord.Message], Awaitable[bool]],
