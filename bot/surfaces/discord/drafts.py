@@ -119,7 +119,7 @@ Controls = Sequence[Mapping[str, Any]]  # action rows of buttons, as Discord tak
 
 
 class DraftHooks(Protocol):
-    """What drafts and `publish_over` ask of the Discord surface (`bot.surfaces.discord.webhooks`)."""
+    """What drafts and `publish_over` ask of the Discord surface (`bot.surfaces.discord.provisional.DraftWire`)."""
 
     @property
     def store(self) -> HasDrafts:

@@ -54,14 +54,14 @@ def rendered(message: Message) -> str:
     return neutralize_mass_mentions(text)
 
 
-class PostingStore(HasThread, HasDrafts, Protocol):
+class PublisherStore(HasThread, HasDrafts, Protocol):
     """The rows shown (and found again after a crash), and the provisional messages a row takes over."""
 
 
 class Publisher:
     """Shows committed rows, chunk by chunk, each recorded once (see the module's docstring)."""
 
-    def __init__(self, link: Link, store: PostingStore, hooks: Webhooks, http: HookHttp, cdn: Cdn,
+    def __init__(self, link: Link, store: PublisherStore, hooks: Webhooks, http: HookHttp, cdn: Cdn,
                  drafts: DraftHooks) -> None:
         self.link = link
         self.store = store

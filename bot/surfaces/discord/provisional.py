@@ -34,14 +34,14 @@ log = logging.getLogger(__name__)
 SHOWN_KEPT = 2000  # our messages whose latest content is remembered (to skip an edit that changes nothing)
 
 
-class DraftStore(HasDrafts, HasThread, Protocol):
+class DraftWireStore(HasDrafts, HasThread, Protocol):
     """The provisional messages recorded, and the rows (a message found is no row's part)."""
 
 
 class DraftWire:
     """Implements `DraftHooks`: provisional messages through the group's webhook, and what they show."""
 
-    def __init__(self, link: Link, store: DraftStore, http: HookHttp, cdn: Cdn, asks: Asks) -> None:
+    def __init__(self, link: Link, store: DraftWireStore, http: HookHttp, cdn: Cdn, asks: Asks) -> None:
         self.link = link
         self.store = store
         self.http = http
