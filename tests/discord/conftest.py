@@ -113,6 +113,10 @@ class BotHarness:
                 if r.status == 200 and r.json and not r.path.startswith(f"/webhooks/{self.emu.application_id}/")]
 
     async def idle(self) -> None:
+        """Until every group has nothing left to route, run or show (its dispatcher, then its outbox).
+        A message still on its way (a gateway event the bot has not stored yet) is not covered: wait for
+        its effect first. Nor is how a burst is routed: messages posted at once are routed together
+        (the earlier untagged ones superseded) or one by one, as the bot happens to take them in."""
         assert self.engine is not None and self.store is not None
         for group in await self.store.groups.list_groups():
             await self.engine.wait_idle(group.id, bound(30))
