@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from bot.core.models import Message, NewMessage, RunResult, Tags
+from bot.core.rules.draft import visible_text
 from bot.core.rules.secrets import SECRETS
 from bot.llm.openai_llm import OpenAILLM
 from bot.surfaces.discord import drafts
@@ -323,7 +324,11 @@ async def test_a_stream_that_stalls_leaves_no_half_reply_behind(tmp_path, script
             assert harness.store is not None
             assert await harness.store.drafts.orphan_drafts(1) == []
             assert [m["content"] for m in posted(emu) if PLAN[:20] in m["content"]] == []
-            assert hook_requests(emu, "POST")[0].json["content"] == PLAN[:60].rstrip()  # it was shown meanwhile
+            # It was shown meanwhile, as far as it may be: a tail that may begin a secret is held back, and the
+            # group's webhook token (random, registered as the bot reads it) may begin with "a" (PLAN[:60] ends
+            # "Asa"); a loaded machine may post it first after the second piece came.
+            shown = {visible_text(PLAN[:n], "planner", []) for n in (60, 120)}
+            assert hook_requests(emu, "POST")[0].json["content"] in shown
         finally:
             stalled.set()
             await harness.stop()
