@@ -7,6 +7,7 @@ the PostgreSQL half is skipped, and the summary says so in one line, never silen
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -24,6 +25,12 @@ from tests.fakes.databases import (
 )
 
 _PG_SKIP: dict[str, str | None] = {}
+
+# A shell that starts the suite in the background (`.ci/run &`, nohup) ignores SIGINT, and every process a test
+# starts would inherit that: the tests that press Ctrl-C on `roundtable console` or `init` would wait for an end
+# that never comes. A handler of our own is not inherited: the processes the tests start get the default.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pg_skip_reason() -> str | None:
