@@ -26,7 +26,7 @@ from tests.fakes.databases import (
 
 _PG_SKIP: dict[str, str | None] = {}
 
-# A shell that starts the suite in the background (`.ci/run &`, nohup) ignores SIGINT, and every process a test
+# A shell without job control that starts the suite in the background (`.ci/run &`) has it ignore SIGINT; every process a test
 # starts would inherit that: the tests that press Ctrl-C on `roundtable console` or `init` would wait for an end
 # that never comes. A handler of our own is not inherited: the processes the tests start get the default.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
