@@ -26,9 +26,9 @@ from tests.fakes.databases import (
 
 _PG_SKIP: dict[str, str | None] = {}
 
-# A shell without job control that starts the suite in the background (`.ci/run &`) has it ignore SIGINT; every process a test
-# starts would inherit that: the tests that press Ctrl-C on `roundtable console` or `init` would wait for an end
-# that never comes. A handler of our own is not inherited: the processes the tests start get the default.
+# A shell without job control that starts the suite in the background (`.ci/run &`) has it ignore SIGINT, and
+# every process a test starts would inherit that: the tests that press Ctrl-C on `roundtable console` or `init`
+# would wait for an end that never comes. A handler of our own is not inherited: those processes get the default.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
