@@ -12,18 +12,21 @@ What this file owns:
   up to 25 % jitter) and honours a server's `retry-after-ms` / `Retry-After`
   (seconds or HTTP date) when it is in (0, 120] s; a longer Retry-After is not
   retried at all. We add no retry loop of our own on top.
-- translating every failure into the `LLMError` tree at this boundary, with a
-  short message for the log (what happened, HTTP status, model, server host)
-  that never holds a secret: the server's own error text is masked
-  (`bot.core.rules.secrets.mask_error`: every secret the process registered, the API
+- translating every failure into the `LLMError` tree at this boundary
+  (`bot.llm.openai_errors.ErrorTranslator`), with a short message for the log (what happened,
+  HTTP status, model, server host) that never holds a secret: the server's own error text is
+  masked (`bot.core.rules.secrets.mask_error`: every secret the process registered, the API
   key among them, and anything shaped like a key or token) and trimmed, and the
   SDK exception is not chained (`from None`), so a logged traceback cannot carry
   it either. What the server answers (reply text, tool call arguments) is masked
-  too, so a server echoing a secret cannot have it posted or stored. People see only `LLMError.public` (the kind
+  too (`bot.llm.openai_answers.AnswerReader`), so a server echoing a secret cannot have it posted or stored.
+  People see only `LLMError.public` (the kind
   of failure and the HTTP status, and for a refused request other than 401/403 the server's reason, masked,
   without URLs, at most 100 characters: "model not found, try pulling it"), never the host.
-- `usage` -> `Usage`, estimating with the injected `TokenCounter` when the
+- `usage` -> `Usage` (`AnswerReader`), estimating with the injected `TokenCounter` when the
   server sends none; the sum of token log-probabilities when asked for.
+- what each model refused, remembered (`RefusedSettings`: images, `max_tokens`, `prompt_cache_key`,
+  `stream_options`, an agent's settings; below).
 
 `check()` is the start-up check: GET {base}/models (no tokens spent, served
 by OpenAI, llama.cpp, Ollama, vLLM, LM Studio, LiteLLM, ...) tells that the
@@ -61,32 +64,25 @@ and that model is sent it no more: never a failed turn.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
-import socket
-import ssl
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx2
 import openai
-from openai.types.chat import ChatCompletion
 
-from bot.core.errors import ConfigError, LLMError, LLMRateLimited, LLMRejected, LLMTimeout, LLMUnavailable
-from bot.core.models import DEFAULT_PROVIDER, ChatMessage, Completion, Tool, ToolCall, Usage
+from bot.core.errors import ConfigError, LLMError
+from bot.core.models import DEFAULT_PROVIDER, ChatMessage, Completion, Tool, Usage
 from bot.core.ports import TokenCounter
-from bot.core.rules.secrets import SECRETS, mask, mask_error, redact_url
+from bot.core.rules.secrets import SECRETS, mask_error, redact_url
+from bot.llm.openai_answers import AnswerReader, CallerFailed, StreamBroken
+from bot.llm.openai_errors import ErrorTranslator, Overdue, connection_problem
 from bot.llm.tokens import make_token_counter
 
 log = logging.getLogger(__name__)
 
-_DETAIL_CHARS = 160
-# Chat-format overhead when estimating: ~3 tokens framing each message, 3 priming the reply.
-_PER_MESSAGE = 3
-_PER_REPLY = 3
 _OPENAI_API = "https://api.openai.com/v1"  # the SDK's default base URL
 # OpenAI's chat models that take no images (others are tried, and remembered when they refuse).
 TEXT_ONLY = re.compile(r"^(gpt-3\.5|gpt-4(-0314|-0613|-32k.*)?$|o1-mini|o1-preview|o3-mini|gpt-oss|text-|davinci)",
@@ -131,13 +127,15 @@ class OpenAILLM:
         # is still the SDK's own timeout).
         self.deadline = self.timeout * (max_retries + 1) + 1.0
         SECRETS.register(api_key)
-        self._counter = counter if counter is not None else make_token_counter()
         # base_url=None: the SDK reads OPENAI_BASE_URL, else uses api.openai.com.
         self._client = openai.AsyncOpenAI(
             api_key=api_key, base_url=base_url, timeout=self.timeout, max_retries=max_retries
         )
         self.host = _host(str(self._client.base_url))
         self.provider = provider
+        self._errors = ErrorTranslator(self.host, self.timeout)
+        self._answers = AnswerReader(counter if counter is not None else make_token_counter(), self.host)
+        self._refused = RefusedSettings(self.host, self._errors.detail)
         if provider == DEFAULT_PROVIDER:
             url_setting, self.key_setting = "OPENAI_BASE_URL", "OPENAI_API_KEY"
         else:
@@ -146,14 +144,9 @@ class OpenAILLM:
         # How start-up problems name the server: the setting when there is one (never its credentials).
         url = redact_url(str(self._client.base_url).rstrip("/"))
         self._server = f"{url} ({url_setting} is not set)" if url == _OPENAI_API else f"{url_setting}={url}"
-        self._no_image_models: set[str] = set()
         self._models: list[str] | None = None
         self._models_at = 0.0
         self._models_lock = asyncio.Lock()
-        self._completion_tokens_models: set[str] = set()
-        self._dropped_settings: dict[str, set[str]] = {}  # model -> agent settings it refused (sent no more)
-        self._no_cache_key_models: set[str] = set()
-        self._no_stream_options_models: set[str] = set()
         self._unstreamed_models: set[str] = set()  # models whose server does not stream: asked whole
         self._broken_streams: set[str] = set()  # models whose stream broke off once (said once in the log)
         self._tools_answers: dict[str, str | None] = {}  # model -> tools_refusal's definite answer
@@ -188,7 +181,7 @@ class OpenAILLM:
         except openai.OpenAIError as exc:
             if isinstance(exc, (openai.APIConnectionError, openai.AuthenticationError)):
                 self._check_failed(exc, "GET /models")  # raises ConfigError
-            raise self._translate(exc, self.default_model) from None
+            raise self._errors.translate(exc, self.default_model) from None
 
     async def _check_by_completion(self) -> None:
         try:
@@ -204,11 +197,11 @@ class OpenAILLM:
             raise ConfigError(f"{self._server} did not answer (timed out after {self.timeout:g}s); "
                               "check that the server runs") from None
         if isinstance(exc, openai.APIConnectionError):
-            raise ConfigError(f"{self._server} did not answer ({_connection_problem(exc)}); "
+            raise ConfigError(f"{self._server} did not answer ({connection_problem(exc)}); "
                               "check that the server runs") from None
         if isinstance(exc, openai.APIStatusError) and exc.status_code in (401, 403):
             raise ConfigError(f"{self.key_setting} was refused by {self.host}: HTTP {exc.status_code}"
-                              f"{self._detail(exc)}; set the right key") from None
+                              f"{self._errors.detail(exc)}; set the right key") from None
         status = f"HTTP {exc.status_code}" if isinstance(exc, openai.APIStatusError) else type(exc).__name__
         log.warning("start-up check: %s at %s failed (%s); starting anyway", what, self.host, status)
 
@@ -238,13 +231,13 @@ class OpenAILLM:
             response = await self._create(messages, name, max_tokens, logprobs, cache_key,
                                           tools=[_tool_json(t) for t in tools or ()], temperature=temperature)
         except openai.OpenAIError as exc:
-            err = self._translate(exc, name)
+            err = self._errors.translate(exc, name)
         except Exception as exc:  # the port promises LLMError only; keep the type, drop the text
             log.warning("unexpected %s from the openai client (model %s)", type(exc).__name__, name)
             err = LLMError(f"unexpected {type(exc).__name__} calling model {name} at {self.host}")
         else:
             try:
-                completion = self._completion(response, messages, name)
+                completion = self._answers.completion(response, messages, name)
             except (TypeError, ValueError, AttributeError) as exc:
                 raise LLMError(f"malformed response from model {name} at {self.host}: "
                                f"{type(exc).__name__}") from None
@@ -291,79 +284,22 @@ class OpenAILLM:
         if stream:
             kwargs["stream"] = True
         while True:
-            attempt = self._with_settings(kwargs, model, cache_key, max_tokens, temperature, stream)
+            attempt = self._refused.applied(kwargs, model, cache_key, max_tokens, temperature, stream)
             try:
                 async with asyncio.timeout(self.deadline):
                     return await self._send(attempt)
             except TimeoutError:
-                raise _Overdue(self.deadline, self._client.base_url) from None
+                raise Overdue(self.deadline, self._client.base_url) from None
             except openai.APIStatusError as exc:
-                if images and self._refused_images(model, exc):
+                if images and self._refused.refused_images(model, exc):
                     images = False
                     kwargs["messages"] = [_message_json(m.without_images()) for m in messages]
-                elif not self._adapted_to(model, attempt, exc):
+                elif not self._refused.adapted_to(model, attempt, exc):
                     raise
-
-    def _with_settings(self, kwargs: dict[str, Any], model: str, cache_key: str | None, max_tokens: int | None,
-                       temperature: float | None, stream: bool) -> dict[str, Any]:
-        """`kwargs` with the settings this model is sent (what it refused before left out or renamed)."""
-        attempt = dict(kwargs)
-        if cache_key and model not in self._no_cache_key_models:
-            attempt["prompt_cache_key"] = cache_key
-        dropped = self._dropped_settings.get(model, set())
-        if max_tokens is not None and "max_tokens" not in dropped:
-            limit = "max_completion_tokens" if model in self._completion_tokens_models else "max_tokens"
-            attempt[limit] = max_tokens
-        if temperature is not None and "temperature" not in dropped:
-            attempt["temperature"] = temperature
-        if stream and model not in self._no_stream_options_models:
-            attempt["stream_options"] = {"include_usage": True}
-        return attempt
-
-    def _refused_images(self, model: str, exc: openai.APIStatusError) -> bool:
-        """Whether `exc` refuses a request's images: this one's (it could not read one), or any (the
-        model takes none: remembered). Said at WARNING; the caller asks again without them."""
-        if exc.status_code in (400, 422) and _BAD_IMAGE.search(self._detail(exc)):
-            log.warning("model %s at %s could not read an image (HTTP %s%s); asked again without the "
-                        "images", model, self.host, exc.status_code, self._detail(exc))
-            return True  # that call only: the model takes images
-        if exc.status_code in (400, 415, 422, 500) and _IMAGEISH.search(self._detail(exc)):
-            log.warning("model %s at %s does not take images (HTTP %s%s); its prompts name the images "
-                        "instead from now on", model, self.host, exc.status_code, self._detail(exc))
-            self._no_image_models.add(model)
-            return True
-        return False
-
-    def _adapted_to(self, model: str, attempt: dict[str, Any], exc: openai.APIStatusError) -> bool:
-        """Whether `exc` is a 400 naming a parameter of `attempt` that the model is now sent otherwise
-        (or not at all), remembered for later calls; False: the error stands."""
-        if not isinstance(exc, openai.BadRequestError):
-            return False
-        if "prompt_cache_key" in attempt and _names(exc, "prompt_cache_key"):
-            log.info("model %s rejects prompt_cache_key; sending none from now on", model)
-            self._no_cache_key_models.add(model)
-        elif "max_tokens" in attempt and _names(exc, "max_completion_tokens"):
-            log.info("model %s rejects max_tokens; using max_completion_tokens from now on", model)
-            self._completion_tokens_models.add(model)
-        elif (refused := next((p for p in _SETTINGS if p in attempt and _names(exc, p)), None)) is not None:
-            self._drop_setting(model, "max_tokens" if refused == "max_completion_tokens" else refused, exc)
-        elif "stream_options" in attempt and _names(exc, "stream_options"):
-            log.info("model %s rejects stream_options; its usage is estimated from now on", model)
-            self._no_stream_options_models.add(model)
-        else:
-            return False
-        return True
-
-    def _drop_setting(self, model: str, setting: str, exc: openai.APIStatusError) -> None:
-        """A model refused an agent's setting (`temperature`, `max_tokens`): sent no more to it, said once."""
-        self._dropped_settings.setdefault(model, set()).add(setting)
-        log.warning("model %s at %s refuses %s (HTTP %s%s); it is sent without %s from now on", model, self.host,
-                    setting, exc.status_code, self._detail(exc), setting)
 
     def takes_images(self, model: str | None) -> bool:
         """False for OpenAI's text-only models and for a model that refused images before."""
-        name = model or self.default_model
-        return name not in self._no_image_models and not TEXT_ONLY.match(name)
+        return self._refused.takes_images(model or self.default_model)
 
     async def model_names(self) -> dict[str, list[str] | None]:
         """This provider's models (`list_models`), as the `LLM` port gives them."""
@@ -385,23 +321,6 @@ class OpenAILLM:
                     return None
             self._models_at = time.monotonic()
             return self._models
-
-    def _completion(self, response: Any, messages: Sequence[ChatMessage], model: str) -> Completion:
-        choices = getattr(response, "choices", None)
-        if not choices:
-            raise LLMError(f"model {model} at {self.host} returned no choices")
-        choice = choices[0]
-        message = getattr(choice, "message", None)
-        text = mask((getattr(message, "content", None) or "") if message is not None else "")
-        calls = tuple(_tool_call(c) for c in getattr(message, "tool_calls", None) or ())
-        return Completion(
-            text=text,
-            usage=self._usage(getattr(response, "usage", None), messages, text),
-            model=getattr(response, "model", None) or model,
-            logprob=_logprob_sum(choice),
-            finish_reason=getattr(choice, "finish_reason", None),
-            tool_calls=calls,
-        )
 
     async def stream(
         self,
@@ -432,18 +351,18 @@ class OpenAILLM:
         try:
             completion = await self._streamed(messages, name, max_tokens, cache_key, on_text,
                                               [_tool_json(t) for t in tools or ()], temperature)
-        except _Caller as wrapped:
+        except CallerFailed as wrapped:
             raise wrapped.error from None
         except openai.APIStatusError as exc:
             if exc.status_code not in _NOT_STREAMING:
-                raise self._translate(exc, name) from None
+                raise self._errors.translate(exc, name) from None
             completion = await self.complete(messages, model=name, max_tokens=max_tokens, cache_key=cache_key,
                                              tools=tools, temperature=temperature)
             self._unstreamed_models.add(name)  # the plain request worked: the refusal was about streaming
             log.warning("model %s at %s does not stream (HTTP %d to a streamed request); its replies are posted "
                         "whole", name, self.host, exc.status_code)
             return completion
-        except _StreamBroken as exc:
+        except StreamBroken as exc:
             level = logging.DEBUG if name in self._broken_streams else logging.WARNING
             self._broken_streams.add(name)
             log.log(level, "model %s at %s broke its stream off (%s); asked again without streaming, the reply is "
@@ -451,7 +370,7 @@ class OpenAILLM:
             return await self.complete(messages, model=name, max_tokens=max_tokens, cache_key=cache_key, tools=tools,
                                        temperature=temperature)
         except openai.OpenAIError as exc:
-            err = self._translate(exc, name)
+            err = self._errors.translate(exc, name)
             log.debug("llm %s stream failed after %.2fs: %s", name, time.monotonic() - started, err)
             raise err from None
         log.debug("llm %s streamed: prompt=%d completion=%d cached=%d%s finish=%s in %.2fs", completion.model,
@@ -469,48 +388,12 @@ class OpenAILLM:
                 response = await self._create(messages, model, max_tokens, False, cache_key, stream=True,
                                               tools=tools, temperature=temperature)
                 async with response:
-                    if "text/event-stream" not in response.response.headers.get("content-type", ""):
-                        return self._answered_whole(await response.response.aread(), messages, model)
-                    return await self._chunks(response, messages, model, on_text)
+                    if "text/event-stream" in response.response.headers.get("content-type", ""):
+                        return await self._answers.chunks(response, messages, model, on_text)
+                    completion = self._answers.whole(await response.response.aread(), messages, model)
         except TimeoutError:
-            raise _Overdue(self.deadline, self._client.base_url) from None
-
-    async def _chunks(self, response: Any, messages: Sequence[ChatMessage], model: str,
-                      on_text: Callable[[str], None]) -> Completion:
-        pieces: list[str] = []
-        calls: dict[int, list[str]] = {}  # index -> [id, name, arguments so far]
-        usage: Any = None
-        finish: str | None = None
-        answered_by: str | None = None
-        try:
-            async for chunk in response:
-                answered_by = getattr(chunk, "model", None) or answered_by
-                usage = getattr(chunk, "usage", None) or usage
-                for choice in getattr(chunk, "choices", None) or ():
-                    if getattr(choice, "index", 0) == 0:
-                        finish = _take_choice(choice, calls, pieces, on_text) or finish
-        except openai.APITimeoutError:
-            raise
-        except (openai.APIConnectionError, openai.APIError) as exc:  # the response had begun: it broke off
-            raise _StreamBroken(f"{type(exc).__name__} after {len(pieces)} pieces") from None
-        except ValueError as exc:  # an event that is not JSON (the client's json.loads): as broken off
-            raise _StreamBroken(f"an event that is not JSON ({type(exc).__name__}), after {len(pieces)} pieces") \
-                from None
-        if finish is None:
-            raise _StreamBroken(f"it ended without a finish reason after {len(pieces)} pieces")
-        text = "".join(pieces)
-        tool_calls = tuple(ToolCall(id=c[0], name=c[1], arguments=mask(c[2] or "{}"))
-                           for _, c in sorted(calls.items()))
-        written = text + "".join(c[2] for c in calls.values())
-        return Completion(text=mask(text), usage=self._usage(usage, messages, written), model=answered_by or model,
-                          finish_reason=finish, tool_calls=tool_calls)
-
-    def _answered_whole(self, body: bytes, messages: Sequence[ChatMessage], model: str) -> Completion:
-        """A server that ignored `stream` and sent the whole completion: taken as it is, remembered."""
-        try:
-            completion = self._completion(ChatCompletion.model_validate(json.loads(body)), messages, model)
-        except (ValueError, TypeError) as exc:
-            raise LLMError(f"malformed response from model {model} at {self.host}: {type(exc).__name__}") from None
+            raise Overdue(self.deadline, self._client.base_url) from None
+        # A server that ignored `stream` and sent the whole completion: taken as it is, remembered.
         self._unstreamed_models.add(model)
         log.warning("model %s at %s does not stream (it answered a streamed request whole); its replies are posted "
                     "whole", model, self.host)
@@ -534,11 +417,11 @@ class OpenAILLM:
             response = await self._create(
                 ask, name, 16, False,
                 tools=[_tool_json(probe)], tool_choice={"type": "function", "function": {"name": _PROBE}})
-            used = self._usage(getattr(response, "usage", None), ask, "")
+            used = self._answers.usage(getattr(response, "usage", None), ask, "")
             answered_by = getattr(response, "model", None) or name
             calls = getattr(getattr(response.choices[0], "message", None), "tool_calls", None)
         except openai.APIStatusError as exc:
-            detail = self._detail(exc)
+            detail = self._errors.detail(exc)
             if exc.status_code in (400, 404, 422) and _TOOLISH.search(detail):
                 answer: str | None = (f"model {name} does not take tool calls (the endpoint said: "
                                       f"{detail.removeprefix(': ')}); memory needs them")
@@ -559,63 +442,9 @@ class OpenAILLM:
         return answer
 
     def _unchecked(self, exc: openai.OpenAIError, model: str) -> str:
-        err = self._translate(exc, model)
+        err = self._errors.translate(exc, model)
         log.warning("could not check whether model %s takes tool calls: %s", model, err)
         return f"could not check whether model {model} takes tool calls ({err.public}); try again later"
-
-    def _usage(self, usage: Any, messages: Sequence[ChatMessage], text: str) -> Usage:
-        prompt = getattr(usage, "prompt_tokens", None)
-        completion = getattr(usage, "completion_tokens", None)
-        if usage is not None and prompt is not None and completion is not None:
-            details = getattr(usage, "prompt_tokens_details", None)
-            cached = getattr(details, "cached_tokens", None) or 0
-            return Usage(int(prompt), int(completion), int(cached), estimated=False)
-        count = self._counter.count
-        prompt_est = sum(count(m.content) + _PER_MESSAGE + sum(i.tokens for i in m.images) for m in messages)
-        prompt_est += _PER_REPLY
-        return Usage(prompt_est, count(text), 0, estimated=True)
-
-    def _translate(self, exc: openai.OpenAIError, model: str) -> LLMError:
-        where = f"model {model} at {self.host}"
-        if isinstance(exc, _Overdue):
-            return LLMTimeout(f"did not finish within {exc.seconds:g}s ({where})")
-        if isinstance(exc, openai.APITimeoutError):
-            return LLMTimeout(f"timed out after {self.timeout:g}s ({where})")
-        if isinstance(exc, openai.APIConnectionError):
-            return LLMUnavailable(f"could not connect ({where})")
-        if isinstance(exc, openai.APIStatusError):
-            status = exc.status_code
-            detail = self._detail(exc)
-            if status == 429:
-                return LLMRateLimited(f"rate limited: HTTP 429 ({where}){detail}")
-            if status == 408:
-                return LLMTimeout(f"server timed out: HTTP 408 ({where}){detail}")
-            if status >= 500:
-                return LLMUnavailable(f"server error: HTTP {status} ({where}){detail}",
-                                      public=f"the model service failed (HTTP {status})")
-            if 400 <= status < 500:
-                reason = "" if status in (401, 403) else _public_reason(detail)
-                return LLMRejected(f"request rejected: HTTP {status} ({where}){detail}",
-                                   public=f"the model service refused the request (HTTP {status}{reason})")
-            return LLMError(f"unexpected HTTP {status} ({where}){detail}")
-        return LLMError(f"{type(exc).__name__} ({where})")
-
-    def _detail(self, exc: openai.APIStatusError) -> str:
-        """The server's own error message: one line, trimmed, secrets redacted."""
-        body = exc.body
-        message: object = None
-        if isinstance(body, dict):
-            error = body.get("error", body)
-            message = error.get("message") if isinstance(error, dict) else error
-        elif isinstance(body, str):
-            message = body
-        if not isinstance(message, str) or not message.strip():
-            return ""
-        text = " ".join(message.split())
-        text = self.redact(text)
-        if len(text) > _DETAIL_CHARS:
-            text = text[: _DETAIL_CHARS - 1] + "…"
-        return f": {text}"
 
     @staticmethod
     def redact(text: str) -> str:
@@ -623,63 +452,85 @@ class OpenAILLM:
         return mask_error(text)
 
 
-def _public_reason(detail: str) -> str:
-    """The server's own reason for refusing a request (`_detail`: one line, secrets masked) as
-    people may see it: shorter, without addresses. `: model not found, try pulling it`, or ""."""
-    text = _URL.sub("<url>", detail.removeprefix(": ")).strip()
-    if not text:
-        return ""
-    if len(text) > _PUBLIC_REASON_CHARS:
-        text = text[: _PUBLIC_REASON_CHARS - 1].rstrip() + "…"
-    return f": {text}"
+class RefusedSettings:
+    """What each model refused, remembered so later calls are sent right (`OpenAILLM._create`): its
+    images (each image's fallback text sent instead), `max_tokens` (sent as `max_completion_tokens`),
+    `prompt_cache_key`, `stream_options` and an agent's `temperature` or `max_tokens` (sent no more).
+    Each is said in the log when it is learnt. `host` names the server in the log; `detail` is the
+    server's own error text (`ErrorTranslator.detail`)."""
 
+    def __init__(self, host: str, detail: Callable[[openai.APIStatusError], str]) -> None:
+        self.host = host
+        self._detail = detail
+        self._no_image_models: set[str] = set()
+        self._completion_tokens_models: set[str] = set()
+        self._dropped_settings: dict[str, set[str]] = {}  # model -> agent settings it refused (sent no more)
+        self._no_cache_key_models: set[str] = set()
+        self._no_stream_options_models: set[str] = set()
 
-_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
-_PUBLIC_REASON_CHARS = 100  # the server's reason in a notice (its whole `_detail` goes to the log)
+    def takes_images(self, model: str) -> bool:
+        """False for OpenAI's text-only models and for a model that refused images before."""
+        return model not in self._no_image_models and not TEXT_ONLY.match(model)
 
+    def applied(self, kwargs: dict[str, Any], model: str, cache_key: str | None, max_tokens: int | None,
+                temperature: float | None, stream: bool) -> dict[str, Any]:
+        """`kwargs` with the settings this model is sent (what it refused before left out or renamed)."""
+        attempt = dict(kwargs)
+        if cache_key and model not in self._no_cache_key_models:
+            attempt["prompt_cache_key"] = cache_key
+        dropped = self._dropped_settings.get(model, set())
+        if max_tokens is not None and "max_tokens" not in dropped:
+            limit = "max_completion_tokens" if model in self._completion_tokens_models else "max_tokens"
+            attempt[limit] = max_tokens
+        if temperature is not None and "temperature" not in dropped:
+            attempt["temperature"] = temperature
+        if stream and model not in self._no_stream_options_models:
+            attempt["stream_options"] = {"include_usage": True}
+        return attempt
 
-def _connection_problem(exc: BaseException) -> str:
-    """Why a connection failed, in a few words, from the exception's causes (never their text: it may hold the URL)."""
-    seen: set[int] = set()
-    cause: BaseException | None = exc
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        if isinstance(cause, ConnectionRefusedError):
-            return "connection refused"
-        if isinstance(cause, socket.gaierror):
-            return "host not found"
-        if isinstance(cause, ssl.SSLError):
-            return "TLS handshake failed"
-        if isinstance(cause, TimeoutError):
-            return "connection timed out"
-        if isinstance(cause, ConnectionError):
-            return "connection failed"
-        cause = cause.__cause__ or cause.__context__
-    return "could not connect"
+    def refused_images(self, model: str, exc: openai.APIStatusError) -> bool:
+        """Whether `exc` refuses a request's images: this one's (it could not read one), or any (the
+        model takes none: remembered). Said at WARNING; the caller asks again without them."""
+        if exc.status_code in (400, 422) and _BAD_IMAGE.search(self._detail(exc)):
+            log.warning("model %s at %s could not read an image (HTTP %s%s); asked again without the "
+                        "images", model, self.host, exc.status_code, self._detail(exc))
+            return True  # that call only: the model takes images
+        if exc.status_code in (400, 415, 422, 500) and _IMAGEISH.search(self._detail(exc)):
+            log.warning("model %s at %s does not take images (HTTP %s%s); its prompts name the images "
+                        "instead from now on", model, self.host, exc.status_code, self._detail(exc))
+            self._no_image_models.add(model)
+            return True
+        return False
+
+    def adapted_to(self, model: str, attempt: dict[str, Any], exc: openai.APIStatusError) -> bool:
+        """Whether `exc` is a 400 naming a parameter of `attempt` that the model is now sent otherwise
+        (or not at all), remembered for later calls; False: the error stands."""
+        if not isinstance(exc, openai.BadRequestError):
+            return False
+        if "prompt_cache_key" in attempt and _names(exc, "prompt_cache_key"):
+            log.info("model %s rejects prompt_cache_key; sending none from now on", model)
+            self._no_cache_key_models.add(model)
+        elif "max_tokens" in attempt and _names(exc, "max_completion_tokens"):
+            log.info("model %s rejects max_tokens; using max_completion_tokens from now on", model)
+            self._completion_tokens_models.add(model)
+        elif (refused := next((p for p in _SETTINGS if p in attempt and _names(exc, p)), None)) is not None:
+            self._drop_setting(model, "max_tokens" if refused == "max_completion_tokens" else refused, exc)
+        elif "stream_options" in attempt and _names(exc, "stream_options"):
+            log.info("model %s rejects stream_options; its usage is estimated from now on", model)
+            self._no_stream_options_models.add(model)
+        else:
+            return False
+        return True
+
+    def _drop_setting(self, model: str, setting: str, exc: openai.APIStatusError) -> None:
+        """A model refused an agent's setting (`temperature`, `max_tokens`): sent no more to it, said once."""
+        self._dropped_settings.setdefault(model, set()).add(setting)
+        log.warning("model %s at %s refuses %s (HTTP %s%s); it is sent without %s from now on", model, self.host,
+                    setting, exc.status_code, self._detail(exc), setting)
 
 
 # Answers to a streamed request that may mean "this server does not stream" (asked again plainly).
 _NOT_STREAMING = frozenset({400, 404, 405, 415, 422, 501})
-
-
-class _StreamBroken(Exception):
-    """A streamed answer that began and then broke off."""
-
-
-class _Caller(Exception):
-    """What `on_text` raised, carried out of the stream unchanged."""
-
-    def __init__(self, error: Exception) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-class _Overdue(openai.APITimeoutError):
-    """A request that went on past the adapter's deadline (a server sending bytes slowly)."""
-
-    def __init__(self, seconds: float, base_url: Any) -> None:
-        super().__init__(request=httpx2.Request("POST", f"{base_url}chat/completions"))
-        self.seconds = seconds
 
 
 def _host(url: str) -> str:
@@ -723,44 +574,3 @@ def _message_json(message: ChatMessage) -> dict[str, Any]:
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
             for c in message.tool_calls]}
     return {"role": message.role, "content": message.content}
-
-
-def _take_choice(choice: Any, calls: dict[int, list[str]], pieces: list[str],
-                 on_text: Callable[[str], None]) -> str | None:
-    """A streamed chunk's first choice: its tool calls' pieces into `calls`, its text into `pieces`
-    and to `on_text` (whose error is the caller's: `_Caller`); its finish reason, if it has one."""
-    for delta in getattr(getattr(choice, "delta", None), "tool_calls", None) or ():
-        _add_call_piece(calls, delta)
-    piece = getattr(getattr(choice, "delta", None), "content", None)
-    if piece:
-        pieces.append(piece)
-        try:
-            on_text(piece)
-        except Exception as exc:
-            raise _Caller(exc) from exc
-    return getattr(choice, "finish_reason", None)
-
-
-def _add_call_piece(calls: dict[int, list[str]], delta: Any) -> None:
-    """One streamed piece of a tool call into `calls` (index -> [id, name, arguments]): the id and
-    name come once (a server may repeat them), the arguments in pieces to join."""
-    index = getattr(delta, "index", None)
-    call = calls.setdefault(int(index) if isinstance(index, int) else len(calls), ["", "", ""])
-    call[0] = str(getattr(delta, "id", None) or call[0])
-    function = getattr(delta, "function", None)
-    call[1] = str(getattr(function, "name", None) or call[1])
-    call[2] += str(getattr(function, "arguments", None) or "")
-
-
-def _tool_call(call: Any) -> ToolCall:
-    function = getattr(call, "function", None)
-    return ToolCall(id=str(getattr(call, "id", "") or ""), name=str(getattr(function, "name", "") or ""),
-                    arguments=mask(str(getattr(function, "arguments", None) or "{}")))
-
-
-def _logprob_sum(choice: Any) -> float | None:
-    content = getattr(getattr(choice, "logprobs", None), "content", None)
-    if not content:
-        return None
-    values = [getattr(item, "logprob", None) for item in content]
-    return float(sum(v for v in values if v is not None))
