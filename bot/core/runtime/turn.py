@@ -10,14 +10,15 @@ With the group's `stream` setting on, the reply is shown while the model writes 
 surface, and stops before the run is settled, so the committed row's publish has the
 last word. The run first takes over the provisional messages an interrupted run of
 the agent left (its reply replaces them); a run that posts nothing takes its own back.
-An agent with tools (granted ones, or memory_write with memory on) runs the tool loop
+The model is called by `bot.core.runtime.model_call` (`ModelCall`): one completion, or for an
+agent with tools (granted ones, or memory_write with memory on) the tool loop
 (`bot.core.features.tools`), streamed too: the draft shows a line per tool call
 (`bot.core.rules.tool_lines`: running, then ✓ or ✗), then the text of the current step.
 A person may stop a group run while it works (`bot.core.runtime.steering`): it settles as
 'stopped' with what its provisional message showed, followed by "(stopped)".
 
-One `AgentTurn` serves every group of the process (its steering, the images it fetched and
-what it told are the process's); the group's dispatcher calls `run` and passes its outbox's
+One `AgentTurn` serves every group of the process (its steering, and its `PeoplesFiles`: the images
+it fetched and what it told, are the process's); the group's dispatcher calls `run` and passes its outbox's
 `wake` as `shown`: the run wakes it when it commits rows (its reply or notice once settled, a
 worker's posts and a line about people's files as they come).
 """
@@ -26,10 +27,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from bot.core.errors import (
     CapReached,
@@ -41,7 +41,6 @@ from bot.core.errors import (
     StoreUnavailable,
     StoreUnwritable,
 )
-from bot.core.features import memory
 from bot.core.features.context import (
     Trimmed,
     group_cache_key,
@@ -50,30 +49,23 @@ from bot.core.features.context import (
     participant_step,
     window_of,
 )
-from bot.core.features.memory import Answer, load_memory, run_agent_tools
+from bot.core.features.memory import Answer, load_memory
 from bot.core.features.replies import quoted_thread
 from bot.core.features.summary import Summaries
 from bot.core.features.tasks import TaskChains, Tasks
-from bot.core.features.tools import RunContext, ToolBox, ToolLoop, ToolRegistry
-from bot.core.features.worker import TOOL_NAME as GROUP_POST
-from bot.core.features.worker import GroupPost, Posts
+from bot.core.features.tools import ToolRegistry
+from bot.core.features.worker import Posts
 from bot.core.models import (
     Agent,
-    Approval,
-    ApprovalAsk,
     ChatMessage,
-    Completion,
-    DraftPart,
     FinishedRun,
     Group,
-    JournaledCall,
     Message,
     NewMessage,
     Run,
     RunResult,
     SharedFile,
     Tags,
-    ToolOutput,
     Usage,
 )
 from bot.core.ports import (
@@ -93,7 +85,6 @@ from bot.core.ports import (
     TokenCounter,
 )
 from bot.core.rules.attachments import ImageKey, ImageSource, PromptFiles, unused_line
-from bot.core.rules.draft import ReplyStream
 from bot.core.rules.prompts import (
     participant_part,
     participant_prompt,
@@ -109,12 +100,11 @@ from bot.core.rules.stop import (
     why_nothing_shown,
 )
 from bot.core.rules.tags import parse_tags
-from bot.core.rules.tool_lines import call_line
+from bot.core.runtime.model_call import CallDeps, ModelCall
 from bot.core.runtime.steering import Steer, Steering, StopAnswer, stopped_text
 from bot.core.runtime.worker import RetryPolicy, wait_for_store
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -211,53 +201,49 @@ def _nothing_shown() -> None:
     return None
 
 
-class ToolSteps:
-    """What the draft of a run with tools shows: a line per tool call (SPEC §6b "Visible": running,
-    then ✓ or ✗), in the order they ran, then the text of the current step (a new model call's text
-    replaces the step before's). Its methods are the tool loop's `on_call`, `on_text`, `on_step`."""
+class PeoplesFiles:
+    """People's files as agents' runs see them (one for the process: the images it fetched and what it
+    told are the process's): images fetched through the surface, a model that takes none said once in the
+    log, and the files a run could not send told once to their person."""
 
-    def __init__(self, name: str, others: Sequence[str]) -> None:
-        self.name, self.others = name, others
-        self.reply = ReplyStream(name, others)  # the current step's text
-        self.lines: dict[int, str] = {}  # journal id -> the call's line
-        self.draft: Draft | None = None  # the surface's draft showing `visible`, when the group streams
+    def __init__(self, store: HasThread, surface: Surface, notice: Callable[[str], NewMessage]) -> None:
+        self.store = store
+        self.surface = surface
+        self.notice = notice
+        self._images: OrderedDict[ImageKey, str] = OrderedDict()  # fetched images, as data URLs
+        self._told_no_images: set[str | None] = set()  # models whose images were named only, logged once
+        self._told_unused: set[tuple[int, int, int]] = set()  # (group, seq, file) a person was told agents lack
 
-    def visible(self) -> str:
-        text = self.reply.visible()
-        calls = "\n".join(self.lines.values())
-        return f"{calls}\n\n{text}" if calls and text else calls or text
+    def images(self, group: Group) -> ImageSource:
+        """People's images of `group`, fetched through the surface when a run is made (kept in memory a while)."""
+        async def fetch(file: SharedFile) -> bytes:
+            return await self.surface.file_data(group, file)
+        return ImageSource(fetch, group.id, self._images)
 
-    def call(self, entry: JournaledCall, output: ToolOutput | None, seconds: float) -> None:
-        self.lines[entry.id] = call_line(entry.tool, entry.arguments, done=output is not None,
-                                         error=output is not None and output.error, seconds=seconds,
-                                         result=output.text if output is not None else "")
-        if self.draft is not None:
-            self.draft.grew()
+    def withheld_images(self, model: str | None, count: int) -> None:
+        """A prompt named `count` images only, as `model` takes none: the log says so once per model."""
+        if count and model not in self._told_no_images:
+            self._told_no_images.add(model)
+            log.info("model %s does not take images: its prompts name each image instead",
+                     model or "(the default model)")
 
-    def piece(self, text: str) -> None:
-        self.reply.add(text)
-        if self.draft is not None:
-            self.draft.grew()
-
-    def step(self) -> None:
-        self.reply = ReplyStream(self.name, self.others)
-
-
-async def _stopping(draft: Draft | None, work: Awaitable[T]) -> T:
-    """`work`'s result; then `draft` (when there is one) stops, however `work` ended: cancelled
-    (shutting down), without waiting for its last update (what was shown is recorded for the next run)."""
-    if draft is None:
-        return await work
-    try:
-        done = await work
-    except asyncio.CancelledError:
-        await draft.stop(wait=False)  # shutting down: what was shown is recorded for the next run
-        raise
-    except BaseException:  # anything else ends the draft too (KeyboardInterrupt); re-raised
-        await draft.stop()
-        raise
-    await draft.stop()
-    return done
+    async def tell_unused(self, group: Group, unused: Unused, shown: Callable[[], None]) -> None:
+        """Images a run could not send ((seq, index) -> (name, why)): one short line per message to
+        its person (SPEC §8), each file told once (several agents read the same message)."""
+        store = self.store
+        fresh: dict[int, list[tuple[str, str]]] = {}
+        for (seq, index), found in sorted(unused.items()):
+            if (group.id, seq, index) not in self._told_unused:
+                self._told_unused.add((group.id, seq, index))
+                fresh.setdefault(seq, []).append(found)
+        for seq, files in fresh.items():
+            try:
+                author = (await store.thread.get_message(group.id, seq)).author_name
+                await store.thread.append_system_message(group.id, self.notice(unused_line(author, files)))
+            except (StoreError, NotFound) as exc:  # a courtesy: the run is settled either way
+                log.warning("group=%s seq=%s: could not tell what agents cannot use: %s", group.id, seq, exc)
+        if fresh:
+            shown()
 
 
 class AgentTurn:
@@ -266,9 +252,9 @@ class AgentTurn:
         self._told: set[tuple[int, str]] = set()  # (group, outage) told in that group
         self._missing: set[tuple[int, str]] = set()  # (group, model) told its provider is not set up
         self.steering = Steering()  # the runs working now, which people may stop
-        self._images: OrderedDict[ImageKey, str] = OrderedDict()  # fetched images, as data URLs
-        self._told_no_images: set[str | None] = set()  # models whose images were named only, logged once
-        self._told_unused: set[tuple[int, int, int]] = set()  # (group, seq, file) a person was told agents lack
+        self.peoples_files = PeoplesFiles(deps.store, deps.surface, deps.notice)
+        self.model_call = ModelCall(CallDeps(deps.store, deps.llm, deps.surface, deps.counter, deps.notice,
+                                             self.starter, deps.tools))
 
     async def run(
         self, group: Group, agent: Agent, snapshot: int, *, selector_usage: Usage, source: str,
@@ -281,7 +267,7 @@ class AgentTurn:
         result, terminated, draft, cap = await self._work(group, agent, run, selector_usage, unused, posts, shown)
         finished = await self._finish(run, result, cap)
         if unused:
-            await self.tell_unused(group, unused, shown)
+            await self.peoples_files.tell_unused(group, unused, shown)
         if draft is not None and finished.reply is None:
             await draft.discard()  # nothing will own what was shown
         reply, notice = await self._settled(group, agent, finished, result, cap, selector_usage, source)
@@ -367,7 +353,7 @@ class AgentTurn:
             raise
         finished = await self._finish(run, replace(result, notice=None), 0)
         if unused:
-            await self.tell_unused(group, unused, shown)
+            await self.peoples_files.tell_unused(group, unused, shown)
         log.info("group=%s agent=%s run=%s regenerated seq=%s: %s", group.id, agent.name, run.id, target.seq,
                  finished.run.status if finished.run.error is None else f"{finished.run.status} ({finished.run.error})")
         return TurnOutcome(finished.run, finished.reply, terminated)
@@ -463,12 +449,14 @@ class AgentTurn:
         messages, others = build_messages(group, agent, roster, trimmed, tasks, memory, files)
         if replied_to:  # last, so the prompt's prefix stays cached (bot.core.features.replies)
             messages.append(ChatMessage("user", replied_to))
-        self.withheld_images(agent.model, files.withheld)
+        self.peoples_files.withheld_images(agent.model, files.withheld)
         async with deps.surface.working(group, agent):
-            images = self.images(group)
+            images = self.peoples_files.images(group)
             messages = await files.fill_images(messages, images)
             unused.update(images.unused)
-            answer, draft = await self._complete(group, agent, run, messages, others, posts, roster, steer, shown)
+            answer, draft = await self.model_call.answer(group, agent, run, messages, others,
+                                                          key=cache_key(group, agent.id), posts=posts,
+                                                          roster=roster, steer=steer, shown=shown)
         result, terminated = await self._result(group, agent, run, answer, roster, others, selector_usage, posts)
         return result, terminated, draft
 
@@ -533,135 +521,6 @@ class AgentTurn:
         return self.deps.notice(said + "; until the model service answers again, the turns of agents on it are "
                                        "skipped without another notice.")
 
-    async def _complete(self, group: Group, agent: Agent, run: Run, messages: list[ChatMessage],
-                        others: Sequence[str], posts: Posts | None = None, roster: Sequence[Agent] = (),
-                        steer: Steer | None = None, shown: Callable[[], None] = _nothing_shown,
-                        ) -> tuple[Answer, Draft | None]:
-        """The agent's answer: one call (streamed to the surface's draft when the group streams),
-        or with tools (granted, or memory_write with memory on) the tool loop
-        (`bot.core.features.tools`), streamed too. The run takes over the provisional messages an
-        interrupted run of the agent left, streamed or not (its reply's row owns them)."""
-        deps = self.deps
-        llm, key = deps.llm, cache_key(group, agent.id)
-        regenerating = run.kind == "regenerate"  # its reply edits the message it replaces: nothing to take over
-        parts = [] if regenerating else await deps.store.drafts.adopt_drafts(group.id, agent.id, run.id)
-        box = await self._tools(agent)
-        if posts is not None:  # a worker: group_post offered, the run not shown while it is written
-            box = self._group_post(group, agent, run, others, roster, posts, box, shown)
-            return await self._with_tools(group, agent, run, messages, others, box, parts, private=True, steer=steer)
-        if box:
-            return await self._with_tools(group, agent, run, messages, others, box, parts, steer=steer)
-        reply = ReplyStream(agent.name, others)
-        draft = deps.surface.draft(group, agent, run.id, parts, reply.visible) if group.settings.stream else None
-        if steer is not None:
-            steer.draft, steer.shown, steer.prompt = draft, reply.visible, lambda: messages
-            steer.raw = lambda: reply.text
-        try:
-            if draft is None:
-                completion = await llm.complete(messages, model=agent.model, cache_key=key,
-                                                max_tokens=agent.max_tokens, temperature=agent.temperature)
-            else:
-                completion = await self._streamed(agent, messages, key, reply, draft)
-        except LLMError as exc:
-            return Answer("", Usage(), "", False, 1, error=exc), draft
-        return Answer(completion.text, completion.usage, completion.model, False, 1,
-                      provider=completion.provider), draft
-
-    async def _tools(self, agent: Agent) -> ToolBox:
-        """The tools the agent's run offers: memory_write when memory is on, and what it was granted."""
-        registry = self.deps.tools or ToolRegistry()
-        if not any(isinstance(source, memory.MemoryTools) for source in registry.sources):
-            registry.add(memory.MemoryTools(self.deps.store))
-        grants = await self.deps.store.tools.tool_grants(agent.id)
-        return registry.offered(grants, (memory.TOOL_NAME,) if agent.memory else ())
-
-    def _group_post(self, group: Group, agent: Agent, run: Run, others: Sequence[str], roster: Sequence[Agent],
-                    posts: Posts, box: ToolBox, shown: Callable[[], None]) -> ToolBox:
-        """`box` with a worker's `group_post` (`bot.core.features.worker`), a source of this run's own;
-        `shown`: each post is shown at once (the group's outbox wakes)."""
-        store = self.deps.store
-
-        async def post(cap: int, message: NewMessage) -> Message:
-            posted = await store.runs.post_from_run(run.id, message, cap=cap)
-            shown()
-            return posted
-
-        async def cap() -> int:
-            return (await store.groups.get_group(group.id)).settings.max_agent_turns
-
-        source = GroupPost(agent, others, posts, post=post, roster=roster,
-                           people=lambda: store.reading.people(group.people_scope), count=self.deps.counter.count,
-                           cap=cap)
-        spec = source.tools()[0]
-        return ToolBox({**box.entries, GROUP_POST: (source, spec, GROUP_POST)})
-
-    async def _with_tools(self, group: Group, agent: Agent, run: Run, messages: list[ChatMessage],
-                          others: Sequence[str], box: ToolBox, parts: Sequence[DraftPart], *, private: bool = False,
-                          steer: Steer | None = None) -> tuple[Answer, Draft | None]:
-        """The tool loop; with the group streaming, each step's text shown as it is written (not a
-        worker's: `private`)."""
-        deps = self.deps
-        steps = ToolSteps(agent.name, others)
-        if group.settings.stream and not private:
-            steps.draft = deps.surface.draft(group, agent, run.id, parts, steps.visible)
-        granted = private or any(not spec.builtin for _, spec, _ in box.entries.values())
-        loop = ToolLoop(deps.llm, deps.store, box, agent, RunContext(group.id, agent.id, run.id),
-                        cache_key=cache_key(group, agent.id),
-                        max_steps=group.settings.max_tool_steps if granted else memory.MAX_TOOL_STEPS,
-                        final_call=granted, on_text=steps.piece if steps.draft is not None else None,
-                        on_step=steps.step, notify=partial(self._notify, group), on_call=steps.call,
-                        approve=partial(self._approve, group, agent, run), resume=run.kind != "regenerate")
-        if steer is not None:
-            steer.draft, steer.shown, steer.raw = steps.draft, lambda: steps.reply.visible(), lambda: steps.reply.text
-            steer.prompt = lambda: loop.result.conversation if loop.result else messages
-            steer.spent = lambda: loop.result.usage if loop.result else Usage()
-            steer.calls = lambda: loop.result.calls if loop.result else 0
-        return await _stopping(steps.draft, run_agent_tools(loop, messages, memory=agent.memory)), steps.draft
-
-    async def _notify(self, group: Group, text: str) -> None:
-        """A tool source's word to the group (`ToolLoop`'s `notify`): a notice."""
-        await self.deps.store.thread.append_system_message(group.id, self.deps.notice(text))
-
-    async def _approve(self, group: Group, agent: Agent, run: Run, tool: str, arguments: str, key: str) -> Approval:
-        """A tool call held for a person's Approve or Deny (`ToolLoop`'s `approve`), asked of the surface;
-        the person who started the run's episode may answer."""
-        starter = await self.starter(group.id, run.episode_id)
-        ask = ApprovalAsk(key, agent.name, tool, arguments, float(group.settings.approval_timeout),
-                          starter.author_user_id if starter else None, starter.author_name if starter else "")
-        return await self.deps.surface.approve(group, agent, ask)
-
-    # people's files ------------------------------------------------------
-    def images(self, group: Group) -> ImageSource:
-        """People's images of `group`, fetched through the surface when a run is made (kept in memory a while)."""
-        async def fetch(file: SharedFile) -> bytes:
-            return await self.deps.surface.file_data(group, file)
-        return ImageSource(fetch, group.id, self._images)
-
-    def withheld_images(self, model: str | None, count: int) -> None:
-        """A prompt named `count` images only, as `model` takes none: the log says so once per model."""
-        if count and model not in self._told_no_images:
-            self._told_no_images.add(model)
-            log.info("model %s does not take images: its prompts name each image instead",
-                     model or "(the default model)")
-
-    async def tell_unused(self, group: Group, unused: Unused, shown: Callable[[], None]) -> None:
-        """Images a run could not send ((seq, index) -> (name, why)): one short line per message to
-        its person (SPEC §8), each file told once (several agents read the same message)."""
-        store = self.deps.store
-        fresh: dict[int, list[tuple[str, str]]] = {}
-        for (seq, index), found in sorted(unused.items()):
-            if (group.id, seq, index) not in self._told_unused:
-                self._told_unused.add((group.id, seq, index))
-                fresh.setdefault(seq, []).append(found)
-        for seq, files in fresh.items():
-            try:
-                author = (await store.thread.get_message(group.id, seq)).author_name
-                await store.thread.append_system_message(group.id, self.deps.notice(unused_line(author, files)))
-            except (StoreError, NotFound) as exc:  # a courtesy: the run is settled either way
-                log.warning("group=%s seq=%s: could not tell what agents cannot use: %s", group.id, seq, exc)
-        if fresh:
-            shown()
-
     # people steer a reply (SPEC §8; bot.core.runtime.steering) -------------
     async def stop(self, group_id: int, agent_id: int, *, user_id: str | None, operator: bool,
                    by: str) -> StopAnswer:
@@ -688,17 +547,6 @@ class AgentTurn:
         episode = await self.deps.store.episodes.get_episode(episode_id)
         message = await self.deps.store.thread.get_message(group_id, episode.task_seq)
         return message if message.author_type == "user" else None
-
-    async def _streamed(self, agent: Agent, messages: list[ChatMessage], key: str, reply: ReplyStream,
-                        draft: Draft) -> Completion:
-        """The model's answer, streamed: each piece grows the draft; the draft stops before it is settled."""
-        def piece(text: str) -> None:
-            reply.add(text)
-            draft.grew()
-
-        return await _stopping(draft, self.deps.llm.stream(messages, on_text=piece, model=agent.model, cache_key=key,
-                                                            max_tokens=agent.max_tokens,
-                                                            temperature=agent.temperature))
 
     async def _interrupt(self, run: Run, selector_usage: Usage) -> None:
         try:
