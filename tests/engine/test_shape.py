@@ -21,14 +21,21 @@ STARTS_AND_STOPS = {"spawn", "drop"}  # what a group's parts may ask of the engi
 
 
 @pytest.fixture
-async def engine(tmp_path):
+async def store(tmp_path):
     store = await SqliteStore.open(tmp_path / "shape.db")
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+async def engine(store):
     engine = Engine(store, ScriptedLLM(), RecordingSurface(), make_token_counter())
     try:
         yield engine
     finally:
         await engine.close()
-        await store.close()
 
 
 def engine_calls(deps: object, engine: Engine) -> set[str]:
@@ -55,8 +62,8 @@ def test_a_groups_parts_never_call_back_into_the_engine(engine):
         == {name: set() for name in parts}
 
 
-async def test_a_groups_dispatcher_and_outbox_share_one_runtime(engine):
-    group = await engine.store.groups.create_group("console:shape", "shape", GroupSettings())
+async def test_a_groups_dispatcher_and_outbox_share_one_runtime(engine, store):
+    group = await store.groups.create_group("console:shape", "shape", GroupSettings())
     await engine.start()
     runtime = engine.groups.get(group.id)
     assert runtime.dispatcher.outbox is runtime.outbox
