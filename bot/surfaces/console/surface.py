@@ -341,8 +341,7 @@ class Console:
         if await self.store.roster.find_agent(self.group.id, self.person) is not None:
             raise InvalidInput(f"--as {self.person}: an agent of the group {self.group_name!r} has that name; "
                                "the agents could not tell you apart. Choose another name.")
-        await self.store.reading.remember_person(self.group.people_scope, self.person,
-                                                        [self.person])  # @you tags you
+        await self.store.reading.remember_person(self.group.people_scope, self.person, [self.person])  # @you tags you
         await self.engine.start()
         holder = await self.engine.claim(self.group)
         if holder is not None:
