@@ -7,7 +7,7 @@ import functools
 import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from bot.config import Settings
 from bot.core.errors import StoreError
@@ -15,6 +15,7 @@ from bot.core.models import DEFAULT_PROVIDER
 from bot.core.ports import Store, Surface, TokenCounter
 from bot.core.rules.secrets import register_url
 from bot.core.runtime.engine import Engine
+from bot.core.verbs.admin import Verbs, verbs_of
 from bot.masking import register_settings
 from storage.store import SqlStore
 
@@ -22,6 +23,16 @@ if TYPE_CHECKING:
     from bot.llm.providers import Providers
 
 log = logging.getLogger(__name__)
+
+
+class Opened(NamedTuple):
+    """What `open_engine` yields: the engine (handed the runtime's roles of the store), the store itself,
+    which only wiring holds whole (a surface is handed it typed by the roles it uses: `ConsoleStore`,
+    the Discord bot's `BotStore`), and the verbs made from both (`verbs_of`)."""
+
+    engine: Engine
+    store: SqlStore
+    verbs: Verbs
 
 
 def make_providers(settings: Settings, counter: TokenCounter) -> Providers:
@@ -44,8 +55,9 @@ def make_providers(settings: Settings, counter: TokenCounter) -> Providers:
 async def open_engine(
     settings: Settings, make_surface: Callable[[Store], Surface], *, scope: str, label: str, db: str | None = None,
     strict_models: bool = False, before_store: Callable[[], Awaitable[None]] | None = None,
-) -> AsyncIterator[Engine]:
-    """The engine over the store, the OpenAI client and a surface built on the store.
+) -> AsyncIterator[Opened]:
+    """The engine over the store, the OpenAI client and a surface built on the store; with the store
+    and the verbs (`Opened`), which the surface is handed, never through the engine.
 
     `db` (--db) or else `settings.db_path` (ROUNDTABLE_DB) names the database: a
     SQLite file (its directory must exist) or a `postgresql://` URL. The model servers
@@ -87,7 +99,7 @@ async def open_engine(
                             tools=ToolRegistry([FetchTools(allow_private=settings.fetch_private),
                                                 *servers.servers]))
             try:
-                yield engine
+                yield Opened(engine, store, verbs_of(engine, store))
             finally:
                 await engine.close()
         finally:
@@ -164,9 +176,9 @@ async def run_console(settings: Settings, *, db: str | None, group: str, person:
     with open_terminal(sys.stdin, sys.stdout, person=person, history=history_path(db or settings.db_path)) as term:
         surface = ConsoleSurface(term.screen)
         async with open_engine(settings, lambda store: surface, scope=f"console:{group}", label="console",
-                               db=db, strict_models=True) as engine:
-            console = Console(engine, surface, person=person, group_name=group, defaults=settings.new_groups,
-                              interactive=sys.stdin.isatty())
+                               db=db, strict_models=True) as (engine, store, verbs):
+            console = Console(engine, surface, store=store, verbs=verbs, person=person, group_name=group,
+                              defaults=settings.new_groups, interactive=sys.stdin.isatty())
             term.read_line.interrupt = console.interrupter(asyncio.get_running_loop())
             await console.run(term.read_line, greet=term.is_tty)
     return console.exit_code(sys.stderr)

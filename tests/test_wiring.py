@@ -52,8 +52,8 @@ async def test_a_served_model_opens_the_engine_and_an_unserved_one_only_warns_wh
         model = "llama3" if strict else "ghost"  # Ollama serves llama3 as llama3:latest
         async with open_engine(settings(tmp_path, srv.base_url, ROUNDTABLE_MODEL=model),
                                lambda store: RecordingSurface(), scope="discord:", label="discord bot",
-                               strict_models=strict) as engine:
-            assert engine is not None
+                               strict_models=strict) as opened:
+            assert opened.engine is not None
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert warned == ([] if strict else [f"ROUNDTABLE_MODEL=ghost is not a model 127.0.0.1:{srv.port} serves (it "
                                          "serves fake-model, llama3:latest); set ROUNDTABLE_MODEL to one of them"])
@@ -74,8 +74,8 @@ async def test_a_rejected_check_before_the_store_creates_no_database(tmp_path):
 async def test_a_passed_check_opens_the_engine(tmp_path):
     async with StrictOpenAI(key="sk-wiring") as srv:
         async with open_engine(settings(tmp_path, srv.base_url), lambda store: RecordingSurface(),
-                               scope="console:main", label="console") as engine:
-            assert engine is not None
+                               scope="console:main", label="console") as opened:
+            assert opened.engine is not None
     assert srv.model_list_calls == 1
 
 

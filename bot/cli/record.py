@@ -14,15 +14,32 @@ import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TextIO
+from typing import Protocol, TextIO
 
 from bot.config import Settings
 from bot.core.errors import InvalidInput, NotFound
 from bot.core.models import Group
+from bot.core.ports import (
+    HasEpisodes,
+    HasGroups,
+    HasReading,
+    HasRecord,
+    HasRoster,
+    HasRouting,
+    HasSummaries,
+    HasThread,
+    HasTools,
+)
 from bot.core.record.export import write_export
 from bot.core.record.replay import episode_report, replay_episode, replay_message, side_by_side
 from bot.core.rules.secrets import mask
-from storage.store import SqlStore
+
+
+class RecordStore(HasGroups, HasThread, HasEpisodes, HasRoster, HasRouting, HasRecord, HasSummaries, HasTools,
+                  HasReading, Protocol):
+    """What export and replay read of the store: an export's transcript (`TranscriptStore`: the record,
+    summaries, decisions, people's names, tool calls) and a replay's (`ReplayStore`: also the episodes
+    and today's roster)."""
 
 
 def db_file(db: str | None, configured: str) -> str:
@@ -39,7 +56,7 @@ def db_file(db: str | None, configured: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def opened(db: str | None, settings: Settings) -> AsyncIterator[SqlStore]:
+async def opened(db: str | None, settings: Settings) -> AsyncIterator[RecordStore]:
     from bot.wiring import open_store
 
     store = await open_store(db, db_file(db, settings.db_path))
@@ -49,7 +66,7 @@ async def opened(db: str | None, settings: Settings) -> AsyncIterator[SqlStore]:
         await store.close()
 
 
-async def find_group(store: SqlStore, ref: str) -> Group:
+async def find_group(store: HasGroups, ref: str) -> Group:
     """The group `ref` names: its id, key or name (a leading # optional, case aside)."""
     groups = await store.groups.list_groups(enabled_only=False)
     wanted = ref.strip()

@@ -13,6 +13,7 @@ import pytest
 from bot.core.models import GroupSettings
 from bot.core.runtime.engine import Engine
 from bot.core.runtime.worker import RetryPolicy
+from bot.core.verbs.admin import verbs_of
 from bot.llm.openai_llm import OpenAILLM
 from bot.llm.tokens import make_token_counter
 from bot.surfaces.discord.api import point_at
@@ -61,8 +62,8 @@ class BotHarness:
         self.surface = DiscordSurface(self.store)
         self.engine = Engine(self.store, self._llm, self.surface, counter, scope="discord:", retry=self.retry,
                              **self.engine_options)
-        self.bot = RoundtableBot(self.engine, self.surface, GroupSettings(stream=self.stream),
-                                 guild_id=int(self.emu.guild_id),
+        self.bot = RoundtableBot(self.engine, self.surface, GroupSettings(stream=self.stream), store=self.store,
+                                 verbs=verbs_of(self.engine, self.store), guild_id=int(self.emu.guild_id),
                                  guild_ready_timeout=0.05)
         self._task = asyncio.create_task(self.bot.start(self.emu.token))
         if wait_ready:

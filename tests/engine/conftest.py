@@ -13,6 +13,7 @@ import pytest
 from bot.core.models import Group, GroupSettings
 from bot.core.runtime.engine import Engine
 from bot.core.runtime.worker import RetryPolicy
+from bot.core.verbs.admin import Verbs, verbs_of
 from bot.llm.tokens import make_token_counter
 from storage import SqlStore
 from tests.fakes.databases import Place, SqlitePlace
@@ -58,6 +59,10 @@ class Harness:
         finally:
             await self.engine.close()
             await self.store.close()
+
+    def verbs(self) -> Verbs:
+        """The verbs over the engine and the store, as wiring makes them for a surface."""
+        return verbs_of(self.engine, self.store)
 
     async def say(self, text: str, who: str = "alice") -> None:
         group = await self.store.groups.get_group(self.group.id)

@@ -11,7 +11,6 @@ import pytest
 
 from bot.core.errors import InvalidInput
 from bot.core.rules.mute import tag_notice
-from bot.core.verbs.admin import verbs_of
 from bot.llm.openai_llm import OpenAILLM
 from bot.llm.tokens import make_token_counter
 from tests.fakes.openai_server import SELECTOR_MARK, FakeOpenAI, GroupChatScript, message_text
@@ -53,7 +52,7 @@ async def notices(h: Any) -> list[str]:
 # model settings -------------------------------------------------------------
 async def test_an_agents_temperature_and_max_tokens_are_sent_only_for_it(harness):
     async with FakeOpenAI(replies()) as srv, running(harness, srv, mode="tags") as h:
-        verbs = verbs_of(h.engine)
+        verbs = h.verbs()
         answer = await verbs.roster.edit_agent(h.group, "planner", settings={"temperature": 0.3, "max_tokens": 500})
         await h.say("@planner @budget go")
         await h.idle(30)
@@ -70,7 +69,7 @@ async def test_an_agents_temperature_and_max_tokens_are_sent_only_for_it(harness
 async def test_streamed_replies_carry_the_settings_too(harness):
     harness.surface.streams = True
     async with FakeOpenAI(replies()) as srv, running(harness, srv, mode="tags", stream=True) as h:
-        await verbs_of(h.engine).roster.edit_agent(h.group, "planner", settings={"temperature": 1.5, "max_tokens": 64})
+        await h.verbs().roster.edit_agent(h.group, "planner", settings={"temperature": 1.5, "max_tokens": 64})
         await h.say("@planner go")
         await h.idle(30)
     [planner] = calls_of(srv, "planner")
@@ -81,7 +80,7 @@ async def test_streamed_replies_carry_the_settings_too(harness):
 async def test_a_refused_temperature_is_dropped_for_that_model_and_said_once(harness, caplog):
     caplog.set_level(logging.WARNING, logger="bot.llm.openai_llm")
     async with FakeOpenAI(replies(), refuses=("temperature",)) as srv, running(harness, srv, mode="tags") as h:
-        await verbs_of(h.engine).roster.edit_agent(h.group, "planner", settings={"temperature": 0.7})
+        await h.verbs().roster.edit_agent(h.group, "planner", settings={"temperature": 0.7})
         await h.say("@planner first")
         await h.idle(30)
         await h.say("@planner second")
@@ -97,7 +96,7 @@ async def test_a_refused_temperature_is_dropped_for_that_model_and_said_once(har
 async def test_an_agents_context_budget_overrides_the_groups(harness):
     long = " ".join(["word"] * 150)  # ~150 tokens a message
     async with FakeOpenAI(replies()) as srv, running(harness, srv, mode="selector", context_budget=200_000) as h:
-        verbs = verbs_of(h.engine)
+        verbs = h.verbs()
         await verbs.roster.edit_agent(h.group, "planner", settings={"context_budget": 500})
         for n in range(8):
             await h.say(f"note {n}: {long}")
@@ -121,7 +120,7 @@ async def test_an_agents_context_budget_overrides_the_groups(harness):
 async def test_a_setting_out_of_range_is_refused_and_changes_nothing(sqlite_harness, settings, error):
     async with FakeOpenAI(replies()) as srv, running(sqlite_harness, srv) as h:
         with pytest.raises(InvalidInput) as refused:
-            await verbs_of(h.engine).roster.edit_agent(h.group, "planner", settings=settings)
+            await h.verbs().roster.edit_agent(h.group, "planner", settings=settings)
         planner = await h.store.roster.find_agent(h.group.id, "planner")
     assert str(refused.value) == error + "."
     assert (planner.temperature, planner.max_tokens, planner.context_budget) == (None, None, None)
@@ -131,7 +130,7 @@ async def test_a_setting_out_of_range_is_refused_and_changes_nothing(sqlite_harn
 async def test_a_muted_agent_is_left_out_of_all_and_a_tag_of_it_is_told_once(harness):
     clock = FakeClock()
     async with FakeOpenAI(replies()) as srv, running(harness, srv, clock, mode="tags") as h:
-        verbs = verbs_of(h.engine)
+        verbs = h.verbs()
         said = await verbs.roster.mute_agent(h.group, "local", "1h")
         await h.say("@all hello")
         await h.idle(30)
@@ -156,7 +155,7 @@ async def test_a_muted_agent_is_left_out_of_all_and_a_tag_of_it_is_told_once(har
 async def test_a_muted_agent_is_left_out_of_the_selector_and_the_rotation(harness):
     script = GroupChatScript(selector=["budget", "TERMINATE"], default_agent_reply=lambda name, n: f"{name} {n}")
     async with FakeOpenAI(script) as srv, running(harness, srv, mode="selector") as h:
-        verbs = verbs_of(h.engine)
+        verbs = h.verbs()
         await verbs.roster.mute_agent(h.group, "planner", None)
         await h.say("what should we do?")
         await h.idle(30)
@@ -175,7 +174,7 @@ async def test_a_mute_ends_by_itself_when_its_time_is_up_also_after_a_restart(ha
     clock = FakeClock()
     async with FakeOpenAI(replies()) as srv:
         async with running(harness, srv, clock, mode="tags") as h:
-            verbs = verbs_of(h.engine)
+            verbs = h.verbs()
             await verbs.roster.mute_agent(h.group, "local", "30m")
             clock.now += 20 * 60
             listed = await verbs.roster.list_agents(h.group)
@@ -184,7 +183,7 @@ async def test_a_mute_ends_by_itself_when_its_time_is_up_also_after_a_restart(ha
             await h.idle(30)
         clock.now += 10 * 60  # the mute's time is up while the bot is down
         async with running(harness, srv, clock, mode="tags") as h:
-            verbs = verbs_of(h.engine)
+            verbs = h.verbs()
             shown = await verbs.roster.show_agent(h.group, "local")
             await h.say("@local now?")
             await h.idle(30)
@@ -202,7 +201,7 @@ async def test_a_mute_ends_by_itself_when_its_time_is_up_also_after_a_restart(ha
 async def test_unmute_lifts_a_mute_until_unmuted_and_bad_durations_are_refused(harness):
     clock = FakeClock()
     async with FakeOpenAI(replies()) as srv, running(harness, srv, clock, mode="tags") as h:
-        verbs = verbs_of(h.engine)
+        verbs = h.verbs()
         with pytest.raises(InvalidInput, match=r"for must be a duration such as 30m, 1h, 2d or 1h30m \(got 'soon'\)"):
             await verbs.roster.mute_agent(h.group, "local", "soon")
         said = await verbs.roster.mute_agent(h.group, "local")

@@ -7,6 +7,7 @@ import pytest
 
 from bot.core.models import Agent, GroupSettings
 from bot.core.runtime.engine import Engine
+from bot.core.verbs.admin import verbs_of
 from bot.llm.tokens import make_token_counter
 from bot.surfaces.console.surface import NO_AGENTS, Console, ConsoleSurface
 from storage.store import SqliteStore
@@ -21,7 +22,8 @@ async def console(tmp_path):
     llm = ScriptedLLM(selector=["planner", "TERMINATE"], default_agent_reply=lambda name, n: f"{name} reply {n}")
     surface = ConsoleSurface(out)
     engine = Engine(store, llm, surface, make_token_counter())
-    con = Console(engine, surface, person="you", group_name="main", defaults=GroupSettings(), interactive=True)
+    con = Console(engine, surface, store=store, verbs=verbs_of(engine, store), person="you", group_name="main",
+                  defaults=GroupSettings(), interactive=True)
     await con.open()
     await engine.start()
     lines: list[str] = []
@@ -39,6 +41,7 @@ async def console(tmp_path):
     async def store_agent(name: str) -> Agent | None:
         return await store.roster.find_agent(con.opened().id, name)
 
+    con.database = store  # the whole store the console was handed its roles of (a test reaches the others)
     con.send = send
     con.store_agent = store_agent
     con.pending_input = lines
@@ -55,7 +58,7 @@ async def test_an_agent_another_process_removes_meanwhile_is_answered_by_name(co
     """The agent is found, then another process removes it before the change: the same answer
     as when it was gone already, never the store's id."""
     await console.send("/agent add name:extra role:r prompt:p")
-    store, other = console.engine.store, await SqliteStore.open(tmp_path / "c.db")
+    store, other = console.database, await SqliteStore.open(tmp_path / "c.db")
     find_agent, found = store.roster.find_agent, []
 
     async def found_then_removed(group_id: int, name: str) -> Agent | None:
@@ -182,7 +185,7 @@ async def test_a_console_whose_group_was_taken_over_says_so_once_and_keeps_the_m
     await console.send('/agent add name:planner role:plans prompt:"You plan."')
     group = console.group
     console.engine.drop(group.id)  # what the lease keeper does when another process took the lease
-    await console.engine.store.leases.release_leases([group.id])
+    await console.database.leases.release_leases([group.id])
     other_store = await SqliteStore.open(tmp_path / "c.db")
     other = Engine(other_store, ScriptedLLM(), ConsoleSurface(io.StringIO()), make_token_counter(),
                    scope="console:main")
@@ -219,7 +222,7 @@ async def test_why_without_a_message_explains_the_newest_person_or_agent_message
     await console.send("/roundtable config max_turns:1 mode:tags")
     out = await console.send("@planner plan it")
     assert any(line.startswith("[roundtable] Stopped after 1 agent message") for line in out)
-    rows = await console.engine.store.thread.messages(console.group.id)
+    rows = await console.database.thread.messages(console.group.id)
     newest_agent = max(m.seq for m in rows if m.author_type == "agent")
     assert rows[-1].author_type == "system" and newest_agent < rows[-1].seq
     why = await console.send("/roundtable why")

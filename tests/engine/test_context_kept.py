@@ -15,7 +15,6 @@ import pytest
 
 from bot.core.features.spending import tally, usage_card
 from bot.core.rules.prompts import PARTICIPANT_PROMPT
-from bot.core.verbs.admin import verbs_of
 from bot.llm.openai_llm import OpenAILLM
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, RecordedRequest, Reply, message_text
 
@@ -125,7 +124,7 @@ async def test_a_rolling_summary_stands_where_the_cut_rows_were_made_once_per_mo
         card = await usage_card(harness.store, harness.group, {}, 7)
         assert not isinstance(card, str) and "rolling summary" in [f.name for f in card.fields]
         group = await harness.store.groups.get_group(harness.group.id)
-        seen = await verbs_of(harness.engine).record.context_seen(group, group.latest_seq)
+        seen = await harness.verbs().record.context_seen(group, group.latest_seq)
         assert seen.endswith("were trimmed to fit context_budget 1200; a rolling summary stands for them"), seen
 
 

@@ -16,7 +16,6 @@ from bot.core.errors import InvalidInput
 from bot.core.models import Completion, ContextSummary, Usage
 from bot.core.record.export import write_export
 from bot.core.rules.card import Attachment
-from bot.core.verbs.admin import verbs_of
 from bot.surfaces.console.surface import keep_file
 from tests.fakes.scripted_llm import ScriptedLLM
 
@@ -210,7 +209,7 @@ async def test_an_empty_group_has_nothing_to_export(harness):
 async def test_the_export_verb_makes_a_file_the_console_keeps(harness, tmp_path):
     async with harness.running(script()):
         await seed(harness)
-        attachment = await verbs_of(harness.engine).record.export(harness.group, "md")
+        attachment = await harness.verbs().record.export(harness.group, "md")
     assert isinstance(attachment, Attachment) and attachment.filename == "main-transcript.md"
     assert attachment.text == "main: 5 messages, 2 episodes, as Markdown."
     assert attachment.elsewhere == f"roundtable export --group {harness.group.id} --format md --out FILE"
@@ -232,7 +231,7 @@ async def test_the_formats_agree_on_what_an_ask_is_and_on_their_totals(harness):
                       direct={"planner": [Completion("Privately: day 2.", Usage(300, 20, 0), model="gpt-4o-mini"),
                                           Completion("Posted: day 3.", Usage(500, 30, 0), model="gpt-4o-mini")]})
     async with harness.running(llm):
-        verbs = verbs_of(harness.engine)
+        verbs = harness.verbs()
         await harness.say("Plan a trip")
         await harness.idle()
         planner = await verbs.roster.agent(harness.group, "planner")

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from bot.core.verbs.admin import verbs_of
 from bot.llm.openai_llm import OpenAILLM
 from tests.engine.test_context_kept import SUMMARY_OPENING, prompt, reply
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, message_text
@@ -87,7 +86,7 @@ async def test_a_follow_up_to_a_terminated_episode_keeps_its_task_in_every_reque
         first = await harness.engine.episode_result((await harness.store.groups.get_group(harness.group.id)).episode_id)
         assert first.status == "terminated" and first.agent_turns == FIRST_EPISODE
         if how == "after newtask":
-            said = await verbs_of(harness.engine).groups.newtask(harness.group)
+            said = await harness.verbs().groups.newtask(harness.group)
             assert said.startswith("The next message starts a new")
         start = len(server.requests)
         if how.startswith("a reply"):

@@ -16,7 +16,6 @@ from bot.core.errors import UserFacingError
 from bot.core.features.memory import MAX_TOOL_STEPS, REMINDER
 from bot.core.models import Run
 from bot.core.record.export import write_export
-from bot.core.verbs.admin import verbs_of
 from bot.llm.openai_llm import OpenAILLM
 from bot.llm.tokens import make_token_counter
 from tests.fakes.openai_server import (
@@ -46,7 +45,7 @@ async def group(harness: Any, script: GroupChatScript, *, memory: bool = True, *
                         max_retries=0, counter=make_token_counter())
         async with llm, harness.running(llm, mode="tags", **settings):
             if memory:
-                answer = await verbs_of(harness.engine).roster.edit_agent(harness.group, "planner", memory=True)
+                answer = await harness.verbs().roster.edit_agent(harness.group, "planner", memory=True)
                 assert answer == "Updated planner: memory is on."
             yield srv, harness
 
@@ -144,7 +143,7 @@ async def test_notes_appear_in_the_next_runs_system_prompt_and_clear_empties_the
         await h.idle()
         await h.say("@planner and day 2?")
         await h.idle()
-        verbs = verbs_of(h.engine)
+        verbs = h.verbs()
         planner = await verbs.roster.agent(h.group, "planner")
         shown = await verbs.memory.show(planner)
         assert [f.value for f in shown.fields] == ["Alice liked Kyoto.", NOTE]  # newest first
@@ -222,7 +221,7 @@ async def test_a_failed_reminder_step_keeps_the_reply(harness):
 async def test_memory_cannot_be_turned_on_without_tool_calls(harness, script, reason):
     async with group(harness, script, memory=False) as (_srv, h):
         with pytest.raises(UserFacingError) as info:
-            await verbs_of(h.engine).roster.edit_agent(h.group, "planner", memory=True)
+            await h.verbs().roster.edit_agent(h.group, "planner", memory=True)
         assert str(info.value) == reason
         assert (await h.store.roster.find_agent(h.group.id, "planner")).memory is False  # nothing changed
 
@@ -231,7 +230,7 @@ async def test_an_agent_with_memory_on_keeps_its_model_when_the_new_one_takes_no
     script = GroupChatScript()
     async with group(harness, script) as (srv, h):  # memory turned on: fake-model takes tool calls
         script.takes_tools = False
-        verbs = verbs_of(h.engine)
+        verbs = h.verbs()
         with pytest.raises(UserFacingError) as info:
             await verbs.roster.edit_agent(h.group, "planner", model="tiny-model")
         assert str(info.value) == ("planner keeps its model: memory is on for it, and model tiny-model answered "
@@ -253,11 +252,11 @@ async def test_usage_counts_every_model_call_and_its_tokens(harness) -> None:
     async with group(harness, script) as (srv, h):
         await h.say("@planner plan a trip")
         await h.idle()
-        card = await verbs_of(h.engine).record.usage(h.group, 1)
+        card = await h.verbs().record.usage(h.group, 1)
     assert [GroupChatScript.classify(r)[0] for r in srv.requests] == ["probe", "participant", "participant"]
     prompt = sum(rough_tokens("\n".join(message_text(m) for m in r["messages"])) for r in srv.requests)
     completion = rough_tokens("Day 1 by train to Kyoto.")
-    shown = {f.name: f.value for f in card.fields}  # type: ignore[union-attr]
+    shown = {f.name: f.value for f in card.fields}
     assert shown["planner"] == (f"3 calls · {prompt:,} prompt / 0 cached / {completion:,} completion tokens · "
                                 "no price known for fake-model (3 calls)")
     assert shown["total"] == shown["planner"]
@@ -274,7 +273,7 @@ async def test_the_memory_check_through_a_named_provider_is_counted_there(harnes
         llm = Providers({"default": client("default", default.base_url), "local": client("local", local.base_url)},
                         default_model="fake-model")
         async with harness.running(llm, mode="tags"):
-            verbs = verbs_of(harness.engine)
+            verbs = harness.verbs()
             await verbs.roster.edit_agent(harness.group, "planner", model="local/small-model")
             said = await verbs.roster.edit_agent(harness.group, "planner", memory=True)
             assert said == "Updated planner: memory is on."

@@ -10,7 +10,6 @@ import pytest
 from bot.core.errors import UserFacingError
 from bot.core.models import Completion, Usage
 from bot.core.rules.card import Card
-from bot.core.verbs.admin import verbs_of
 from tests.fakes.scripted_llm import ScriptedLLM
 
 # OpenAI's per-million prices (input, cached input, output), written out here rather than read from the code.
@@ -97,7 +96,7 @@ async def test_usage_and_cost_equal_sums_computed_from_the_rows(harness):
         await harness.say("Plan a 3-day Tokyo trip")
         await harness.idle()
         assert llm.participant_order == ["planner", "budget", "local", "planner"]
-        card = await verbs_of(harness.engine).record.usage(harness.group, 7)
+        card = await harness.verbs().record.usage(harness.group, 7)
     assert isinstance(card, Card) and card.title == "Usage in the last 7 days"
     shown = {f.name: f.value for f in card.fields}
     figures = independent_figures(harness.path)
@@ -114,7 +113,7 @@ async def test_usage_and_cost_equal_sums_computed_from_the_rows(harness):
 
 async def test_a_group_without_calls_says_so(harness):
     async with harness.running(ScriptedLLM()):
-        assert await verbs_of(harness.engine).record.usage(harness.group, 1) == "No model calls in the last day."
+        assert await harness.verbs().record.usage(harness.group, 1) == "No model calls in the last day."
 
 
 async def test_budget_reached_pauses_the_group_with_one_notice_and_resume_says_so(harness):
@@ -122,7 +121,7 @@ async def test_budget_reached_pauses_the_group_with_one_notice_and_resume_says_s
     big = Completion("A long plan.", Usage(1_000_000, 100_000, 0), model="gpt-4o-mini")
     llm = ScriptedLLM(agents={"planner": [big, "Again, shorter."]})
     async with harness.running(llm, mode="tags", monthly_budget=0.20):
-        verbs = verbs_of(harness.engine)
+        verbs = harness.verbs()
         await harness.say("@planner go")
         await harness.idle()
         group = await harness.store.groups.get_group(harness.group.id)
@@ -156,7 +155,7 @@ async def test_setting_a_budget_already_reached_pauses_at_once(harness):
     async with harness.running(llm, mode="tags"):
         await harness.say("@planner go")
         await harness.idle()
-        verbs = verbs_of(harness.engine)
+        verbs = harness.verbs()
         card = await verbs.groups.config(harness.group, {"monthly_budget": 0.1})
         assert isinstance(card, Card) and card.tone == "warning"
         assert card.description.startswith("This month's model cost ($0.15) has already reached monthly_budget")
@@ -171,7 +170,7 @@ async def test_setting_a_budget_already_reached_pauses_at_once(harness):
 async def test_a_budget_is_kept_and_shown_as_given(harness, given, shown):
     # It was rounded to cents: 0.0001 became 0 and turned the budget off ("monthly_budget off"), 0.016 became 0.02.
     async with harness.running(ScriptedLLM()):
-        verbs = verbs_of(harness.engine)
+        verbs = harness.verbs()
         card = await verbs.groups.config(harness.group, {"monthly_budget": given})
         assert isinstance(card, Card) and ("monthly_budget", shown) in [(f.name, f.value) for f in card.fields]
         assert (await harness.store.groups.get_group(harness.group.id)).settings.monthly_budget == given

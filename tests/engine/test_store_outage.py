@@ -63,7 +63,7 @@ async def test_a_message_waits_out_an_outage_people_told_once_each_way_and_statu
             await eventually(lambda: failures[0] >= seen + 5, "more failed writes")  # still refused, told once
             assert not posting.done() and len(alerts) == 1
             assert alerts[0].startswith(NOTICE + reason + ". Messages posted now are not lost")
-            card = await verbs_of(harness.engine).record.status(group)
+            card = await harness.verbs().record.status(group)
             assert card.tone == "bad"
             assert next(f.value for f in card.fields if f.name == "database problem").endswith(
                 f"now: {reason}; messages posted meanwhile are saved and answered once it works again")
@@ -73,7 +73,7 @@ async def test_a_message_waits_out_an_outage_people_told_once_each_way_and_statu
         assert alerts[1].startswith(FIXED) and waited == [reason]
         assert await harness.thread() == ["[alice] @planner kept", "[planner] Saved at last."]
         assert message.seq == 1
-        card = await verbs_of(harness.engine).record.status(group)
+        card = await harness.verbs().record.status(group)
         assert "database problem" not in [f.name for f in card.fields]
         assert len(alerts) == 2
 
@@ -85,7 +85,8 @@ async def test_the_console_says_it_in_one_line_then_the_recovery_in_one_line(tmp
     surface = ConsoleSurface(out)
     engine = Engine(store, llm, surface, make_token_counter(), retry=FAST_RETRY)
     failures = counting_failures(store.health)
-    con = Console(engine, surface, person="you", group_name="main", defaults=GroupSettings(mode="tags"))
+    con = Console(engine, surface, store=store, verbs=verbs_of(engine, store), person="you", group_name="main",
+                  defaults=GroupSettings(mode="tags"))
     lines: asyncio.Queue[str] = asyncio.Queue()
 
     async def read_line(*, more: bool = False) -> str:

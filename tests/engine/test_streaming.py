@@ -154,7 +154,7 @@ async def test_usage_cost_why_and_exports_are_the_same_streamed_or_not(tmp_path)
             store, group = harness.store, harness.group
             runs = await harness.fetch("SELECT prompt_tokens, completion_tokens, cached_tokens, estimated, status,"
                                        " model FROM runs ORDER BY id")
-            usage = await harness.engine.store.spending.usage_since(group.id, 0)
+            usage = await store.spending.usage_since(group.id, 0)
             why = [await store.routing.get_decision(group.id, seq) for seq in range(1, 6)]
             pieces: list[str] = []
             await write_export(store, group, "json", pieces.append, now=0.0)

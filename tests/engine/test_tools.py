@@ -23,7 +23,6 @@ from bot.core.ports import ToolContext
 from bot.core.record.export import write_export
 from bot.core.record.replay import episode_report, replay_message, side_by_side
 from bot.core.rules.secrets import SECRETS
-from bot.core.verbs.admin import verbs_of
 from bot.llm.openai_llm import OpenAILLM
 from bot.llm.tokens import make_token_counter
 from tests.fakes.openai_server import (
@@ -339,8 +338,8 @@ async def test_the_draft_shows_each_call_and_the_reply_keeps_a_compact_line(harn
         published = [m.text for m in harness.surface.published if m.author_type == "agent"]
         thread = await h.thread()
         reply = [m for m in await h.store.thread.messages(h.group.id) if m.author_type == "agent"][-1]
-        why = (await verbs_of(h.engine).record.why(h.group, str(reply.seq))).lines()
-        usage = {f.name: f.value for f in (await verbs_of(h.engine).record.usage(h.group, 1)).fields}
+        why = (await h.verbs().record.why(h.group, str(reply.seq))).lines()
+        usage = {f.name: f.value for f in (await h.verbs().record.usage(h.group, 1)).fields}
         requests = list(srv.requests)
         group = await h.store.groups.get_group(h.group.id)
         await h.store.groups.update_group(group.id, settings=group.settings.with_changes(show_tools=False))

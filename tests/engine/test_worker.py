@@ -12,7 +12,6 @@ from typing import Any
 
 from bot.core.features.worker import POSTED, waiting_for_a_person
 from bot.core.record.export import write_export
-from bot.core.verbs.admin import verbs_of
 from bot.llm.openai_llm import OpenAILLM
 from bot.llm.tokens import make_token_counter
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply, tool_call
@@ -55,7 +54,7 @@ async def test_a_worker_speaks_only_through_group_post_and_keeps_its_final_text(
             out = io.StringIO()
             await write_export(h.store, group, fmt, out.write)
             exports[fmt] = out.getvalue()
-        why = await verbs_of(h.engine).record.why(group, "3")
+        why = await h.verbs().record.why(group, "3")
     assert thread[:3] == ["[alice] @planner plan two days", "[planner] Day 1: Asakusa.",
                           "[planner] Day 2: @budget please check the costs."]
     assert thread[3] == "[budget] Costs look fine."  # the post's tag routed it, as a reply's would

@@ -1,7 +1,9 @@
 """The engine: starts and stops the groups this process runs; the door surfaces knock at.
 
 Surfaces (Discord, the console) call `start`, `post_user_message`, the admin
-verbs (`bot.core.verbs.admin`), `wait_idle` and `close`. A process runs only
+verbs (`bot.core.verbs.admin`), `wait_idle` and `close`. The engine is not their
+way to the store: wiring (`bot.wiring`) hands each surface and the verbs the store
+typed by the roles they use, and the engine only the runtime's (`RuntimeStore`). A process runs only
 the groups of its `scope` whose lease it holds (`bot.core.runtime.ownership`);
 each of them has a runtime (`bot.core.runtime.group.GroupRuntime`: its dispatcher,
 its outbox and its drafts, sharing events) that works in background tasks, as do the
@@ -34,11 +36,9 @@ from bot.core.features.tools import ToolRegistry
 from bot.core.models import Agent, Episode, EpisodeResult, Group, Message, NewMessage, SharedFile, Usage
 from bot.core.ports import (
     LLM,
-    HasDiagnosis,
     HasDrafts,
     HasEpisodes,
     HasGroups,
-    HasInteractions,
     HasLeases,
     HasNotes,
     HasPosting,
@@ -52,7 +52,6 @@ from bot.core.ports import (
     HasSummaries,
     HasThread,
     HasTools,
-    HasWebhooks,
     HealthStore,
     Surface,
     TokenCounter,
@@ -86,21 +85,14 @@ class RuntimeStore(HasGroups, HasRoster, HasThread, HasPosting, HasRouting, HasE
     """What the engine and the parts it composes read and write: each part is handed the roles it names
     (`DispatchStore`, `TurnStore`, `OutboxStore`, `IntakeStore`, `DirectStore`, `RegenerateStore`,
     `SchedulerStore`, `OwnershipStore`, the features' stores); the engine itself asks the runs, posting,
-    routing, groups, roster, episodes and thread roles (`resume`, `stop_episode`, `episode_result`)."""
-
-
-class EngineStore(RuntimeStore, HasWebhooks, HasInteractions, HasDiagnosis, Protocol):
-    """The store as the engine holds it (`engine.store`): the runtime's roles, and the three that the
-    surfaces and verbs reach through the engine and the runtime never asks: a channel's webhook
-    (`bot.surfaces.discord.client`, `.commands`), an interaction's claim (`.commands` via `Interactions`)
-    and /roundtable doctor's diagnosis (`bot.core.verbs.admin`, as the engine carries the doctor's
-    endpoint and tool probes). So every role: it narrows to `RuntimeStore` once wiring hands the
-    surfaces and verbs their own store."""
+    routing, groups, roster, episodes and thread roles (`resume`, `stop_episode`, `episode_result`).
+    No webhooks, interactions or diagnosis: those are the surfaces' and the verbs' (their own store
+    Protocols, handed them by wiring)."""
 
 
 class Engine:
     def __init__(
-        self, store: EngineStore, llm: LLM, surface: Surface, counter: TokenCounter, *,
+        self, store: RuntimeStore, llm: LLM, surface: Surface, counter: TokenCounter, *,
         selector_model: str | None = None, scope: str = "", retry: RetryPolicy | None = None,
         lease_ttl: float = LEASE_TTL, prices: Mapping[str, Price] | None = None, shards: Shards | None = None,
         clock: Callable[[], float] = time.time, schedule_tick: float = TICK, summary_model: str | None = None,
@@ -115,8 +107,7 @@ class Engine:
         `endpoint_checks`: /roundtable doctor's check of the model endpoints. `tools`: the tool
         sources agents may be granted (MCP servers; memory_write is added); `tool_checks`:
         /roundtable doctor's lines of the MCP servers."""
-        self.store = store  # surfaces and verbs reach the store here (`EngineStore`)
-        roles: RuntimeStore = store  # what the parts composed below are handed: no more than the runtime's roles
+        self._store = store  # the runtime's own: surfaces and verbs are handed theirs by wiring, never through here
         self.prices: Mapping[str, Price] = DEFAULT_PRICES if prices is None else prices
         self.llm = llm
         self.surface = surface
@@ -128,47 +119,47 @@ class Engine:
         self.tool_checks = tool_checks
         self.retry = retry or RetryPolicy()
         self.notice: Callable[[str], NewMessage] = partial(bot_notice, counter.count)  # a notice, ready to append
-        self.tasks = TaskChains(roles)  # what each episode's prompts keep asking for (bot.core.features.tasks)
+        self.tasks = TaskChains(store)  # what each episode's prompts keep asking for (bot.core.features.tasks)
         self.summaries = Summaries(  # bot.core.features.summary; ROUNDTABLE_SUMMARY_MODEL, else the selector's
-            roles, llm, counter, lambda group: summary_model or group.settings.selector_model or selector_model)
-        self.budgets = Budgets(roles, self.prices, self.notice)  # bot.core.features.spending
+            store, llm, counter, lambda group: summary_model or group.settings.selector_model or selector_model)
+        self.budgets = Budgets(store, self.prices, self.notice)  # bot.core.features.spending
         self.locks = AgentLocks()  # each agent's one lock (bot.core.runtime.locks)
         self.tools = tools or ToolRegistry()  # bot.core.features.tools
-        self.tools.add(MemoryTools(roles))
-        self.tools.add(HistoryTools(roles))  # history_search, history_read (granted)
+        self.tools.add(MemoryTools(store))
+        self.tools.add(HistoryTools(store))  # history_search, history_read (granted)
         self.surface_connected = asyncio.Event()  # backlogs are routed once people can be answered
         self._tasks: set[asyncio.Task[object]] = set()
         self._closed = False
         self.ownership = Ownership(
-            OwnershipDeps(store=roles, spawn=self.spawn, resume=self.resume, wake=self.wake, drop=self.drop,
+            OwnershipDeps(store=store, spawn=self.spawn, resume=self.resume, wake=self.wake, drop=self.drop,
                           running_runs=lambda: self.locks.running),
             scope, ttl=lease_ttl, shards=shards)
         self.scheduler = Scheduler(
-            SchedulerDeps(store=roles, counter=counter, clock=clock, locks=self.locks, owns=self.owns, wake=self.wake,
+            SchedulerDeps(store=store, counter=counter, clock=clock, locks=self.locks, owns=self.owns, wake=self.wake,
                           spawn=self.spawn),
             schedule_tick)
-        self.outages = OutageNotices(roles, surface, lambda: self.ownership.owned, self.spawn)
-        self._unsubscribe = roles.health.subscribe(self.outages.changed)
+        self.outages = OutageNotices(store, surface, lambda: self.ownership.owned, self.spawn)
+        self._unsubscribe = store.health.subscribe(self.outages.changed)
         self.turn = AgentTurn(TurnDeps(
-            store=roles, llm=llm, surface=surface, counter=counter, tasks=self.tasks, summaries=self.summaries,
+            store=store, llm=llm, surface=surface, counter=counter, tasks=self.tasks, summaries=self.summaries,
             notice=self.notice, tools=self.tools, retry=self.retry))
         self.groups = Groups(GroupParts(
             dispatching=DispatcherDeps(
-                store=roles, llm=llm, selector_model=selector_model, tasks=self.tasks, summaries=self.summaries,
+                store=store, llm=llm, selector_model=selector_model, tasks=self.tasks, summaries=self.summaries,
                 retry=self.retry, locks=self.locks, connected=self.surface_connected,
                 backlog_turn=asyncio.Lock(),  # one group's backlog chunk at a time (FIFO: groups take turns)
                 turn=self.turn.run, budgets=self.budgets, spawn=self.spawn, lost=self.drop, clock=clock,
                 notice=self.notice),
-            showing=OutboxDeps(store=roles, surface=surface, retry=self.retry, clock=clock, spawn=self.spawn,
+            showing=OutboxDeps(store=store, surface=surface, retry=self.retry, clock=clock, spawn=self.spawn,
                                lost=self.drop),
-            drafts=Drafts(roles, surface)), owns=self.owns)
-        self.intake = Intake(IntakeDeps(store=roles, surface=surface, counter=counter, retry=self.retry,
+            drafts=Drafts(store, surface)), owns=self.owns)
+        self.intake = Intake(IntakeDeps(store=store, surface=surface, counter=counter, retry=self.retry,
                                         notice=self.notice, show=self.groups.show))
         self.direct = DirectRuns(DirectDeps(
-            store=roles, llm=llm, counter=counter, prices=self.prices, locks=self.locks, runtime=self.groups.get,
+            store=store, llm=llm, counter=counter, prices=self.prices, locks=self.locks, runtime=self.groups.get,
             tools=self.tools))
         self.regenerations = Regenerations(RegenerateDeps(
-            store=roles, locks=self.locks, runtime=self.groups.live, turn=self.turn.regenerate,
+            store=store, locks=self.locks, runtime=self.groups.live, turn=self.turn.regenerate,
             budgets=self.budgets))
 
     # starting and stopping groups -----------------------------------------
@@ -200,11 +191,11 @@ class Engine:
         yet waited while no process ran it (this process is starting, or takes it over), and
         are routed as a backlog (`GroupDispatcher.route`)."""
         self.outages.seen(group)
-        await self.store.runs.interrupt_running_runs(group.id)
-        unsure = {m.seq for m in await self.store.posting.unconfirmed_messages(group.id)}
+        await self._store.runs.interrupt_running_runs(group.id)
+        unsure = {m.seq for m in await self._store.posting.unconfirmed_messages(group.id)}
         if unsure:
             log.info("group=%s: %d row(s) not confirmed by the surface yet; showing them now", group.id, len(unsure))
-        waited = backlog and bool(await self.store.routing.unrouted(group.id, through=group.latest_seq, limit=1))
+        waited = backlog and bool(await self._store.routing.unrouted(group.id, through=group.latest_seq, limit=1))
         self.groups.get(group.id).resume(unsure, backlog=waited)
         self.wake(group.id)
 
@@ -338,9 +329,9 @@ class Engine:
 
     async def stop_episode(self, group: Group) -> Episode | None:
         """Operator stop: end the episode and skip every pending delivery."""
-        fresh = await self.store.groups.get_group(group.id)
-        ended = await end_episode(self.store, fresh.episode_id, "stopped")
-        fresh = await self.store.groups.get_group(group.id)
+        fresh = await self._store.groups.get_group(group.id)
+        ended = await end_episode(self._store, fresh.episode_id, "stopped")
+        fresh = await self._store.groups.get_group(group.id)
         episode = ended[0] if ended is not None else None
         if episode is not None:
             runtime = self.groups.live(group.id)
@@ -348,8 +339,8 @@ class Engine:
                 await runtime.outbox.announce(fresh, episode)
             else:
                 await self.episode_changed(fresh, episode)
-        for agent in await self.store.roster.list_agents(group.id):
-            await self.store.roster.set_delivered_through(agent.id, fresh.latest_seq)
+        for agent in await self._store.roster.list_agents(group.id):
+            await self._store.roster.set_delivered_through(agent.id, fresh.latest_seq)
         return episode
 
     async def episode_changed(self, group: Group, episode: Episode) -> None:
@@ -359,8 +350,8 @@ class Engine:
     # results -------------------------------------------------------------
     async def episode_result(self, episode_id: int) -> EpisodeResult:
         """Seed 000 step 6: the last substantive message as the answer, the thread, the status."""
-        episode = await self.store.episodes.get_episode(episode_id)
-        thread = [m for m in await self.store.thread.messages(episode.group_id, after=episode.task_seq - 1)
+        episode = await self._store.episodes.get_episode(episode_id)
+        thread = [m for m in await self._store.thread.messages(episode.group_id, after=episode.task_seq - 1)
                   if m.episode_id == episode.id]
         answer = next((m for m in reversed(thread) if m.author_type == "agent" and strip_terminate(m.text)), None)
         usage = Usage(episode.prompt_tokens, episode.completion_tokens, episode.cached_tokens)

@@ -1,4 +1,4 @@
-"""The verbs an engine offers the surfaces, each part made once from it (`verbs_of`).
+"""The verbs an engine offers the surfaces, each part made once from it and the store (`verbs_of`).
 
 A command's handler (`bot.core.verbs.commands`) calls the part it needs through its
 `Invocation`: `inv.verbs.roster.add_agent(...)`, `inv.verbs.groups.pause(...)`. Each part
@@ -13,6 +13,9 @@ gets the store roles and the few services it uses, never the engine:
   reading    Reading        /unread, /inbox, /read, /catchup (`bot.core.features.reading`)
   ask        Engine.ask     /ask (a direct run)
 
+Wiring (`bot.wiring`) makes them once, from the engine and the store typed `VerbsStore` (the
+roles the parts name, no more), and hands them to the surface: the engine is no way to the store.
+
 Each verb validates its input (`bot.core.rules.validation`), acts through the store, and
 returns its answer: text, or a `Card` when the answer is a table of facts. Refusals are
 `UserFacingError`s. Who may run a verb is decided before it runs (`bot.core.verbs.commands.run`).
@@ -24,6 +27,22 @@ from typing import Protocol
 
 from bot.core.features.reading import Reading
 from bot.core.models import Agent, Group
+from bot.core.ports import (
+    HasDiagnosis,
+    HasEpisodes,
+    HasGroups,
+    HasNotes,
+    HasReading,
+    HasRecord,
+    HasRoster,
+    HasRouting,
+    HasSchedules,
+    HasSpending,
+    HasSummaries,
+    HasThread,
+    HasTools,
+    HealthStore,
+)
 from bot.core.runtime.direct import DirectAnswer
 from bot.core.runtime.engine import Engine
 from bot.core.verbs.group_verbs import GroupVerbs, GroupVerbsDeps
@@ -41,6 +60,13 @@ class Ask(Protocol):
         ...
 
 
+class VerbsStore(HasGroups, HasRoster, HasThread, HasRouting, HasEpisodes, HasSummaries, HasNotes, HasTools,
+                 HasSchedules, HasRecord, HasSpending, HasReading, HasDiagnosis, HealthStore, Protocol):
+    """What the verbs' parts ask of the store, together: the roles of their own stores (`GroupVerbsStore`,
+    `RosterVerbsStore`, `ScheduleVerbsStore`, `RecordVerbsStore`, `CatchUpStore`, memory's notes,
+    the tools' grants), never the runs, posting, drafts, leases, webhooks or interactions."""
+
+
 @dataclass(frozen=True)
 class Verbs:
     groups: GroupVerbs
@@ -53,10 +79,9 @@ class Verbs:
     ask: Ask
 
 
-def verbs_of(engine: Engine) -> Verbs:
-    """Each part of the verbs, given what it uses of the engine: its store (typed by the roles each
-    part names), its model, prices, clock and tools, and the runtime's wake, stop and budget check."""
-    store = engine.store
+def verbs_of(engine: Engine, store: VerbsStore) -> Verbs:
+    """Each part of the verbs, given the roles it names of `store` and what it uses of the engine:
+    its model, prices, clock and tools, and the runtime's wake, stop and budget check."""
     reading = Reading(store, engine.llm, lambda group: group.settings.selector_model or engine.selector_model)
     schedules = ScheduleVerbs(store, engine.clock)
     return Verbs(

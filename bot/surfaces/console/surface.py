@@ -52,7 +52,7 @@ from bot.core.models import (
     Message,
     SharedFile,
 )
-from bot.core.ports import Draft, Recorder
+from bot.core.ports import Draft, HasGroups, HasReading, HasRoster, HasRouting, HasThread, Recorder
 from bot.core.rules.attachments import FileUnavailable, brief_text, image_size, size_text, take_in
 from bot.core.rules.card import Attachment, reply_lines
 from bot.core.rules.doctor import Check
@@ -62,7 +62,7 @@ from bot.core.rules.tags import parse_tags, unknown_tags
 from bot.core.rules.validation import message_text
 from bot.core.runtime.engine import Engine
 from bot.core.verbs import commands
-from bot.core.verbs.admin import verbs_of
+from bot.core.verbs.admin import Verbs
 from bot.surfaces.console.commandline import parse_command
 from bot.surfaces.console.terminal import ERROR_STYLE, Screen, and_list
 
@@ -243,13 +243,13 @@ class ConsoleCaller:
         self.read_line = read_line
 
     async def group(self) -> Group | None:
-        return await self.console.engine.store.groups.get_group(self.console.opened().id)
+        return await self.console.store.groups.get_group(self.console.opened().id)
 
     async def setup(self, mode: str | None) -> Group:
         console = self.console
-        group = await console.engine.store.groups.get_group(console.opened().id)
+        group = await console.store.groups.get_group(console.opened().id)
         settings = group.settings.with_changes(mode=mode) if mode else group.settings
-        await console.engine.store.groups.update_group(group.id, settings=settings)
+        await console.store.groups.update_group(group.id, settings=settings)
         console.group = await console.verbs.groups.setup(group.key, group.name, settings)
         return console.group
 
@@ -303,11 +303,21 @@ class ConsoleCaller:
         return []
 
 
+class ConsoleStore(HasGroups, HasRoster, HasThread, HasReading, HasRouting, Protocol):
+    """What the console asks of the store itself (its verbs ask theirs): its group, the roster (the
+    hints, who is waited for), the rows it prints, the person's name and read cursor, the routing
+    decisions of the rows nobody answered."""
+
+
 class Console:
-    def __init__(self, engine: Engine, surface: ConsoleSurface, *, person: str, group_name: str,
-                 defaults: GroupSettings, interactive: bool = False) -> None:
+    """The console's loop over a group: `engine` runs it, `store` is read for what to print, `verbs`
+    answer the commands typed (wiring makes them: `bot.core.verbs.admin.verbs_of`)."""
+
+    def __init__(self, engine: Engine, surface: ConsoleSurface, *, store: ConsoleStore, verbs: Verbs, person: str,
+                 group_name: str, defaults: GroupSettings, interactive: bool = False) -> None:
         self.engine = engine
-        self.verbs = verbs_of(engine)
+        self.store = store
+        self.verbs = verbs
         self.surface = surface
         self.person = person
         self.group_name = group_name
@@ -326,13 +336,12 @@ class Console:
         """Open (or set up) this console's group and take it: one process at a time runs a group.
         A group turned off stays off until /roundtable setup."""
         key = f"console:{self.group_name}"
-        existing = await self.engine.store.groups.find_group(key)
+        existing = await self.store.groups.find_group(key)
         self.group = existing or await self.verbs.groups.setup(key, self.group_name, self.defaults)
-        if await self.engine.store.roster.find_agent(self.group.id, self.person) is not None:
+        if await self.store.roster.find_agent(self.group.id, self.person) is not None:
             raise InvalidInput(f"--as {self.person}: an agent of the group {self.group_name!r} has that name; "
                                "the agents could not tell you apart. Choose another name.")
-        await self.engine.store.reading.remember_person(self.group.people_scope, self.person,
-                                                        [self.person])  # @you tags you
+        await self.store.reading.remember_person(self.group.people_scope, self.person, [self.person])  # @you tags you
         await self.engine.start()
         holder = await self.engine.claim(self.group)
         if holder is not None:
@@ -352,7 +361,7 @@ class Console:
         group = await self.open()
         try:
             if greet:
-                agents = await self.engine.store.roster.list_agents(group.id)
+                agents = await self.store.roster.list_agents(group.id)
                 self.surface.write(
                     f"Roundtable console: group {group.name}, {_count(len(agents), 'agent')}, mode "
                     f"{group.settings.mode}. Type a message, or /help for commands; Ctrl-D quits once the "
@@ -375,7 +384,7 @@ class Console:
 
     async def finish(self) -> None:
         """End of input: a paused group says what waits and ends now; else wait for the agents."""
-        group = await self.engine.store.groups.get_group(self.opened().id)
+        group = await self.store.groups.get_group(self.opened().id)
         if group.paused:
             held = await self.held(group)
             if held:
@@ -398,7 +407,7 @@ class Console:
             done, _ = await asyncio.wait({idle}, timeout=0.5)
             if done:
                 return
-            names = await self.waiting_for(await self.engine.store.groups.get_group(group.id)) or ["the agents"]
+            names = await self.waiting_for(await self.store.groups.get_group(group.id)) or ["the agents"]
         self.surface.write(f"waiting for {and_list(names)}… (Ctrl-C to stop now)")
 
     def exit_code(self, stderr: TextIO) -> int:
@@ -439,19 +448,19 @@ class Console:
 
     async def held(self, group: Group) -> int:
         """Messages (not notices) after the cursor of the enabled agent furthest behind."""
-        agents = await self.engine.store.roster.list_agents(group.id, enabled_only=True)
+        agents = await self.store.roster.list_agents(group.id, enabled_only=True)
         if not agents:
             return 0
-        rows = await self.engine.store.thread.messages(group.id, after=min(a.delivered_through for a in agents))
+        rows = await self.store.thread.messages(group.id, after=min(a.delivered_through for a in agents))
         return sum(1 for m in rows if m.author_type != "system")
 
     async def waiting_for(self, group: Group) -> list[str]:
         """The agents working now, then those a routed message still selects."""
         names = list(dict.fromkeys(self.surface.working_names))
-        agents = await self.engine.store.roster.list_agents(group.id, enabled_only=True)
+        agents = await self.store.roster.list_agents(group.id, enabled_only=True)
         behind = [a for a in agents if a.delivered_through < group.latest_seq and a.name not in names]
         if behind:
-            decisions = await self.engine.store.routing.decisions(
+            decisions = await self.store.routing.decisions(
                 group.id, after=min(a.delivered_through for a in behind), through=group.latest_seq)
             names += [a.name for a in behind
                       if any(a.id in d.agent_ids for seq, d in decisions.items() if seq > a.delivered_through)]
@@ -506,13 +515,13 @@ class Console:
         printed = self.surface.printed.get(group_id, 0)
         if printed > self._read_through:
             try:
-                self._read_through = await self.engine.store.reading.mark_seen(group_id, self.person, printed)
+                self._read_through = await self.store.reading.mark_seen(group_id, self.person, printed)
             except StoreError as exc:  # the command tells the same story, or works anyway
                 log.warning("could not move %s's read cursor: %s", self.person, exc)
 
     async def post(self, line: str) -> None:
         """A message from the person; a hint when no agent can answer it or a tag names nobody."""
-        self.group = await self.engine.store.groups.get_group(self.opened().id)
+        self.group = await self.store.groups.get_group(self.opened().id)
         if not self.group.enabled:
             raise InvalidInput("Roundtable is off in this group: /roundtable setup turns it back on.")
         if not self.engine.owns(self.group.id):
@@ -544,7 +553,7 @@ class Console:
         does (`bot.core.runtime.regenerate`); the outbox prints it as `[name] (regenerated) text`."""
         if typed:
             raise InvalidInput("/regenerate takes nothing after it: it regenerates the newest agent message.")
-        group = await self.engine.store.groups.get_group(self.opened().id)
+        group = await self.store.groups.get_group(self.opened().id)
         if not group.enabled:
             raise InvalidInput("Roundtable is off in this group: /roundtable setup turns it back on.")
         if not self.engine.owns(group.id):
@@ -592,7 +601,7 @@ class Console:
                            "it will be as soon as the database takes it")
 
     async def hints(self, text: str) -> list[str]:
-        roster = await self.engine.store.roster.list_agents(self.opened().id)
+        roster = await self.store.roster.list_agents(self.opened().id)
         enabled = [a.name for a in roster if a.enabled]
         if not enabled:
             roster_now = tuple((a.name, a.enabled) for a in roster)
@@ -607,7 +616,7 @@ class Console:
                     f"/agent enable name:{off[0]} lets it answer."]
         self._hinted_for = None
         lines: list[str] = []
-        people = await self.engine.store.reading.people(self.group.people_scope) if self.group else {}
+        people = await self.store.reading.people(self.group.people_scope) if self.group else {}
         unknown = [f"@{name}" for name in unknown_tags(text, roster, people)]
         if unknown:
             are = "is not an agent" if len(unknown) == 1 else "are not agents"

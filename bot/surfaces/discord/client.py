@@ -7,7 +7,9 @@ readable line.
 
 The client builds the parts its events go to, handing each what it uses: the
 ingest (`events`) and the slash commands (`commands`) get the engine, the
-surface and this client as arguments and import none of this module back.
+surface, this client and the store typed by the roles each reads (`IngestStore`,
+`SlashStore`; the engine is no way to the store) as arguments, the commands the
+verbs too, and import none of this module back.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import logging
 import os
 import signal
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import discord
@@ -29,9 +31,10 @@ from bot.core.errors import ConfigError
 from bot.core.models import GroupSettings
 from bot.core.rules.shards import Shards
 from bot.core.runtime.engine import Engine
+from bot.core.verbs.admin import Verbs
 from bot.surfaces.discord.api import point_at
-from bot.surfaces.discord.commands import SlashCommands
-from bot.surfaces.discord.events import Ingest
+from bot.surfaces.discord.commands import SlashCommands, SlashStore
+from bot.surfaces.discord.events import Ingest, IngestStore
 from bot.surfaces.discord.webhooks import DiscordSurface
 
 log = logging.getLogger(__name__)
@@ -46,9 +49,15 @@ def make_intents() -> discord.Intents:
     return intents
 
 
+class BotStore(SlashStore, IngestStore, Protocol):
+    """What the bot's parts ask of the store: the slash commands' roles and ingest's (and, at the
+    start, the webhooks' tokens to mask)."""
+
+
 class RoundtableBot(discord.Client):
     def __init__(self, engine: Engine, surface: DiscordSurface, group_defaults: GroupSettings, *,
-                 guild_id: int | None = None, shards: Shards | None = None, **options: Any) -> None:
+                 store: BotStore, verbs: Verbs, guild_id: int | None = None, shards: Shards | None = None,
+                 **options: Any) -> None:
         if shards is not None:
             options.update(shard_ids=list(shards.ids), shard_count=shards.count)
         super().__init__(intents=make_intents(), chunk_guilds_at_startup=False, **options)
@@ -57,9 +66,9 @@ class RoundtableBot(discord.Client):
         surface.client = self
         self.guild_id = guild_id
         self.tree = app_commands.CommandTree(self)
-        self.ingest = Ingest(self, engine, own_post=surface.hooks.is_own_post, serves=self.serves,
+        self.ingest = Ingest(self, engine, store, own_post=surface.hooks.is_own_post, serves=self.serves,
                              take_down=surface.provisional.draft_delete)
-        self.slash = SlashCommands(self, engine, surface, self.ingest, group_defaults)
+        self.slash = SlashCommands(self, engine, surface, self.ingest, group_defaults, store=store, verbs=verbs)
         self.ready_once = asyncio.Event()
         self.slash.register(self.tree)
         self.tree.on_error = self.on_app_command_error  # type: ignore[method-assign]  # the tree calls it with our bot as client
@@ -128,13 +137,15 @@ class ShardedRoundtableBot(RoundtableBot, discord.AutoShardedClient):
     one gateway connection per shard; Discord sends each only its guilds' events."""
 
 
-def make_bot(engine: Engine, surface: DiscordSurface, group_defaults: GroupSettings, *,
-             guild_id: int | None = None, shards: Shards | None = None, **options: Any) -> RoundtableBot:
+def make_bot(engine: Engine, surface: DiscordSurface, group_defaults: GroupSettings, *, store: BotStore,
+             verbs: Verbs, guild_id: int | None = None, shards: Shards | None = None, **options: Any) -> RoundtableBot:
     kind = RoundtableBot if shards is None else ShardedRoundtableBot
-    return kind(engine, surface, group_defaults, guild_id=guild_id, shards=shards, **options)
+    return kind(engine, surface, group_defaults, store=store, verbs=verbs, guild_id=guild_id, shards=shards,
+                **options)
 
 
-OpenEngine = Callable[..., contextlib.AbstractAsyncContextManager[Engine]]
+OpenEngine = Callable[..., contextlib.AbstractAsyncContextManager[tuple[Engine, BotStore, Verbs]]]
+"""`bot.wiring.open_engine`: the engine, the store (the bot asks its `BotStore` roles) and the verbs."""
 
 
 async def run_bot(settings: Settings, open_engine: OpenEngine, defaults: GroupSettings) -> int:
@@ -145,12 +156,14 @@ async def run_bot(settings: Settings, open_engine: OpenEngine, defaults: GroupSe
         await point_at(settings.discord_api_base_url)
     stopped_by: list[int] = []
     async with open_engine(settings, DiscordSurface, scope="discord:", label="discord bot",
-                           before_store=functools.partial(check_token, settings.discord_token or "")) as engine:
-        await engine.store.webhooks.register_webhook_tokens()  # masked from the start (bot.core.rules.secrets)
+                           before_store=functools.partial(check_token, settings.discord_token or "")) as opened:
+        engine, store, verbs = opened
+        await store.webhooks.register_webhook_tokens()  # masked from the start (bot.core.rules.secrets)
         surface = engine.surface
         if not isinstance(surface, DiscordSurface):
             raise TypeError(f"the engine opened for the Discord bot has a {type(surface).__name__} surface")
-        bot = make_bot(engine, surface, defaults, guild_id=settings.discord_guild_id, shards=settings.shards)
+        bot = make_bot(engine, surface, defaults, store=store, verbs=verbs, guild_id=settings.discord_guild_id,
+                       shards=settings.shards)
         if settings.shards is not None:
             log.info("running %s", settings.shards)
         try:

@@ -25,7 +25,7 @@ import logging
 import os
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import discord
 from discord import app_commands
@@ -33,19 +33,20 @@ from discord import app_commands
 from bot.core.errors import InvalidInput, StoreUnavailable, UserFacingError
 from bot.core.features.reading import Reader
 from bot.core.models import Group, GroupSettings, Message
+from bot.core.ports import HasGroups, HasRoster, HasThread, HasWebhooks
 from bot.core.rules import validation as v
 from bot.core.rules.card import Attachment, Card, MarkRead, Reply
 from bot.core.rules.doctor import Check
 from bot.core.rules.secrets import mask
 from bot.core.runtime.engine import Engine
 from bot.core.verbs import commands as declared
-from bot.core.verbs.admin import verbs_of
+from bot.core.verbs.admin import Verbs
 from bot.core.verbs.commands import Command, Option, model_choices, tool_choices
 from bot.surfaces.discord.approvals import APPROVE_ID, custom_id
 from bot.surfaces.discord.controls import STOP_EMOJI, STOP_ID, STOP_LABEL, stop_custom_id
 from bot.surfaces.discord.doctor import channel_checks, permission_check
 from bot.surfaces.discord.events import Ingest
-from bot.surfaces.discord.interactions import Interactions, defer, finish, first_answer, send
+from bot.surfaces.discord.interactions import ClaimStore, Interactions, defer, finish, first_answer, send
 from bot.surfaces.discord.render import jump_link, split_message
 from bot.surfaces.discord.webhooks import DiscordSurface
 
@@ -423,19 +424,26 @@ class DiscordCaller:
         return sent.attachments[0].url
 
 
+class SlashStore(ClaimStore, HasGroups, HasRoster, HasThread, HasWebhooks, Protocol):
+    """What the slash commands ask of the store themselves (their verbs ask theirs): an interaction's
+    claim (`ClaimStore`), the channel's group, its agents (autocomplete), a message's row (the message
+    menus) and the channel's webhook (/roundtable setup, /roundtable doctor)."""
+
+
 class SlashCommands:
-    """Builds the app command tree from the declaration and runs each call."""
+    """Builds the app command tree from the declaration and runs each call: `verbs` answer them
+    (wiring makes them: `bot.core.verbs.admin.verbs_of`), `store` is what the commands read themselves."""
 
     def __init__(self, client: discord.Client, engine: Engine, surface: DiscordSurface, ingest: Ingest,
-                 group_defaults: GroupSettings) -> None:
+                 group_defaults: GroupSettings, *, store: SlashStore, verbs: Verbs) -> None:
         self.client = client
         self.engine = engine
         self.surface = surface
         self.ingest = ingest  # (a command's caller is a person: `@name` tags them from now on)
         self.group_defaults = group_defaults  # a new group's settings
-        self.verbs = verbs_of(engine)
-        self.store = engine.store
-        self.interactions = Interactions(self.store, group_key)
+        self.verbs = verbs
+        self.store = store
+        self.interactions = Interactions(store, group_key)
         self._webhook_locks: dict[str, asyncio.Lock] = {}  # channel -> held while its webhook is found or made
 
     async def failed(self, interaction: discord.Interaction, error: app_commands.AppCommandError) -> None:

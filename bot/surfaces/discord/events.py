@@ -106,11 +106,8 @@ class IngestStore(HasGroups, HasRoster, HasThread, HasReading, HealthStore, Prot
 
 
 class Intake(Protocol):
-    """What ingest asks of the engine (`bot.core.runtime.engine.Engine`): its store, a background task,
-    the waits between retries, a person's message posted, a group woken after a batch."""
-
-    @property
-    def store(self) -> IngestStore: ...
+    """What ingest asks of the engine (`bot.core.runtime.engine.Engine`): a background task, the waits
+    between retries, a person's message posted, a group woken after a batch."""
 
     @property
     def retry(self) -> RetryPolicy: ...
@@ -152,18 +149,19 @@ class Ingest:
     """The client's message and reaction events, stored through the engine.
 
     `client` is the connected discord.py client (who the bot is, the channels' history),
-    `engine` the engine (what ingest asks of it: `Intake`), `own_post` tells the bot's own
-    webhook posts (`Webhooks.is_own_post`), `serves` whether this process takes in a
+    `engine` the engine (what ingest asks of it: `Intake`), `store` what it reads and writes
+    itself (`IngestStore`: the groups' watermarks, edits and deletions, people's names), `own_post`
+    tells the bot's own webhook posts (`Webhooks.is_own_post`), `serves` whether this process takes in a
     guild's channels (all of them, unless it runs some shards) and `take_down` deletes one of an
     agent's posts (`DraftWire.draft_delete`: the other chunks of a reply an operator deleted)."""
 
-    def __init__(self, client: discord.Client, engine: Intake, *,
+    def __init__(self, client: discord.Client, engine: Intake, store: IngestStore, *,
                  own_post: Callable[[Group, discord.Message], Awaitable[bool]],
                  serves: Callable[[str | None], bool],
                  take_down: Callable[[Group, str], Awaitable[None]] | None = None) -> None:
         self.client = client
         self.engine = engine
-        self.store = engine.store
+        self.store = store
         self.own_post = own_post
         self.serves = serves
         self.take_down = take_down
