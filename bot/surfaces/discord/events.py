@@ -153,7 +153,8 @@ class Ingest:
     itself (`IngestStore`: the groups' watermarks, edits and deletions, people's names), `own_post`
     tells the bot's own webhook posts (`Webhooks.is_own_post`), `serves` whether this process takes in a
     guild's channels (all of them, unless it runs some shards) and `take_down` deletes one of an
-    agent's posts (`DraftWire.draft_delete`: the other chunks of a reply an operator deleted)."""
+    agent's posts (`DraftWire.draft_delete`: the other chunks of a reply an operator deleted).
+    Its parts: edits and deletions (`AuthorsHand`) and the store calls retried (`StoreRetry`)."""
 
     def __init__(self, client: discord.Client, engine: Intake, store: IngestStore, *,
                  own_post: Callable[[Group, discord.Message], Awaitable[bool]],
@@ -164,8 +165,9 @@ class Ingest:
         self.store = store
         self.own_post = own_post
         self.serves = serves
-        self.take_down = take_down
         self.feeds: dict[int, Feed] = {}
+        self._retrying = StoreRetry(engine, store)
+        self.hand = AuthorsHand(store, self._retrying, take_down)
         self._known: dict[tuple[str, int], list[str]] = {}  # (guild, user) -> names already stored
 
     # entry points (called from the client's events) ------------------------------
@@ -252,9 +254,9 @@ class Ingest:
             if item is not None:
                 try:
                     if isinstance(item, discord.RawMessageUpdateEvent):
-                        await self._edited(item)
+                        await self.hand.edited(item)
                     elif isinstance(item, Removed):
-                        await self._removed(item)
+                        await self.hand.removed(item)
                     else:
                         await self._take(feed, item)
                 except Exception:  # a bug must not stop the channel's feed
@@ -269,47 +271,6 @@ class Ingest:
         if not feed.behind and not feed.blind:
             await self._retrying(self.store.groups.advance_watermark, group.id, str(message.id))
 
-    async def _edited(self, payload: discord.RawMessageUpdateEvent) -> None:
-        """A person's edit changes their row's text (marked edited); the files they removed go with it."""
-        message = payload.message
-        if "content" not in payload.data or message.edited_at is None:
-            return  # not the author's edit (an embed unfolded), or a partial update without the text
-        found = await self._retrying(self.store.thread.find_message_by_external_id, str(message.id))
-        if found is None or found.author_type != "user" or found.author_user_id != str(message.author.id):
-            return  # not stored, or not a person's own row (our own webhook posts are edited as they stream)
-        kept = [str(a.id) for a in message.attachments] if "attachments" in payload.data else None
-        edited = await self._retrying(self.store.thread.edit_message, found.group_id, found.seq,
-                                      message_text(message)[:8000], attachment_ids=kept)
-        if edited is not None:
-            log.info("group=%s seq=%s: edited by its author; later prompts read the new text",
-                     found.group_id, found.seq)
-
-    async def _removed(self, removed: Removed) -> None:
-        """Each stored message deleted in Discord becomes a tombstone (see the module docstring)."""
-        for message_id in removed.message_ids:
-            found = await self._retrying(self.store.thread.find_message_by_external_id, str(message_id))
-            if found is None or found.deleted:
-                continue
-            if await self._retrying(self.store.thread.delete_message, found.group_id, found.seq) is None:
-                continue
-            log.info("group=%s seq=%s: deleted in Discord; its text and files are purged (a tombstone now)",
-                     found.group_id, found.seq)
-            rest = [i for i in found.external_ids if i.isdigit() and int(i) not in removed.message_ids]
-            if found.author_type == "agent" and rest and self.take_down is not None:
-                await self._take_down_rest(self.take_down, found.group_id, found.seq, rest)
-
-    async def _take_down_rest(self, take_down: Callable[[Group, str], Awaitable[None]], group_id: int, seq: int,
-                              message_ids: list[str]) -> None:
-        """The other chunks of an agent's reply an operator deleted go too (best effort: one that stays
-        is only a copy of what the store no longer holds, and an operator can delete it)."""
-        group = await self._retrying(self.store.groups.get_group, group_id)
-        for message_id in message_ids:
-            try:
-                await take_down(group, message_id)
-            except Exception as exc:  # a refusal, the network: the chunk stays in the channel
-                log.info("group=%s seq=%s: the reply's other message %s was not deleted (%s)", group_id, seq,
-                         message_id, type(exc).__name__)
-
     async def _catch_up(self, feed: Feed) -> None:
         """Store what the channel holds after the watermark, oldest first."""
         group = await self._group(feed.channel_id)
@@ -321,7 +282,7 @@ class Ingest:
         channel = self.client.get_channel(feed.channel_id) or self.client.get_partial_messageable(feed.channel_id)
         count = 0
         try:
-            await self._look_back(group, channel, int(after))  # type: ignore[arg-type]  # as history below
+            await self.hand.look_back(group, channel, int(after))  # type: ignore[arg-type]  # as history below
             async for message in channel.history(  # type: ignore[union-attr]  # text channels, threads and partials all have it
                     limit=None, after=discord.Object(int(after)), oldest_first=True):
                 count += await self._store(group, message, wake=False)
@@ -337,39 +298,6 @@ class Ingest:
             if count:
                 log.info("group=%s: caught up %d message(s) posted while the bot was away", group.id, count)
                 self.engine.wake(group.id)  # the batch is routed together
-
-    async def _look_back(self, group: Group, channel: discord.abc.Messageable, upto: int) -> None:
-        """Edits and deletions made while the bot was away, among the rows of the channel's last LOOK_BACK
-        messages up to `upto` (the watermark): a row one of whose messages is gone becomes a tombstone, a
-        person's row whose message was edited takes its text. Only rows all of whose messages the read
-        covers are judged."""
-        if group.latest_seq == 0:
-            return
-        seen: dict[int, discord.Message] = {}
-        async for message in channel.history(limit=LOOK_BACK, before=discord.Object(upto + 1)):
-            seen[message.id] = message
-        if not seen:
-            return  # nothing to compare with (an unreadable or emptied channel is not taken as deletions)
-        floor = min(seen) if len(seen) >= LOOK_BACK else 0
-        rows = await self._retrying(self.store.thread.messages, group.id, after=max(0,
-                                                                                    group.latest_seq - 3 * LOOK_BACK))
-        for row in rows:
-            ids = [int(i) for i in row.external_ids if i.isdigit()]
-            if row.deleted or not ids or len(ids) != len(row.external_ids) or min(ids) < floor or max(ids) > upto:
-                continue
-            if any(i not in seen for i in ids):
-                if await self._retrying(self.store.thread.delete_message, group.id, row.seq) is not None:
-                    log.info("group=%s seq=%s: deleted in Discord while the bot was away; a tombstone now",
-                             group.id, row.seq)
-                continue
-            message = seen[ids[0]]
-            if (row.author_type == "user" and message.edited_at is not None
-                    and row.author_user_id == str(message.author.id)):
-                edited = await self._retrying(self.store.thread.edit_message, group.id, row.seq,
-                                              message_text(message)[:8000],
-                                              attachment_ids=[str(a.id) for a in message.attachments])
-                if edited is not None:
-                    log.info("group=%s seq=%s: edited in Discord while the bot was away", group.id, row.seq)
 
     # storing one message ---------------------------------------------------------
     async def _store(self, group: Group, message: discord.Message, *, wake: bool) -> bool:
@@ -438,7 +366,102 @@ class Ingest:
         """A group's history starts at /roundtable setup."""
         return group.setup_message_id is None or message_id > int(group.setup_message_id)
 
-    async def _retrying(self, call: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
+
+class AuthorsHand:
+    """The author's own hand (see the module docstring): a person's edit changes their row, a deletion makes
+    a row a tombstone (and takes down the other chunks of an agent's reply), taken live from the feed or,
+    for what was done while the bot was away, found on catching up (`look_back`). It logs as ingest."""
+
+    def __init__(self, store: IngestStore, retrying: StoreRetry,
+                 take_down: Callable[[Group, str], Awaitable[None]] | None) -> None:
+        self.store = store
+        self._retrying = retrying
+        self.take_down = take_down
+
+    async def edited(self, payload: discord.RawMessageUpdateEvent) -> None:
+        """A person's edit changes their row's text (marked edited); the files they removed go with it."""
+        message = payload.message
+        if "content" not in payload.data or message.edited_at is None:
+            return  # not the author's edit (an embed unfolded), or a partial update without the text
+        found = await self._retrying(self.store.thread.find_message_by_external_id, str(message.id))
+        if found is None or found.author_type != "user" or found.author_user_id != str(message.author.id):
+            return  # not stored, or not a person's own row (our own webhook posts are edited as they stream)
+        kept = [str(a.id) for a in message.attachments] if "attachments" in payload.data else None
+        edited = await self._retrying(self.store.thread.edit_message, found.group_id, found.seq,
+                                      message_text(message)[:8000], attachment_ids=kept)
+        if edited is not None:
+            log.info("group=%s seq=%s: edited by its author; later prompts read the new text",
+                     found.group_id, found.seq)
+
+    async def removed(self, removed: Removed) -> None:
+        """Each stored message deleted in Discord becomes a tombstone (see the module docstring)."""
+        for message_id in removed.message_ids:
+            found = await self._retrying(self.store.thread.find_message_by_external_id, str(message_id))
+            if found is None or found.deleted:
+                continue
+            if await self._retrying(self.store.thread.delete_message, found.group_id, found.seq) is None:
+                continue
+            log.info("group=%s seq=%s: deleted in Discord; its text and files are purged (a tombstone now)",
+                     found.group_id, found.seq)
+            rest = [i for i in found.external_ids if i.isdigit() and int(i) not in removed.message_ids]
+            if found.author_type == "agent" and rest and self.take_down is not None:
+                await self._take_down_rest(self.take_down, found.group_id, found.seq, rest)
+
+    async def _take_down_rest(self, take_down: Callable[[Group, str], Awaitable[None]], group_id: int, seq: int,
+                              message_ids: list[str]) -> None:
+        """The other chunks of an agent's reply an operator deleted go too (best effort: one that stays
+        is only a copy of what the store no longer holds, and an operator can delete it)."""
+        group = await self._retrying(self.store.groups.get_group, group_id)
+        for message_id in message_ids:
+            try:
+                await take_down(group, message_id)
+            except Exception as exc:  # a refusal, the network: the chunk stays in the channel
+                log.info("group=%s seq=%s: the reply's other message %s was not deleted (%s)", group_id, seq,
+                         message_id, type(exc).__name__)
+
+    async def look_back(self, group: Group, channel: discord.abc.Messageable, upto: int) -> None:
+        """Edits and deletions made while the bot was away, among the rows of the channel's last LOOK_BACK
+        messages up to `upto` (the watermark): a row one of whose messages is gone becomes a tombstone, a
+        person's row whose message was edited takes its text. Only rows all of whose messages the read
+        covers are judged."""
+        if group.latest_seq == 0:
+            return
+        seen: dict[int, discord.Message] = {}
+        async for message in channel.history(limit=LOOK_BACK, before=discord.Object(upto + 1)):
+            seen[message.id] = message
+        if not seen:
+            return  # nothing to compare with (an unreadable or emptied channel is not taken as deletions)
+        floor = min(seen) if len(seen) >= LOOK_BACK else 0
+        rows = await self._retrying(self.store.thread.messages, group.id, after=max(0,
+                                                                                    group.latest_seq - 3 * LOOK_BACK))
+        for row in rows:
+            ids = [int(i) for i in row.external_ids if i.isdigit()]
+            if row.deleted or not ids or len(ids) != len(row.external_ids) or min(ids) < floor or max(ids) > upto:
+                continue
+            if any(i not in seen for i in ids):
+                if await self._retrying(self.store.thread.delete_message, group.id, row.seq) is not None:
+                    log.info("group=%s seq=%s: deleted in Discord while the bot was away; a tombstone now",
+                             group.id, row.seq)
+                continue
+            message = seen[ids[0]]
+            if (row.author_type == "user" and message.edited_at is not None
+                    and row.author_user_id == str(message.author.id)):
+                edited = await self._retrying(self.store.thread.edit_message, group.id, row.seq,
+                                              message_text(message)[:8000],
+                                              attachment_ids=[str(a.id) for a in message.attachments])
+                if edited is not None:
+                    log.info("group=%s seq=%s: edited in Discord while the bot was away", group.id, row.seq)
+
+
+class StoreRetry:
+    """Ingest's store calls, each retried while the database takes no writes or cannot be reached, with the
+    engine's waits (`engine.retry`), as soon as the database is back (ingest never drops)."""
+
+    def __init__(self, engine: Intake, store: HealthStore) -> None:
+        self.engine = engine
+        self.store = store
+
+    async def __call__(self, call: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
         """`await call(*args)`, retried while the database is locked."""
         failures = 0
         while True:
