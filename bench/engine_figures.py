@@ -152,7 +152,7 @@ async def timed_turns(db: str, group_id: int, turns: int, repeat: int) -> dict[s
                                        text=f"{TASK} (round {repeat}, again)")
         await asyncio.wait_for(surface.agent_posted.wait(), TIMEOUT)
         warm = [t for t, _ in surface.agent_posts() if t >= again][:1]
-        await engine.stop_episode(group)
+        await engine.stops.episode(group)
         await engine.wait_idle(group_id, TIMEOUT)
     finally:
         await engine.close()

@@ -1,7 +1,8 @@
 """The engine: starts and stops the groups this process runs; the door surfaces knock at.
 
 Surfaces (Discord, the console) call `start`, `post_user_message`, the admin
-verbs (`bot.core.verbs.admin`), `wait_idle` and `close`. The engine is not their
+verbs (`bot.core.verbs.admin`), `wait_idle`, the stops (`stops`: a reply, a group's runs, an
+episode; `bot.core.runtime.stops`) and `close`. The engine is not their
 way to the store: wiring (`bot.wiring`) hands each surface and the verbs the store
 typed by the roles they use, and the engine only the runtime's (`RuntimeStore`). A process runs only
 the groups of its `scope` whose lease it holds (`bot.core.runtime.ownership`);
@@ -14,7 +15,7 @@ that logs failures.
 
 The engine composes the parts once: each gets what it uses (a dataclass of store
 roles, ports, settings and the few parts it works with: `DispatcherDeps`,
-`OutboxDeps`, `TurnDeps`, `DirectDeps`, `SchedulerDeps`, `OwnershipDeps`, ...),
+`OutboxDeps`, `TurnDeps`, `DirectDeps`, `SchedulerDeps`, `OwnershipDeps`, `StopDeps`, ...),
 never the engine. A message's path (docs/layout.md) passes here once: `post_user_message`
 hands it to the intake (`bot.core.runtime.intake`), then wakes its group's runtime.
 """
@@ -62,7 +63,7 @@ from bot.core.rules.prompts import bot_notice
 from bot.core.rules.shards import Shards
 from bot.core.rules.stop import strip_terminate
 from bot.core.runtime.direct import DirectAnswer, DirectDeps, DirectRuns
-from bot.core.runtime.dispatcher import DispatcherDeps, end_episode
+from bot.core.runtime.dispatcher import DispatcherDeps
 from bot.core.runtime.drafts import Drafts
 from bot.core.runtime.group import GroupParts, Groups
 from bot.core.runtime.intake import Intake, IntakeDeps
@@ -72,7 +73,7 @@ from bot.core.runtime.outbox import OutboxDeps
 from bot.core.runtime.ownership import LEASE_TTL, Ownership, OwnershipDeps
 from bot.core.runtime.regenerate import Regenerated, RegenerateDeps, Regenerations
 from bot.core.runtime.scheduler import TICK, Scheduler, SchedulerDeps
-from bot.core.runtime.steering import StopAnswer
+from bot.core.runtime.stops import StopDeps, Stops
 from bot.core.runtime.turn import AgentTurn, TurnDeps
 from bot.core.runtime.worker import RetryPolicy, tell_episode
 
@@ -84,8 +85,8 @@ class RuntimeStore(HasGroups, HasRoster, HasThread, HasPosting, HasRouting, HasE
                    HealthStore, Protocol):
     """What the engine and the parts it composes read and write: each part is handed the roles it names
     (`DispatchStore`, `TurnStore`, `OutboxStore`, `IntakeStore`, `DirectStore`, `RegenerateStore`,
-    `SchedulerStore`, `OwnershipStore`, the features' stores); the engine itself asks the runs, posting,
-    routing, groups, roster, episodes and thread roles (`resume`, `stop_episode`, `episode_result`).
+    `SchedulerStore`, `OwnershipStore`, `StopStore`, the features' stores); the engine itself asks the
+    runs, posting, routing, episodes and thread roles (`resume`, `episode_result`).
     No webhooks, interactions or diagnosis: those are the surfaces' and the verbs' (their own store
     Protocols, handed them by wiring)."""
 
@@ -161,6 +162,7 @@ class Engine:
         self.regenerations = Regenerations(RegenerateDeps(
             store=store, locks=self.locks, runtime=self.groups.live, turn=self.turn.regenerate,
             budgets=self.budgets))
+        self.stops = Stops(StopDeps(store=store, turn=self.turn, runtime=self.groups.live, surface=surface))
 
     # starting and stopping groups -----------------------------------------
     async def start(self, *, connected: bool = True) -> None:
@@ -309,16 +311,6 @@ class Engine:
         """"Regenerate reply" (SPEC §8): `bot.core.runtime.regenerate`. `seq` None: the newest agent message."""
         return await self.regenerations.regenerate(group, seq, user_id=user_id, operator=operator)
 
-    async def stop_reply(self, group_id: int, agent_id: int, *, user_id: str | None, operator: bool,
-                         by: str) -> StopAnswer:
-        """A person pressed ⏹ Stop on the agent's provisional message (or Ctrl-C on the console):
-        stop its run when they started its episode or are an operator (`AgentTurn.stop`)."""
-        return await self.turn.stop(group_id, agent_id, user_id=user_id, operator=operator, by=by)
-
-    def stop_running(self, group_id: int, by: str) -> int:
-        """Stop every run working in the group now (the console's Ctrl-C); how many."""
-        return self.turn.stop_all(group_id, by)
-
     async def check_budget(self, group_id: int) -> bool:
         """After a run settles (or the budget changes): when this month's cost has reached the
         group's monthly_budget, pause it with one notice naming the budget. True when it paused."""
@@ -326,22 +318,6 @@ class Engine:
         if paused:
             self.groups.show(group_id)
         return paused
-
-    async def stop_episode(self, group: Group) -> Episode | None:
-        """Operator stop: end the episode and skip every pending delivery."""
-        fresh = await self._store.groups.get_group(group.id)
-        ended = await end_episode(self._store, fresh.episode_id, "stopped")
-        fresh = await self._store.groups.get_group(group.id)
-        episode = ended[0] if ended is not None else None
-        if episode is not None:
-            runtime = self.groups.live(group.id)
-            if runtime is not None:  # told after the rows before it are shown
-                await runtime.outbox.announce(fresh, episode)
-            else:
-                await self.episode_changed(fresh, episode)
-        for agent in await self._store.roster.list_agents(group.id):
-            await self._store.roster.set_delivered_through(agent.id, fresh.latest_seq)
-        return episode
 
     async def episode_changed(self, group: Group, episode: Episode) -> None:
         """Tell the surface that `episode` started or ended (never raises)."""

@@ -86,7 +86,7 @@ def verbs_of(engine: Engine, store: VerbsStore) -> Verbs:
     schedules = ScheduleVerbs(store, engine.clock)
     return Verbs(
         groups=GroupVerbs(GroupVerbsDeps(
-            store=store, llm=engine.llm, prices=engine.prices, wake=engine.wake, stop_episode=engine.stop_episode,
+            store=store, llm=engine.llm, prices=engine.prices, wake=engine.wake, stop_episode=engine.stops.episode,
             check_budget=engine.check_budget, endpoint_checks=engine.endpoint_checks,
             tool_checks=engine.tool_checks)),
         roster=RosterVerbs(store, engine.llm, engine.clock, engine.wake),

@@ -437,7 +437,7 @@ class Console:
         return interrupt
 
     async def _stop_turns(self, group_id: int) -> bool:
-        return self.engine.stop_running(group_id, self.surface.person or "you") > 0
+        return self.engine.stops.running(group_id, self.surface.person or "you") > 0
 
     def stopped(self) -> None:
         self.surface.screen.finish()

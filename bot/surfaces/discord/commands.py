@@ -184,9 +184,9 @@ class StopButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=STOP_I
     async def callback(self, interaction: discord.Interaction) -> None:
         slash = slash_of(interaction)
         group = await slash.store.groups.get_group(self.group_id)
-        answer = await slash.engine.stop_reply(self.group_id, self.agent_id, user_id=str(interaction.user.id),
-                                               operator=is_operator(interaction.user, group),
-                                               by=interaction.user.display_name)
+        answer = await slash.engine.stops.reply(self.group_id, self.agent_id, user_id=str(interaction.user.id),
+                                                operator=is_operator(interaction.user, group),
+                                                by=interaction.user.display_name)
         if answer.refused:
             who = f"<@{answer.starter}>" if answer.starter else "the person who started this"
             await send(interaction, {"content": f"Only {who} or an operator can stop this.",
