@@ -179,7 +179,7 @@ async def run_console(settings: Settings, *, db: str | None, group: str, person:
                                db=db, strict_models=True) as (engine, store, verbs):
             console = Console(engine, surface, store=store, verbs=verbs, person=person, group_name=group,
                               defaults=settings.new_groups, interactive=sys.stdin.isatty())
-            term.read_line.interrupt = console.interrupter(asyncio.get_running_loop())
+            term.read_line.interrupt = console.interrupts.interrupter(asyncio.get_running_loop())
             await console.run(term.read_line, greet=term.is_tty)
     return console.exit_code(sys.stderr)
 

@@ -10,10 +10,7 @@ pending (a paused group: it says how many messages wait, and ends). `refused` li
 lines that were answered with an error and taken for nothing (the exit code of piped input says so).
 
 `/attach PATH` attaches a file to the person's next message (several may wait; `/attach`
-alone lists them, `/detach` drops them): a text file is read at once and kept with the
-row (not its path), an image is kept by its path and read when a run is made
-(`bot.core.rules.attachments`). A path is no secret (masked anyway when it holds one) but says
-where a person keeps files: only an image's is stored, as it must be read again.
+alone lists them, `/detach` drops them): `bot.surfaces.console.attaching`.
 
 `/regenerate` has the newest agent message written again (`bot.core.runtime.regenerate`, as
 Discord's "Regenerate reply" menu; the person at the console may, as an operator): the row is
@@ -31,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import mimetypes
 import shutil
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -53,7 +49,7 @@ from bot.core.models import (
     SharedFile,
 )
 from bot.core.ports import Draft, HasGroups, HasReading, HasRoster, HasRouting, HasThread, Recorder
-from bot.core.rules.attachments import FileUnavailable, brief_text, image_size, size_text, take_in
+from bot.core.rules.attachments import FileUnavailable, brief_text
 from bot.core.rules.card import Attachment, reply_lines
 from bot.core.rules.doctor import Check
 from bot.core.rules.prompts import SYSTEM_AUTHOR
@@ -63,6 +59,7 @@ from bot.core.rules.validation import message_text
 from bot.core.runtime.engine import Engine
 from bot.core.verbs import commands
 from bot.core.verbs.admin import Verbs
+from bot.surfaces.console.attaching import Attachments
 from bot.surfaces.console.commandline import parse_command
 from bot.surfaces.console.terminal import ERROR_STYLE, Screen, and_list
 
@@ -70,8 +67,6 @@ log = logging.getLogger(__name__)
 EXIT_REFUSED = 1  # piped input with a refused line (README, `roundtable console --help`)
 
 REGENERATED = "(regenerated)"  # how the console prints an agent message written again
-ATTACH_MAX_BYTES = 25 * 1024 * 1024  # a file the console attaches (Discord's own limit for most servers)
-ATTACH_MAX_FILES = 10  # files with one message (as Discord)
 
 REDRAW_EVERY = 0.05  # seconds between redraws of a reply being written
 
@@ -303,6 +298,45 @@ class ConsoleCaller:
         return []
 
 
+class Interrupts:
+    """Ctrl-C at the console: on an empty line it stops the group's turns running now (from the
+    reading thread, `interrupter`); when it ends the console, the agents it interrupted are named
+    (`stopped`). `group` is the console's group once it is open."""
+
+    def __init__(self, engine: Engine, surface: ConsoleSurface, group: Callable[[], Group | None]) -> None:
+        self.engine = engine
+        self.surface = surface
+        self.group = group
+
+    def interrupter(self, loop: asyncio.AbstractEventLoop) -> Callable[[], bool]:
+        """Ctrl-C on an empty line, from the reading thread: stop the group's turns running now,
+        as ⏹ Stop does (SPEC §12); False when none was running (then the console ends)."""
+        def interrupt() -> bool:
+            group = self.group()
+            if group is None:
+                return False
+            group_id = group.id
+            future = asyncio.run_coroutine_threadsafe(self._stop_turns(group_id), loop)
+            try:
+                return future.result(timeout=10)
+            except Exception:  # the loop is gone or busy: stop the console as before
+                return False
+        return interrupt
+
+    async def _stop_turns(self, group_id: int) -> bool:
+        return self.engine.stops.running(group_id, self.surface.person or "you") > 0
+
+    def stopped(self, *, say: bool) -> None:
+        """The console is cancelled (Ctrl-C with no turn to stop, or a quit): the screen's live part ends;
+        with `say` (a terminal), the agents whose turns were cut are named (their runs are recorded as
+        interrupted)."""
+        self.surface.screen.finish()
+        names = list(dict.fromkeys(self.surface.working_names))
+        if names and say:
+            were = "was" if len(names) == 1 else "were"
+            self.surface.write(f"stopped: {and_list(names)} {were} interrupted and will answer on the next start.")
+
+
 class ConsoleStore(HasGroups, HasRoster, HasThread, HasReading, HasRouting, Protocol):
     """What the console asks of the store itself (its verbs ask theirs): its group, the roster (the
     hints, who is waited for), the rows it prints, the person's name and read cursor, the routing
@@ -311,7 +345,9 @@ class ConsoleStore(HasGroups, HasRoster, HasThread, HasReading, HasRouting, Prot
 
 class Console:
     """The console's loop over a group: `engine` runs it, `store` is read for what to print, `verbs`
-    answer the commands typed (wiring makes them: `bot.core.verbs.admin.verbs_of`)."""
+    answer the commands typed (wiring makes them: `bot.core.verbs.admin.verbs_of`). Its parts: the files
+    for the person's next message (`attached`: `bot.surfaces.console.attaching.Attachments`) and Ctrl-C
+    (`interrupts`: `Interrupts`)."""
 
     def __init__(self, engine: Engine, surface: ConsoleSurface, *, store: ConsoleStore, verbs: Verbs, person: str,
                  group_name: str, defaults: GroupSettings, interactive: bool = False) -> None:
@@ -325,9 +361,10 @@ class Console:
         self.interactive = interactive  # input is a terminal: the console may ask for what is missing
         surface.asking, surface.person = interactive, person  # [y/N] for a tool call held for approval
         self.group: Group | None = None
+        self.interrupts = Interrupts(engine, surface, lambda: self.group)
         self._hinted_for: tuple[tuple[str, bool], ...] | None = None  # the roster the no-agents hint was for
         self._told_taken = False  # said that another process runs this group now
-        self.attached: list[SharedFile] = []  # files for the person's next message (/attach)
+        self.attached = Attachments()  # files for the person's next message (/attach)
         self.lines_read = 0
         self.refused: list[int] = []  # input lines (numbered from 1) refused: an unknown command, a bad option, ...
         self._read_through = 0  # the person's read cursor, as this console last moved it
@@ -379,7 +416,7 @@ class Console:
                 await self.handle(line.rstrip("\n"), read_line)
             await self.finish()
         except asyncio.CancelledError:
-            self.stopped()
+            self.interrupts.stopped(say=self.interactive)
             raise
 
     async def finish(self) -> None:
@@ -422,30 +459,6 @@ class Console:
               f"(line{'' if count == 1 else 's'} {shown}{more}); exit code {EXIT_REFUSED}", file=stderr)
         return EXIT_REFUSED
 
-    def interrupter(self, loop: asyncio.AbstractEventLoop) -> Callable[[], bool]:
-        """Ctrl-C on an empty line, from the reading thread: stop the group's turns running now,
-        as ⏹ Stop does (SPEC §12); False when none was running (then the console ends)."""
-        def interrupt() -> bool:
-            if self.group is None:
-                return False
-            group_id = self.group.id
-            future = asyncio.run_coroutine_threadsafe(self._stop_turns(group_id), loop)
-            try:
-                return future.result(timeout=10)
-            except Exception:  # the loop is gone or busy: stop the console as before
-                return False
-        return interrupt
-
-    async def _stop_turns(self, group_id: int) -> bool:
-        return self.engine.stops.running(group_id, self.surface.person or "you") > 0
-
-    def stopped(self) -> None:
-        self.surface.screen.finish()
-        names = list(dict.fromkeys(self.surface.working_names))
-        if names and self.interactive:
-            were = "was" if len(names) == 1 else "were"
-            self.surface.write(f"stopped: {and_list(names)} {were} interrupted and will answer on the next start.")
-
     async def held(self, group: Group) -> int:
         """Messages (not notices) after the cursor of the enabled agent furthest behind."""
         agents = await self.store.roster.list_agents(group.id, enabled_only=True)
@@ -475,8 +488,8 @@ class Console:
             if word == "/regenerate":
                 await self.regenerate(line.strip()[len(word):].strip())
             elif word in ("/attach", "/detach"):
-                for out in await (self.attach(line.strip()[len(word):].strip()) if word == "/attach"
-                                  else self.detach()):
+                for out in await (self.attached.attach(line.strip()[len(word):].strip()) if word == "/attach"
+                                  else self.attached.detach()):
                     self.surface.write(out)
             elif line.lstrip().startswith("/"):
                 await self._command(line, read_line)
@@ -527,12 +540,12 @@ class Console:
         if not self.engine.owns(self.group.id):
             await self._take_back(self.group)
         text = message_text(line)
-        files, self.attached = self.attached, []
+        files = self.attached.take()
         try:
             await self.engine.post_user_message(self.group, author_name=self.person, user_id=self.person, text=text,
                                                  waiting=self._not_saved_yet, attachments=files)
         except BaseException:  # a cancel too (Ctrl-C, quit): the files are kept; re-raised
-            self.attached = files + self.attached  # not stored: they wait for the next message
+            self.attached.keep(files)  # not stored: they wait for the next message
             raise
         for hint in await self.hints(text):
             self.surface.write(hint)
@@ -562,39 +575,6 @@ class Console:
             await self.engine.wait_idle(group.id)
         await self.engine.regenerate(group, None, user_id=self.person, operator=ConsoleCaller.is_operator)
         await self.engine.all_shown(group.id)
-
-    async def attach(self, typed: str) -> list[str]:
-        """`/attach PATH`: the file goes with the next message. `/attach` alone: what waits."""
-        if not typed:
-            if not self.attached:
-                return ["Nothing is attached. /attach PATH attaches a file (an image or a text file) to your "
-                        "next message."]
-            return [f"Attached to your next message: {', '.join(_label(f) for f in self.attached)} "
-                    "(/detach drops them)."]
-        if len(self.attached) >= ATTACH_MAX_FILES:
-            raise InvalidInput(f"A message takes at most {ATTACH_MAX_FILES} files; send it first, or /detach.")
-        path = Path(typed.strip('"').strip("'")).expanduser()  # noqa: ASYNC240 - $HOME, no disk
-        data = await asyncio.to_thread(_read_attached, path)
-        ctype = mimetypes.guess_type(path.name)[0] or ""
-        dims = image_size(data)
-
-        async def read() -> bytes:
-            return data
-
-        file = await take_in(SharedFile(path.name, "other", len(data), ctype, str(path.resolve()),
-                                        width=dims[0] if dims else None, height=dims[1] if dims else None), read)
-        if file.kind != "image":  # its content is in the row (or it is named only): its path is kept only
-            file = replace(file, url="")  # where it is needed, to read an image again when a run is made
-        self.attached.append(file)
-        what = {"image": "an image", "text": "a text file", "other": "a file agents see by name only"}[file.kind]
-        note = f"; {file.note}" if file.note else ""
-        return [f"Attached {_label(file)}: {what}{note}. It goes with your next message."]
-
-    async def detach(self) -> list[str]:
-        if not self.attached:
-            return ["Nothing was attached."]
-        dropped, self.attached = self.attached, []
-        return [f"Dropped {', '.join(f.name for f in dropped)}: your next message goes without them."]
 
     def _not_saved_yet(self, why: str) -> None:
         self.surface.error(f"your message is not saved yet ({why.removesuffix('; try again')}); "
@@ -640,32 +620,6 @@ def keep_file(attachment: Attachment, directory: Path) -> str:
         Path(attachment.path).unlink(missing_ok=True)
         raise UserFacingError(f"Could not write {target}: {exc.strerror or type(exc).__name__}.") from None
     return f"{attachment.text} Written to {target}"
-
-
-def _read_attached(path: Path) -> bytes:
-    """The content of the file `/attach` names (in a thread: it stats and reads); InvalidInput, saying
-    why, when it is not a regular file that can be read or is over `ATTACH_MAX_BYTES`."""
-    shown = str(path)
-    if not path.exists():
-        raise InvalidInput(f"No file at {shown} (from {Path.cwd()}): /attach takes the path of a file.")
-    if path.is_dir():
-        raise InvalidInput(f"{shown} is a directory: attach its files one at a time.")
-    if not path.is_file():  # /dev/zero reads without end, a named pipe blocks
-        raise InvalidInput(f"{shown} is not a regular file: /attach takes the path of a file.")
-    try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise InvalidInput(f"Could not read {shown}: {exc.strerror or type(exc).__name__}.") from None
-    if size > ATTACH_MAX_BYTES:
-        raise InvalidInput(f"{shown} is {size_text(size)}; a file can be at most {size_text(ATTACH_MAX_BYTES)}.")
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise InvalidInput(f"Could not read {shown}: {exc.strerror or type(exc).__name__}.") from None
-
-
-def _label(file: SharedFile) -> str:
-    return f"{file.name} ({size_text(file.size)})"
 
 
 NO_AGENTS = ('No agents here yet: add one with /agent add name:planner role:"trip planner who drafts the itinerary" '
