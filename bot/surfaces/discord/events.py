@@ -154,7 +154,7 @@ class Ingest:
     tells the bot's own webhook posts (`Webhooks.is_own_post`), `serves` whether this process takes in a
     guild's channels (all of them, unless it runs some shards) and `take_down` deletes one of an
     agent's posts (`DraftWire.draft_delete`: the other chunks of a reply an operator deleted).
-    Its parts: edits and deletions (`AuthorsHand`) and the store calls retried (`StoreRetry`)."""
+    Its parts: edits and deletions (`Revisions`) and the store calls retried (`StoreRetry`)."""
 
     def __init__(self, client: discord.Client, engine: Intake, store: IngestStore, *,
                  own_post: Callable[[Group, discord.Message], Awaitable[bool]],
@@ -167,7 +167,7 @@ class Ingest:
         self.serves = serves
         self.feeds: dict[int, Feed] = {}
         self._retrying = StoreRetry(engine, store)
-        self.hand = AuthorsHand(store, self._retrying, take_down)
+        self.revisions = Revisions(store, self._retrying, take_down)
         self._known: dict[tuple[str, int], list[str]] = {}  # (guild, user) -> names already stored
 
     # entry points (called from the client's events) ------------------------------
@@ -254,9 +254,9 @@ class Ingest:
             if item is not None:
                 try:
                     if isinstance(item, discord.RawMessageUpdateEvent):
-                        await self.hand.edited(item)
+                        await self.revisions.edited(item)
                     elif isinstance(item, Removed):
-                        await self.hand.removed(item)
+                        await self.revisions.removed(item)
                     else:
                         await self._take(feed, item)
                 except Exception:  # a bug must not stop the channel's feed
@@ -282,7 +282,7 @@ class Ingest:
         channel = self.client.get_channel(feed.channel_id) or self.client.get_partial_messageable(feed.channel_id)
         count = 0
         try:
-            await self.hand.look_back(group, channel, int(after))  # type: ignore[arg-type]  # as history below
+            await self.revisions.look_back(group, channel, int(after))  # type: ignore[arg-type]  # as history below
             async for message in channel.history(  # type: ignore[union-attr]  # text channels, threads and partials all have it
                     limit=None, after=discord.Object(int(after)), oldest_first=True):
                 count += await self._store(group, message, wake=False)
@@ -367,10 +367,11 @@ class Ingest:
         return group.setup_message_id is None or message_id > int(group.setup_message_id)
 
 
-class AuthorsHand:
-    """The author's own hand (see the module docstring): a person's edit changes their row, a deletion makes
-    a row a tombstone (and takes down the other chunks of an agent's reply), taken live from the feed or,
-    for what was done while the bot was away, found on catching up (`look_back`). It logs as ingest."""
+class Revisions:
+    """People's edits and deletions (the author's own hand, see the module docstring): an edit changes the
+    person's row, a deletion makes a row a tombstone (and takes down the other chunks of an agent's reply),
+    taken live from the feed or, for what was done while the bot was away, found on catching up
+    (`look_back`). It logs as ingest."""
 
     def __init__(self, store: IngestStore, retrying: StoreRetry,
                  take_down: Callable[[Group, str], Awaitable[None]] | None) -> None:
