@@ -141,7 +141,10 @@ class GroupWorker(ABC):
 
     async def loop(self) -> None:
         failures = 0
-        while True:
+        # Not `while True`: a pass that lost the cancel `stop` sent (a part swallowing it; Python 3.11's
+        # `asyncio.wait_for` does when what it waits for ends in the same moment) must not go back to
+        # waiting for work: `Engine.close` waits for this task.
+        while not self.stopped:
             await self._wake.wait()
             self._wake.clear()
             try:

@@ -48,8 +48,15 @@ class Notices:
             yield
         finally:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await task
+            except asyncio.CancelledError:
+                # The typing task's own end is expected; a cancel of this task (a shutdown that came while
+                # the typing task was ending) is not ours to swallow: swallowed, the run went on and its
+                # dispatcher back to waiting for work, and `Engine.close` waited for it forever.
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise
 
     async def _typing(self, group: Group) -> None:
         channel = self.link.channel(group.channel_id or "0")
