@@ -395,7 +395,8 @@ class PostgresBackend:
             with contextlib.suppress(Exception):
                 await self.pool.release(listener)
         try:
-            await asyncio.wait_for(self.pool.close(), CLOSE_TIMEOUT)
+            async with asyncio.timeout(CLOSE_TIMEOUT):  # (not wait_for: on Python 3.11 it can lose a cancel)
+                await self.pool.close()
         except (TimeoutError, *_CONNECTION_ERRORS, asyncpg.PostgresError):
             log.warning("closing the PostgreSQL pool took too long; connections ended", exc_info=True)
             self.pool.terminate()

@@ -88,8 +88,9 @@ class StoreHealth:
         if not self.failing:  # nothing to wait for but the time (the refusal was not a write's)
             await asyncio.sleep(timeout)
             return
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._writable.wait(), timeout)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):  # (not wait_for: on Python 3.11 it can lose a cancel)
+                await self._writable.wait()
 
     async def until_reachable(self, timeout: float) -> None:
         """Wait `timeout` seconds before trying an operation the server could not take again, less
@@ -98,8 +99,9 @@ class StoreHealth:
         if not self.down:
             await asyncio.sleep(min(timeout, AGAIN_SOON))
             return
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._writable.wait(), timeout)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._writable.wait()
 
     # what the store says ---------------------------------------------------
     def unreachable(self, detail: str) -> None:

@@ -207,6 +207,7 @@ class DirectRuns:
         runtime = deps.runtime(group.id)
         await runtime.after_turn(outcome)
         runtime.wake()
-        with contextlib.suppress(asyncio.TimeoutError):  # shown: the asker gets a link that works
-            await asyncio.wait_for(runtime.all_shown(), SHOWN_WAIT)
+        with contextlib.suppress(TimeoutError):  # shown: the asker gets a link that works
+            async with asyncio.timeout(SHOWN_WAIT):  # (not wait_for: on Python 3.11 it can lose a cancel)
+                await runtime.all_shown()
         return DirectAnswer(agent, text, usage, posted=await store.thread.get_message(group.id, finished.reply.seq))

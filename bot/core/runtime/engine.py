@@ -299,7 +299,8 @@ class Engine:
                 await runtime.until_idle()
                 if runtime.idle():
                     return
-        await asyncio.wait_for(idle(), timeout)
+        async with asyncio.timeout(timeout):  # (not wait_for: on Python 3.11 it can lose a cancel)
+            await idle()
 
     async def ask(self, group: Group, agent: Agent, prompt: str, *, asker: str, post: bool = False) -> DirectAnswer:
         """A direct run (`/ask`): `agent` answers `asker` privately (and in the group, with `post`)."""

@@ -88,8 +88,9 @@ class Pulse:
     async def wait(self, timeout: float) -> None:
         """Until the next `fire`, at most `timeout` seconds."""
         event = self._event
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):  # (not wait_for: on Python 3.11 it can lose a cancel)
+                await event.wait()
 
 
 class GroupWorker(ABC):

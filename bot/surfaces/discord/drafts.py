@@ -228,8 +228,9 @@ class DiscordDraft:
                 if wait is None:
                     await self._wake.wait()
                 elif wait > 0:
-                    with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), wait)
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(wait):  # (not wait_for: on 3.11 it can lose a cancel)
+                            await self._wake.wait()
         except (DeliveryError, StoreError) as exc:
             log.warning("group=%s run=%s: the reply is no longer shown as it is written (%s); it is posted whole "
                         "when done", self.group.id, self.run_id, exc)

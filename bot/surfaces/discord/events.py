@@ -230,8 +230,9 @@ class Ingest:
     async def _run(self, feed: Feed) -> None:
         failures = 0
         while True:
-            try:
-                item = await asyncio.wait_for(feed.queue.get(), BLIND_RETRY if feed.blind else None)
+            try:  # (asyncio.timeout, not wait_for: on Python 3.11 wait_for can lose the engine's cancel)
+                async with asyncio.timeout(BLIND_RETRY if feed.blind else None):
+                    item = await feed.queue.get()
             except TimeoutError:
                 feed.behind, item = True, None
             while feed.behind:
