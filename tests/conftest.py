@@ -52,6 +52,20 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(1, min(len(os.sched_getaffinity(0)), MAX_WORKERS))
 
 
+# The longest first (issue 32): xdist hands tests to its workers in collection order, and the files that start
+# processes (the bench's runs, the CLI, console, init and secrets tests at the top of tests/) were collected last:
+# a run ended with one worker on them and the other idle. They go first now, then the emulator and engine tests;
+# the many short pure and store tests (core, storage) fill the end. A stable sort: each file keeps its order.
+RUN_FIRST = ("tests/bench/", "tests/test_", "tests/discord/", "tests/engine/", "tests/llm/", "tests/surfaces/")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        return next((i for i, prefix in enumerate(RUN_FIRST) if item.nodeid.startswith(prefix)), len(RUN_FIRST))
+
+    items.sort(key=rank)
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     pg_skip_reason()  # once, before any event loop runs
 
