@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -39,6 +40,16 @@ def pg_skip_reason() -> str | None:
     return _PG_SKIP["reason"]
 
 
+# With PYTHONDONTWRITEBYTECODE set, each of the hundreds of processes the suite starts (`roundtable`, the bench's
+# scripts, the fake servers, the xdist workers) compiled the checkout's modules again: about 0.25 s of CPU each
+# (issue 32). For the suite's processes the bytecode is cached outside the checkout instead, in the system's temp
+# directory (PYTHONPYCACHEPREFIX: nothing is written in the checkout, as that variable asked). Set here, at import
+# in the main process, before xdist starts its workers: they and every process they start inherit it.
+if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCACHEPREFIX"):
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(tempfile.gettempdir(), f"roundtable-tests-pycache-{os.getuid()}")
+
+
 # Workers for `-n auto` (pyproject.toml's addopts): one per core this process may use, MAX_WORKERS at
 # the most. More workers than cores made a loaded 2-core machine miss its waits (issue 28: 8 workers);
 # PYTEST_XDIST_AUTO_NUM_WORKERS (or `-n N`) overrides it.
@@ -50,6 +61,20 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     if asked.isdigit():
         return int(asked)
     return max(1, min(len(os.sched_getaffinity(0)), MAX_WORKERS))
+
+
+# The longest first (issue 32): xdist hands tests to its workers in collection order, and the files that start
+# processes (the bench's runs, the CLI, console, init and secrets tests at the top of tests/) were collected last:
+# a run ended with one worker on them and the other idle. They go first now, then the emulator and engine tests;
+# the many short pure and store tests (core, storage) fill the end. A stable sort: each file keeps its order.
+RUN_FIRST = ("tests/bench/", "tests/test_", "tests/discord/", "tests/engine/", "tests/llm/", "tests/surfaces/")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        return next((i for i, prefix in enumerate(RUN_FIRST) if item.nodeid.startswith(prefix)), len(RUN_FIRST))
+
+    items.sort(key=rank)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -23,6 +23,9 @@ Tool names are the server's; `bot.core.features.tools` makes them `server.tool` 
 `server__tool` for the model. MCP's annotations are read: `readOnlyHint`, `idempotentHint`,
 `destructiveHint`. A result is its text content (other content named in brackets), else its
 structured content as JSON; `isError` makes it an error result.
+
+The SDK (about as slow to import as the OpenAI client) is imported where a server is started or
+called, never at the top: a console or bot without MCP servers starts without it.
 """
 from __future__ import annotations
 
@@ -37,20 +40,16 @@ import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp.client.stdio import get_default_environment
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
-from mcp.shared.exceptions import MCPError
-from mcp.types import REQUEST_TIMEOUT
+from typing import TYPE_CHECKING, Any
 
 from bot.core.errors import ConfigError
 from bot.core.models import ToolOutput, ToolSpec
 from bot.core.ports import ToolContext
 from bot.core.rules.doctor import Check, mcp_server_check
 from bot.core.rules.secrets import SECRETS, mask_error
+
+if TYPE_CHECKING:
+    from mcp import ClientSession
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +227,9 @@ class McpServer:
         if session is None:
             return ToolOutput(f"error: the MCP server {self.name} is down ({self.problem or 'not started'}).",
                               error=True)
+        from mcp.shared.exceptions import MCPError  # (loaded already: a session is up)
+        from mcp.types import REQUEST_TIMEOUT
+
         try:
             result = await session.call_tool(tool, dict(arguments), read_timeout_seconds=self.config.timeout)
         except MCPError as exc:
@@ -237,6 +239,8 @@ class McpServer:
         return ToolOutput(result_text(result), error=bool(getattr(result, "is_error", False)))
 
     async def _hold(self) -> None:
+        from mcp import ClientSession  # here, not at the top: only a configured server loads the SDK
+
         delay = 1.0
         while not self._stop.is_set():
             try:
@@ -302,6 +306,11 @@ class McpServer:
 
     @contextlib.asynccontextmanager
     async def _connect(self) -> AsyncIterator[tuple[Any, Any]]:
+        from mcp import StdioServerParameters, stdio_client
+        from mcp.client.stdio import get_default_environment
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
         config = self.config
         if config.url is not None:
             client = create_mcp_http_client(headers=dict(config.headers))

@@ -172,6 +172,36 @@ def test_a_config_file_that_cannot_be_read(tmp_path):
         McpServers.from_environment({"ROUNDTABLE_MCP_CONFIG": str(tmp_path / "none.json")})
 
 
+# The SDK takes about as long to import as the OpenAI client: a process without MCP servers (the console's and
+# the bot's start, init, the doctor) never imports it. In a child: the test's own process has it loaded.
+WITHOUT_SERVERS = textwrap.dedent("""
+    import asyncio, json, sys
+    from pathlib import Path
+    import bot.cli.doctor, bot.cli.init, bot.cli.main, bot.llm.endpoints, bot.llm.providers, bot.wiring
+    import bot.surfaces.console.surface
+    from bot.llm.mcp_tools import McpServers, doctor_checks
+
+    async def main():
+        servers = McpServers.from_environment({{}}, cwd=Path({cwd!r}))
+        await servers.start()
+        checks = [*await servers.checks(), *await doctor_checks({{}}, cwd=Path({cwd!r}))]
+        await servers.close()
+        return len(checks)
+
+    checks = asyncio.run(main())
+    print(json.dumps({{"checks": checks, "mcp": sorted(m for m in sys.modules if m.split(".")[0] == "mcp")}}))
+""")
+
+
+async def test_without_servers_the_sdk_is_never_imported(tmp_path):
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", WITHOUT_SERVERS.format(cwd=str(tmp_path)), cwd=ROOT, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 180)
+    assert proc.returncode == 0, err.decode()
+    assert json.loads(out.decode()) == {"checks": 0, "mcp": []}
+
+
 HOLDER = textwrap.dedent("""
     import asyncio, sys
     sys.path.insert(0, {root!r})
