@@ -16,7 +16,7 @@ import asyncpg
 import pytest
 
 from bot.core.rules.store_health import StoreHealth
-from bot.core.runtime.worker import RetryPolicy
+from bot.core.runtime.worker import RetryPolicy, tell_episode
 from storage import open_store
 from tests.discord.conftest import BotHarness
 from tests.discord_emulator import DiscordEmulator
@@ -141,7 +141,7 @@ async def test_an_episode_shown_while_postgresql_is_away_is_one_warning_line(
             caplog.set_level(logging.WARNING)
             caplog.clear()
             await proxy.down(admin)
-            await harness.engine.episode_changed(group, episode)  # its reaction needs the task's row
+            await tell_episode(harness.engine.surface, group, episode)  # its reaction needs the task's row
             await proxy.up()
         finally:
             await harness.stop()
@@ -164,7 +164,7 @@ async def test_a_reaction_in_flight_at_shutdown_is_no_error(harness, script, cap
     caplog.set_level(logging.DEBUG)
     caplog.clear()
     await harness.bot.close()  # shutting down: discord.py's session is closed
-    await harness.engine.episode_changed(group, episode)  # a reaction still to set
+    await tell_episode(harness.engine.surface, group, episode)  # a reaction still to set
     await asyncio.gather(*harness.surface.link.tasks, return_exceptions=True)
     loud = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith(OURS)]
     assert loud == [], [(r.levelname, r.getMessage()) for r in loud]

@@ -34,7 +34,7 @@ from bot.core.features.spending import Budgets
 from bot.core.features.summary import Summaries
 from bot.core.features.tasks import TaskChains
 from bot.core.features.tools import ToolRegistry
-from bot.core.models import Agent, Episode, EpisodeResult, Group, Message, NewMessage, SharedFile, Usage
+from bot.core.models import Agent, EpisodeResult, Group, Message, NewMessage, SharedFile, Usage
 from bot.core.ports import (
     LLM,
     HasDrafts,
@@ -75,7 +75,7 @@ from bot.core.runtime.regenerate import Regenerated, RegenerateDeps, Regeneratio
 from bot.core.runtime.scheduler import TICK, Scheduler, SchedulerDeps
 from bot.core.runtime.stops import StopDeps, Stops
 from bot.core.runtime.turn import AgentTurn, TurnDeps
-from bot.core.runtime.worker import RetryPolicy, tell_episode
+from bot.core.runtime.worker import RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -319,10 +319,6 @@ class Engine:
         if paused:
             self.groups.show(group_id)
         return paused
-
-    async def episode_changed(self, group: Group, episode: Episode) -> None:
-        """Tell the surface that `episode` started or ended (never raises)."""
-        await tell_episode(self.surface, group, episode)
 
     # results -------------------------------------------------------------
     async def episode_result(self, episode_id: int) -> EpisodeResult:
