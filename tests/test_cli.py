@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import tomllib
 from dataclasses import dataclass
 from importlib import metadata
@@ -15,8 +14,8 @@ import pytest
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, closed_base_url
 from tests.fakes.strict_openai import StrictOpenAI
+from tests.support.spawn import start_roundtable
 
-ROUNDTABLE = str(Path(sys.executable).parent / "roundtable")
 KEY = "sk-test-cli-Q7R2-never-shown"
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 SESSION = '/agent add name:planner role:plans prompt:"You plan."\n@planner go\n'
@@ -43,12 +42,14 @@ def clean_env(**values: str) -> dict[str, str]:
     return env
 
 
-async def roundtable(cwd: Path, *args: str, stdin: str = "", **env: str) -> Result:
+async def roundtable(cwd: Path, *args: str, stdin: str = "", fresh: bool = False, **env: str) -> Result:
+    """`roundtable ARGS...` in `cwd`, forked from the suite's fork server (tests/support/spawn.py), or with
+    `fresh` the installed script in a new interpreter."""
     if "console" in args and "ROUNDTABLE_MODEL" not in env:  # the console stops when its model is not served:
         env["ROUNDTABLE_MODEL"] = "fake-model"  # the one FakeOpenAI lists (a .env may still set another)
-    proc = await asyncio.create_subprocess_exec(
-        ROUNDTABLE, *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env=clean_env(**env), cwd=cwd)
+    proc = await start_roundtable(
+        *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env=clean_env(**env), cwd=cwd, fresh=fresh)
     try:
         out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), 180)  # generous: a start is slow under load
     finally:
@@ -65,7 +66,7 @@ def pyproject_version() -> str:
 # --version --------------------------------------------------------------------------
 
 async def test_version(tmp_path):
-    result = await roundtable(tmp_path, "--version")
+    result = await roundtable(tmp_path, "--version", fresh=True)  # the installed script, in a new interpreter
     assert (result.code, result.out, result.err) == (0, f"roundtable {pyproject_version()}\n", "")
     assert result.out == f"roundtable {metadata.version('roundtable')}\n" == "roundtable 0.1.0\n"
 

@@ -3,15 +3,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply, tool_call
 from tests.support import eventually
-
-ROUNDTABLE = str(Path(sys.executable).parent / "roundtable")  # the installed console script
+from tests.support.spawn import start_roundtable
 
 SESSION = """\
 /agent add name:planner role:"drafts the itinerary" prompt:"You plan trips."
@@ -31,8 +29,8 @@ def clean_env(tmp_path: Path, base_url: str) -> dict[str, str]:
 
 
 async def run_console(tmp_path: Path, base_url: str, stdin: str, *args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        ROUNDTABLE, "--env-file", os.devnull, "console",
+    proc = await start_roundtable(
+        "--env-file", os.devnull, "console",
         "--db", str(tmp_path / "rt.db"), *args,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env=clean_env(tmp_path, base_url), cwd=tmp_path,
@@ -84,8 +82,8 @@ async def test_second_run_on_the_same_file_keeps_history_and_roster(tmp_path):
 async def test_missing_api_key_is_one_line(tmp_path):
     env = clean_env(tmp_path, "http://127.0.0.1:9/v1")
     del env["OPENAI_API_KEY"]
-    proc = await asyncio.create_subprocess_exec(
-        ROUNDTABLE, "--env-file", os.devnull, "console", "--db", str(tmp_path / "x.db"),
+    proc = await start_roundtable(
+        "--env-file", os.devnull, "console", "--db", str(tmp_path / "x.db"),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
         cwd=tmp_path,
     )
@@ -98,8 +96,8 @@ async def test_missing_api_key_is_one_line(tmp_path):
 async def test_a_second_console_on_the_same_group_is_refused_in_one_line(tmp_path):
     script = GroupChatScript(agents={"planner": [Reply("Slowly.", delay=3.0)]})
     async with FakeOpenAI(script) as srv:
-        first = await asyncio.create_subprocess_exec(
-            ROUNDTABLE, "--env-file", os.devnull, "console", "--db", str(tmp_path / "rt.db"),
+        first = await start_roundtable(
+            "--env-file", os.devnull, "console", "--db", str(tmp_path / "rt.db"),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             env=clean_env(tmp_path, srv.base_url), cwd=tmp_path)
         assert first.stdin is not None
@@ -221,8 +219,8 @@ async def test_sigint_stops_a_piped_console_at_once_and_interrupts_the_run(tmp_p
 
     script = GroupChatScript(agents={"planner": [Reply("Too late.", delay=3600.0)]})
     async with FakeOpenAI(script) as srv:
-        proc = await asyncio.create_subprocess_exec(
-            ROUNDTABLE, "--env-file", os.devnull, "console", "--db", str(tmp_path / "rt.db"),
+        proc = await start_roundtable(
+            "--env-file", os.devnull, "console", "--db", str(tmp_path / "rt.db"),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             env=clean_env(tmp_path, srv.base_url), cwd=tmp_path)
         assert proc.stdin is not None
@@ -536,8 +534,8 @@ async def test_a_regenerate_killed_mid_run_changes_nothing_and_the_next_start_re
                              agents={"planner": ["Day 1: temples.", Reply("Never shown.", delay=3600.0),
                                                  "Day 1: sushi, then temples."]})
     async with FakeOpenAI(script) as srv:
-        proc = await asyncio.create_subprocess_exec(
-            ROUNDTABLE, "--env-file", os.devnull, "console", "--db", str(tmp_path / "rt.db"),
+        proc = await start_roundtable(
+            "--env-file", os.devnull, "console", "--db", str(tmp_path / "rt.db"),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             env=clean_env(tmp_path, srv.base_url), cwd=tmp_path)
         assert proc.stdin is not None

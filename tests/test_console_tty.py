@@ -20,7 +20,8 @@ import pytest
 
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply, tool_call
 from tests.support import bound
-from tests.test_console import ROUNDTABLE, clean_env
+from tests.support.spawn import ROUNDTABLE, start_roundtable
+from tests.test_console import clean_env
 
 pytestmark = pytest.mark.slow  # the console in a pseudo-terminal: CI runs it, the default run leaves it out
 
@@ -355,8 +356,8 @@ async def test_ctrl_c_stops_at_once_and_restores_the_terminal(tmp_path, ttys, wh
         else:  # maybe stopped before it could record the run: the next start takes it as interrupted
             assert runs(tmp_path) in (["interrupted"], ["running"])
         # the next start runs the interrupted turn again
-        proc = await asyncio.create_subprocess_exec(
-            ROUNDTABLE, "--env-file", os.devnull, "console", "--db", str(tmp_path / "rt.db"),
+        proc = await start_roundtable(
+            "--env-file", os.devnull, "console", "--db", str(tmp_path / "rt.db"),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             env=clean_env(tmp_path, srv.base_url), cwd=tmp_path)
         out, err = await asyncio.wait_for(proc.communicate(b""), 180)

@@ -13,8 +13,8 @@ from dotenv import dotenv_values
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.openai_server import closed_base_url
 from tests.fakes.strict_openai import StrictOpenAI
+from tests.support.spawn import ROUNDTABLE
 from tests.test_cli import clean_env
-from tests.test_console import ROUNDTABLE
 from tests.test_console_tty import Tty
 
 pytestmark = pytest.mark.slow  # `roundtable init` in a pseudo-terminal: CI runs it, the default run leaves it out

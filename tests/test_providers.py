@@ -10,7 +10,8 @@ import pytest
 
 from tests.discord.test_attachments import png
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, closed_base_url, image_urls, message_text
-from tests.test_console import ROUNDTABLE, clean_env
+from tests.support.spawn import start_roundtable
+from tests.test_console import clean_env
 
 TEAM = """\
 /agent add name:planner role:"drafts the plan" prompt:"You plan."
@@ -21,8 +22,8 @@ TEAM = """\
 
 
 async def console(tmp_path, env: dict[str, str], stdin: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        ROUNDTABLE, "--env-file", os.devnull, "console", "--db", str(tmp_path / "rt.db"),
+    proc = await start_roundtable(
+        "--env-file", os.devnull, "console", "--db", str(tmp_path / "rt.db"),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env=env, cwd=tmp_path)
     out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), 180)  # generous: a start is slow under load

@@ -19,8 +19,7 @@ from urllib.parse import quote
 import pytest
 
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply
-
-ROUNDTABLE = str(Path(sys.executable).parent / "roundtable")
+from tests.support.spawn import start_roundtable
 
 BOT_TOKEN = "discord-token-LEAK-0001"
 OPENAI_KEY = "openai-key-LEAK-0002"
@@ -54,8 +53,8 @@ def env_for(base_url: str) -> dict[str, str]:
 
 
 async def roundtable(cwd: Path, env: dict[str, str], *args: str, stdin: str = "") -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        ROUNDTABLE, "--env-file", os.devnull, *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+    proc = await start_roundtable(
+        "--env-file", os.devnull, *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, env=env, cwd=cwd)
     out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), 90)
     return proc.returncode or 0, out.decode(), err.decode()

@@ -18,7 +18,8 @@ import pytest
 from bot.core.features.tools import UNKNOWN
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply, tool_call
 from tests.support import eventually
-from tests.test_console import ROUNDTABLE, clean_env, run_console
+from tests.support.spawn import start_roundtable
+from tests.test_console import clean_env, run_console
 
 SERVER = str(Path(__file__).resolve().parent / "fakes" / "mcp_server.py")
 SESSION = (b'/agent add name:planner role:counts prompt:"You count."\n'
@@ -51,8 +52,8 @@ async def test_kill_9_then_restart_never_runs_a_call_twice(tmp_path, cut):
         *([] if in_flight else [Reply("Never sent.", delay=3600.0)]),  # the call after the result: killed in it
         "Done, as far as I can tell."]})
     async with FakeOpenAI(script) as srv:
-        proc = await asyncio.create_subprocess_exec(
-            ROUNDTABLE, "--env-file", os.devnull, "console", "--db", str(tmp_path / "rt.db"),
+        proc = await start_roundtable(
+            "--env-file", os.devnull, "console", "--db", str(tmp_path / "rt.db"),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             env=clean_env(tmp_path, srv.base_url), cwd=tmp_path)
         try:

@@ -14,7 +14,6 @@ import itertools
 import os
 import signal
 import sqlite3
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,8 +26,7 @@ from tests.discord_emulator import DiscordEmulator
 from tests.fakes.databases import Place, SqlitePlace
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript, Reply
 from tests.support import eventually, quiet_period
-
-ROUNDTABLE = str(Path(sys.executable).parent / "roundtable")
+from tests.support.spawn import start_roundtable
 
 
 class UniqueReplies(GroupChatScript):
@@ -128,8 +126,8 @@ class BotProcess:
         with open(self.log, "a") as log:
             log.write(f"\n===== start {self.starts} =====\n")
             log.flush()
-            self.proc = await asyncio.create_subprocess_exec(
-                ROUNDTABLE, "--env-file", os.devnull, "run",
+            self.proc = await start_roundtable(
+                "--env-file", os.devnull, "run",
                 stdout=log, stderr=log, env=env, cwd=self.tmp_path)
         await self.emu.wait_for(
             lambda: any(s.ready for k, s in self.emu.sessions.items() if k not in sessions) or self.exited(),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,8 +12,8 @@ import pytest
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.openai_server import FakeOpenAI, closed_base_url
 from tests.fakes.strict_openai import StrictOpenAI
+from tests.support.spawn import start_roundtable
 
-ROUNDTABLE = str(Path(sys.executable).parent / "roundtable")
 KEY = "sk-test-startup"
 
 
@@ -29,8 +28,8 @@ def run_env(tmp_path: Path, **env_overrides: str) -> dict[str, str]:
 async def run(tmp_path: Path, **env_overrides: str) -> tuple[int, list[str]]:
     """`roundtable run` to its end; OPENAI_BASE_URL defaults to a closed port (pass a FakeOpenAI's
     when the run must get past the model check)."""
-    proc = await asyncio.create_subprocess_exec(
-        ROUNDTABLE, "--env-file", os.devnull, "run",
+    proc = await start_roundtable(
+        "--env-file", os.devnull, "run",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=run_env(tmp_path, **env_overrides),
         cwd=tmp_path)
     try:
@@ -107,8 +106,8 @@ async def test_a_failing_model_server_stops_the_bot_before_it_logs_in(tmp_path, 
 @pytest.mark.parametrize("level", ["INFO", "WARNING"])
 async def test_run_logs_at_roundtable_log_level_without_voice_warnings(tmp_path, level):
     async with DiscordEmulator() as emu, FakeOpenAI() as llm:
-        proc = await asyncio.create_subprocess_exec(
-            ROUNDTABLE, "--env-file", os.devnull, "run", stdout=asyncio.subprocess.PIPE,
+        proc = await start_roundtable(
+            "--env-file", os.devnull, "run", stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT, cwd=tmp_path,
             env=run_env(tmp_path, DISCORD_TOKEN=emu.token, DISCORD_API_BASE_URL=emu.api_base,
                         DISCORD_GUILD_ID=emu.guild_id, OPENAI_BASE_URL=llm.base_url, ROUNDTABLE_LOG_LEVEL=level))
