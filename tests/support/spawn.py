@@ -19,6 +19,7 @@ import atexit
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -121,13 +122,9 @@ class ForkedProcess:
         os.kill(self.pid, sig)
 
     def terminate(self) -> None:
-        import signal
-
         self.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
-        import signal
-
         self.send_signal(signal.SIGKILL)
 
     async def communicate(self, input: bytes | None = None) -> tuple[bytes | None, bytes | None]:
@@ -152,8 +149,6 @@ def _fd(stream: Stream, default: int) -> tuple[int, int | None]:
     """The fd to hand the child for `stream`, and our own end of a pipe made for it (or None)."""
     if stream is None:
         return default, None
-    if stream == asyncio.subprocess.STDOUT:
-        raise ValueError("STDOUT is handled by the caller")
     if stream == PIPE:
         read, write = os.pipe()
         return (read, write) if default == 0 else (write, read)
@@ -183,9 +178,8 @@ async def start_roundtable(*args: str, stdin: Stream = None, stdout: Stream = No
         conn.connect(server.path)
         socket.send_fds(conn, [json.dumps(request).encode()], [child for child, _ in ends])
     finally:
-        shared = stderr == asyncio.subprocess.STDOUT  # (stderr is stdout's fd: closed once)
-        for (child, ours), stream in list(zip(ends, (stdin, stdout, stderr), strict=True))[:2 if shared else 3]:
-            if ours is not None or stream == DEVNULL:
+        for (child, ours), stream in zip(ends, (stdin, stdout, stderr), strict=True):
+            if ours is not None or stream == DEVNULL:  # (stderr=STDOUT shares stdout's fd: closed once, there)
                 os.close(child)  # the child has its own copy now
     conn.setblocking(False)
     pid = json.loads(await loop.sock_recv(conn, 4096))["pid"]
