@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import tomllib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -42,9 +43,16 @@ def clean_env(**values: str) -> dict[str, str]:
     return env
 
 
-async def roundtable(cwd: Path, *args: str, stdin: str = "", fresh: bool = False, **env: str) -> Result:
-    """`roundtable ARGS...` in `cwd`, forked from the suite's fork server (tests/support/spawn.py), or with
-    `fresh` the installed script in a new interpreter."""
+async def roundtable(cwd: Path, *args: str, stdin: str = "", **env: str) -> Result:
+    """`roundtable ARGS...` in `cwd`, forked from the suite's fork server (tests/support/spawn.py)."""
+    return await run_roundtable(cwd, args, stdin=stdin, env=env)
+
+
+async def run_roundtable(cwd: Path, args: Sequence[str], *, stdin: str = "", env: Mapping[str, str] | None = None,
+                         fresh: bool = False) -> Result:
+    """`roundtable ARGS...` in `cwd` with `env` over a clean environment; with `fresh` the installed script in a
+    new interpreter instead of a fork of the fork server."""
+    env = dict(env or {})
     if "console" in args and "ROUNDTABLE_MODEL" not in env:  # the console stops when its model is not served:
         env["ROUNDTABLE_MODEL"] = "fake-model"  # the one FakeOpenAI lists (a .env may still set another)
     proc = await start_roundtable(
@@ -66,7 +74,7 @@ def pyproject_version() -> str:
 # --version --------------------------------------------------------------------------
 
 async def test_version(tmp_path):
-    result = await roundtable(tmp_path, "--version", fresh=True)  # the installed script, in a new interpreter
+    result = await run_roundtable(tmp_path, ["--version"], fresh=True)  # the installed script, in a new interpreter
     assert (result.code, result.out, result.err) == (0, f"roundtable {pyproject_version()}\n", "")
     assert result.out == f"roundtable {metadata.version('roundtable')}\n" == "roundtable 0.1.0\n"
 
