@@ -22,7 +22,7 @@ from bot.surfaces.discord.webhooks import DiscordSurface
 from storage.store import SqliteStore, SqlStore
 from tests.discord_emulator import DiscordEmulator
 from tests.fakes.openai_server import FakeOpenAI, GroupChatScript
-from tests.support import WAIT, bound
+from tests.support import WAIT, bound, eventually
 
 FAST_RETRY = RetryPolicy(first=0.05, factor=2.0, cap=0.4)  # the default waits seconds: too slow for tests
 
@@ -102,6 +102,18 @@ class BotHarness:
         if config:
             reply = await self.command("roundtable config", config)
             assert reply["data"]["embeds"][0]["title"] == "Updated", reply
+
+    async def views_ready(self, message: dict[str, Any]) -> None:
+        """Until the bot holds the buttons of a message it sent with a view (the pages of an answer).
+        The emulator stores the message before discord.py has read the answer to its request, and
+        discord.py drops a click on a message whose view it has not stored yet, silently; a person's
+        click comes later than that, a test's may not."""
+        assert self.bot is not None
+        views = self.bot._connection._view_store  # discord.py keeps no public way to ask
+
+        def held() -> bool:
+            return views.is_message_tracked(int(message["id"]))
+        await eventually(held, f"the bot holding the view of message {message['id']}")
 
     @staticmethod
     def embed_fields(reply: dict[str, Any]) -> dict[str, str]:

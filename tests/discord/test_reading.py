@@ -155,6 +155,7 @@ async def test_a_long_inbox_is_paged_and_mark_read_covers_what_it_lists(harness,
     assert first["footer"]["text"].startswith("page 1 of 2")
     message = inbox["rec"].original
     older = next(c for row in message["components"] for c in row["components"] if c.get("label") == "Older ▶")
+    await harness.views_ready(message)
     turned = await (await emu.click_button(message, older["custom_id"], emu.bob_id)).wait_response(5)
     assert turned["type"] == 7 and len(turned["data"]["embeds"][0]["fields"]) == 3
     await click_mark_read(harness, inbox, emu.bob_id)
