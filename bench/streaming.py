@@ -118,13 +118,22 @@ class _Model:
         return self.server.Reply(text="".join(pieces), delay=FIRST_TOKEN + every * (len(pieces) - 1))
 
 
-async def measure(replies: int = REPLIES) -> StreamingFigures:
+MODES = ((True, 1, False), (False, 1, False), (True, ROOMS, False), (True, 1, True))  # stream, rooms, instant
+
+
+async def measure(replies: int = REPLIES, *, together: bool = False) -> StreamingFigures:
+    """The figures of each mode, one mode after the other; `together`, all modes at once (each with its own
+    emulator, model server and bot process): their counts hold, their times are not figures (the tests' check)."""
     modules = testing_modules()
     if modules is None:
         return StreamingFigures(note=SKIPPED)
     figures = StreamingFigures()
-    for stream, rooms, instant in ((True, 1, False), (False, 1, False), (True, ROOMS, False), (True, 1, True)):
-        figures.modes.append(await _measure_mode(modules, stream, replies, rooms, instant))
+    if together:
+        figures.modes = list(await asyncio.gather(*(_measure_mode(modules, stream, replies, rooms, instant)
+                                                    for stream, rooms, instant in MODES)))
+    else:
+        for stream, rooms, instant in MODES:
+            figures.modes.append(await _measure_mode(modules, stream, replies, rooms, instant))
     return figures
 
 
