@@ -50,9 +50,10 @@ if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCAC
     os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(tempfile.gettempdir(), f"roundtable-tests-pycache-{os.getuid()}")
 
 
-# Workers for `-n auto` (pyproject.toml's addopts): one per core this process may use, MAX_WORKERS at
-# the most. More workers than cores made a loaded 2-core machine miss its waits (issue 28: 8 workers);
-# PYTEST_XDIST_AUTO_NUM_WORKERS (or `-n N`) overrides it.
+# Workers for `-n auto` (pyproject.toml's addopts): one more than the cores this process may use, MAX_WORKERS
+# at the most. The tests wait on servers, processes and timers: with one worker a core a quiet 2-core machine
+# idled 40% of the default run (4:14-4:45); with three, 2:53 (issue 32; four: 3:25, and eight once made a loaded
+# machine miss its waits, issue 28). PYTEST_XDIST_AUTO_NUM_WORKERS (or `-n N`) overrides it.
 MAX_WORKERS = 4
 
 
@@ -60,7 +61,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     asked = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "")
     if asked.isdigit():
         return int(asked)
-    return max(1, min(len(os.sched_getaffinity(0)), MAX_WORKERS))
+    return max(1, min(len(os.sched_getaffinity(0)) + 1, MAX_WORKERS))
 
 
 # The longest first (issue 32): xdist hands tests to its workers in collection order, and the files that start

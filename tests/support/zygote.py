@@ -46,6 +46,13 @@ def preload() -> None:
         for info in pkgutil.walk_packages(getattr(module, "__path__", []), f"{name}."):
             if ".mcp" not in info.name:
                 importlib.import_module(info.name)
+    # What each process would build again first thing: the token counter's encoding (tiktoken keeps it per
+    # process) and the model client's TLS context.
+    from bot.llm.openai_llm import tls_context
+    from bot.llm.tokens import make_token_counter
+
+    make_token_counter().load()
+    tls_context()
 
 
 def send(conn: socket.socket, message: dict[str, int]) -> None:
