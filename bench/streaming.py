@@ -28,7 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -118,22 +118,24 @@ class _Model:
         return self.server.Reply(text="".join(pieces), delay=FIRST_TOKEN + every * (len(pieces) - 1))
 
 
+Start = Callable[..., Awaitable[asyncio.subprocess.Process]]  # (*roundtable args, **subprocess options)
 MODES = ((True, 1, False), (False, 1, False), (True, ROOMS, False), (True, 1, True))  # stream, rooms, instant
 
 
-async def measure(replies: int = REPLIES, *, together: bool = False) -> StreamingFigures:
+async def measure(replies: int = REPLIES, *, together: bool = False, start: Start | None = None) -> StreamingFigures:
     """The figures of each mode, one mode after the other; `together`, all modes at once (each with its own
-    emulator, model server and bot process): their counts hold, their times are not figures (the tests' check)."""
+    emulator, model server and bot process): their counts hold, their times are not figures (the tests' check).
+    `start` starts the `roundtable` process instead of a new interpreter (the tests' fork server)."""
     modules = testing_modules()
     if modules is None:
         return StreamingFigures(note=SKIPPED)
     figures = StreamingFigures()
     if together:
-        figures.modes = list(await asyncio.gather(*(_measure_mode(modules, stream, replies, rooms, instant)
+        figures.modes = list(await asyncio.gather(*(_measure_mode(modules, stream, replies, rooms, instant, start)
                                                     for stream, rooms, instant in MODES)))
     else:
         for stream, rooms, instant in MODES:
-            figures.modes.append(await _measure_mode(modules, stream, replies, rooms, instant))
+            figures.modes.append(await _measure_mode(modules, stream, replies, rooms, instant, start))
     return figures
 
 
@@ -141,7 +143,7 @@ Shown = list[tuple[float, str, str, str]]  # (monotonic, channel id, message id,
 
 
 async def _measure_mode(modules: tuple[ModuleType, ModuleType], stream: bool, replies: int,
-                        rooms: int, instant: bool = False) -> ModeFigures:
+                        rooms: int, instant: bool = False, start: Start | None = None) -> ModeFigures:
     emulator_module, openai_server = modules
     shown: Shown = []
 
@@ -163,7 +165,7 @@ async def _measure_mode(modules: tuple[ModuleType, ModuleType], stream: bool, re
             emu.webhook_rate_limit = WEBHOOK_LIMIT
             db = Path(tmp) / "bench.db"
             channels = await _set_up(db, emu, stream, rooms)
-            async with running_bot(emu, server.base_url, db, Path(tmp)):
+            async with running_bot(emu, server.base_url, db, Path(tmp), start):
                 for k in range(1, replies + 1):
                     await _one_round(emu, model, server, k, channels, shown, figures)
             hook = [r.time for r in emu.requests if r.path.startswith("/webhooks/")]
@@ -194,10 +196,12 @@ async def _set_up(db: Path, emu: Any, stream: bool, rooms: int) -> list[str]:
 
 
 @contextlib.asynccontextmanager
-async def running_bot(emu: Any, base_url: str, db: Path, cwd: Path) -> AsyncIterator[asyncio.subprocess.Process]:
+async def running_bot(emu: Any, base_url: str, db: Path, cwd: Path,
+                      start: Start | None = None) -> AsyncIterator[asyncio.subprocess.Process]:
     """A `roundtable run` process connected to `emu`, stopped on leaving; a RuntimeError raised inside
-    is told with the end of the bot's log."""
-    process = await _start_bot(emu, base_url, db, cwd)
+    is told with the end of the bot's log. `start(*args, **subprocess options)` starts `roundtable ARGS`
+    (by default `python -m bot ARGS`, a new interpreter)."""
+    process = await _start_bot(emu, base_url, db, cwd, start or _new_interpreter)
     try:
         yield process
     except RuntimeError as exc:
@@ -207,14 +211,17 @@ async def running_bot(emu: Any, base_url: str, db: Path, cwd: Path) -> AsyncIter
         await asyncio.wait_for(process.wait(), 30)
 
 
-async def _start_bot(emu: Any, base_url: str, db: Path, cwd: Path) -> asyncio.subprocess.Process:
+async def _new_interpreter(*args: str, **options: Any) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(sys.executable, "-m", "bot", *args, **options)
+
+
+async def _start_bot(emu: Any, base_url: str, db: Path, cwd: Path, start: Start) -> asyncio.subprocess.Process:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ROUNDTABLE_", "DISCORD_"))}
     env.update(DISCORD_TOKEN=emu.token, DISCORD_API_BASE_URL=emu.api_base, DISCORD_GUILD_ID=emu.guild_id,
                OPENAI_API_KEY="sk-bench", OPENAI_BASE_URL=base_url, ROUNDTABLE_DB=str(db),
                ROUNDTABLE_LOG_LEVEL="WARNING", ROUNDTABLE_MODEL="bench-model")
     log = (cwd / "bot.log").open("w")
-    process = await asyncio.create_subprocess_exec(sys.executable, "-m", "bot", "--env-file", os.devnull, "run",
-                                                   stdout=log, stderr=log, env=env, cwd=cwd)
+    process = await start("--env-file", os.devnull, "run", stdout=log, stderr=log, env=env, cwd=cwd)
     deadline = time.monotonic() + 180  # a start is slow on a busy machine
     while not any(s.ready for s in emu.sessions.values()):
         if process.returncode is not None or time.monotonic() > deadline:

@@ -6,6 +6,8 @@ the PostgreSQL half is skipped, and the summary says so in one line, never silen
 """
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
 import tempfile
@@ -22,7 +24,9 @@ from tests.fakes.databases import (
     PostgresPlace,
     SqlitePlace,
     pg_unavailable,
+    pg_url,
     postgres_place,
+    vacuum_catalogs,
 )
 
 _PG_SKIP: dict[str, str | None] = {}
@@ -80,6 +84,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     pg_skip_reason()  # once, before any event loop runs
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The main process (not an xdist worker), once every test ran on PostgreSQL: clear what the tests'
+    dropped schemas left in the server's catalogs when nothing else does (`vacuum_catalogs`)."""
+    if hasattr(session.config, "workerinput") or _PG_SKIP.get("reason", "not asked") is not None:
+        return
+    with contextlib.suppress(Exception):  # (the server went away meanwhile: nothing to clear, nothing to say)
+        asyncio.run(vacuum_catalogs(pg_url()))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -26,6 +26,7 @@ from bench.tokyo import (
 from bot.cli.main import build_parser as roundtable_parser
 from tests.conftest import pg_skip_reason
 from tests.fakes.databases import pg_url
+from tests.support.spawn import start_roundtable
 
 
 async def test_roundtable_and_autogen_on_a_short_task() -> None:
@@ -235,7 +236,8 @@ def test_a_quick_run_on_sqlite_and_postgresql(capsys: pytest.CaptureFixture[str]
 
 
 async def test_the_streaming_figure_runs_and_counts() -> None:
-    figures = await streaming.measure(replies=1, together=True)  # the counts; the times are bench/streaming.py's
+    # The counts; the times are bench/streaming.py's. The bots are forked from the suite's fork server.
+    figures = await streaming.measure(replies=1, together=True, start=start_roundtable)
     assert figures.note == ""
     streamed, whole, together, instant = figures.modes
     assert (streamed.stream, whole.stream, together.stream) == (True, False, True) and together.rooms == 3

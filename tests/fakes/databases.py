@@ -129,3 +129,25 @@ async def postgres_place() -> AsyncIterator[PostgresPlace]:
     url, schema = pg_url(), f"rt_test_{uuid.uuid4().hex[:12]}"
     async with scratch_schema(url, schema):
         yield PostgresPlace(url, schema)
+
+
+# The system catalogs a store test's schema churns (its tables, columns, defaults, indexes, constraints,
+# triggers, sequences): every test creates a schema and drops it.
+CHURNED = ("pg_attribute", "pg_class", "pg_depend", "pg_type", "pg_attrdef", "pg_constraint", "pg_index",
+           "pg_trigger", "pg_sequence", "pg_namespace")
+
+
+async def vacuum_catalogs(url: str) -> bool:
+    """VACUUM the catalogs the tests churned, when the server's autovacuum is off (as on the machine CI runs
+    on): the dead rows of each run's dropped schemas stayed, 145 MB a run, and a day of runs made the test
+    database 1.8 GB. True when it vacuumed. A role that may not vacuum a catalog is only warned by the server."""
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        if await conn.fetchval("SHOW autovacuum") == "on":
+            return False
+        await conn.execute("VACUUM " + ", ".join(f"pg_catalog.{name}" for name in CHURNED))
+        return True
+    finally:
+        await conn.close()

@@ -10,7 +10,7 @@ import pytest
 from bot.core.errors import StoreError
 from bot.core.models import GroupSettings, NewMessage
 from storage import LOCKED_MESSAGE
-from tests.fakes.databases import PostgresPlace, postgres_place
+from tests.fakes.databases import PostgresPlace, postgres_place, vacuum_catalogs
 from tests.support import eventually
 
 
@@ -53,3 +53,14 @@ async def test_two_schemas_in_one_database_write_independently(pg: PostgresPlace
                 with pytest.raises(StoreError, match="locked"):
                     await mine.groups.create_group("k", "n", GroupSettings())
             assert await mine.groups.list_groups() == []
+
+
+async def test_the_suite_vacuums_the_catalogs_it_churns_only_where_autovacuum_is_off(pg: PostgresPlace) -> None:
+    autovacuum, before = (await pg.fetch("SELECT current_setting('autovacuum'), now()"))[0]
+    assert await vacuum_catalogs(pg.url) is (autovacuum == "off")
+    if autovacuum == "off":
+        async def vacuumed() -> bool:  # (the server's statistics may lag a moment behind its vacuum)
+            rows = await pg.fetch("SELECT last_vacuum >= ? FROM pg_stat_sys_tables WHERE relname = 'pg_attribute'",
+                                  (before,))
+            return bool(rows[0][0])
+        await eventually(vacuumed, "pg_attribute vacuumed")
