@@ -11,6 +11,7 @@ import contextlib
 import os
 import signal
 import tempfile
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -84,15 +85,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     pg_skip_reason()  # once, before any event loop runs
+    if not hasattr(session.config, "workerinput") and _PG_SKIP["reason"] is None:
+        # The main process (not an xdist worker) clears what earlier runs' dropped schemas left in the server's
+        # catalogs when nothing else does (`vacuum_catalogs`), beside the run rather than after it.
+        _VACUUM.append(threading.Thread(target=_vacuum, name="vacuum-catalogs", daemon=True))
+        _VACUUM[0].start()
+
+
+_VACUUM: list[threading.Thread] = []
+
+
+def _vacuum() -> None:
+    with contextlib.suppress(Exception):  # (no server, or it went away: nothing to clear, nothing to say)
+        asyncio.run(vacuum_catalogs(pg_url()))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """The main process (not an xdist worker), once every test ran on PostgreSQL: clear what the tests'
-    dropped schemas left in the server's catalogs when nothing else does (`vacuum_catalogs`)."""
-    if hasattr(session.config, "workerinput") or _PG_SKIP.get("reason", "not asked") is not None:
-        return
-    with contextlib.suppress(Exception):  # (the server went away meanwhile: nothing to clear, nothing to say)
-        asyncio.run(vacuum_catalogs(pg_url()))
+    for thread in _VACUUM:
+        thread.join()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
