@@ -129,14 +129,8 @@ async def measure(replies: int = REPLIES, *, together: bool = False, start: Star
     modules = testing_modules()
     if modules is None:
         return StreamingFigures(note=SKIPPED)
-    figures = StreamingFigures()
-    if together:
-        figures.modes = list(await asyncio.gather(*(_measure_mode(modules, stream, replies, rooms, instant, start)
-                                                    for stream, rooms, instant in MODES)))
-    else:
-        for stream, rooms, instant in MODES:
-            figures.modes.append(await _measure_mode(modules, stream, replies, rooms, instant, start))
-    return figures
+    runs = (_measure_mode(modules, stream, replies, rooms, instant, start) for stream, rooms, instant in MODES)
+    return StreamingFigures(list(await asyncio.gather(*runs)) if together else [await run for run in runs])
 
 
 Shown = list[tuple[float, str, str, str]]  # (monotonic, channel id, message id, content) of agents' posts and edits
